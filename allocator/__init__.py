@@ -1,0 +1,1 @@
+"""Central allocator: pure allocation/scoring core plus the scheduler-extender service."""

@@ -1,0 +1,1 @@
+"""Scheduler-extender service: mTLS HTTP server, watch cache, binding, leader election, metrics."""

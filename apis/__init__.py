@@ -1,0 +1,1 @@
+"""The contract both halves speak: CR schemas, annotation codecs, resource names, extender types."""

@@ -1,0 +1,1 @@
+"""Trace-driven cluster simulator running the production allocator core."""

@@ -1,0 +1,3 @@
+from topoalloc.cli import main
+
+main()

@@ -1,0 +1,48 @@
+"""The one `topoalloc` command. Subcommands live beside the code they drive and load lazily,
+so `topoalloc allocate` never imports the agent's NVML stack and vice versa."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> "module:attribute" of a click command or group
+SUBCOMMANDS: dict[str, str] = {
+    "agent": "agent.cli:agent",
+    "inspect": "agent.cli:inspect",
+    "allocate": "allocator.core.cli:allocate",
+    "allocator": "allocator.service.cli:allocator",
+    "certs": "allocator.service.certs_cli:certs",
+    "simulate": "simulator.cli:simulate",
+    "demo": "simulator.cli:demo",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = SUBCOMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            # A subcommand whose module is not built yet must not break the others.
+            if exc.name and module_name.startswith(exc.name):
+                return None
+            raise
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="topoalloc")
+def main() -> None:
+    """Topology-aware GPU/RDMA allocation for Kubernetes."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
