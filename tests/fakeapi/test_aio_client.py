@@ -12,7 +12,7 @@ from kubernetes.aio.client.exceptions import ApiException
 
 from tests.support.fakeapi import FakeApiServer
 
-from .manifests import DEVICES, device, lease, pod, podgroup
+from .manifests import DEVICES, device, lease, node, pod, podgroup
 
 # The namespaced custom-object calls take (group, version, namespace, plural, ...).
 PODGROUPS_IN_DEFAULT = ("scheduling.x-k8s.io", "v1alpha1", "default", "podgroups")
@@ -69,6 +69,10 @@ async def test_replace_of_a_custom_resource_requires_a_resource_version(fake_api
         await custom.replace_cluster_custom_object(*DEVICES, "node-1", created)
     body = json.loads(err.value.body)
     assert err.value.status == 422
+    assert body["message"] == (
+        'devices.scheduling.koordinator.sh "node-1" is invalid: '
+        "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    )
     assert body["details"]["causes"][0]["field"] == "metadata.resourceVersion"
 
 
@@ -170,3 +174,25 @@ async def test_raw_list_and_watch_for_a_reflector(fake_api: FakeApiServer, fake_
         "new",
     )
     response.release()
+
+
+async def test_builtin_status_subresource(fake_api: FakeApiServer, fake_api_aio_client: Any) -> None:
+    core = client.CoreV1Api(fake_api_aio_client)
+    fake_api.put({**node("n1"), "status": {"capacity": {"nvidia.com/gpu": "8"}}})
+    current = await core.read_node("n1")
+    current.metadata.labels = {"set-through": "status"}
+    current.status.capacity = {"nvidia.com/gpu": "4"}
+    after_status = await core.replace_node_status("n1", current)
+    assert after_status.status.capacity == {"nvidia.com/gpu": "4"}
+    assert after_status.metadata.labels is None  # a status write changes only status
+
+    after_status.metadata.labels = {"set-through": "main"}
+    after_status.status.capacity = {"nvidia.com/gpu": "0"}
+    after_main = await core.replace_node("n1", after_status)
+    assert after_main.metadata.labels == {"set-through": "main"}
+    assert after_main.status.capacity == {"nvidia.com/gpu": "4"}  # a main write keeps the stored status
+
+    fake_api.put(pod("p"))
+    running = await core.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Running"}})
+    assert running.status.phase == "Running"
+    assert running.status.qos_class == "BestEffort"  # strategic merge kept the rest of the status
