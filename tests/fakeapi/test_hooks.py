@@ -179,6 +179,8 @@ def test_threaded_fault_and_watch_count(fake_api_thread: FakeApiServer, fake_api
     watcher.start()
     fake_api_thread.wait_for_watches_blocking(1, "nodes")
     assert fake_api_thread.watch_count("pods") == 0
+    # An open watch is in the request log as soon as its stream starts.
+    assert [r.status for r in fake_api_thread.requests("GET", "/api/v1/nodes", watch=True)] == [200]
     began = time.monotonic()
     assert fake_api_thread.break_watches() == 1
     assert done.wait(5) and time.monotonic() - began < 2

@@ -255,6 +255,7 @@ async def test_break_watches_with_abort_drops_the_connection(
     fake_api.break_watches(abort=True)
     with pytest.raises(aiohttp.ClientPayloadError):
         await until_end(response)
+    response.release()
 
 
 async def test_watch_from_a_future_resource_version(
