@@ -1,0 +1,38 @@
+"""Annotation and label keys of the contract (protocol sections 1.3 and 1.4), plus gang keys."""
+
+from __future__ import annotations
+
+SCHED = "scheduling.koordinator.sh/"
+NODE = "node.koordinator.sh/"
+
+# Pod annotations
+DEVICE_ALLOCATED = SCHED + "device-allocated"
+DEVICE_ALLOCATE_HINT = SCHED + "device-allocate-hint"
+DEVICE_JOINT_ALLOCATE = SCHED + "device-joint-allocate"
+GPU_PARTITION_SPEC = SCHED + "gpu-partition-spec"
+NUMA_TOPOLOGY_SPEC = SCHED + "numa-topology-spec"
+
+# Device CR annotation
+GPU_PARTITIONS = SCHED + "gpu-partitions"
+
+# Device CR / Node labels
+GPU_PARTITION_POLICY = NODE + "gpu-partition-policy"
+GPU_VENDOR = NODE + "gpu-vendor"
+GPU_MODEL = NODE + "gpu-model"
+GPU_DRIVER_VERSION = NODE + "gpu-driver-version"
+SECONDARY_DEVICE_WELL_PLANNED = NODE + "secondary-device-well-planned"
+
+# Pod and Node label
+GPU_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
+HAMI_CORE = "HAMi-core"
+
+# Gang membership (scheduler-plugins PodGroup and Koordinator's PodGroup-less gangs)
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+POD_GROUP_LABEL_LEGACY = "pod-group.scheduling.sigs.k8s.io/name"
+GANG_NAME = "gang.scheduling.koordinator.sh/name"
+GANG_MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
+
+# topoalloc's own keys
+TOPOALLOC = "topoalloc.io/"
+RL_JOB_GROUP = "rl-job-group"
+GANG_SCHEDULING_GATE = TOPOALLOC + "gang"

@@ -1,0 +1,161 @@
+"""PodGroup (scheduling.x-k8s.io/v1alpha1, scheduler-plugins) and how a pod names its gang."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from apis import decode as d
+from apis import keys
+from apis.errors import CodecError
+from apis.gojson import sorted_map
+from apis.quantity import Quantity
+
+GROUP = "scheduling.x-k8s.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "PodGroup"
+PLURAL = "podgroups"
+
+PHASES = ("Pending", "PreScheduling", "Scheduling", "Scheduled", "Running", "Finished", "Failed", "Unknown")
+
+
+@dataclass
+class PodGroupStatus:
+    phase: str = ""
+    occupied_by: str = ""
+    scheduled: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    schedule_start_time: str = ""
+
+    FIELDS = ("phase", "occupiedBy", "scheduled", "running", "succeeded", "failed", "scheduleStartTime")
+
+    @classmethod
+    def from_dict(cls, value: Any, path: str) -> PodGroupStatus:
+        data = d.struct(value, path, cls.FIELDS)
+        phase = d.string(data, "phase", path)
+        if phase:
+            d.one_of(phase, PHASES, d.join(path, "phase"))
+        counts = {
+            n: d.integer(data, n, path, minimum=0) for n in ("scheduled", "running", "succeeded", "failed")
+        }
+        return cls(
+            phase=phase,
+            occupied_by=d.string(data, "occupiedBy", path),
+            schedule_start_time=d.string(data, "scheduleStartTime", path),
+            **counts,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, val in (
+            ("phase", self.phase),
+            ("occupiedBy", self.occupied_by),
+            ("scheduled", self.scheduled),
+            ("running", self.running),
+            ("succeeded", self.succeeded),
+            ("failed", self.failed),
+            ("scheduleStartTime", self.schedule_start_time),
+        ):
+            if val:
+                out[name] = val
+        return out
+
+
+@dataclass
+class PodGroup:
+    metadata: dict[str, Any]
+    min_member: int = 0
+    min_resources: dict[str, Quantity] = field(default_factory=dict)
+    schedule_timeout_seconds: int | None = None
+    status: PodGroupStatus = field(default_factory=PodGroupStatus)
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace", ""))
+
+    @classmethod
+    def from_dict(cls, value: Any, path: str = "") -> PodGroup:
+        data = d.struct(value, path, ("apiVersion", "kind", "metadata", "spec", "status"))
+        api = d.string(data, "apiVersion", path)
+        if api and api != API_VERSION:
+            raise CodecError(d.join(path, "apiVersion"), f"expected {API_VERSION}", api)
+        spath = d.join(path, "spec")
+        spec = d.struct(
+            data.get("spec") or {}, spath, ("minMember", "minResources", "scheduleTimeoutSeconds")
+        )
+        rpath = d.join(spath, "minResources")
+        resources = {
+            k: Quantity.parse(v, d.join(rpath, k))
+            for k, v in d.obj(spec.get("minResources") or {}, rpath).items()
+        }
+        return cls(
+            metadata=d.obj(data.get("metadata") or {}, d.join(path, "metadata")),
+            min_member=d.integer(spec, "minMember", spath, minimum=0),
+            min_resources=resources,
+            schedule_timeout_seconds=d.integer(
+                spec, "scheduleTimeoutSeconds", spath, default=None, minimum=0
+            ),
+            status=PodGroupStatus.from_dict(data.get("status") or {}, d.join(path, "status")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {}
+        if self.min_member:
+            spec["minMember"] = self.min_member
+        if self.min_resources:
+            spec["minResources"] = sorted_map({k: str(v) for k, v in self.min_resources.items()})
+        if self.schedule_timeout_seconds is not None:
+            spec["scheduleTimeoutSeconds"] = self.schedule_timeout_seconds
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": self.metadata,
+            "spec": spec,
+            "status": self.status.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class GangRef:
+    """Which gang a pod belongs to. `min_available` is set only for PodGroup-less Koordinator gangs."""
+
+    namespace: str
+    name: str
+    source: str  # "podgroup", "podgroup-legacy" or "koordinator"
+    min_available: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def gang_of(pod: dict[str, Any]) -> GangRef | None:
+    """The gang a pod names through the PodGroup label (new or legacy) or Koordinator's annotations."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    namespace = meta.get("namespace") or "default"
+    if labels.get(keys.POD_GROUP_LABEL):
+        return GangRef(namespace, labels[keys.POD_GROUP_LABEL], "podgroup")
+    if labels.get(keys.POD_GROUP_LABEL_LEGACY):
+        return GangRef(namespace, labels[keys.POD_GROUP_LABEL_LEGACY], "podgroup-legacy")
+    name = annotations.get(keys.GANG_NAME) or labels.get(keys.GANG_NAME)
+    if not name:
+        return None
+    raw = annotations.get(keys.GANG_MIN_AVAILABLE) or labels.get(keys.GANG_MIN_AVAILABLE)
+    min_available = None
+    if raw is not None:
+        try:
+            min_available = int(raw, 10)
+        except (TypeError, ValueError):
+            raise CodecError(keys.GANG_MIN_AVAILABLE, "must be a positive integer", raw) from None
+        if min_available <= 0:
+            raise CodecError(keys.GANG_MIN_AVAILABLE, "must be a positive integer", raw)
+    return GangRef(namespace, name, "koordinator", min_available)
