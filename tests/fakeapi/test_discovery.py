@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from typing import Any
 
 import pytest
@@ -74,3 +75,9 @@ def test_unknown_paths_are_404_status(fake_api_sync_client: Any) -> None:
         "details": {},
         "code": 404,
     }
+
+
+def test_health_endpoints(fake_api_thread: Any) -> None:
+    for path in ("/healthz", "/readyz", "/livez"):
+        with urllib.request.urlopen(fake_api_thread.url + path, timeout=5) as response:
+            assert (response.status, response.read()) == (200, b"ok")

@@ -102,3 +102,21 @@ async def test_watch_through_either_view(fake_api: FakeApiServer, fake_api_aio_c
     assert as_v1["object"]["metadata"]["resourceVersion"] == as_core["object"]["metadata"]["resourceVersion"]
     v1_watch.release()
     core_watch.release()
+
+
+async def test_put_creates_a_missing_event(fake_api: FakeApiServer) -> None:
+    """Events allow create-on-update: a PUT of a missing event answers 201."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "e4", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "w1"},
+        "reason": "Scheduled",
+        "message": "bound",
+    }
+    async with fake_api.aio_api_client() as api:
+        core = client.CoreV1Api(api)
+        response = await core.replace_namespaced_event_without_preload_content("e4", "default", body)
+        assert response.status == 201
+        again = await core.replace_namespaced_event("e4", "default", {**body, "message": "bound again"})
+    assert again.message == "bound again"
