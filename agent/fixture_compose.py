@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import yaml
 
 from agent.nvml_replay import FORMAT_VERSION
 from agent.pci import nvml_bus_id, parse_bdf
+from agent.record import copy_sysfs
 
 # NVML common-ancestor levels (nvmlGpuTopologyLevel_t).
 TOPOLOGY_INTERNAL, TOPOLOGY_SINGLE, TOPOLOGY_MULTIPLE = 0, 10, 20
@@ -182,9 +184,13 @@ def compose(folder: str | Path, out: str | Path | None = None) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     if (target / "sys").exists():
         shutil.rmtree(target / "sys")
-    compose_sys(spec, target / "sys")
+    nvml = compose_nvml(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        # The description makes a kernel-like tree; the fixture keeps exactly what the agent reads.
+        compose_sys(spec, Path(tmp) / "sys")
+        copy_sysfs(nvml, Path(tmp) / "sys", target / "sys")
     with open(target / "nvml.json", "w", encoding="utf-8") as fh:
-        json.dump(compose_nvml(spec), fh, indent=1, sort_keys=False)
+        json.dump(nvml, fh, indent=1, sort_keys=False)
         fh.write("\n")
     return target
 

@@ -124,12 +124,12 @@ class EventWatcher(threading.Thread):
         self.book = book
         self.ignored = frozenset(ignored_xids)
         self.wait_ms = wait_ms
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.unsupported: dict[int, str] = {}  # GPU index -> why events are not delivered
         self.ready = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def _register(self) -> Any:
         nv = self.nvml
@@ -151,12 +151,12 @@ class EventWatcher(threading.Thread):
     def run(self) -> None:
         nv = self.nvml
         backoff = 1.0
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 event_set = self._register()
             except pynvml.NVMLError as exc:
                 log.warning("cannot create an NVML event set: %s", describe(exc))
-                self._stop.wait(backoff)
+                self._halt.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
                 continue
             self.ready.set()
@@ -166,11 +166,11 @@ class EventWatcher(threading.Thread):
             finally:
                 with contextlib.suppress(pynvml.NVMLError):
                     nv.nvmlEventSetFree(event_set)
-            self._stop.wait(backoff)
+            self._halt.wait(backoff)
 
     def _loop(self, event_set: Any) -> None:
         nv = self.nvml
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 data = nv.nvmlEventSetWait(event_set, self.wait_ms)
             except pynvml.NVMLError_Timeout:

@@ -140,6 +140,9 @@ class Sysfs:
             self._note(f"{rel}: link leads outside the sysfs root")
             return None
 
+    def exists(self, rel: str | Path) -> bool:
+        return os.path.lexists(self.root / rel)
+
     def link_name(self, rel: str | Path) -> str:
         """Basename of a link's target (`driver` -> "mlx5_core"), "" when absent."""
         path = self.root / rel
@@ -229,7 +232,7 @@ class Sysfs:
             if dev is None or parse_bdf(dev.name) is None:
                 self._note(f"RDMA device {ibdev}: no PCI device link")
                 continue
-            if os.path.lexists(self.root / dev / "physfn"):
+            if self.exists(dev / "physfn"):
                 continue  # a VF's own ibdev; the VF is reported under its PF
             by_pf.setdefault(dev.name, []).append(ibdev)
         out = []
