@@ -117,6 +117,18 @@ class NvmlReplay:
             for key in [k for k in self._faults if k[0] == index]:
                 del self._faults[key]
 
+    def unplug(self, index: int) -> None:
+        """The driver stops listing GPU `index`; NVML renumbers the ones after it."""
+        with self._lock:
+            self._devices.pop(index)
+            for i, dev in enumerate(self._devices):
+                dev["index"] = i
+            self._faults = {k: v for k, v in self._faults.items() if k[0] != index}
+
+    def fail_init(self, error: str | int | None) -> None:
+        """Make nvmlInit raise `error` (None: succeed again), like a driver that is not loaded."""
+        self._data["initError"] = error
+
     def set_load(self, index: int, *, utilization: int | None = None, memory_used: int | None = None) -> None:
         with self._lock:
             dev = self._devices[index]
