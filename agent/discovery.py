@@ -85,8 +85,9 @@ class Discoverer:
             return
         reason = nv.init(self.nvml)
         if reason:
+            if reason != self.nvml_reason:
+                log.warning("NVML unavailable: %s", reason)
             self.nvml_reason = reason
-            log.warning("NVML unavailable: %s", reason)
             return
         self.nvml_ready = True
         self.nvml_reason = ""

@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from agent.config import MidTierConfig
@@ -45,10 +46,12 @@ def mid_allocatable(
     inp: MidInputs, *, threshold_ratio: float, unallocated_ratio: float, safe_margin: float
 ) -> int:
     """The formula above for one resource, in the resource's integer unit (floored)."""
+    # Exact arithmetic: ratios are decimals from the config (0.1 is 1/10, not 0.1000000000000000055).
+    margin, threshold, share = (Fraction(str(x)) for x in (safe_margin, threshold_ratio, unallocated_ratio))
     node_unused = max(0, inp.allocatable - inp.usage)
-    reclaimable = min(max(0.0, inp.prod_allocated - inp.prod_peak * (1.0 + safe_margin)), node_unused)
+    reclaimable = min(max(Fraction(0), inp.prod_allocated - inp.prod_peak * (1 + margin)), node_unused)
     unallocated = max(0, inp.allocatable - inp.prod_allocated)
-    value = min(reclaimable, inp.allocatable * threshold_ratio) + unallocated * unallocated_ratio
+    value = min(reclaimable, inp.allocatable * threshold) + unallocated * share
     return max(0, math.floor(value))
 
 
