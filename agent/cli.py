@@ -78,7 +78,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 )
 @click.option("--no-hotplug", is_flag=True, help="Do not listen for udev events.")
 @click.option(
-    "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9808)."
+    "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
 )
 @click.option("-v", "--verbose", count=True)
 @click.pass_context

@@ -88,7 +88,7 @@ class AgentConfig:
     partition_rules: list[PartitionRule] = field(default_factory=list)
     vf_group_labels: dict[str, str] = field(default_factory=lambda: {"type": "general"})
     udev_source: str = "auto"  # "udev" | "kernel" | "auto" (udev when /run/udev/control exists)
-    health_port: int = 9808
+    health_port: int = 9823
     health_address: str = "0.0.0.0"
 
     def partition_rule(self, model: str) -> PartitionRule | None:

@@ -103,9 +103,10 @@ class Kube:
         return self._request("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node}")])
 
     def watch_pods_on(
-        self, node: str, resource_version: str, timeout_seconds: int
+        self, node: str, resource_version: str, timeout_seconds: int, opened: list[Any] | None = None
     ) -> Iterator[dict[str, Any]]:
-        """Watch events for the pods bound to `node`, from `resource_version`, until the server ends."""
+        """Watch events for the pods bound to `node`, from `resource_version`, until the server ends.
+        The open response is appended to `opened`, so another thread can shut the stream."""
         response = self._request(
             "GET",
             "/api/v1/pods",
@@ -119,6 +120,8 @@ class Kube:
             timeout=(TIMEOUT[0], timeout_seconds + 15),
             stream=True,
         )
+        if opened is not None:
+            opened.append(response.response)
         buffer = b""
         try:
             for chunk in response.response.stream(16384, decode_content=True):

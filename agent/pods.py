@@ -7,6 +7,7 @@ and any init container, plus pod overhead).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -105,9 +106,13 @@ class PodWatcher(threading.Thread):
         self.synced = threading.Event()
         self._halt = threading.Event()
         self.error = ""
+        self._open: list[Any] = []
 
     def stop(self) -> None:
         self._halt.set()
+        for response in list(self._open):  # end a blocked read now, not at the watch timeout
+            with contextlib.suppress(Exception):
+                response.shutdown()
 
     def pods(self) -> list[PodInfo]:
         with self._lock:
@@ -131,7 +136,8 @@ class PodWatcher(threading.Thread):
             try:
                 if not rv:
                     rv = self._relist()
-                for event in self.kube.watch_pods_on(self.node, rv, self.watch_timeout):
+                self._open.clear()
+                for event in self.kube.watch_pods_on(self.node, rv, self.watch_timeout, self._open):
                     if self._halt.is_set():
                         return
                     kind = event.get("type")
