@@ -226,13 +226,13 @@ def psutil_node_usage() -> Callable[[], tuple[int, int] | None]:
     """Node usage (cpu milli-cores, memory bytes) from psutil; None until a CPU interval exists."""
     import psutil
 
-    state = {"primed": False}
+    psutil.cpu_percent(interval=None)  # starts the interval the first sample will cover
+    started = time.monotonic()
 
     def usage() -> tuple[int, int] | None:
+        if time.monotonic() - started < 0.5:
+            return None  # too short an interval to mean anything
         percent = psutil.cpu_percent(interval=None)  # since the previous call
-        if not state["primed"]:
-            state["primed"] = True
-            return None
         mem = psutil.virtual_memory()
         cpus = psutil.cpu_count() or 1
         return round(percent / 100.0 * cpus * 1000), int(mem.total - mem.available)

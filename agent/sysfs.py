@@ -84,6 +84,7 @@ class RdmaDevice:
 class Sysfs:
     def __init__(self, root: str | os.PathLike[str] = "/sys") -> None:
         self.root = Path(root)
+        self._real_root = os.path.realpath(self.root) + os.sep
         self.problems: list[str] = []
 
     # -- primitives ---------------------------------------------------------------------
@@ -129,16 +130,14 @@ class Sysfs:
 
     def resolve(self, rel: str | Path) -> Path | None:
         """The real path of a link under the root, relative to the root; None if it leads outside."""
-        path = self.root / rel
+        path = os.path.join(self.root, rel)
         if not os.path.lexists(path):
             return None
-        real = Path(os.path.realpath(path))
-        root = Path(os.path.realpath(self.root))
-        try:
-            return real.relative_to(root)
-        except ValueError:
+        real = os.path.realpath(path)
+        if not real.startswith(self._real_root):
             self._note(f"{rel}: link leads outside the sysfs root")
             return None
+        return Path(real[len(self._real_root) :])
 
     def exists(self, rel: str | Path) -> bool:
         return os.path.lexists(self.root / rel)
