@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,9 +114,9 @@ class Discoverer:
 
         facts, loads, errors, count_error = self._nvml_pass(full, now)
         sysfs = Sysfs(self.sysfs_root)
-        rdma, rdma_listed = self._rdma_pass(sysfs, now)
+        rdma = self._rdma_pass(sysfs, now)
         topology = build_topology(facts, sysfs, rdma)
-        verdicts = self._verdicts(topology, loads, errors, count_error, rdma_listed, now)
+        verdicts = self._verdicts(topology, errors, count_error, now)
         problems = list(topology.problems)
         if count_error:
             problems.append(f"NVML: {count_error}")
@@ -185,7 +185,7 @@ class Discoverer:
                 self.book.forget(("gpu", uuid))
         return facts, loads, errors, count_error
 
-    def _rdma_pass(self, sysfs: Sysfs, now: float) -> tuple[list[RdmaDevice], bool]:
+    def _rdma_pass(self, sysfs: Sysfs, now: float) -> list[RdmaDevice]:
         listed = (self.sysfs_root / "class/infiniband").is_dir() or not (self.sysfs_root / "class").is_dir()
         try:
             current = sysfs.rdma_devices()
@@ -206,16 +206,14 @@ class Discoverer:
                 del self._nics[bdf]
                 self.book.forget(("rdma", bdf))
         out.sort(key=lambda d: d.location.bdf)
-        return out, listed and {d.location.bdf for d in out} == seen_now
+        return out
 
     # -- verdicts -----------------------------------------------------------------------------
     def _verdicts(
         self,
         topology: NodeTopology,
-        loads: dict[str, GpuLoad],
         errors: dict[str, str],
         count_error: str,
-        rdma_complete: bool,
         now: float,
     ) -> dict[tuple[str, int], Verdict]:
         out: dict[tuple[str, int], Verdict] = {}
@@ -256,6 +254,3 @@ class Discoverer:
             return self.book.update(key, False, PORT_DOWN, message)
         return self.book.update(key, True, READY)
 
-
-def with_problem(verdict: Verdict, problem: str) -> Verdict:
-    return replace(verdict, message=f"{verdict.message}; {problem}" if verdict.message else problem)

@@ -213,3 +213,18 @@ def test_discovery_is_repeatable(name: str) -> None:
     d = Discoverer(fx.nvml, fx.sys_root, AgentConfig(), clock=Clock())
     a, b = d.discover(), d.discover()
     assert [g.facts for g in a.topology.gpus] == [g.facts for g in b.topology.gpus]
+
+
+def test_a_removed_nic_is_missing_for_the_grace_then_dropped(tmp_path: Path) -> None:
+    clock = Clock()
+    folder = copy_fixture("dgx-h100", tmp_path)
+    agent, _ = _agent(folder, clock, missing_grace_seconds=60)
+    agent.run_once()
+    os.remove(folder / "sys/class/infiniband/mlx5_4")  # hot-unplugged
+    clock.t += 10
+    nic = next(d for d in device_object(agent.run_once().device)["spec"]["devices"] if d.get("id") == "0000:4f:00.0")
+    assert nic["health"] is False and nic["conditions"][0]["reason"] == "Missing"
+    clock.t += 61
+    ids = [d.id for d in agent.run_once().device.devices if d.type == "rdma"]
+    assert "0000:4f:00.0" not in ids and len(ids) == 11
+    agent.shutdown()
