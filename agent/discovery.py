@@ -253,4 +253,3 @@ class Discoverer:
             message = ", ".join(f"port {p.number}: {p.state or 'unknown'}" for p in down)
             return self.book.update(key, False, PORT_DOWN, message)
         return self.book.update(key, True, READY)
-

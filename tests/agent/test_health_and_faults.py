@@ -222,7 +222,9 @@ def test_a_removed_nic_is_missing_for_the_grace_then_dropped(tmp_path: Path) -> 
     agent.run_once()
     os.remove(folder / "sys/class/infiniband/mlx5_4")  # hot-unplugged
     clock.t += 10
-    nic = next(d for d in device_object(agent.run_once().device)["spec"]["devices"] if d.get("id") == "0000:4f:00.0")
+    nic = next(
+        d for d in device_object(agent.run_once().device)["spec"]["devices"] if d.get("id") == "0000:4f:00.0"
+    )
     assert nic["health"] is False and nic["conditions"][0]["reason"] == "Missing"
     clock.t += 61
     ids = [d.id for d in agent.run_once().device.devices if d.type == "rdma"]
