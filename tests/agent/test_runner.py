@@ -74,12 +74,13 @@ def test_loop_probes_and_xid_events(fake_api_thread, fake_api_sync_client) -> No
         assert server.get("devices", NODE)["spec"]["devices"][6]["health"] is False
         entry = server.get("devices", NODE)["status"]["devices"][6]
         assert entry["reason"] == "XidCriticalError" and entry["lastXid"] == 48
-
-        # a main loop that stops passing fails the liveness probe
-        agent.last_pass_at -= 1000
-        assert _get(health.port, "/healthz")[0] == 503
     finally:
         stop.set()
         loop.join(10)
+    try:
+        assert not loop.is_alive()
+        # a main loop that stopped passing fails the liveness probe
+        agent.last_pass_at -= 1000
+        assert _get(health.port, "/healthz")[0] == 503
+    finally:
         health.stop()
-    assert not loop.is_alive()
