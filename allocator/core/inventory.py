@@ -49,6 +49,7 @@ class DeviceSlot:
     bus_id: str
     nvlink_domain: str
     vf_groups: tuple[tuple[Mapping[str, str], tuple[VF, ...]], ...]
+    vfs_by_bus: tuple[VF, ...] = ()  # every VF, lowest busID first (the order VFs are handed out)
 
     @property
     def bit(self) -> int:
@@ -102,6 +103,8 @@ class NodeInventory:
     secondary_well_planned: bool
     gpu_model: str
     gpu_vendor: str
+    type_totals: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # per type, summed
+    gpu_memory_size: int = 0  # bytes of one healthy GPU (the first in minor order)
     warnings: tuple[str, ...] = ()
     shape_key: tuple[Any, ...] = field(default=(), compare=False)
 
@@ -143,6 +146,7 @@ def _slot(info: DeviceInfo) -> DeviceSlot:
         bus_id=topo.bus_id if topo is not None else "",
         nvlink_domain=info.nvlink.domain if info.nvlink is not None else "",
         vf_groups=tuple(groups),
+        vfs_by_bus=tuple(sorted((vf for _, vfs in groups for vf in vfs), key=lambda v: v.bus_id)),
     )
 
 
@@ -200,8 +204,15 @@ def index_partitions(table: GPUPartitionTable) -> dict[int, tuple[PartitionGroup
     return out
 
 
-def _uses_builtin_table(labels: Mapping[str, str]) -> bool:
-    return labels.get(keys.GPU_VENDOR, "") in ("", "nvidia") and labels.get(keys.GPU_MODEL) in HOPPER_MODELS
+def node_partition_choice(
+    labels: Mapping[str, str],
+) -> tuple[Mapping[int, tuple[PartitionGroup, ...]] | None, str, bool]:
+    """Partition index, its source and the Honor policy a Device without its own table gets from
+    the Node's labels: the built-in Hopper table for nvidia H100/H800/H20 (8.3 step 2)."""
+    honor = labels.get(keys.GPU_PARTITION_POLICY) == "Honor"
+    if labels.get(keys.GPU_VENDOR, "") in ("", "nvidia") and labels.get(keys.GPU_MODEL) in HOPPER_MODELS:
+        return MappingProxyType(index_partitions(hopper_table())), "builtin", honor
+    return None, "", honor
 
 
 def build_inventory(
@@ -253,10 +264,7 @@ def build_inventory(
         except CodecError as exc:
             warnings.append(f"ignored malformed {keys.GPU_PARTITIONS} annotation: {exc}")
     if partitions is None:
-        if _uses_builtin_table(node_labels):
-            partitions = index_partitions(hopper_table())
-            source = "builtin"
-        honor = node_labels.get(keys.GPU_PARTITION_POLICY) == "Honor"
+        partitions, source, honor = node_partition_choice(node_labels)
 
     inv = NodeInventory(
         name=device.name,
@@ -270,16 +278,29 @@ def build_inventory(
         scopes_by_level=MappingProxyType({lvl: tuple(s) for lvl, s in levels.items()}),
         nvlink_domains=MappingProxyType({d: _mask(domains[d]) for d in sorted(domains)}),
         sockets=MappingProxyType({s: _mask(sockets[s]) for s in sorted(sockets)}),
-        partitions=None if partitions is None else MappingProxyType(partitions),
+        partitions=None if partitions is None else MappingProxyType(dict(partitions)),
         partition_honor=honor,
         partition_source=source,
         secondary_well_planned=device.secondary_device_well_planned,
         gpu_model=device.gpu_model,
         gpu_vendor=device.gpu_vendor,
+        type_totals=summed_totals(frozen),
+        gpu_memory_size=next((g.total[rn.GPU_MEMORY] for g in gpus if g.total.get(rn.GPU_MEMORY)), 0),
         warnings=tuple(warnings),
     )
     object.__setattr__(inv, "shape_key", _shape_key(inv))
     return inv
+
+
+def summed_totals(devices: Mapping[str, tuple[DeviceSlot, ...]]) -> Mapping[str, Mapping[str, int]]:
+    out: dict[str, Mapping[str, int]] = {}
+    for dtype, slots in devices.items():
+        summed: dict[str, int] = {}
+        for s in slots:
+            for name, value in s.total.items():
+                summed[name] = summed.get(name, 0) + value
+        out[dtype] = MappingProxyType(summed)
+    return MappingProxyType(out)
 
 
 def _shape_key(inv: NodeInventory) -> tuple[Any, ...]:

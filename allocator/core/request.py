@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from allocator.core import reasons as rs
@@ -88,15 +89,11 @@ class GPURequirement:
     ring_bus_bandwidth: int | None = None  # nano-units, compared exactly
     required_scope: str = ""
     scope_level: int = 0
+    whole: bool = False  # whole cards: every GPU fully (100% compute and memory)
 
     @property
     def per_gpu_map(self) -> dict[str, int]:
         return dict(self.per_gpu)
-
-    @property
-    def whole(self) -> bool:
-        """Whole cards: every GPU fully (100% compute and memory)."""
-        return self.per_gpu == WHOLE_GPU
 
 
 WHOLE_GPU: Resources = as_resources({rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100})
@@ -164,6 +161,19 @@ class PodRequest:
     @property
     def has_selectors(self) -> bool:
         return any(h.selector is not None for h in self.hints.values())
+
+    @cached_property
+    def plain_gpu(self) -> GPURequirement | None:
+        """The GPU requirement of a valid GPU-only request without hints, which node summaries
+        decide alone (`allocate.fits` fast path); None for anything else."""
+        if self.invalid is None and self.gpu is not None and len(self.devices) == 1 and not self.hints:
+            return self.gpu
+        return None
+
+    @cached_property
+    def requested_kinds(self) -> frozenset[str]:
+        """Requested resource kinds: device resources by their type (gpu, rdma, fpga), others by name."""
+        return frozenset(str(rn.RESOURCE_DEVICE_TYPE.get(n, n)) for n in self.requested_names)
 
     @property
     def requested_names(self) -> frozenset[str]:
@@ -447,9 +457,10 @@ def gpu_requirement(
         per[rn.GPU_MEMORY] = gpu[rn.GPU_MEMORY] // count
         shared = True
     scope = hint.required_topology_scope if hint is not None else ""
+    per_gpu = as_resources(per)
     return GPURequirement(
         count=count,
-        per_gpu=as_resources(per),
+        per_gpu=per_gpu,
         shared=shared,
         honor_partition=spec is not None,
         restricted_partition=spec is not None and spec.restricted,
@@ -458,6 +469,7 @@ def gpu_requirement(
         else spec.ring_bus_bandwidth.nanos,
         required_scope=scope,
         scope_level=hint.scope_level if hint is not None else 0,
+        whole=per_gpu == WHOLE_GPU,
     )
 
 

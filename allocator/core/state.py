@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from allocator.core.inventory import NodeInventory, build_inventory
+from allocator.core.inventory import NodeInventory, build_inventory, summed_totals
 from allocator.core.request import WHOLE_GPU, PodUsage, Resources
 from apis import keys
 from apis import resources as rn
@@ -96,6 +96,7 @@ class NodeState:
         self.nonzero_cpu_milli = 0
         self.nonzero_memory = 0
         self.inventory: NodeInventory | None = None
+        self.resource_kinds: frozenset[str] = frozenset()  # cpu, memory, gpu, rdma, ... offered here
         self.free: dict[str, dict[int, dict[str, int]]] = {}
         self.gpu_used_mask = 0
         self.gpu_whole_mask = 0
@@ -123,13 +124,22 @@ class NodeState:
         for dtype, ms in minors.items():
             for minor in ms:
                 self._refresh(dtype, minor)
+        self._refresh_kinds()
         self._changed()
 
     def set_labels(self, labels: Mapping[str, str], allocatable: Mapping[str, int] | None = None) -> None:
         self.labels = dict(labels)
         if allocatable is not None:
             self.allocatable = dict(allocatable)
+        self._refresh_kinds()
         self._changed()
+
+    def _refresh_kinds(self) -> None:
+        kinds = {rn.RESOURCE_DEVICE_TYPE.get(n, n) for n, v in self.allocatable.items() if v > 0}
+        kinds.discard(rn.PODS)
+        if self.inventory is not None:
+            kinds.update(t for t, slots in self.inventory.devices.items() if any(s.total for s in slots))
+        self.resource_kinds = frozenset(str(k) for k in kinds)
 
     def add_pod(
         self,
@@ -257,6 +267,8 @@ class NodeState:
                 devices=MappingProxyType(dead),
                 by_minor=MappingProxyType(by_minor),
                 gpu_healthy_mask=0,
+                type_totals=summed_totals(dead),
+                gpu_memory_size=0,
             )
         )
 
@@ -338,9 +350,7 @@ class NodeState:
     @property
     def gpu_total_ratio(self) -> int:
         inv = self.inventory
-        if inv is None:
-            return 0
-        return sum(s.total.get(rn.GPU_MEMORY_RATIO, 0) for s in inv.slots(GPU))
+        return 0 if inv is None else inv.type_totals.get(GPU, {}).get(rn.GPU_MEMORY_RATIO, 0)
 
     @property
     def cpu_free_milli(self) -> int:
