@@ -442,11 +442,17 @@ def _allocate_gpu(
     return picks, "plain"
 
 
-def _feasible_partitions(groups: tuple, g: GPURequirement, used: int, healthy: int) -> list:
+def _feasible_partitions(
+    groups: tuple, g: GPURequirement, used: int, healthy: int, scopes: tuple[int, ...] | None = None
+) -> list:
+    """Free partitions of the first group that has any (only the first group when Restricted).
+    With `scopes` (a required topology scope), a partition must also lie inside one of them."""
     feasible = []
     for group in groups:
         for part, mask in group.partitions:
             if mask & used or mask & ~healthy:
+                continue
+            if scopes is not None and not any(mask & ~scope == 0 for scope in scopes):
                 continue
             if g.ring_bus_bandwidth is not None and (
                 part.ring_bus_bandwidth is None or g.ring_bus_bandwidth > part.ring_bus_bandwidth.nanos
@@ -481,7 +487,12 @@ def _by_partition(
                 True,
             )
         return None
-    feasible = _feasible_partitions(groups, g, used, healthy)
+    level = 0 if g.scope_level == LEVEL_DEVICE else g.scope_level
+    scopes = None
+    if level:
+        by_level = ctx.inv.scopes_by_level
+        scopes = tuple(s.mask for lvl in sorted(by_level) if lvl >= level for s in by_level[lvl])
+    feasible = _feasible_partitions(groups, g, used, healthy, scopes)
     if not feasible:
         return partition_shortage(g) if honor else None
     if len(feasible) == 1:

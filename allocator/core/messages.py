@@ -67,9 +67,11 @@ def partition_shortage(g: GPURequirement) -> Rejection:
     if g.ring_bus_bandwidth is not None:
         bw = Quantity(g.ring_bus_bandwidth, Format.BINARY_SI)
         bandwidth = f" with ring bandwidth of at least {bw}"
-    return Rejection(
-        rs.INSUFFICIENT_PARTITIONS, f"need a free {g.count}-GPU partition{bandwidth}; none is free"
-    )
+    within = ""
+    if g.required_scope and g.required_scope != "Device":
+        within = f" within one {_SCOPE_WORDS.get(g.required_scope, g.required_scope)}"
+    text = f"need a free {g.count}-GPU partition{bandwidth}{within}; none is free"
+    return Rejection(rs.INSUFFICIENT_PARTITIONS, text)
 
 
 def type_shortage(
