@@ -206,6 +206,9 @@ def _quick_gpu_verdict(state: NodeState, req: PodRequest, g: GPURequirement) -> 
     if g.shared:
         if req.isolation_provider and (refused := _isolation_refusal(state, req)) is not None:
             return refused
+        if g.count == 1 and g.equal_share is not None:
+            # One GPU with x% of compute and of memory: the node's best GPU decides.
+            return None if state.gpu_max_share >= g.equal_share else gpu_shortage(g, 0, selector=False)
     elif g.honor_partition or inv.partition_honor:
         return _UNDECIDED
     feasible = state.gpu_whole_mask if g.whole else state.gpu_fit_mask(g.per_gpu)

@@ -164,6 +164,8 @@ class ClusterState:
         """0..10 per named node (unknown nodes score 0)."""
         nodes = self.nodes
         key = ("score", signature_id(req), scorer.key)
+        prepared = scorer.prepare(req)
+        score_prepared = scorer.score_prepared
         out: dict[str, int] = {}
         for name in names:
             state = nodes.get(name)
@@ -173,7 +175,7 @@ class ClusterState:
             cache = state._derived
             value = cache.get(key)
             if value is None:
-                value = cache[key] = scorer.score(state, req)
+                value = cache[key] = score_prepared(state, prepared)
             out[name] = value
         return out
 

@@ -90,6 +90,7 @@ class GPURequirement:
     required_scope: str = ""
     scope_level: int = 0
     whole: bool = False  # whole cards: every GPU fully (100% compute and memory)
+    equal_share: int | None = None  # x when per_gpu is exactly {gpu-core: x, gpu-memory-ratio: x}
 
     @property
     def per_gpu_map(self) -> dict[str, int]:
@@ -470,6 +471,9 @@ def gpu_requirement(
         required_scope=scope,
         scope_level=hint.scope_level if hint is not None else 0,
         whole=per_gpu == WHOLE_GPU,
+        equal_share=per[rn.GPU_CORE]
+        if per.keys() == {rn.GPU_CORE, rn.GPU_MEMORY_RATIO} and per[rn.GPU_CORE] == per[rn.GPU_MEMORY_RATIO]
+        else None,
     )
 
 

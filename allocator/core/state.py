@@ -101,6 +101,9 @@ class NodeState:
         self.gpu_used_mask = 0
         self.gpu_whole_mask = 0
         self._gpu_free_ratio = 0
+        self._gpu_shares: dict[int, int] = {}
+        # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
+        self.gpu_max_share = -1
         self._derived: dict[Any, Any] = {}
         self.set_inventory(inventory)
 
@@ -121,6 +124,7 @@ class NodeState:
         for dtype, per_minor in self.used.items():
             minors.setdefault(dtype, set()).update(per_minor)
         self.gpu_used_mask = self.gpu_whole_mask = self._gpu_free_ratio = 0
+        self._gpu_shares = {}
         for dtype, ms in minors.items():
             for minor in ms:
                 self._refresh(dtype, minor)
@@ -244,6 +248,12 @@ class NodeState:
                 self.gpu_whole_mask |= bit
             else:
                 self.gpu_whole_mask &= ~bit
+            shares = [free[n] for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if n in free]
+            if total and shares and not all_zero(free):
+                self._gpu_shares[minor] = min(shares)
+            else:
+                self._gpu_shares.pop(minor, None)
+            self.gpu_max_share = max(self._gpu_shares.values(), default=-1)
         per_type[minor] = free
 
     def _changed(self) -> None:

@@ -519,3 +519,12 @@ def test_partitions_must_respect_a_required_scope() -> None:
         rs.INSUFFICIENT_PARTITIONS,
         "need a free 4-GPU partition within one PCIe switch; none is free",
     )
+
+
+def test_shared_share_boundary() -> None:
+    state = state_of(plain_example_device())
+    use_gpus(state, *range(8), share=50)
+    assert ok(run(state, pod({"koordinator.sh/gpu": "50"}))).minors("gpu") == [0]
+    assert rejected(run(state, pod({"koordinator.sh/gpu": "51"}))).message.startswith(
+        "need 1 GPU with 51% compute"
+    )

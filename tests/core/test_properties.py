@@ -134,7 +134,7 @@ def states(draw: st.DrawFn, *, focus_partitions: bool = False) -> tuple[NodeStat
         node_labels[keys.GPU_ISOLATION_PROVIDER] = keys.HAMI_CORE
     state = NodeState("n", inv, node_labels)
     for slot in inv.slots("gpu"):
-        share = draw(st.sampled_from((0, 0, 0, 25, 50, 100)))
+        share = draw(st.sampled_from((0, 0, 0, 25, 50, 70, 100)))
         if share:
             mem = slot.total.get(MEM, 16 * GI) * share // 100
             res = {

@@ -8,8 +8,9 @@ percent of one GPU's memory share (a whole GPU is 100), over healthy GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from allocator.core.request import PodRequest
 from allocator.core.scoring.device import LEAST_ALLOCATED, MOST_ALLOCATED
@@ -109,3 +110,56 @@ def fit_score(state: NodeState, req: PodRequest, strategies: Mapping[str, Resour
     if weight_sum == 0:
         return None
     return total / weight_sum
+
+
+_CPU, _MEMORY, _GPU, _DEVICE = range(4)
+
+
+def prepare_fit(
+    req: PodRequest, strategies: Mapping[str, ResourceStrategy]
+) -> Callable[[NodeState], float] | None:
+    """`fit_score` specialised for one request (None when it requests nothing configured): the
+    per-node part is a few integer operations."""
+    terms: list[tuple[int, bool, int, Any]] = []
+    for kind, strategy in strategies.items():
+        most, weight = strategy.type == MOST_ALLOCATED, strategy.weight
+        if not weight:
+            continue
+        if kind == "cpu" and req.cpu_milli:
+            terms.append((_CPU, most, weight, req.nonzero_cpu_milli))
+        elif kind == "memory" and req.memory:
+            terms.append((_MEMORY, most, weight, req.nonzero_memory))
+        elif kind == "gpu" and req.gpu is not None:
+            terms.append((_GPU, most, weight, None))
+        elif kind in (rn.DeviceType.RDMA, rn.DeviceType.FPGA) and req.device_request(kind):
+            terms.append((_DEVICE, most, weight, kind))
+    if not terms:
+        return None
+    weight_sum = sum(t[2] for t in terms)
+
+    def score(state: NodeState) -> float:
+        total = 0
+        for code, most, weight, extra in terms:
+            if code == _CPU:
+                requested, capacity = state.nonzero_cpu_milli + extra, state.allocatable.get(rn.CPU, 0)
+            elif code == _MEMORY:
+                requested, capacity = state.nonzero_memory + extra, state.allocatable.get(rn.MEMORY, 0)
+            elif code == _GPU:
+                capacity = state.gpu_total_ratio
+                requested = capacity - state.gpu_free_ratio + gpu_share_request(state, req)
+            else:
+                pair = _device_pair(state, req, extra)
+                if pair is None:
+                    requested, capacity = 0, 0
+                else:
+                    requested, capacity = pair
+            if capacity <= 0:
+                value = 0
+            elif most:
+                value = min(requested, capacity) * 100 // capacity
+            else:
+                value = (capacity - requested) * 100 // capacity if requested <= capacity else 0
+            total += value * weight
+        return total / weight_sum
+
+    return score
