@@ -258,6 +258,12 @@ def _solve(
     gpu_path = ""
     only_gpu = list(ctx.per_type) == [GPU]
     joint = [t for t in req.joint_types if t in ctx.per_type]
+    gpu_first = GPU in ctx.per_type and (len(ctx.per_type) == 1 or not joint or joint[0] == GPU)
+    if gpu_first and not only_gpu and not want_plan:
+        # GPUs are allocated first: when they cannot be, nothing else needs looking at.
+        early = _allocate_type(ctx, GPU, ctx.per_type[GPU][1], frozenset(), need_picks=False)
+        if isinstance(early, Rejection):
+            return early
     if len(ctx.per_type) > 1 and joint:
         primary = joint[0]
         got = _allocate_type(ctx, primary, ctx.per_type[primary][1], frozenset(), need_picks=True)
