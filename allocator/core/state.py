@@ -310,6 +310,23 @@ class NodeState:
         self._derived[key] = mask
         return mask
 
+    def largest_free_set(self, level: int, per_gpu: Resources = WHOLE_GPU) -> tuple[int, str]:
+        """The most GPUs that can take `per_gpu` inside one scope of `level` (inventory.LEVEL_*)
+        and that scope's name; (0, "") without such scopes."""
+        key = ("largest", level, per_gpu)
+        hit = self._derived.get(key)
+        if hit is not None:
+            return hit
+        best, name = 0, ""
+        inv = self.inventory
+        if inv is not None:
+            feasible = self.gpu_fit_mask(per_gpu)
+            for scope in inv.scopes_by_level.get(level, ()):
+                n = (feasible & scope.mask).bit_count()
+                if n > best:
+                    best, name = n, scope.name
+        return self.remember(key, (best, name))
+
     @property
     def whole_gpus_free(self) -> int:
         return self.gpu_whole_mask.bit_count()

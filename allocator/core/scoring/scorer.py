@@ -192,6 +192,12 @@ class NodeScorer:
         self._prepared: dict[tuple[Any, ...], list[tuple[str, float, Prepared]]] = {}
         self.key = next(_keys)
 
+    def refresh(self) -> None:
+        """Forget cached scores: call when a component's outside input changed (e.g. the workload
+        mix of a fragmentation term), since node versions alone would not show it."""
+        self._prepared.clear()
+        self.key = next(_keys)
+
     def with_component(self, name: str, component: ScoreComponent) -> NodeScorer:
         """A scorer like this one plus (or replacing) a named component."""
         return NodeScorer(self.config, {**self.components, name: component})
