@@ -97,10 +97,13 @@ class NodeState:
         self.nonzero_memory = 0
         self.inventory: NodeInventory | None = None
         self.resource_kinds: frozenset[str] = frozenset()  # cpu, memory, gpu, rdma, ... offered here
+        self.allocatable_cpu_milli = self.allocatable_memory = 0
         self.free: dict[str, dict[int, dict[str, int]]] = {}
         self.gpu_used_mask = 0
         self.gpu_whole_mask = 0
-        self._gpu_free_ratio = 0
+        # Free and total GPU memory share over healthy GPUs, in percent of one GPU (800 = 8 GPUs).
+        self.gpu_free_ratio = 0
+        self.gpu_total_ratio = 0
         self._gpu_shares: dict[int, int] = {}
         # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
         self.gpu_max_share = -1
@@ -123,11 +126,14 @@ class NodeState:
                 minors.setdefault(dtype, set()).update(s.minor for s in slots)
         for dtype, per_minor in self.used.items():
             minors.setdefault(dtype, set()).update(per_minor)
-        self.gpu_used_mask = self.gpu_whole_mask = self._gpu_free_ratio = 0
+        self.gpu_used_mask = self.gpu_whole_mask = self.gpu_free_ratio = 0
         self._gpu_shares = {}
         for dtype, ms in minors.items():
             for minor in ms:
                 self._refresh(dtype, minor)
+        self.gpu_total_ratio = (
+            0 if inventory is None else inventory.type_totals.get(GPU, {}).get(rn.GPU_MEMORY_RATIO, 0)
+        )
         self._refresh_kinds()
         self._changed()
 
@@ -144,6 +150,8 @@ class NodeState:
         if self.inventory is not None:
             kinds.update(t for t, slots in self.inventory.devices.items() if any(s.total for s in slots))
         self.resource_kinds = frozenset(str(k) for k in kinds)
+        self.allocatable_cpu_milli = self.allocatable.get(rn.CPU, 0)
+        self.allocatable_memory = self.allocatable.get(rn.MEMORY, 0)
 
     def add_pod(
         self,
@@ -237,9 +245,9 @@ class NodeState:
             bit = 1 << minor
             old = per_type.get(minor)
             if old is not None and total:
-                self._gpu_free_ratio -= old.get(rn.GPU_MEMORY_RATIO, 0)
+                self.gpu_free_ratio -= old.get(rn.GPU_MEMORY_RATIO, 0)
             if total:
-                self._gpu_free_ratio += free.get(rn.GPU_MEMORY_RATIO, 0)
+                self.gpu_free_ratio += free.get(rn.GPU_MEMORY_RATIO, 0)
             if any(used.values()):
                 self.gpu_used_mask |= bit
             else:
@@ -368,16 +376,6 @@ class NodeState:
                         shares.append(free.get(name, 0) * 100 // total)
                 out.append(max(0, min(100, min(shares))) if shares else 0)
         return self.remember("free_pct", tuple(out))
-
-    @property
-    def gpu_free_ratio(self) -> int:
-        """Free GPU memory share over healthy GPUs, in percent of one GPU (800 = eight idle GPUs)."""
-        return self._gpu_free_ratio
-
-    @property
-    def gpu_total_ratio(self) -> int:
-        inv = self.inventory
-        return 0 if inv is None else inv.type_totals.get(GPU, {}).get(rn.GPU_MEMORY_RATIO, 0)
 
     @property
     def cpu_free_milli(self) -> int:

@@ -39,8 +39,8 @@ DEFAULT_FIT: Mapping[str, ResourceStrategy] = {
 }
 
 
-def gpu_share_request(state: NodeState, req: PodRequest) -> int:
-    """The pod's GPU demand in percent of one GPU on this node (memory bytes converted by GPU size)."""
+def gpu_share_request(req: PodRequest, gpu_memory_size: int = 0) -> int:
+    """The pod's GPU demand in percent of one GPU (memory bytes converted by the node's GPU size)."""
     g = req.gpu
     if g is None:
         return 0
@@ -48,11 +48,14 @@ def gpu_share_request(state: NodeState, req: PodRequest) -> int:
     if rn.GPU_MEMORY_RATIO in per:
         share = per[rn.GPU_MEMORY_RATIO]
     elif rn.GPU_MEMORY in per:
-        size = state.inventory.gpu_memory_size if state.inventory is not None else 0
-        share = per[rn.GPU_MEMORY] * 100 // size if size else 100
+        share = per[rn.GPU_MEMORY] * 100 // gpu_memory_size if gpu_memory_size else 100
     else:
         share = per.get(rn.GPU_CORE, 100)
     return share * g.count
+
+
+def _memory_size(state: NodeState) -> int:
+    return state.inventory.gpu_memory_size if state.inventory is not None else 0
 
 
 def _device_pair(state: NodeState, req: PodRequest, kind: str) -> tuple[int, int] | None:
@@ -91,7 +94,7 @@ def fit_score(state: NodeState, req: PodRequest, strategies: Mapping[str, Resour
             if req.gpu is None:
                 continue
             capacity = state.gpu_total_ratio
-            requested = capacity - state.gpu_free_ratio + gpu_share_request(state, req)
+            requested = capacity - state.gpu_free_ratio + gpu_share_request(req, _memory_size(state))
         else:
             pair = (
                 _device_pair(state, req, kind) if kind in (rn.DeviceType.RDMA, rn.DeviceType.FPGA) else None
@@ -136,17 +139,25 @@ def prepare_fit(
     if not terms:
         return None
     weight_sum = sum(t[2] for t in terms)
+    g = req.gpu
+    # The pod's GPU share is node-independent unless it asks for memory in bytes.
+    fixed_share = (
+        None if g is None or rn.GPU_MEMORY in g.per_gpu_map else gpu_share_request(NodeState(""), req)
+    )
 
     def score(state: NodeState) -> float:
         total = 0
         for code, most, weight, extra in terms:
             if code == _CPU:
-                requested, capacity = state.nonzero_cpu_milli + extra, state.allocatable.get(rn.CPU, 0)
+                requested, capacity = state.nonzero_cpu_milli + extra, state.allocatable_cpu_milli
             elif code == _MEMORY:
-                requested, capacity = state.nonzero_memory + extra, state.allocatable.get(rn.MEMORY, 0)
+                requested, capacity = state.nonzero_memory + extra, state.allocatable_memory
             elif code == _GPU:
                 capacity = state.gpu_total_ratio
-                requested = capacity - state.gpu_free_ratio + gpu_share_request(state, req)
+                share = (
+                    fixed_share if fixed_share is not None else gpu_share_request(req, _memory_size(state))
+                )
+                requested = capacity - state.gpu_free_ratio + share
             else:
                 pair = _device_pair(state, req, extra)
                 if pair is None:
