@@ -141,9 +141,7 @@ def prepare_fit(
     weight_sum = sum(t[2] for t in terms)
     g = req.gpu
     # The pod's GPU share is node-independent unless it asks for memory in bytes.
-    fixed_share = (
-        None if g is None or rn.GPU_MEMORY in g.per_gpu_map else gpu_share_request(NodeState(""), req)
-    )
+    fixed_share = None if g is None or rn.GPU_MEMORY in g.per_gpu_map else gpu_share_request(req)
 
     def score(state: NodeState) -> float:
         total = 0
