@@ -245,9 +245,7 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
         try:
             out["designated"] = parse_device_allocated(raw_allocated)
         except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(str(exc), f"invalid {keys.DEVICE_ALLOCATED} annotation: {exc}")
-            ) from None
+            raise _Invalid(rs.invalid(str(exc), annotation_problem(keys.DEVICE_ALLOCATED, exc))) from None
     if devices:
         out.update(_device_extensions(annotations, dict(devices)))
     provider = labels.get(keys.GPU_ISOLATION_PROVIDER, "")
@@ -257,9 +255,7 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
         try:
             out["numa_spec"] = parse_numa_topology_spec(numa)
         except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(str(exc), f"invalid {keys.NUMA_TOPOLOGY_SPEC} annotation: {exc}")
-            ) from None
+            raise _Invalid(rs.invalid(str(exc), annotation_problem(keys.NUMA_TOPOLOGY_SPEC, exc))) from None
     out["node_selector"] = _str_map(spec.get("nodeSelector"), "spec.nodeSelector")
     out["affinity_terms"] = _affinity_terms(spec.get("affinity"))
     try:
@@ -497,7 +493,7 @@ def _device_extensions(annotations: Mapping[str, str], devices: dict[str, Resour
             raise _Invalid(
                 rs.invalid(
                     rs.INVALID_JOINT.format(err=exc),
-                    f"invalid {keys.DEVICE_JOINT_ALLOCATE} annotation: {exc}",
+                    annotation_problem(keys.DEVICE_JOINT_ALLOCATE, exc),
                 )
             ) from None
     kept = []
@@ -519,7 +515,7 @@ def _device_extensions(annotations: Mapping[str, str], devices: dict[str, Resour
             raise _Invalid(
                 rs.invalid(
                     rs.INVALID_PARTITION_SPEC.format(err=exc),
-                    f"invalid {keys.GPU_PARTITION_SPEC} annotation: {exc}",
+                    annotation_problem(keys.GPU_PARTITION_SPEC, exc),
                 )
             ) from None
     out["partition_spec"] = spec
@@ -537,13 +533,28 @@ def _hint_error(exc: CodecError) -> Rejection:
         prefix = f"{keys.DEVICE_ALLOCATE_HINT}.{dtype}."
         if field_path.startswith(prefix + "selector"):
             code = rs.INVALID_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(code, f"invalid device selector for {dtype}: {text}")
+            return rs.invalid(
+                code, f"invalid device selector for {dtype}: {_problem(exc, prefix + 'selector')}"
+            )
         if field_path.startswith(prefix + "vfSelector"):
             code = rs.INVALID_VF_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(code, f"invalid VF selector for {dtype}: {text}")
-    return rs.invalid(
-        rs.INVALID_HINT.format(err=text), f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {text}"
-    )
+            return rs.invalid(
+                code, f"invalid VF selector for {dtype}: {_problem(exc, prefix + 'vfSelector')}"
+            )
+    return rs.invalid(rs.INVALID_HINT.format(err=text), annotation_problem(keys.DEVICE_ALLOCATE_HINT, exc))
+
+
+def annotation_problem(key: str, exc: CodecError) -> str:
+    """'invalid <key> annotation: <field inside it>: <problem>', without repeating the key."""
+    return f"invalid {key} annotation: {_problem(exc, key)}"
+
+
+def _problem(exc: CodecError, prefix: str) -> str:
+    field = exc.field or ""
+    inner = field[len(prefix) :].lstrip(".") if field.startswith(prefix) else field
+    text = str(exc)
+    problem = text[len(field) + 2 :] if field and text.startswith(field + ": ") else text
+    return f"{inner}: {problem}" if inner else problem
 
 
 # -- node affinity ---------------------------------------------------------------------------------
