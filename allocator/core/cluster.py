@@ -9,6 +9,7 @@ simulator and gang planner need (the extender gets those from kube-scheduler its
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -27,15 +28,17 @@ from apis.device import Device
 UNKNOWN_NODE = Rejection("topoalloc: unknown node", "node is not known to the allocator", unresolvable=True)
 _MISSING = object()
 _SIGNATURES: dict[tuple[Any, ...], int] = {}
+_signature_ids = itertools.count(1)
 
 
 def signature_id(req: PodRequest) -> int:
-    """A small int for the request's signature: dict lookups hash it instantly."""
+    """A small int for the request's signature: dict lookups hash it instantly. Ids are never
+    reused, so forgetting old signatures cannot make a cached verdict answer another shape."""
     sid = _SIGNATURES.get(req.signature)
     if sid is None:
         if len(_SIGNATURES) > 100_000:
             _SIGNATURES.clear()
-        sid = _SIGNATURES[req.signature] = len(_SIGNATURES) + 1
+        sid = _SIGNATURES[req.signature] = next(_signature_ids)
     return sid
 
 
