@@ -42,6 +42,18 @@ def signature_id(req: PodRequest) -> int:
     return sid
 
 
+_SCORE_KEYS: dict[tuple[int, int], int] = {}
+
+
+def _score_key(sid: int, scorer_key: int) -> int:
+    key = _SCORE_KEYS.get((sid, scorer_key))
+    if key is None:
+        if len(_SCORE_KEYS) > 100_000:
+            _SCORE_KEYS.clear()
+        key = _SCORE_KEYS[(sid, scorer_key)] = next(_signature_ids)  # shares the never-reused ids
+    return key
+
+
 class ClusterState:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeState] = {}
@@ -145,7 +157,7 @@ class ClusterState:
     ) -> tuple[list[str], dict[str, Rejection]]:
         """Nodes where the pod's devices fit, and a rejection for every other named node."""
         nodes = self.nodes
-        key = ("verdict", signature_id(req))
+        key = signature_id(req)
         passed: list[str] = []
         failed: dict[str, Rejection] = {}
         for name in nodes if names is None else names:
@@ -153,7 +165,7 @@ class ClusterState:
             if state is None:
                 failed[name] = UNKNOWN_NODE
                 continue
-            cache = state._derived
+            cache = state.verdicts
             verdict = cache.get(key, _MISSING)
             if verdict is _MISSING:
                 verdict = cache[key] = fits(state, req)
@@ -166,7 +178,7 @@ class ClusterState:
     def score(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
         """0..10 per named node (unknown nodes score 0)."""
         nodes = self.nodes
-        key = ("score", signature_id(req), scorer.key)
+        key = _score_key(signature_id(req), scorer.key)
         prepared = scorer.prepare(req)
         score_prepared = scorer.score_prepared
         out: dict[str, int] = {}
@@ -175,7 +187,7 @@ class ClusterState:
             if state is None:
                 out[name] = 0
                 continue
-            cache = state._derived
+            cache = state.scores
             value = cache.get(key)
             if value is None:
                 value = cache[key] = score_prepared(state, prepared)

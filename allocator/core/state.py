@@ -108,6 +108,10 @@ class NodeState:
         # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
         self.gpu_max_share = -1
         self._derived: dict[Any, Any] = {}
+        # Filter verdicts and scores cached by ClusterState under small int keys; like every
+        # derived value they last until the next change.
+        self.verdicts: dict[int, Any] = {}
+        self.scores: dict[int, int] = {}
         self.set_inventory(inventory)
 
     @classmethod
@@ -268,6 +272,10 @@ class NodeState:
         self.version += 1
         if self._derived:
             self._derived = {}
+        if self.verdicts:
+            self.verdicts = {}
+        if self.scores:
+            self.scores = {}
 
     def devices_gone(self) -> None:
         """The Device CR was deleted: every device counts as unhealthy until it returns (2.2)."""
