@@ -23,8 +23,7 @@ from allocator.core.messages import (
 from allocator.core.reasons import Rejection
 from allocator.core.request import TYPE_ORDER, GPURequirement, PodRequest, Resources
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.state import NodeState, all_zero
-from allocator.core.state import fits as res_fits
+from allocator.core.state import NodeState, all_zero, fits_free
 from apis import keys
 from apis import resources as rn
 from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
@@ -146,7 +145,7 @@ class _View:
             if not (inv.gpu_healthy_mask >> minor & 1):
                 continue
             total |= 1 << minor
-            if free and not all_zero(free) and res_fits(g.per_gpu, free):
+            if free and not all_zero(free) and fits_free(g.per_gpu, free):
                 feasible |= 1 << minor
         return feasible, total, used
 
@@ -643,7 +642,7 @@ def _select_plain(
     taken_vfs = ctx.state.vf_taken.get(dtype, {})
     for score, minor in ranked:
         free = frees[minor]
-        if all_zero(free) or not res_fits(per, free):
+        if all_zero(free) or not fits_free(per, free):
             continue
         vf = None
         if vf_selector is not None:

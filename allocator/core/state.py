@@ -23,7 +23,7 @@ from apis.quantity import Quantity
 GPU = rn.DeviceType.GPU
 
 
-def fits(request: Resources, free: Mapping[str, int]) -> bool:
+def fits_free(request: Resources, free: Mapping[str, int]) -> bool:
     """Koordinator's `request <= free`: only names the device reports are compared."""
     for name, value in request:
         have = free.get(name)
@@ -256,7 +256,7 @@ class NodeState:
                 self.gpu_used_mask |= bit
             else:
                 self.gpu_used_mask &= ~bit
-            if total and not all_zero(free) and fits(WHOLE_GPU, free):
+            if total and not all_zero(free) and fits_free(WHOLE_GPU, free):
                 self.gpu_whole_mask |= bit
             else:
                 self.gpu_whole_mask &= ~bit
@@ -321,7 +321,7 @@ class NodeState:
             healthy = inv.gpu_healthy_mask
             for minor in inv.gpu_minors:
                 free = frees.get(minor)
-                if healthy >> minor & 1 and free and not all_zero(free) and fits(per_gpu, free):
+                if healthy >> minor & 1 and free and not all_zero(free) and fits_free(per_gpu, free):
                     mask |= 1 << minor
         self._derived[key] = mask
         return mask
