@@ -8,10 +8,10 @@ on a node; verdict and score caches are keyed by it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from allocator.core import reasons as rs
 from allocator.core.reasons import Rejection
@@ -70,6 +70,7 @@ _GPU_COMBINATIONS: dict[frozenset[str], str] = {
     frozenset({rn.GPU_SHARED, rn.NPU_CORE, rn.NPU_CPU, rn.NPU_DVPP, rn.GPU_MEMORY}): _NPU,
 }
 
+T = TypeVar("T")
 Resources = tuple[tuple[str, int], ...]  # sorted (name, integer value) pairs: hashable
 
 
@@ -242,20 +243,15 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
     out["devices"] = devices
     raw_allocated = annotations.get(keys.DEVICE_ALLOCATED)
     if raw_allocated is not None:
-        try:
-            out["designated"] = parse_device_allocated(raw_allocated)
-        except CodecError as exc:
-            raise _Invalid(rs.invalid(str(exc), annotation_problem(keys.DEVICE_ALLOCATED, exc))) from None
+        # Koordinator reports the raw decoding error as the reason.
+        out["designated"] = _parsed(parse_device_allocated, raw_allocated, keys.DEVICE_ALLOCATED, "{err}")
     if devices:
         out.update(_device_extensions(annotations, dict(devices)))
     provider = labels.get(keys.GPU_ISOLATION_PROVIDER, "")
     out["isolation_provider"] = provider
     numa = annotations.get(keys.NUMA_TOPOLOGY_SPEC)
     if numa is not None:
-        try:
-            out["numa_spec"] = parse_numa_topology_spec(numa)
-        except CodecError as exc:
-            raise _Invalid(rs.invalid(str(exc), annotation_problem(keys.NUMA_TOPOLOGY_SPEC, exc))) from None
+        out["numa_spec"] = _parsed(parse_numa_topology_spec, numa, keys.NUMA_TOPOLOGY_SPEC, "{err}")
     out["node_selector"] = _str_map(spec.get("nodeSelector"), "spec.nodeSelector")
     out["affinity_terms"] = _affinity_terms(spec.get("affinity"))
     try:
@@ -487,15 +483,7 @@ def _device_extensions(annotations: Mapping[str, str], devices: dict[str, Resour
     joint = DeviceJointAllocate()
     raw = annotations.get(keys.DEVICE_JOINT_ALLOCATE)
     if raw is not None:
-        try:
-            joint = parse_device_joint_allocate(raw)
-        except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(
-                    rs.INVALID_JOINT.format(err=exc),
-                    annotation_problem(keys.DEVICE_JOINT_ALLOCATE, exc),
-                )
-            ) from None
+        joint = _parsed(parse_device_joint_allocate, raw, keys.DEVICE_JOINT_ALLOCATE, rs.INVALID_JOINT)
     kept = []
     for dtype in joint.device_types:
         h = out["hints"].get(dtype)
@@ -509,21 +497,21 @@ def _device_extensions(annotations: Mapping[str, str], devices: dict[str, Resour
     spec = None
     raw = annotations.get(keys.GPU_PARTITION_SPEC)
     if raw is not None and rn.DeviceType.GPU in devices:
-        try:
-            spec = parse_gpu_partition_spec(raw)
-        except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(
-                    rs.INVALID_PARTITION_SPEC.format(err=exc),
-                    annotation_problem(keys.GPU_PARTITION_SPEC, exc),
-                )
-            ) from None
+        spec = _parsed(parse_gpu_partition_spec, raw, keys.GPU_PARTITION_SPEC, rs.INVALID_PARTITION_SPEC)
     out["partition_spec"] = spec
     if rn.DeviceType.GPU in devices:
         out["gpu"] = gpu_requirement(
             dict(devices[rn.DeviceType.GPU]), out["hints"].get(rn.DeviceType.GPU), spec
         )
     return out
+
+
+def _parsed(parse: Callable[[str], T], raw: str, key: str, code: str) -> T:
+    """An annotation decoded, or the pod made invalid with Koordinator's code for that annotation."""
+    try:
+        return parse(raw)
+    except CodecError as exc:
+        raise _Invalid(rs.invalid(code.format(err=exc), annotation_problem(key, exc))) from None
 
 
 def _hint_error(exc: CodecError) -> Rejection:

@@ -71,48 +71,8 @@ def _device_pair(state: NodeState, req: PodRequest, kind: str) -> tuple[int, int
 
 def fit_score(state: NodeState, req: PodRequest, strategies: Mapping[str, ResourceStrategy]) -> float | None:
     """0..100, or None when the pod requests none of the configured resources."""
-    total = weight_sum = 0
-    for kind, strategy in strategies.items():
-        weight = strategy.weight
-        if not weight:
-            continue
-        if kind == "cpu":
-            if not req.cpu_milli:
-                continue
-            requested, capacity = (
-                state.nonzero_cpu_milli + req.nonzero_cpu_milli,
-                state.allocatable.get(rn.CPU, 0),
-            )
-        elif kind == "memory":
-            if not req.memory:
-                continue
-            requested, capacity = (
-                state.nonzero_memory + req.nonzero_memory,
-                state.allocatable.get(rn.MEMORY, 0),
-            )
-        elif kind == "gpu":
-            if req.gpu is None:
-                continue
-            capacity = state.gpu_total_ratio
-            requested = capacity - state.gpu_free_ratio + gpu_share_request(req, _memory_size(state))
-        else:
-            pair = (
-                _device_pair(state, req, kind) if kind in (rn.DeviceType.RDMA, rn.DeviceType.FPGA) else None
-            )
-            if pair is None:
-                continue
-            requested, capacity = pair
-        if capacity <= 0:
-            score = 0
-        elif strategy.type == MOST_ALLOCATED:
-            score = min(requested, capacity) * 100 // capacity
-        else:
-            score = (capacity - requested) * 100 // capacity if requested <= capacity else 0
-        total += score * weight
-        weight_sum += weight
-    if weight_sum == 0:
-        return None
-    return total / weight_sum
+    prepared = prepare_fit(req, strategies)
+    return None if prepared is None else prepared(state)
 
 
 _CPU, _MEMORY, _GPU, _DEVICE = range(4)
