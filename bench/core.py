@@ -32,9 +32,9 @@ from allocator.core.request import PodRequest, pod_request
 from allocator.core.scoring.scorer import NodeScorer
 from allocator.core.state import NodeState
 from apis import keys
-from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
+from apis.annotations import DeviceAllocations
 from apis.device import Device
-from apis.quantity import Format, Quantity
+from tests.support.allocations import entry
 from tests.support.machines import machine_device, uses_recorded_fixture
 
 CORE, MEM, RATIO, RDMA = (
@@ -76,16 +76,6 @@ REQUESTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _entry(minor: int, resources: dict[str, int], vf: str | None = None) -> DeviceAllocation:
-    res = {
-        n: Quantity.of(v, Format.BINARY_SI if n == MEM else Format.DECIMAL_SI) for n, v in resources.items()
-    }
-    entry = DeviceAllocation(minor, res)
-    if vf is not None:
-        entry.vfs = [AllocatedVF(-1, vf)]
-    return entry
-
-
 def _load(state: NodeState, rng: random.Random) -> None:
     """Random existing load: some GPUs whole, some half-used, a VF per whole GPU where NICs exist."""
     inv = state.inventory
@@ -98,19 +88,19 @@ def _load(state: NodeState, rng: random.Random) -> None:
     for i, minor in enumerate(gpus[:busy]):
         slot = inv.slot("gpu", minor)
         assert slot is not None
-        gpu = _entry(minor, {CORE: 100, RATIO: 100, MEM: slot.total[MEM]})
+        gpu = entry(minor, {CORE: 100, RATIO: 100, MEM: slot.total[MEM]})
         by_type = {"gpu": [gpu]}
         near = [n for n in nics if n.pcie_scope == slot.pcie_scope]
         if near and near[0].vfs:
             taken = state.vf_taken.get("rdma", {}).get(near[0].minor, set())
             free = [vf.bus_id for vf in near[0].vfs if vf.bus_id not in taken]
             if free:
-                by_type["rdma"] = [_entry(near[0].minor, {RDMA: 1}, free[0])]
+                by_type["rdma"] = [entry(near[0].minor, {RDMA: 1}, free[0])]
         state.add_pod(f"load/{state.name}-{i}", DeviceAllocations(by_type), 8000, 64 * 2**30)
     for j, minor in enumerate(gpus[busy : busy + half]):
         slot = inv.slot("gpu", minor)
         assert slot is not None
-        gpu = _entry(minor, {CORE: 50, RATIO: 50, MEM: slot.total[MEM] // 2})
+        gpu = entry(minor, {CORE: 50, RATIO: 50, MEM: slot.total[MEM] // 2})
         state.add_pod(f"load/{state.name}-h{j}", DeviceAllocations({"gpu": [gpu]}), 4000, 16 * 2**30)
 
 
