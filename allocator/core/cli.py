@@ -16,8 +16,9 @@ import yaml
 from allocator.core.allocate import Allocation
 from allocator.core.allocate import allocate as allocate_devices
 from allocator.core.inventory import build_inventory
+from allocator.core.podspec import pod_usage
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request, pod_usage
+from allocator.core.request import PodRequest, pod_request
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
 from allocator.core.state import NodeState, fits_free, node_facts
 from apis.errors import CodecError

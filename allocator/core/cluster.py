@@ -16,8 +16,9 @@ from typing import Any
 
 from allocator.core.allocate import Allocation, allocate, fits
 from allocator.core.inventory import NodeInventory, build_inventory, node_partition_choice
+from allocator.core.podspec import PodUsage, pod_usage
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, PodUsage, SelectorTerm, pod_usage
+from allocator.core.request import PodRequest, SelectorTerm
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.scorer import NodeScorer
 from allocator.core.state import NodeState, node_facts

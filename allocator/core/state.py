@@ -14,7 +14,8 @@ from types import MappingProxyType
 from typing import Any
 
 from allocator.core.inventory import NodeInventory, build_inventory, summed_totals
-from allocator.core.request import WHOLE_GPU, PodUsage, Resources
+from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.request import WHOLE_GPU, Resources
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
@@ -413,8 +414,6 @@ def state_from_objects(
 ) -> NodeState:
     """A NodeState from raw objects (Node, Device, bound Pods). Raises CodecError on a Device or Node
     that does not decode; pods with unparsable annotations count as using no devices."""
-    from allocator.core.request import pod_usage
-
     labels = None
     name, allocatable = "", {}
     if node is not None:
