@@ -17,6 +17,7 @@ from simulator.policies import (
     BestFitPolicy,
     DotProdPolicy,
     FgdPolicy,
+    GpuClusteringPolicy,
     GpuPackingPolicy,
     Policy,
     RandomPolicy,
@@ -29,6 +30,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "random": lambda s, m: RandomPolicy(s.node_rank, s.rng),
     "dotprod": lambda s, m: DotProdPolicy(s.node_rank, s.rng),
     "gpupacking": lambda s, m: GpuPackingPolicy(s.node_rank, s.rng),
+    "gpuclustering": lambda s, m: GpuClusteringPolicy(s.node_rank, s.rng),
     "bestfit": lambda s, m: BestFitPolicy(s.node_rank, s.rng),
     "fgd": lambda s, m: FgdPolicy(s.node_rank, s.rng, m),
 }

@@ -149,6 +149,40 @@ class GpuPackingPolicy(Policy):
         return node, gpus_for(state, node, req)
 
 
+class GpuClusteringPolicy(Policy):
+    """Cluster GPU tasks of one kind (sharing, 1-GPU, 2-GPU, ...) on the same nodes: nodes holding
+    only that kind 75..100, mixed including it 50..75, idle 25..50, other kinds 0..25; within a
+    band fuller nodes (less free GPU) score higher. CPU-only tasks score 0 everywhere."""
+
+    name = "gpuclustering"
+
+    def __init__(self, rank: Sequence[int], rng: random.Random) -> None:
+        super().__init__(rank, rng)
+        self._kinds: np.ndarray | None = None  # per node: bit set of the task kinds it holds
+
+    @staticmethod
+    def _kind_bit(req: Request) -> int:
+        return 1 if req.sharing else 1 << min(req.gpu_count, 30)
+
+    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
+        if self._kinds is None:
+            self._kinds = np.zeros(state.size, dtype=np.int64)
+        if req.gpu_count == 0:
+            node = pick_top([np.zeros(state.size)], feasible, self.rank)
+            return node, ()
+        bit = self._kind_bit(req)
+        kinds = self._kinds
+        fullness = 25 * (8000 - 10 * state.gpu_free_total) // 8000
+        band = np.where(
+            kinds & bit,
+            np.where(kinds == bit, 75, 50),
+            np.where(kinds == 0, 25, 0),
+        )
+        node = pick_top([band + fullness], feasible, self.rank)
+        kinds[node] |= bit
+        return node, gpus_for(state, node, req)
+
+
 class CachedPolicy(Policy):
     """A policy whose node score depends only on (node state, task shape): scores are cached per
     (shape, node) and recomputed for the nodes whose version changed, with a memo on node state."""
