@@ -94,7 +94,9 @@ class ClusterState:
 
     def _frag_of(self, i: int) -> float:
         assert self.metrics_mix is not None
-        return node_fragment(self.gpus[i], int(self.cpu_free[i]), self.metrics_mix.compiled_for(self.models[i]))
+        return node_fragment(
+            self.gpus[i], int(self.cpu_free[i]), self.metrics_mix.compiled_for(self.models[i])
+        )
 
     def model_mask(self, models: tuple[str, ...]) -> np.ndarray:
         mask = self._model_masks.get(models)

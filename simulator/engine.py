@@ -21,6 +21,7 @@ from simulator.policies import (
     GpuPackingPolicy,
     Policy,
     RandomPolicy,
+    TopoallocPolicy,
 )
 from simulator.protocol import PaperSetup, paper_setup
 
@@ -33,6 +34,8 @@ POLICIES: dict[str, PolicyFactory] = {
     "gpuclustering": lambda s, m: GpuClusteringPolicy(s.node_rank, s.rng),
     "bestfit": lambda s, m: BestFitPolicy(s.node_rank, s.rng),
     "fgd": lambda s, m: FgdPolicy(s.node_rank, s.rng, m),
+    # production scorer, mix learned online from arrivals (no knowledge of the trace)
+    "topoalloc": lambda s, m: TopoallocPolicy(s.node_rank, s.rng),
 }
 
 
@@ -49,7 +52,9 @@ class RunResult:
         return float(self.curves.unallocated[arrived_pct])
 
 
-def replay(state: ClusterState, requests: Sequence, policy: Policy, progress: Callable[[int], None] | None = None) -> tuple[EventLog, int]:
+def replay(
+    state: ClusterState, requests: Sequence, policy: Policy, progress: Callable[[int], None] | None = None
+) -> tuple[EventLog, int]:
     """Place ``requests`` in order; returns the per-event log and the number of failed pods."""
     n = len(requests)
     arrived = np.zeros(n)

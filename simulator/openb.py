@@ -84,7 +84,9 @@ def resolve_trace(trace: str | Path) -> Path:
         return path
     candidate = openb_dir() / POD_FILE.format(trace)
     if not candidate.is_file():
-        known = sorted(p.stem.removeprefix("openb_pod_list_") for p in openb_dir().glob("openb_pod_list_*.csv"))
+        known = sorted(
+            p.stem.removeprefix("openb_pod_list_") for p in openb_dir().glob("openb_pod_list_*.csv")
+        )
         raise TraceError(f"unknown trace {trace!r}; known: {', '.join(known)}")
     return candidate
 
@@ -104,8 +106,7 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
         missing = [c for c in required if c not in (reader.fieldnames or ())]
         if missing:
             raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
-        for line, row in enumerate(reader, start=2):
-            yield line, row
+        yield from enumerate(reader, start=2)
 
 
 def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:

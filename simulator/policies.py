@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from allocator.core.scoring.fragmentation import placement_options, whole_gpu_pick
-from allocator.core.scoring.workload_mix import WorkloadMix
+from allocator.core.scoring.fragmentation import placement_options, score_node, whole_gpu_pick
+from allocator.core.scoring.workload_mix import OnlineMix, WorkloadMix
 from simulator.cluster import FULL, ClusterState, Request
 
 MAX_SPEC_CPU = 128_000.0  # milli-cores, the artifact's normalisation constants
@@ -195,7 +195,9 @@ class CachedPolicy(Policy):
         self._cache: dict[int, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]] = {}
         self._memo: dict[tuple, tuple[tuple[float, ...], tuple[int, ...]]] = {}
 
-    def score_node(self, state: ClusterState, node: int, req: Request) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    def score_node(
+        self, state: ClusterState, node: int, req: Request
+    ) -> tuple[tuple[float, ...], tuple[int, ...]]:
         """(score keys, higher is better; GPUs to use) for a feasible node."""
         raise NotImplementedError
 
@@ -247,9 +249,51 @@ class FgdPolicy(CachedPolicy):
         super().__init__(rank, rng)
         self.mix = mix
 
-    def score_node(self, state: ClusterState, node: int, req: Request) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    def score_node(
+        self, state: ClusterState, node: int, req: Request
+    ) -> tuple[tuple[float, ...], tuple[int, ...]]:
         options = placement_options(
             state.gpus[node], int(state.cpu_free[node]), req.shape, self.mix.compiled_for(state.models[node])
         )
         best = max(options, key=lambda o: fgd_score(-o.growth))  # first max = lowest GPU index
         return (float(fgd_score(-best.growth)),), best.gpus
+
+
+class TopoallocPolicy(CachedPolicy):
+    """The production fragmentation scorer (allocator.core.scoring.fragmentation.score_node) with a
+    workload mix learned online from the pods seen so far (no oracle): FGD's growth score, then,
+    for CPU-only tasks, the CPU surplus left beside the node's idle GPUs, then the stable node
+    order."""
+
+    name = "topoalloc"
+    n_keys = 2
+
+    def __init__(
+        self,
+        rank: Sequence[int],
+        rng: random.Random,
+        prior: WorkloadMix | None = None,
+        window: int = 1000,
+        refresh_every: int = 200,
+    ) -> None:
+        super().__init__(rank, rng)
+        self.online = OnlineMix(prior, window=window, refresh_every=refresh_every)
+        self.mix = self.online.mix()
+
+    def observe(self, req: Request) -> None:
+        self.online.observe(req.shape)
+        mix = self.online.mix()
+        if mix is not self.mix:  # new mix: every cached score is stale
+            self.mix = mix
+            self._cache.clear()
+            self._memo.clear()
+
+    def score_node(
+        self, state: ClusterState, node: int, req: Request
+    ) -> tuple[tuple[float, ...], tuple[int, ...]]:
+        result = score_node(
+            state.gpus[node], int(state.cpu_free[node]), state.models[node], req.shape, self.mix
+        )
+        if result is None:  # cannot happen for a feasible node
+            raise ValueError(f"{req.name} does not fit node {node} that passed the filter")
+        return (float(result.score), result.tiebreak), result.gpus

@@ -23,7 +23,9 @@ def capacity_milli(nodes: Sequence[OpenbNode]) -> int:
     return sum(n.gpu_count for n in nodes) * GPU_MILLI
 
 
-def tune(pods: list[OpenbPod], original: Sequence[OpenbPod], target_milli: float, rng: random.Random) -> list[OpenbPod]:
+def tune(
+    pods: list[OpenbPod], original: Sequence[OpenbPod], target_milli: float, rng: random.Random
+) -> list[OpenbPod]:
     """Stretch or cut ``pods`` (already in arrival order) to about ``target_milli`` of GPU demand.
 
     Up: clones drawn uniformly with replacement from ``original`` are appended until the first

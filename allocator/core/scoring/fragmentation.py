@@ -13,10 +13,14 @@ percent (100 = one whole GPU).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.core.scoring.workload_mix import CompiledMix, TaskShape
+from allocator.core.scoring.workload_mix import CompiledMix, TaskShape, WorkloadMix
+
+#: Highest value of :func:`growth_score`.
+MAX_GROWTH_SCORE = 99
 
 
 def node_fragment(free_pct: Sequence[int], cpu_free_milli: int, mix: CompiledMix) -> float:
@@ -103,3 +107,56 @@ def best_placement(
     if not options:
         return None
     return min(options, key=lambda p: (p.growth, p.gpus))
+
+
+def growth_score(growth_pct: float) -> int:
+    """0..99, higher is better: ⌊100·σ(−growth / one GPU)⌋, FGD's own scale.
+
+    The coarse steps (one point ≈ 4% of a GPU near zero) are deliberate. Trace replay shows that
+    comparing growth exactly is *worse* (5.7% vs 4.7% unallocated on openb default): near-equal
+    placements must tie so that a stable node order decides among them, which packs load onto
+    the same nodes (first-fit) and keeps others whole.
+    """
+    x = -growth_pct / 100.0
+    if x < -700.0:
+        return 0
+    return min(int(100.0 / (1.0 + math.exp(-x))), MAX_GROWTH_SCORE)
+
+
+def cpu_surplus(free_pct_total: int, cpu_free_after_milli: int, cpu_per_gpu_milli: float) -> float:
+    """Free CPU left on the node beyond what its idle GPUs will need (milli-cores; may be negative).
+
+    A CPU-only task barely changes GPU fragmentation, so many nodes tie for it; it should then
+    go where CPU is least needed by the node's idle GPUs, instead of starving a GPU-rich node.
+    """
+    return cpu_free_after_milli - cpu_per_gpu_milli * free_pct_total / 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScore:
+    """How good a node is for a task: ``score`` first (0..99), then ``tiebreak`` among equal
+    scores (both higher is better), then a stable node order the caller keeps (see
+    :func:`growth_score`); ``gpus`` are the GPU indices to allocate."""
+
+    score: int
+    tiebreak: float
+    gpus: tuple[int, ...]
+
+
+def score_node(
+    free_pct: Sequence[int], cpu_free_milli: int, model: str, task: TaskShape, mix: WorkloadMix
+) -> NodeScore | None:
+    """topoalloc's fragmentation score of a node that passed the resource filter (CPU, memory,
+    GPU model); None when the task's GPU part does not fit.
+
+    The GPU for a sharing task is the one with the least fragmentation growth (ties: lowest
+    index), so the in-node choice follows the exact measure even where the node score is coarse.
+    """
+    options = placement_options(free_pct, cpu_free_milli, task, mix.compiled_for(model))
+    if not options:
+        return None
+    best = min(options, key=lambda p: (p.growth, p.gpus))
+    tiebreak = 0.0
+    if task.cpu_only:
+        tiebreak = cpu_surplus(sum(free_pct), cpu_free_milli - task.cpu_milli, mix.cpu_per_gpu_milli)
+    return NodeScore(growth_score(best.growth), tiebreak, best.gpus)

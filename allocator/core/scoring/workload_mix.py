@@ -103,7 +103,9 @@ class WorkloadMix:
             raise ValueError(f"weights sum to {sum(self.weights)}, not 1")
 
     @classmethod
-    def from_counts(cls, counts: Mapping[TaskShape, float], coverage: float = DEFAULT_COVERAGE) -> WorkloadMix:
+    def from_counts(
+        cls, counts: Mapping[TaskShape, float], coverage: float = DEFAULT_COVERAGE
+    ) -> WorkloadMix:
         """FGD's target workload: the most frequent shapes until they cover ``coverage`` of all
         tasks, renormalised. Equal counts are ordered by shape so the result is deterministic."""
         if not 0 < coverage <= 1:
@@ -128,6 +130,16 @@ class WorkloadMix:
     @cached_property
     def cpu_only_weight(self) -> float:
         return sum(w for s, w in zip(self.shapes, self.weights, strict=True) if s.cpu_only)
+
+    @cached_property
+    def cpu_per_gpu_milli(self) -> float:
+        """CPU the mix's GPU tasks request per whole GPU of demand (milli-cores); 0 without GPU tasks."""
+        cpu = gpus = 0.0
+        for shape, weight in zip(self.shapes, self.weights, strict=True):
+            if not shape.cpu_only:
+                cpu += weight * shape.cpu_milli
+                gpus += weight * shape.gpu_demand_pct / 100.0
+        return cpu / gpus if gpus else 0.0
 
     def compiled_for(self, model: str) -> CompiledMix:
         """The mix as the fragmentation measure evaluates it on a node with GPUs of ``model``."""
