@@ -67,14 +67,15 @@ def paper_setup(
     ranking (the artifact prefixes node names with a seeded permutation and lets the
     lexicographically smallest name win ties)."""
     rng = random.Random(seed)
-    ordered = sorted(trace_pods, key=lambda p: p.name)
+    by_name = sorted(trace_pods, key=lambda p: p.name)
+    ordered = list(by_name)
     rng.shuffle(ordered)
-    pods = tune(ordered, trace_pods, tune_ratio * capacity_milli(nodes), rng)
-    by_name = sorted(range(len(nodes)), key=lambda i: nodes[i].name)
+    pods = tune(ordered, by_name, tune_ratio * capacity_milli(nodes), rng)
+    nodes_by_name = sorted(range(len(nodes)), key=lambda i: nodes[i].name)
     perm = list(range(len(nodes)))
     rng.shuffle(perm)
     rank = [0] * len(nodes)
-    for position, node_index in enumerate(by_name):
+    for position, node_index in enumerate(nodes_by_name):
         rank[node_index] = perm[position]
     return PaperSetup(seed, pods, rank, rng)
 
