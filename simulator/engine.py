@@ -36,6 +36,8 @@ POLICIES: dict[str, PolicyFactory] = {
     "fgd": lambda s, m: FgdPolicy(s.node_rank, s.rng, m),
     # production scorer, mix learned online from arrivals (no knowledge of the trace)
     "topoalloc": lambda s, m: TopoallocPolicy(s.node_rank, s.rng),
+    # research comparison: the same scorer with the whole trace's mix as a fixed prior (an oracle)
+    "topoalloc-tracemix": lambda s, m: TopoallocPolicy(s.node_rank, s.rng, prior=m, prior_weight=1e12),
 }
 
 

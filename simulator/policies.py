@@ -275,9 +275,10 @@ class TopoallocPolicy(CachedPolicy):
         prior: WorkloadMix | None = None,
         window: int = 1000,
         refresh_every: int = 200,
+        prior_weight: float = 500.0,
     ) -> None:
         super().__init__(rank, rng)
-        self.online = OnlineMix(prior, window=window, refresh_every=refresh_every)
+        self.online = OnlineMix(prior, window=window, refresh_every=refresh_every, prior_weight=prior_weight)
         self.mix = self.online.mix()
 
     def observe(self, req: Request) -> None:

@@ -10,7 +10,7 @@ def make_state(spec: list[tuple[int, int, list[int], int]], model: str = "M") ->
     """Nodes from (cpu capacity, memory MiB, per-GPU free %, cpu free) with that usage applied."""
     nodes = [OpenbNode(f"n{i}", cpu, mem, len(gpus), model) for i, (cpu, mem, gpus, _) in enumerate(spec)]
     state = ClusterState(nodes)
-    for i, (cpu, _, gpus, cpu_free) in enumerate(spec):
+    for i, (_, _, gpus, cpu_free) in enumerate(spec):
         state.gpus[i][:] = gpus
         state.gpu_matrix[i, : len(gpus)] = gpus
         state.gpu_free_total[i] = sum(gpus)
