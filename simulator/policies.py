@@ -261,12 +261,10 @@ class FgdPolicy(CachedPolicy):
 
 class TopoallocPolicy(CachedPolicy):
     """The production fragmentation scorer (allocator.core.scoring.fragmentation.score_node) with a
-    workload mix learned online from the pods seen so far (no oracle): FGD's growth score, then,
-    for CPU-only tasks, the CPU surplus left beside the node's idle GPUs, then the stable node
-    order."""
+    workload mix learned online from the pods seen so far (no oracle): FGD's growth score, then
+    the stable node order."""
 
     name = "topoalloc"
-    n_keys = 2
 
     def __init__(
         self,
@@ -297,4 +295,4 @@ class TopoallocPolicy(CachedPolicy):
         )
         if result is None:  # cannot happen for a feasible node
             raise ValueError(f"{req.name} does not fit node {node} that passed the filter")
-        return (float(result.score), result.tiebreak), result.gpus
+        return (float(result.score),), result.gpus

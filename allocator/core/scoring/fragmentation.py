@@ -123,23 +123,13 @@ def growth_score(growth_pct: float) -> int:
     return min(int(100.0 / (1.0 + math.exp(-x))), MAX_GROWTH_SCORE)
 
 
-def cpu_surplus(free_pct_total: int, cpu_free_after_milli: int, cpu_per_gpu_milli: float) -> float:
-    """Free CPU left on the node beyond what its idle GPUs will need (milli-cores; may be negative).
-
-    A CPU-only task barely changes GPU fragmentation, so many nodes tie for it; it should then
-    go where CPU is least needed by the node's idle GPUs, instead of starving a GPU-rich node.
-    """
-    return cpu_free_after_milli - cpu_per_gpu_milli * free_pct_total / 100.0
-
-
 @dataclass(frozen=True, slots=True)
 class NodeScore:
-    """How good a node is for a task: ``score`` first (0..99), then ``tiebreak`` among equal
-    scores (both higher is better), then a stable node order the caller keeps (see
-    :func:`growth_score`); ``gpus`` are the GPU indices to allocate."""
+    """How good a node is for a task: ``score`` 0..99, higher is better; equal scores go to a
+    stable node order the caller keeps (see :func:`growth_score`). ``gpus`` are the GPU indices
+    to allocate."""
 
     score: int
-    tiebreak: float
     gpus: tuple[int, ...]
 
 
@@ -156,7 +146,4 @@ def score_node(
     if not options:
         return None
     best = min(options, key=lambda p: (p.growth, p.gpus))
-    tiebreak = 0.0
-    if task.cpu_only:
-        tiebreak = cpu_surplus(sum(free_pct), cpu_free_milli - task.cpu_milli, mix.cpu_per_gpu_milli)
-    return NodeScore(growth_score(best.growth), tiebreak, best.gpus)
+    return NodeScore(growth_score(best.growth), best.gpus)

@@ -5,7 +5,6 @@ import pytest
 from allocator.core.scoring.fragmentation import (
     MAX_GROWTH_SCORE,
     best_placement,
-    cpu_surplus,
     growth_score,
     node_fragment,
     placement_options,
@@ -73,12 +72,10 @@ def test_growth_score_is_fgd_sigmoid_scale() -> None:
     assert growth_score(-1e9) == MAX_GROWTH_SCORE
 
 
-def test_score_node_prefers_less_growth_and_breaks_cpu_only_ties_by_cpu_surplus() -> None:
+def test_score_node_prefers_less_growth() -> None:
     task = TaskShape(1_000, 20, 1)
     scored = score_node(NODE, 8_000, "M", task, MIX)
     assert scored is not None and scored.gpus == (1,) and scored.score == growth_score(-20.0)
     assert score_node(NODE, 8_000, "M", TaskShape(1_000, 100, 3), MIX) is None
-    cpu = score_node(NODE, 8_000, "M", CPU_ONLY, MIX)
-    assert cpu is not None
-    assert cpu.tiebreak == pytest.approx(cpu_surplus(230, 7_000, MIX.cpu_per_gpu_milli))
-    assert cpu_surplus(200, 10_000, 4_000.0) == 2_000.0
+    cpu = score_node(NODE, 8_000, "M", TaskShape(5_000), MIX)
+    assert cpu is not None and cpu.gpus == () and cpu.score == growth_score(0.3 * 200)
