@@ -36,8 +36,11 @@ POLICIES: dict[str, PolicyFactory] = {
     "fgd": lambda s, m: FgdPolicy(s.node_rank, s.rng, m),
     # production scorer, mix learned online from arrivals (no knowledge of the trace)
     "topoalloc": lambda s, m: TopoallocPolicy(s.node_rank, s.rng),
-    # research comparison: the same scorer with the whole trace's mix as a fixed prior (an oracle)
-    "topoalloc-tracemix": lambda s, m: TopoallocPolicy(s.node_rank, s.rng, prior=m, prior_weight=1e12),
+    # research comparison: the same scorer with FGD's target workload (from the whole trace, an
+    # oracle) as a fixed mix; coverage 1 keeps the already-cut mix from being cut again
+    "topoalloc-tracemix": lambda s, m: TopoallocPolicy(
+        s.node_rank, s.rng, prior=m, prior_weight=1e12, coverage=1.0
+    ),
 }
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from allocator.core.scoring.fragmentation import placement_options, score_node, whole_gpu_pick
-from allocator.core.scoring.workload_mix import OnlineMix, WorkloadMix
+from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, WorkloadMix
 from simulator.cluster import FULL, ClusterState, Request
 
 MAX_SPEC_CPU = 128_000.0  # milli-cores, the artifact's normalisation constants
@@ -274,9 +274,12 @@ class TopoallocPolicy(CachedPolicy):
         window: int = 1000,
         refresh_every: int = 200,
         prior_weight: float = 500.0,
+        coverage: float = DEFAULT_COVERAGE,
     ) -> None:
         super().__init__(rank, rng)
-        self.online = OnlineMix(prior, window=window, refresh_every=refresh_every, prior_weight=prior_weight)
+        self.online = OnlineMix(
+            prior, window=window, refresh_every=refresh_every, prior_weight=prior_weight, coverage=coverage
+        )
         self.mix = self.online.mix()
 
     def observe(self, req: Request) -> None:

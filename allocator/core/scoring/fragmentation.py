@@ -139,11 +139,12 @@ def score_node(
     """topoalloc's fragmentation score of a node that passed the resource filter (CPU, memory,
     GPU model); None when the task's GPU part does not fit.
 
-    The GPU for a sharing task is the one with the least fragmentation growth (ties: lowest
-    index), so the in-node choice follows the exact measure even where the node score is coarse.
+    The GPU for a sharing task is the lowest-index one among those with the best growth score
+    (FGD's rule): trace replay shows choosing by exact growth instead loses up to half a point
+    (openb gpushare40: 6.56% vs 6.07% unallocated).
     """
     options = placement_options(free_pct, cpu_free_milli, task, mix.compiled_for(model))
     if not options:
         return None
-    best = min(options, key=lambda p: (p.growth, p.gpus))
+    best = max(options, key=lambda p: (growth_score(p.growth), [-g for g in p.gpus]))
     return NodeScore(growth_score(best.growth), best.gpus)
