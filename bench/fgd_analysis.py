@@ -32,9 +32,9 @@ from simulator.protocol import paper_setup, parse_seeds, target_workload
 def _policy(name: str, setup, pods, mix):
     if name in POLICIES:
         return POLICIES[name](setup, mix)
-    from fgd_experiments import VARIANTS  # research variants (bench/fgd_experiments.py)
+    from fgd_experiments import variant  # research variants (bench/fgd_experiments.py)
 
-    return VARIANTS[name](setup, pods, mix)
+    return variant(name)(setup, pods, mix)
 
 
 def pod_kind(req: Request) -> str:
