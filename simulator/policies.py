@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from allocator.core.scoring.fragmentation import placement_options, score_node, whole_gpu_pick
+from allocator.core.scoring.fragmentation import NODE_STEP_PCT, placement_options, score_node, whole_gpu_pick
 from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, WorkloadMix
 from simulator.cluster import FULL, ClusterState, Request
 
@@ -227,8 +228,12 @@ class CachedPolicy(Policy):
                 scores[:, node] = hit[0]
                 gpus[node] = hit[1]
             seen[stale] = state.version[stale]
-        node = pick_top(list(scores), feasible, self.rank)
+        node = pick_top(self.ranking(state, req, scores), feasible, self.rank)
         return node, gpus[node]
+
+    def ranking(self, state: ClusterState, req: Request, scores: np.ndarray) -> list[np.ndarray]:
+        """The keys ``pick_top`` compares, from the cached per-node scores (default: as is)."""
+        return list(scores)
 
 
 def fgd_score(delta_pct: float) -> int:
@@ -261,10 +266,13 @@ class FgdPolicy(CachedPolicy):
 
 class TopoallocPolicy(CachedPolicy):
     """The production fragmentation scorer (allocator.core.scoring.fragmentation.score_node) with a
-    workload mix learned online from the pods seen so far (no oracle): FGD's growth score, then
-    the stable node order."""
+    workload mix learned online from the pods seen so far (no oracle): expected hole waste with
+    memory, node effect rounded, then the task's own hole cost, then the stable node order. The
+    model pressure comes from the cluster's idle GPU per model and changes with every pod, so it
+    is added at selection time to the cached node costs (``rank_key``'s arithmetic, vectorised)."""
 
     name = "topoalloc"
+    n_keys = 2
 
     def __init__(
         self,
@@ -281,21 +289,49 @@ class TopoallocPolicy(CachedPolicy):
             prior, window=window, refresh_every=refresh_every, prior_weight=prior_weight, coverage=coverage
         )
         self.mix = self.online.mix()
+        self._model_index: np.ndarray | None = None
+        self._model_names: list[str] = []
 
     def observe(self, req: Request) -> None:
-        self.online.observe(req.shape)
+        self.online.observe(replace(req.shape, memory_mib=req.memory_mib))
         mix = self.online.mix()
         if mix is not self.mix:  # new mix: every cached score is stale
             self.mix = mix
             self._cache.clear()
             self._memo.clear()
 
+    def memo_key(self, state: ClusterState, node: int, req: Request) -> tuple:
+        return (*super().memo_key(state, node, req), req.memory_mib, int(state.mem_free[node]))
+
     def score_node(
         self, state: ClusterState, node: int, req: Request
     ) -> tuple[tuple[float, ...], tuple[int, ...]]:
         result = score_node(
-            state.gpus[node], int(state.cpu_free[node]), state.models[node], req.shape, self.mix
+            state.gpus[node],
+            int(state.cpu_free[node]),
+            state.models[node],
+            replace(req.shape, memory_mib=req.memory_mib),
+            self.mix,
+            memory_free_mib=int(state.mem_free[node]),
         )
         if result is None:  # cannot happen for a feasible node
             raise ValueError(f"{req.name} does not fit node {node} that passed the filter")
-        return (float(result.score),), result.gpus
+        return (result.node_cost, result.hole_cost), result.gpus
+
+    def pressure(self, state: ClusterState) -> np.ndarray | None:
+        """Model pressure per node, None when no shape of the mix is model-constrained."""
+        if not any(s.gpu_models for s in self.mix.shapes):
+            return None
+        if self._model_index is None:
+            self._model_names = sorted(set(state.models))
+            self._model_index = np.array([self._model_names.index(m) for m in state.models])
+        idle = np.bincount(self._model_index, weights=state.gpu_free_total, minlength=len(self._model_names))
+        by_model = self.mix.model_pressure(dict(zip(self._model_names, idle.tolist(), strict=True)))
+        return np.array([by_model[m] for m in self._model_names])[self._model_index]
+
+    def ranking(self, state: ClusterState, req: Request, scores: np.ndarray) -> list[np.ndarray]:
+        node_cost = scores[0]
+        pressure = self.pressure(state) if req.gpu_count else None
+        if pressure is not None:
+            node_cost = node_cost + pressure * req.demand_pct
+        return [np.floor(-node_cost / NODE_STEP_PCT + 0.5), -scores[1]]

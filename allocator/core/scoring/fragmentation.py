@@ -1,26 +1,50 @@
-"""Fragmentation of a node's idle GPU capacity with respect to a workload mix (FGD, ATC '23, §3).
+"""Fragmentation of a node's idle GPU capacity with respect to a workload mix.
 
-A node's idle GPU share is *fragment* for a task shape when that task cannot use it: the task
-needs no GPU, rejects the node's GPU model, does not fit (GPU or CPU), or fits but the GPU in
-question has less free share than the task needs per GPU. The node's fragmentation is the
-expectation over the mix; placing a task where fragmentation grows least is FGD.
-
-Pure functions over the per-node summary the scorer keeps: per-GPU free share in percent
-(0..100, index = GPU minor), free CPU in milli-cores, and the node's GPU model (through the
+Two measures live here, both pure functions over the per-node summary the scorer keeps (per-GPU
+free share in percent, 0..100, index = GPU minor; free CPU in milli-cores; optionally free memory
+in MiB; the node's GPU model through the
 :class:`~allocator.core.scoring.workload_mix.CompiledMix` for that model). Results are in GPU
 percent (100 = one whole GPU).
+
+*FGD's measure* (ATC '23, §3; :func:`node_fragment`, :func:`placement_options`): a node's idle
+GPU share is fragment for a task shape when that task cannot use it (no GPU wanted, model
+rejected, GPU or CPU does not fit, or the GPU has less free share than the task needs per GPU);
+the node's fragmentation is the expectation over the mix. It is the *next* task's view: a 53%
+hole counts as 81% fragment on openb because most tasks cannot use it, although the 0.47-GPU
+tasks that fill it arrive all the time.
+
+*topoalloc's measure* (:func:`node_waste`, :func:`score_node`): the idle share that is expected
+to stay unused for good. A GPU with ``f`` percent free keeps the best of the next
+:data:`HORIZON` tasks drawn from the mix (the one leaving the least waste, recursively); a free
+share no drawn task fits stays idle. Only tasks whose CPU and memory still fit the node count, so
+a node whose CPU runs out strands its GPUs. A task is placed by three keys, higher is better:
+the node effect (waste growth minus the task's own hole change, plus the model pressure), rounded
+to :data:`NODE_STEP_PCT` so that placements with no material effect tie; then the hole change
+itself (exact, node-independent: which hole the task completes best); then a stable node order
+(first fit). docs/research/fgd-analysis.md has the measurements behind each choice.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from allocator.core.scoring.workload_mix import CompiledMix, TaskShape, WorkloadMix
 
 #: Highest value of :func:`growth_score`.
 MAX_GROWTH_SCORE = 99
+
+#: How many future tasks a hole may wait for (openb default: 24 is best, 8 and 64 lose 0.3-0.8
+#: points of unallocated GPU; docs/research/fgd-analysis.md).
+HORIZON = 24
+
+#: Node effects closer than this (GPU percent) tie, so a stable node order packs nodes one after
+#: another; exact comparison spreads tasks over every node and doubles unallocated GPU on openb.
+NODE_STEP_PCT = 5.0
+
+FULL = 100
 
 
 def node_fragment(free_pct: Sequence[int], cpu_free_milli: int, mix: CompiledMix) -> float:
@@ -123,28 +147,174 @@ def growth_score(growth_pct: float) -> int:
     return min(int(100.0 / (1.0 + math.exp(-x))), MAX_GROWTH_SCORE)
 
 
+# ------------------------------------------------------------------ topoalloc's measure
+
+
+def best_of_draws(options: Sequence[tuple[float, float]], idle: float, horizon: int) -> float:
+    """Expected waste of a hole that keeps the best of the next ``horizon`` tasks.
+
+    ``options`` are (waste left if this shape fills the hole, probability of the shape) for the
+    shapes that fit; with probability (1 − Σp)^horizon none of them comes and ``idle`` is wasted.
+    The best option among the draws is the one with the least waste.
+    """
+    out = 0.0
+    left = 1.0
+    none_yet = 1.0  # P(no draw among the better options so far)
+    for waste, p in sorted(options):
+        left -= p
+        nxt = max(0.0, left) ** horizon
+        out += (none_yet - nxt) * waste
+        none_yet = nxt
+    return out + none_yet * idle
+
+
+@lru_cache(maxsize=4096)
+def hole_waste_table(shares: tuple[tuple[int, float], ...], horizon: int = HORIZON) -> tuple[float, ...]:
+    """V[f] for f = 0..100: expected waste of a GPU with f percent free that only GPU-sharing
+    tasks of the given (share, probability) can fill, each fill leaving a smaller hole (V[f −
+    share]). V[100] is 0 by convention: a fresh GPU's fate is the node's business (whole-GPU
+    tasks, see :func:`node_waste`); the table ranks partial holes."""
+    v = [0.0] * (FULL + 1)
+    for f in range(1, FULL):
+        v[f] = best_of_draws([(v[f - pct], w) for pct, w in shares if pct <= f], float(f), horizon)
+    return tuple(v)
+
+
+def _fitting_shapes(
+    free_pct: Sequence[int], cpu_free_milli: int, memory_free_mib: int | None, mix: CompiledMix
+) -> tuple[tuple[tuple[int, float], ...], float]:
+    """(share, weight) of the sharing shapes whose CPU and memory fit the node, and the weight of
+    the whole-GPU shapes that fit it (CPU, memory and enough fully free GPUs)."""
+    full = sum(1 for f in free_pct if f >= FULL)
+    shares: list[tuple[int, float]] = []
+    whole = 0.0
+    for group in mix.groups:
+        w = group.weight_fitting(cpu_free_milli, memory_free_mib)
+        if w == 0.0:
+            continue
+        if group.gpu_pct < FULL:
+            shares.append((group.gpu_pct, w))
+        elif group.gpu_count <= full:
+            whole += w
+    return tuple(shares), whole
+
+
+def node_waste(
+    free_pct: Sequence[int],
+    cpu_free_milli: int,
+    mix: CompiledMix,
+    memory_free_mib: int | None = None,
+    horizon: int = HORIZON,
+) -> float:
+    """Expected idle GPU share (percent) on the node that no task of ``mix`` will ever use.
+
+    Each GPU's free share is a hole that keeps the best of the next ``horizon`` tasks that fit
+    the node's CPU and memory (see :func:`best_of_draws`); a fully free GPU may also take a
+    whole-GPU task, which leaves nothing. Memory is checked only when ``memory_free_mib`` is given.
+    """
+    if not any(free_pct):
+        return 0.0
+    shares, whole = _fitting_shapes(free_pct, cpu_free_milli, memory_free_mib, mix)
+    table = hole_waste_table(shares, horizon)
+    total = 0.0
+    fresh: float | None = None
+    for f in free_pct:
+        if 0 < f < FULL:
+            total += table[f]
+        elif f >= FULL:
+            if fresh is None:
+                options = [(table[FULL - pct], w) for pct, w in shares]
+                if whole:
+                    options.append((0.0, whole))
+                fresh = best_of_draws(options, float(FULL), horizon)
+            total += fresh
+    return total
+
+
 @dataclass(frozen=True, slots=True)
 class NodeScore:
-    """How good a node is for a task: ``score`` 0..99, higher is better; equal scores go to a
-    stable node order the caller keeps (see :func:`growth_score`). ``gpus`` are the GPU indices
-    to allocate."""
+    """How good a node is for a task.
+
+    ``key`` orders nodes (higher is better; compare lexicographically, equal keys go to a stable
+    node order the caller keeps): (round(−node_cost / NODE_STEP_PCT), −hole_cost). ``node_cost``
+    is the waste growth beyond the task's own hole plus the model pressure cost and
+    ``hole_cost`` the task's own hole change, both GPU percent, lower is better; a caller whose
+    model pressure changes often can re-rank with :func:`rank_key` without rescoring.
+    ``score`` (0..99) is the same total on FGD's sigmoid scale, for callers that need a single
+    number (a weighted sum with other components). ``gpus`` are the GPU indices to allocate.
+    """
 
     score: int
     gpus: tuple[int, ...]
+    node_cost: float = 0.0
+    hole_cost: float = 0.0
+    key: tuple[float, float] = field(default=(0.0, 0.0))
+
+
+def rank_key(node_cost: float, hole_cost: float) -> tuple[float, float]:
+    """The ordering key of a placement: node cost rounded to :data:`NODE_STEP_PCT` (rounding,
+    not a fixed threshold, keeps a cost of exactly 0 in the middle of its step), then the exact
+    hole cost."""
+    return (math.floor(-node_cost / NODE_STEP_PCT + 0.5), -hole_cost)
 
 
 def score_node(
-    free_pct: Sequence[int], cpu_free_milli: int, model: str, task: TaskShape, mix: WorkloadMix
+    free_pct: Sequence[int],
+    cpu_free_milli: int,
+    model: str,
+    task: TaskShape,
+    mix: WorkloadMix,
+    *,
+    memory_free_mib: int | None = None,
+    model_pressure: float = 0.0,
+    horizon: int = HORIZON,
 ) -> NodeScore | None:
-    """topoalloc's fragmentation score of a node that passed the resource filter (CPU, memory,
-    GPU model); None when the task's GPU part does not fit.
+    """topoalloc's score of a node that passed the resource filter (CPU, memory, GPU model);
+    None when the task's GPU part does not fit.
 
-    The GPU for a sharing task is the lowest-index one among those with the best growth score
-    (FGD's rule): trace replay shows choosing by exact growth instead loses up to half a point
-    (openb gpushare40: 6.56% vs 6.07% unallocated).
+    ``memory_free_mib`` enables the memory check of the mix's shapes (the task's own
+    ``memory_mib`` is subtracted). ``model_pressure`` (0..1, from
+    :meth:`WorkloadMix.model_pressure`) is the share of this model's idle GPU that
+    model-constrained tasks are expected to claim; each GPU percent the task takes here costs
+    that much. A sharing task goes to the node's GPU with the best key (ties: lowest index);
+    whole-GPU tasks take the lowest-index fully free GPUs.
     """
-    options = placement_options(free_pct, cpu_free_milli, task, mix.compiled_for(model))
-    if not options:
-        return None
-    best = max(options, key=lambda p: (growth_score(p.growth), [-g for g in p.gpus]))
-    return NodeScore(growth_score(best.growth), best.gpus)
+    compiled = mix.compiled_for(model)
+    canonical = hole_waste_table(compiled.sharing_weights, horizon)
+    mem = memory_free_mib
+    mem_after = None if mem is None else mem - task.memory_mib
+    cpu_after = cpu_free_milli - task.cpu_milli
+    before = node_waste(free_pct, cpu_free_milli, compiled, mem, horizon)
+    pressure_cost = model_pressure * task.gpu_demand_pct
+
+    def scored(gpus: tuple[int, ...], after: Sequence[int]) -> NodeScore:
+        growth = node_waste(after, cpu_after, compiled, mem_after, horizon) - before
+        hole = sum(canonical[after[g]] - canonical[free_pct[g]] for g in gpus)
+        node_cost = growth - hole + pressure_cost
+        return NodeScore(
+            growth_score(growth + pressure_cost), gpus, node_cost, hole, rank_key(node_cost, hole)
+        )
+
+    if task.cpu_only:
+        return scored((), free_pct)
+    if task.gpu_pct == FULL:
+        picked = whole_gpu_pick(free_pct, task.gpu_count)
+        if picked is None:
+            return None
+        after = list(free_pct)
+        for i in picked:
+            after[i] = 0
+        return scored(picked, after)
+    best: NodeScore | None = None
+    seen: set[int] = set()
+    after = list(free_pct)
+    for i, free in enumerate(free_pct):
+        if free < task.gpu_pct or free in seen:
+            continue
+        seen.add(free)
+        after[i] = free - task.gpu_pct
+        option = scored((i,), after)
+        after[i] = free
+        if best is None or option.key > best.key:
+            best = option
+    return best

@@ -72,12 +72,26 @@ def test_online_mix_blends_the_prior_by_its_weight() -> None:
     assert mix == pytest.approx({HALF: 6 / 8, WHOLE: 2 / 8})
 
 
-def test_online_mix_refreshes_only_every_n_observations() -> None:
+def test_online_mix_refreshes_only_every_n_observations_once_the_window_has_filled() -> None:
     online = OnlineMix(window=10, refresh_every=3, coverage=1.0)
-    online.observe(HALF)
+    for _ in range(6):
+        online.observe(HALF)
     first = online.mix()
     online.observe(WHOLE)
-    assert online.mix() is first  # 1 observation since the build
     online.observe(WHOLE)
+    assert online.mix() is first  # 2 observations since the build, fewer than 3
     online.observe(WHOLE)
     assert WHOLE in online.mix().shapes
+
+
+def test_online_mix_refreshes_geometrically_while_the_window_fills() -> None:
+    online = OnlineMix(window=1000, refresh_every=200, coverage=1.0)
+    online.observe(HALF)
+    assert online.mix().shapes == (HALF,)
+    online.observe(WHOLE)  # 1 since the build >= 2 // 2: rebuilt, not stuck on the first task
+    assert set(online.mix().shapes) == {HALF, WHOLE}
+    online.observe(CPU)  # 1 since the build >= 3 // 2: rebuilt again
+    third = online.mix()
+    assert sorted(third.weights) == pytest.approx([1 / 3] * 3)
+    online.observe(CPU)  # 1 since the build < 4 // 2: kept
+    assert online.mix() is third
