@@ -112,7 +112,7 @@ class NodeState:
         # Filter verdicts and scores cached by ClusterState under small int keys; like every
         # derived value they last until the next change.
         self.verdicts: dict[int, Any] = {}
-        self.scores: dict[int, int] = {}
+        self.scores: dict[int, float] = {}
         self.set_inventory(inventory)
 
     @classmethod
