@@ -58,14 +58,18 @@ def allocate(
     numa_mask: Iterable[int] | None = None,
     required: Bounds | None = None,
     explain: list[str] | None = None,
+    prefer_gpus: Iterable[int] | None = None,
 ) -> Allocation | Rejection:
     """The devices for `req` on this node. `scoring=None` is Koordinator's Filter path (no device
     scorer: ties go to the lowest minor); the bind path passes the configured DeviceScoring.
     `numa_mask` restricts devices to those NUMA nodes; `required` bounds per type and minor what
-    may be taken (only the minors it names are candidates). Lines explaining the choice are
-    appended to `explain` when given.
+    may be taken (only the minors it names are candidates). `prefer_gpus`: for a shared-GPU pod,
+    the GPUs the node's score assumed (the fragmentation term's pick); taken when they are
+    candidates and fit, otherwise ignored. Lines explaining the choice are appended to `explain`
+    when given.
     """
-    result = _solve(state, req, scoring, numa_mask, required, explain, want_plan=True)
+    prefer = tuple(sorted(set(prefer_gpus))) if prefer_gpus else ()
+    result = _solve(state, req, scoring, numa_mask, required, explain, want_plan=True, prefer=prefer)
     if isinstance(result, Rejection):
         return result
     assert isinstance(result, tuple)
@@ -130,6 +134,7 @@ def _solve(
     notes: list[str] | None,
     *,
     want_plan: bool,
+    prefer: tuple[int, ...] = (),
 ) -> Rejection | tuple[dict[str, list[Pick]], str] | None:
     if req.invalid is not None:
         return req.invalid
@@ -145,7 +150,7 @@ def _solve(
     if req.gpu is not None and req.gpu.shared and (refused := _isolation_refusal(state, req)) is not None:
         return refused
     numa = None if numa_mask is None else frozenset(numa_mask)
-    ctx = Ctx(state, inv, req, scoring, View(state, req, numa, required), notes)
+    ctx = Ctx(state, inv, req, scoring, View(state, req, numa, required), notes, prefer_gpus=prefer)
     prepared = _prepare(ctx)
     if prepared is not None:
         return prepared
