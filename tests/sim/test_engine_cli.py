@@ -6,8 +6,7 @@ from pathlib import Path
 import numpy as np
 from click.testing import CliRunner
 
-from simulator.cluster import ClusterState, to_requests
-from simulator.engine import replay
+from simulator.engine import OpenbRequests, openb_cluster, replay
 from simulator.openb import OpenbNode, OpenbPod
 from simulator.policies import BestFitPolicy
 from topoalloc.cli import main
@@ -16,8 +15,9 @@ from topoalloc.cli import main
 def test_replay_drops_pods_that_fit_nowhere_and_logs_every_event(rng) -> None:
     nodes = [OpenbNode("n", 8000, 1000, 1, "M")]
     pods = [OpenbPod("a", 1000, 0, 1, 600), OpenbPod("b", 1000, 0, 1, 600), OpenbPod("c", 1000, 0, 1, 400)]
-    log, failed = replay(ClusterState(nodes), to_requests(pods), BestFitPolicy([0], rng))
-    assert failed == 1
+    to_request = OpenbRequests()
+    log, stats = replay(openb_cluster(nodes), [to_request(p) for p in pods], BestFitPolicy([0], rng))
+    assert (stats.pods, stats.failed) == (3, 1)
     assert log.arrived.tolist() == [60, 120, 160]
     assert log.allocated.tolist() == [60, 60, 100]
 
