@@ -1,9 +1,12 @@
-"""Run the paper protocol for many (policy, seed) pairs in parallel and summarise the results."""
+"""Run the paper protocol for many (policy, seed) pairs in parallel, or a workload of jobs and
+gangs on a chosen cluster, and summarise the results."""
 
 from __future__ import annotations
 
 import os
+import random
 import statistics
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -12,9 +15,20 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from simulator.engine import POLICIES, RunResult, run_paper
-from simulator.openb import OpenbNode, OpenbPod, load_nodes, load_pods, resolve_trace, trace_label
+from simulator.cluster import SimCluster
+from simulator.engine import POLICIES, RunResult, run_paper, run_replay
+from simulator.nodes import NodeObjects
+from simulator.openb import (
+    OpenbNode,
+    OpenbPod,
+    TraceError,
+    load_nodes,
+    load_pods,
+    resolve_trace,
+    trace_label,
+)
 from simulator.protocol import target_workload
+from simulator.workload import Workload, arrivals, target_mix, trace_pods
 
 REPORT_AT = 100  # arrived %, where the paper reads its bars
 
@@ -103,3 +117,57 @@ def load_cluster_and_trace(trace: str | Path) -> tuple[list[OpenbNode], list[Ope
 def median_curve(runs: Sequence[RunResult], attr: str) -> np.ndarray:
     stack = np.vstack([getattr(r.curves, attr) for r in runs])
     return np.nanmedian(stack, axis=0)
+
+
+@dataclass(frozen=True)
+class WorkloadSetup:
+    """Per seed: the node rank the baselines break ties with, and the stream Random draws from."""
+
+    seed: int
+    node_rank: list[int]
+    rng: random.Random
+
+
+def workload_setup(nodes: int, seed: int) -> WorkloadSetup:
+    rng = random.Random(seed)
+    rank = list(range(nodes))
+    rng.shuffle(rank)
+    return WorkloadSetup(seed, rank, rng)
+
+
+def run_workload(
+    workload: Workload,
+    node_objects: Sequence[NodeObjects],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    show_progress: bool = True,
+) -> TraceRuns:
+    """Every (policy, seed) run of a workload on one cluster, in this process (workloads are small)."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    capacity = SimCluster(node_objects).capacity_pct
+    if capacity == 0:
+        raise TraceError("the cluster has no GPUs")
+    original = trace_pods(workload.trace) if workload.trace is not None else []
+    result = TraceRuns(workload.name, list(seeds))
+    bar = tqdm(
+        total=len(policies) * len(seeds),
+        desc=f"simulate {workload.name}",
+        unit="run",
+        disable=not show_progress,
+    )
+    for seed in seeds:
+        stream = arrivals(workload, capacity, seed, original)
+        mix = target_mix(workload, original)
+        for policy in policies:
+            started = time.perf_counter()
+            cluster = SimCluster(node_objects, tie_seed=seed, metrics_mix=mix)
+            setup = workload_setup(cluster.size, seed)
+            run = run_replay(cluster, stream, policy, POLICIES[policy](setup, mix), seed, started=started)
+            result.runs.setdefault(policy, []).append(run)
+            bar.update(1)
+            bar.set_postfix_str(f"{policy}/{seed}: {run.unallocated_at(REPORT_AT):.2f}%")
+    bar.close()
+    result.runs = {p: result.runs[p] for p in policies}
+    return result
