@@ -14,7 +14,7 @@ from simulator.engine import POLICIES
 from simulator.nodes import nodes_from_spec
 from simulator.openb import TraceError, load_expected, resolve_trace, trace_label
 from simulator.protocol import parse_seeds
-from simulator.runner import REPORT_AT, TraceRuns, run_trace, run_workload
+from simulator.runner import REPORT_AT, TraceRuns, mean_sd, run_trace, run_workload
 from simulator.workload import load_workload
 
 DEFAULT_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "topoalloc")
@@ -59,9 +59,7 @@ def format_workload_table(runs: TraceRuns, arrived: int = REPORT_AT) -> str:
     ]
     for policy, results in runs.runs.items():
         mean, sd = runs.mean_sd(policy, arrived)
-        ends = [r.final_unallocated for r in results]
-        end_mean = statistics.fmean(ends)
-        end_sd = statistics.stdev(ends) if len(ends) > 1 else 0.0
+        end_mean, end_sd = mean_sd([r.final_unallocated for r in results])
         failed = statistics.fmean(r.failed for r in results)
         pods = results[0].pods
         gangs = statistics.fmean(r.gangs - r.failed_gangs for r in results)
@@ -121,9 +119,12 @@ def simulate_paper(
     plots_dir: Path | None,
     workers: int | None,
     progress: bool,
+    nodes_path: Path | None = None,
 ) -> TraceRuns:
     started = time.perf_counter()
-    runs = run_trace(trace, policies, seeds, workers=workers, show_progress=progress)
+    runs = run_trace(trace, policies, seeds, workers=workers, show_progress=progress, nodes_path=nodes_path)
+    if nodes_path is not None:
+        click.echo(f"cluster: {nodes_path} (the paper's numbers are for its 1,213 openb nodes)")
     click.echo(format_table(runs))
     click.echo(f"{len(policies) * len(seeds)} runs in {time.perf_counter() - started:.1f} s wall")
     write_outputs(runs, json_out, plots_dir, paper=True)
@@ -155,9 +156,8 @@ def _policies(text: str) -> list[str]:
 )
 @click.option(
     "--nodes",
-    default="hw-fixtures",
-    show_default=True,
-    help="With --workload: hw-fixtures, hw-fixtures:NAME=COUNT,..., openb, or a node CSV.",
+    help="With --workload: hw-fixtures (default), hw-fixtures:NAME=COUNT,..., openb, or a node CSV. "
+    "With --paper: a node CSV instead of the paper's 1,213 openb nodes.",
 )
 @click.option("--replicas", default=4, show_default=True, help="Nodes per fixture for --nodes hw-fixtures.")
 @click.option("--seeds", default="42-51", show_default=True, help="Seeds, e.g. 42-51 or 42,45.")
@@ -184,7 +184,7 @@ def _policies(text: str) -> list[str]:
 def simulate(
     trace: str | None,
     workload_file: Path | None,
-    nodes: str,
+    nodes: str | None,
     replicas: int,
     seeds: str,
     policies: str | None,
@@ -212,10 +212,14 @@ def simulate(
         if trace is not None:
             label = trace_label(resolve_trace(trace))
             out = None if no_plots else plots_dir / label
-            simulate_paper(trace, seed_list, names, json_out, out, workers, not no_progress)
+            nodes_path = None if nodes in (None, "openb") else Path(nodes)
+            if nodes_path is not None and not nodes_path.is_file():
+                raise click.BadParameter("with --paper, give a node CSV", param_hint="--nodes")
+            simulate_paper(trace, seed_list, names, json_out, out, workers, not no_progress, nodes_path)
         else:
             assert workload_file is not None
             out = None if no_plots else plots_dir / workload_file.stem
+            nodes = nodes or "hw-fixtures"
             simulate_workload(
                 workload_file, nodes, replicas, seed_list, names, json_out, out, not no_progress
             )

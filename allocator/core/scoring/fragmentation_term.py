@@ -182,6 +182,12 @@ class FragmentationTerm:
         )
         self._mix: WorkloadMix | None = None
         self._version = 0
+        # Until the online mix first has shapes (it rebuilds every `refresh_every` placements), the
+        # term plans for the shapes seen so far, rebuilt whenever their number has doubled: a fresh
+        # allocator needs no prior to start packing by fragmentation.
+        self._early: list[TaskShape] | None = []
+        self._early_mix: WorkloadMix | None = None
+        self._early_size = 0
         self._memo: dict[tuple[Any, ...], NodeScore | None] = {}
         self._shape_ids: dict[TaskShape, int] = {}
 
@@ -190,9 +196,21 @@ class FragmentationTerm:
         shape = task_shape(req)
         if shape is not None:
             self.online.observe(shape)
+            if self._early is not None:
+                self._early.append(shape)
 
     def mix(self) -> WorkloadMix:
         mix = self.online.mix()
+        if self._early is not None:
+            if mix.shapes:
+                self._early = None  # the online mix has taken over for good
+            else:
+                n = len(self._early)
+                if n and n >= 2 * self._early_size:
+                    self._early_mix = WorkloadMix.from_tasks(self._early, self.settings.coverage)
+                    self._early_size = n
+                if self._early_mix is not None:
+                    mix = self._early_mix
         if mix is not self._mix:
             self._mix = mix
             self._version += 1
