@@ -255,7 +255,7 @@ class ClusterState:
         alone, at most 9 for the others, 0 for unknown nodes."""
         names = list(names)
         fine = self.fine_scores(req, names, scorer)
-        out = extender_priorities(ranked(fine, self._ties.__getitem__), fine)
+        out = extender_priorities(fine, self._ties.__getitem__)
         return {name: out.get(name, 0) for name in names}
 
     def allocate(

@@ -14,7 +14,7 @@ extender, so with a dominant extender weight it picks our best node, whatever it
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from allocator.core.scoring.scorer import MAX_PRIORITY, to_priority
 
@@ -39,9 +39,12 @@ def best(fine: Mapping[str, float], tie: Callable[[str], int]) -> str | None:
     return leaders[0] if len(leaders) == 1 else min(leaders, key=tie)
 
 
-def extender_priorities(order: Iterable[str], fine: Mapping[str, float]) -> dict[str, int]:
-    """0..10 per node of `order` (best first): 10 for the first, at most 9 for every other."""
-    out: dict[str, int] = {}
-    for i, name in enumerate(order):
-        out[name] = MAX_PRIORITY if i == 0 else min(MAX_PRIORITY - 1, to_priority(fine[name]))
+def extender_priorities(fine: Mapping[str, float], tie: Callable[[str], int]) -> dict[str, int]:
+    """0..10 per node: 10 for the `best` node, its fine score on 0..10 capped at 9 for every other
+    (so the order among the others is kept, and no sort is needed)."""
+    top = best(fine, tie)
+    cap = MAX_PRIORITY - 1
+    out = {name: min(cap, to_priority(score)) for name, score in fine.items()}
+    if top is not None:
+        out[top] = MAX_PRIORITY
     return out

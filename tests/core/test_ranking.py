@@ -49,8 +49,10 @@ def test_rank_orders_by_fine_score_then_tie_key() -> None:
 
 
 def test_only_the_best_node_gets_10() -> None:
-    fine = {"c": 100.0, "b": 100.0, "a": 96.0, "d": 12.0}
-    assert extender_priorities(["c", "b", "a", "d"], fine) == {"c": 10, "b": 9, "a": 9, "d": 1}
+    fine = {"c": 100.0, "b": 100.0, "a": 96.0, "d": 12.0, "e": 0.0}
+    ties = {"a": 0, "b": 2, "c": 1, "d": 3, "e": 4}
+    assert extender_priorities(fine, ties.__getitem__) == {"c": 10, "b": 9, "a": 9, "d": 1, "e": 0}
+    assert extender_priorities({}, ties.__getitem__) == {}
 
 
 def test_cluster_ranking_is_deterministic_and_priorities_follow_it() -> None:

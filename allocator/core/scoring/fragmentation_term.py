@@ -14,6 +14,7 @@ device chosen at bind is the one that was ranked (see docs/compatibility.md).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -189,6 +190,7 @@ class FragmentationTerm:
         self._early_mix: WorkloadMix | None = None
         self._early_size = 0
         self._memo: dict[tuple[Any, ...], NodeScore | None] = {}
+        self._cuts: dict[str, tuple[int, ...]] = {}  # per GPU model: the mix's CPU requests, sorted
         self._shape_ids: dict[TaskShape, int] = {}
 
     # -- learning ----------------------------------------------------------------------------
@@ -215,6 +217,7 @@ class FragmentationTerm:
             self._mix = mix
             self._version += 1
             self._memo = {}
+            self._cuts = {}
         return mix
 
     def version(self) -> int:
@@ -249,8 +252,11 @@ class FragmentationTerm:
         return None if result is None else result.gpus
 
     def _memoised(self, req: PodRequest) -> Callable[[NodeState], NodeScore | None] | None:
-        """`score_node` for this pod on a node, remembered per node state (nodes of one type in
-        the same state share it) until the mix changes."""
+        """`score_node` for this pod on a node, remembered per node state until the mix changes.
+
+        The measure reads free CPU only through which of the mix's CPU requests fit in it, before
+        and after the pod's own CPU is taken, so the memo keys CPU by its position among those
+        requests: nodes of one type whose GPUs are in the same state share the result."""
         shape = task_shape(req)
         if shape is None:
             return None
@@ -259,12 +265,18 @@ class FragmentationTerm:
             return None  # nothing learned yet: no opinion
         sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
         memo = self._memo
+        cuts_by_model = self._cuts
+        need = shape.cpu_milli
 
         def placement(state: NodeState) -> NodeScore | None:
             free: Sequence[int] = state.gpu_free_core_pct
             cpu = state.cpu_free_milli
             model = state.gpu_model
-            key = (sid, model, free, cpu)
+            cuts = cuts_by_model.get(model)
+            if cuts is None:
+                compiled = mix.compiled_for(model)
+                cuts = cuts_by_model[model] = tuple(sorted({c for g in compiled.groups for c in g.cpus}))
+            key = (sid, model, free, bisect_right(cuts, cpu), bisect_right(cuts, cpu - need))
             result = memo.get(key, _MISSING)
             if result is _MISSING:
                 if len(memo) >= _MEMO_LIMIT:
