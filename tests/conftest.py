@@ -1,0 +1,59 @@
+"""Suite-wide fixtures: the fake Kubernetes API server and official clients pointed at it.
+
+- `fake_api`: a FakeApiServer running on the test's own event loop (async tests, `kubernetes.aio`).
+  Do not call the sync `kubernetes` client from the loop thread here: it would block the server.
+- `fake_api_thread`: a FakeApiServer on its own loop in a background thread (sync tests, sync client,
+  code under test that runs its own threads). Its hooks may be called from any thread.
+- `fake_api_aio_client` / `fake_api_sync_client`: an official ApiClient for those servers, closed after.
+- `fake_api_settings`: the server's keyword arguments; override it in a module or conftest to change
+  timings (for example a longer `bookmark_interval`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.fakeapi import FakeApiServer, ServerThread
+
+
+@pytest.fixture
+def fake_api_settings() -> dict[str, Any]:
+    """Short timings so watch behaviour shows within a test's budget."""
+    return {
+        "bookmark_interval": 0.3,
+        "bookmark_before_timeout": 0.2,
+        "future_rv_wait": 0.3,
+        "default_watch_timeout": 30.0,
+    }
+
+
+@pytest.fixture
+async def fake_api(fake_api_settings: dict[str, Any]) -> AsyncIterator[FakeApiServer]:
+    async with FakeApiServer(**fake_api_settings) as server:
+        yield server
+
+
+@pytest.fixture
+def fake_api_thread(fake_api_settings: dict[str, Any]) -> Iterator[FakeApiServer]:
+    with ServerThread(FakeApiServer(**fake_api_settings)) as server:
+        yield server
+
+
+@pytest.fixture
+async def fake_api_aio_client(fake_api: FakeApiServer) -> AsyncIterator[Any]:
+    """`kubernetes.aio.client.ApiClient` for `fake_api`."""
+    client = fake_api.aio_api_client()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def fake_api_sync_client(fake_api_thread: FakeApiServer) -> Iterator[Any]:
+    """`kubernetes.client.ApiClient` for `fake_api_thread`."""
+    with fake_api_thread.sync_api_client() as client:
+        yield client

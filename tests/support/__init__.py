@@ -1,0 +1,1 @@
+"""Test support code shared by the whole suite."""
