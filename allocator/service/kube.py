@@ -115,7 +115,8 @@ class KubeApi:
         """`host` (plain URL, tests), in-cluster service account, or a kubeconfig file."""
         cfg = kclient.Configuration()
         if host:
-            cfg.host = host
+            # A bare URL (tests, local port-forwards): no credentials, and never via an env proxy.
+            cfg = kclient.Configuration(host=host, client_session_kwargs={"trust_env": False})
         elif in_cluster:
             kconfig.load_incluster_config(client_configuration=cfg)
         else:
@@ -213,6 +214,14 @@ class KubeApi:
         try:
             if resp.status != 200:
                 raise ApiError.from_body(resp.status, await resp.read())
+            async for event in self._events(resp):
+                yield event
+        finally:
+            resp.release()
+
+    @staticmethod
+    async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[JSON]:
+        try:
             buffer = bytearray()
             # Split lines ourselves: a Device CR or a big pod can exceed aiohttp's readline limit.
             async for chunk in resp.content.iter_any():
@@ -228,8 +237,9 @@ class KubeApi:
                         yield json.loads(line)
             if buffer.strip():
                 yield json.loads(bytes(buffer))
-        finally:
-            resp.release()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # The stream broke (connection dropped, payload cut short): the caller resumes.
+            raise ApiError(0, "Transport", str(exc) or type(exc).__name__) from exc
 
     # -- pods -------------------------------------------------------------------------------------
 

@@ -105,6 +105,14 @@ class Reflector:
                 delay = self.backoff.next()
                 log.warning("%s reflector: %s; retrying in %.1fs", self.kind.name, exc, delay)
                 await asyncio.sleep(delay)
+            except Exception:
+                # A bug, most likely in the sink: the cache may be half-updated, so start over
+                # from a full LIST rather than die and leave it stale for good.
+                log.exception("%s reflector: unexpected error; relisting", self.kind.name)
+                if self.metrics:
+                    self.metrics.watch_errors.labels(self.kind.name).inc()
+                cause = "error"
+                await asyncio.sleep(self.backoff.next())
 
     async def _relist(self, cause: str) -> None:
         try:
