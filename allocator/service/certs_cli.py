@@ -59,9 +59,9 @@ def _secret(name: str, namespace: str, files: dict[str, bytes]) -> dict:
 @click.option("--ca-key", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option(
     "--scheduler-namespace",
-    default="kube-system",
+    default=DEFAULT_NAMESPACE,
     show_default=True,
-    help="Namespace of the scheduler's client Secret in --secrets-yaml.",
+    help="Namespace of the scheduler's client Secret in --secrets-yaml (the secondary scheduler's).",
 )
 @click.option(
     "--secrets-yaml",

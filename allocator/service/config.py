@@ -42,6 +42,10 @@ class LeaderElection:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    # The leader labels its own pod (POD_NAME in `namespace`) topoalloc.io/leader=true, so a
+    # Service selecting that label reaches the leader only (deploy/allocator/service.yaml).
+    label_pod: bool = False
+    pod_name: str = field(default_factory=lambda: os.environ.get("POD_NAME", ""))
 
 
 @dataclass

@@ -25,6 +25,9 @@ from allocator.service.kube import ApiError, KubeApi
 
 log = logging.getLogger(__name__)
 
+# On the leader's own pod (optional): a Service selecting it reaches the leader only.
+LEADER_LABEL = "topoalloc.io/leader"
+
 
 def micro_time(now: dt.datetime | None = None) -> str:
     """RFC3339 with exactly six fractional digits, as metav1.MicroTime requires."""
