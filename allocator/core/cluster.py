@@ -1,0 +1,253 @@
+"""All nodes' states, with per-node verdict and score caches, for filter and prioritize.
+
+A verdict or score is cached on the node under the request's signature and is dropped by any
+change to that node (its version), so after one placement the next pod of the same shape costs
+one dictionary lookup per node except the node that changed. Also the kube-scheduler checks the
+simulator and gang planner need (the extender gets those from kube-scheduler itself):
+`resources_fit` (cpu, memory, pods) and `affinity_matches` (nodeSelector, required node affinity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from allocator.core.allocate import Allocation, allocate, fits
+from allocator.core.inventory import NodeInventory, build_inventory, node_partition_choice
+from allocator.core.reasons import Rejection
+from allocator.core.request import PodRequest, PodUsage, SelectorTerm, pod_usage
+from allocator.core.scoring.device import DeviceScoring
+from allocator.core.scoring.scorer import NodeScorer
+from allocator.core.state import NodeState, node_facts
+from apis import resources as rn
+from apis.annotations import DeviceAllocations
+from apis.device import Device
+
+UNKNOWN_NODE = Rejection("topoalloc: unknown node", "node is not known to the allocator", unresolvable=True)
+_MISSING = object()
+_SIGNATURES: dict[tuple[Any, ...], int] = {}
+
+
+def signature_id(req: PodRequest) -> int:
+    """A small int for the request's signature: dict lookups hash it instantly."""
+    sid = _SIGNATURES.get(req.signature)
+    if sid is None:
+        if len(_SIGNATURES) > 100_000:
+            _SIGNATURES.clear()
+        sid = _SIGNATURES[req.signature] = len(_SIGNATURES) + 1
+    return sid
+
+
+class ClusterState:
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self.pod_node: dict[str, str] = {}
+
+    # -- watch events ------------------------------------------------------------------------------
+    def upsert_node(self, node: Mapping[str, Any]) -> NodeState:
+        """A Node add/update: labels and allocatable (raises CodecError on bad quantities)."""
+        name, labels, allocatable = node_facts(node)
+        state = self.nodes.get(name)
+        if state is None:
+            state = self.nodes[name] = NodeState(name, None, labels, allocatable)
+            return state
+        relabelled = labels != state.labels
+        state.set_labels(labels, allocatable)
+        inv = state.inventory
+        if relabelled and inv is not None and inv.partition_source != "device":
+            # The built-in partition table and its policy come from the Node's labels.
+            state.set_inventory(_rebuild(inv, labels))
+        return state
+
+    def set_device(self, device: Device | Mapping[str, Any]) -> NodeState:
+        """A Device add/update (name = node name); raises CodecError when it does not decode."""
+        if not isinstance(device, Device):
+            device = Device.from_dict(device)
+        state = self.nodes.get(device.name)
+        labels = state.labels if state is not None and state.labels else None
+        inv = build_inventory(device, labels)
+        if state is None:
+            state = self.nodes[device.name] = NodeState(device.name, inv, dict(device.labels))
+        else:
+            state.set_inventory(inv)
+        return state
+
+    def remove_device(self, name: str) -> None:
+        """A Device delete: the node stays, every device unhealthy until the CR returns (2.2)."""
+        state = self.nodes.get(name)
+        if state is not None:
+            state.devices_gone()
+
+    def remove_node(self, name: str) -> None:
+        state = self.nodes.pop(name, None)
+        if state is not None:
+            for key in list(state.pods):
+                self.pod_node.pop(key, None)
+
+    def assign(
+        self,
+        pod_key: str,
+        node: str,
+        allocations: DeviceAllocations | None,
+        cpu_milli: int = 0,
+        memory: int = 0,
+        *,
+        nonzero_cpu_milli: int | None = None,
+        nonzero_memory: int | None = None,
+    ) -> None:
+        """Count a pod on a node (moving it if it was counted elsewhere)."""
+        old = self.pod_node.get(pod_key)
+        if old is not None and old != node:
+            self.unassign(pod_key)
+        state = self.nodes.get(node)
+        if state is None:
+            state = self.nodes[node] = NodeState(node)
+        state.add_pod(
+            pod_key,
+            allocations,
+            cpu_milli,
+            memory,
+            nonzero_cpu_milli=nonzero_cpu_milli,
+            nonzero_memory=nonzero_memory,
+        )
+        self.pod_node[pod_key] = node
+
+    def assign_usage(self, usage: PodUsage) -> None:
+        self.assign(
+            usage.key,
+            usage.node,
+            usage.allocations,
+            usage.cpu_milli,
+            usage.memory,
+            nonzero_cpu_milli=usage.nonzero_cpu_milli,
+            nonzero_memory=usage.nonzero_memory,
+        )
+
+    def assign_pod(self, pod: Mapping[str, Any]) -> PodUsage:
+        """A bound pod from the watch: counted on its node (terminated pods are released)."""
+        usage = pod_usage(pod)
+        if usage.node:
+            self.assign_usage(usage)
+        return usage
+
+    def unassign(self, pod_key: str) -> bool:
+        node = self.pod_node.pop(pod_key, None)
+        state = self.nodes.get(node) if node is not None else None
+        return state.remove_pod(pod_key) if state is not None else False
+
+    # -- questions ---------------------------------------------------------------------------------
+    def filter(
+        self, req: PodRequest, names: Iterable[str] | None = None
+    ) -> tuple[list[str], dict[str, Rejection]]:
+        """Nodes where the pod's devices fit, and a rejection for every other named node."""
+        nodes = self.nodes
+        key = ("verdict", signature_id(req))
+        passed: list[str] = []
+        failed: dict[str, Rejection] = {}
+        for name in nodes if names is None else names:
+            state = nodes.get(name)
+            if state is None:
+                failed[name] = UNKNOWN_NODE
+                continue
+            cache = state._derived
+            verdict = cache.get(key, _MISSING)
+            if verdict is _MISSING:
+                verdict = cache[key] = fits(state, req)
+            if verdict is None:
+                passed.append(name)
+            else:
+                failed[name] = verdict  # type: ignore[assignment]
+        return passed, failed
+
+    def score(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
+        """0..10 per named node (unknown nodes score 0)."""
+        nodes = self.nodes
+        key = ("score", signature_id(req), scorer.key)
+        out: dict[str, int] = {}
+        for name in names:
+            state = nodes.get(name)
+            if state is None:
+                out[name] = 0
+                continue
+            cache = state._derived
+            value = cache.get(key)
+            if value is None:
+                value = cache[key] = scorer.score(state, req)
+            out[name] = value
+        return out
+
+    def allocate(
+        self, req: PodRequest, node: str, scoring: DeviceScoring | None = None, **kwargs: Any
+    ) -> Allocation | Rejection:
+        state = self.nodes.get(node)
+        if state is None:
+            return UNKNOWN_NODE
+        return allocate(state, req, scoring=scoring, **kwargs)
+
+    def resources_fit(self, node: str, req: PodRequest) -> Rejection | None:
+        state = self.nodes.get(node)
+        return UNKNOWN_NODE if state is None else resources_fit(state, req)
+
+    def affinity_matches(self, node: str, req: PodRequest) -> bool:
+        state = self.nodes.get(node)
+        return state is not None and affinity_matches(state, req)
+
+
+def _rebuild(inv: NodeInventory, labels: Mapping[str, str]) -> NodeInventory:
+    """The inventory with the partition choice re-derived from new Node labels (8.3 step 2)."""
+    partitions, source, honor = node_partition_choice(labels)
+    return replace(inv, partitions=partitions, partition_source=source, partition_honor=honor)
+
+
+# -- kube-scheduler checks for callers without kube-scheduler --------------------------------------
+
+
+def resources_fit(state: NodeState, req: PodRequest) -> Rejection | None:
+    """NodeResourcesFit for cpu, memory and the pod count (kube-scheduler's reason strings)."""
+    alloc = state.allocatable
+    if rn.PODS in alloc and state.pod_count + 1 > alloc[rn.PODS]:
+        return Rejection("Too many pods", "Too many pods")
+    if req.cpu_milli and req.cpu_milli > alloc.get(rn.CPU, 0) - state.requested_cpu_milli:
+        return Rejection("Insufficient cpu", "Insufficient cpu")
+    if req.memory and req.memory > alloc.get(rn.MEMORY, 0) - state.requested_memory:
+        return Rejection("Insufficient memory", "Insufficient memory")
+    return None
+
+
+def affinity_matches(state: NodeState, req: PodRequest) -> bool:
+    labels = state.labels
+    if any(labels.get(k) != v for k, v in req.node_selector.items()):
+        return False
+    if req.affinity_terms is None:
+        return True
+    return any(_term_matches(t, labels, state.name) for t in req.affinity_terms)
+
+
+def _term_matches(term: SelectorTerm, labels: Mapping[str, str], name: str) -> bool:
+    if not term.expressions and not term.fields:
+        return False
+    fields = {"metadata.name": name}
+    return all(_requirement(r, labels) for r in term.expressions) and all(
+        _requirement(r, fields) for r in term.fields
+    )
+
+
+def _requirement(req: tuple[str, str, tuple[str, ...]], labels: Mapping[str, str]) -> bool:
+    key, op, values = req
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if not present or len(values) != 1:
+        return False
+    try:
+        have, want = int(labels[key]), int(values[0])
+    except ValueError:
+        return False
+    return have > want if op == "Gt" else have < want

@@ -1,0 +1,653 @@
+"""A pod's request as the allocator sees it, parsed once per pod (protocol section 3).
+
+`pod_request(pod)` never raises: a malformed annotation or an invalid combination of device
+resources yields a `PodRequest` whose `invalid` is set, so every node can answer with the same
+clear reason. `signature` is a hashable key of everything that decides feasibility and scores
+on a node; verdict and score caches are keyed by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from allocator.core import reasons as rs
+from allocator.core.reasons import Rejection
+from apis import keys
+from apis import resources as rn
+from apis.annotations import (
+    DeviceAllocateHints,
+    DeviceAllocations,
+    DeviceHint,
+    DeviceJointAllocate,
+    GPUPartitionSpec,
+    NUMATopologySpec,
+    parse_device_allocate_hint,
+    parse_device_allocated,
+    parse_device_joint_allocate,
+    parse_gpu_partition_spec,
+    parse_numa_topology_spec,
+)
+from apis.errors import CodecError
+from apis.podgroup import GangRef, gang_of
+from apis.quantity import NANO, Quantity
+
+# Device types in the order we always visit them (Koordinator iterates a Go map).
+TYPE_ORDER: tuple[str, ...] = (rn.DeviceType.GPU, rn.DeviceType.RDMA, rn.DeviceType.FPGA)
+
+# kube-scheduler's defaults for containers without a cpu / memory request (scoring only).
+DEFAULT_CPU_MILLI = 100
+DEFAULT_MEMORY = 200 * 1024 * 1024
+
+_GPU_NAMES = tuple(n for n, t in rn.RESOURCE_DEVICE_TYPE.items() if t == rn.DeviceType.GPU)
+_TYPE_NAMES: dict[str, tuple[str, ...]] = {
+    rn.DeviceType.GPU: _GPU_NAMES,
+    rn.DeviceType.RDMA: (rn.RDMA,),
+    rn.DeviceType.FPGA: (rn.FPGA,),
+}
+_PERCENT_UNITS = (rn.GPU, rn.FPGA, rn.RDMA)
+
+# The sets of GPU resource names Koordinator accepts together (protocol 3.1), with the rule
+# each set must pass.
+_PERCENT, _SHARED, _NPU, _ANY = "percent", "shared", "npu", "any"
+_GPU_COMBINATIONS: dict[frozenset[str], str] = {
+    frozenset({rn.NVIDIA_GPU}): _ANY,
+    frozenset({rn.AMD_GPU}): _ANY,
+    frozenset({rn.HYGON_DCU}): _ANY,
+    frozenset({rn.GPU}): _ANY,
+    frozenset({rn.GPU_MEMORY}): _PERCENT,
+    frozenset({rn.GPU_MEMORY_RATIO}): _PERCENT,
+    frozenset({rn.GPU_CORE, rn.GPU_MEMORY}): _PERCENT,
+    frozenset({rn.GPU_CORE, rn.GPU_MEMORY_RATIO}): _PERCENT,
+    frozenset({rn.NPU_CORE, rn.GPU_MEMORY_RATIO}): _PERCENT,
+    frozenset({rn.GPU_SHARED, rn.GPU_MEMORY}): _SHARED,
+    frozenset({rn.GPU_SHARED, rn.GPU_MEMORY_RATIO}): _SHARED,
+    frozenset({rn.GPU_SHARED, rn.GPU_CORE, rn.GPU_MEMORY}): _SHARED,
+    frozenset({rn.GPU_SHARED, rn.GPU_CORE, rn.GPU_MEMORY_RATIO}): _SHARED,
+    frozenset({rn.GPU_SHARED, rn.NPU_CORE, rn.NPU_CPU, rn.GPU_MEMORY}): _NPU,
+    frozenset({rn.GPU_SHARED, rn.NPU_CORE, rn.NPU_CPU, rn.NPU_DVPP, rn.GPU_MEMORY}): _NPU,
+}
+
+Resources = tuple[tuple[str, int], ...]  # sorted (name, integer value) pairs: hashable
+
+
+def as_resources(mapping: Mapping[str, int]) -> Resources:
+    return tuple(sorted(mapping.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class GPURequirement:
+    """What one GPU of the pod must offer and how many such GPUs (protocol 3.2)."""
+
+    count: int
+    per_gpu: Resources
+    shared: bool
+    honor_partition: bool = False
+    restricted_partition: bool = False
+    ring_bus_bandwidth: int | None = None  # nano-units, compared exactly
+    required_scope: str = ""
+    scope_level: int = 0
+    whole: bool = False  # whole cards: every GPU fully (100% compute and memory)
+
+    @property
+    def per_gpu_map(self) -> dict[str, int]:
+        return dict(self.per_gpu)
+
+
+WHOLE_GPU: Resources = as_resources({rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100})
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One nodeSelectorTerm of required node affinity: expressions and fields are ANDed."""
+
+    expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    fields: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    key: str = ""
+    namespace: str = "default"
+    name: str = ""
+    uid: str = ""
+    invalid: Rejection | None = None
+    # Internal per-type device requests (protocol 3.1 step 5), in TYPE_ORDER.
+    devices: tuple[tuple[str, Resources], ...] = ()
+    gpu: GPURequirement | None = None
+    hints: Mapping[str, DeviceHint] = field(default_factory=dict)
+    joint_types: tuple[str, ...] = ()  # cleaned: the first one is the primary type
+    joint_same_pcie: bool = False
+    partition_spec: GPUPartitionSpec | None = None
+    numa_spec: NUMATopologySpec | None = None
+    isolation_provider: str = ""
+    designated: DeviceAllocations | None = None  # a device-allocated annotation already on the pod
+    cpu_milli: int = 0
+    memory: int = 0
+    nonzero_cpu_milli: int = 0  # with kube-scheduler's per-container defaults, for scoring
+    nonzero_memory: int = 0
+    scalars: Mapping[str, int] = field(default_factory=dict)  # every other requested resource, in units
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity_terms: tuple[SelectorTerm, ...] | None = None  # None: no required node affinity
+    gang: GangRef | None = None
+    gang_error: str = ""
+    rl_job_group: str = ""
+    signature: tuple[Any, ...] = ()
+
+    # -- convenience -------------------------------------------------------------------------
+    @property
+    def device_map(self) -> dict[str, dict[str, int]]:
+        return {t: dict(r) for t, r in self.devices}
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.devices)
+
+    @property
+    def wants_devices(self) -> bool:
+        return bool(self.devices)
+
+    def device_request(self, dtype: str) -> dict[str, int]:
+        for t, r in self.devices:
+            if t == dtype:
+                return dict(r)
+        return {}
+
+    def hint(self, dtype: str) -> DeviceHint | None:
+        return self.hints.get(dtype)
+
+    @property
+    def has_selectors(self) -> bool:
+        return any(h.selector is not None for h in self.hints.values())
+
+    @cached_property
+    def plain_gpu(self) -> GPURequirement | None:
+        """The GPU requirement of a valid GPU-only request without hints, which node summaries
+        decide alone (`allocate.fits` fast path); None for anything else."""
+        if self.invalid is None and self.gpu is not None and len(self.devices) == 1 and not self.hints:
+            return self.gpu
+        return None
+
+    @cached_property
+    def requested_kinds(self) -> frozenset[str]:
+        """Requested resource kinds: device resources by their type (gpu, rdma, fpga), others by name."""
+        return frozenset(str(rn.RESOURCE_DEVICE_TYPE.get(n, n)) for n in self.requested_names)
+
+    @property
+    def requested_names(self) -> frozenset[str]:
+        """Every resource name the pod requests with a positive amount (cpu/memory included)."""
+        names = set(self.scalars)
+        if self.cpu_milli:
+            names.add(rn.CPU)
+        if self.memory:
+            names.add(rn.MEMORY)
+        return frozenset(names)
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.message)
+        self.rejection = rejection
+
+
+def pod_request(pod: Any) -> PodRequest:
+    """Parse a Pod dict. Never raises: bad input gives a request with `invalid` set."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "default"
+    name = meta.get("name") if isinstance(meta.get("name"), str) else ""
+    uid = meta.get("uid") if isinstance(meta.get("uid"), str) else ""
+    base = {"key": f"{namespace}/{name}", "namespace": namespace or "default", "name": name, "uid": uid}
+    try:
+        fields = _parse(pod, meta)
+    except _Invalid as exc:
+        req = PodRequest(**base, invalid=exc.rejection)
+        return _with_signature(req)
+    return _with_signature(PodRequest(**base, **fields))
+
+
+def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(pod, dict):
+        raise _Invalid(rs.invalid(rs.INVALID_POD, "the pod is not an object"))
+    if not isinstance(pod.get("metadata", {}), dict):
+        raise _Invalid(rs.invalid(rs.INVALID_POD, "metadata: expected an object"))
+    labels = _str_map(meta.get("labels"), "metadata.labels")
+    annotations = _str_map(meta.get("annotations"), "metadata.annotations")
+    spec = pod.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise _Invalid(rs.invalid(rs.INVALID_POD, "spec: expected an object"))
+    try:
+        requests, nonzero_cpu, nonzero_mem = effective_requests(spec)
+    except CodecError as exc:
+        raise _Invalid(rs.invalid(rs.INVALID_POD, f"invalid container resources: {exc}")) from None
+
+    out: dict[str, Any] = {}
+    cpu = requests.pop(rn.CPU, 0)
+    mem = requests.pop(rn.MEMORY, 0)
+    out["cpu_milli"] = -(-cpu // (NANO // 1000))
+    out["memory"] = -(-mem // NANO)
+    out["nonzero_cpu_milli"] = nonzero_cpu
+    out["nonzero_memory"] = nonzero_mem
+    out["scalars"] = {k: -(-v // NANO) for k, v in sorted(requests.items()) if v > 0}
+
+    devices = _device_requests(out["scalars"])
+    out["devices"] = devices
+    raw_allocated = annotations.get(keys.DEVICE_ALLOCATED)
+    if raw_allocated is not None:
+        try:
+            out["designated"] = parse_device_allocated(raw_allocated)
+        except CodecError as exc:
+            raise _Invalid(
+                rs.invalid(str(exc), f"invalid {keys.DEVICE_ALLOCATED} annotation: {exc}")
+            ) from None
+    if devices:
+        out.update(_device_extensions(annotations, dict(devices)))
+    provider = labels.get(keys.GPU_ISOLATION_PROVIDER, "")
+    out["isolation_provider"] = provider
+    numa = annotations.get(keys.NUMA_TOPOLOGY_SPEC)
+    if numa is not None:
+        try:
+            out["numa_spec"] = parse_numa_topology_spec(numa)
+        except CodecError as exc:
+            raise _Invalid(
+                rs.invalid(str(exc), f"invalid {keys.NUMA_TOPOLOGY_SPEC} annotation: {exc}")
+            ) from None
+    out["node_selector"] = _str_map(spec.get("nodeSelector"), "spec.nodeSelector")
+    out["affinity_terms"] = _affinity_terms(spec.get("affinity"))
+    try:
+        out["gang"] = gang_of(pod)
+    except (CodecError, AttributeError, TypeError) as exc:
+        out["gang_error"] = str(exc)
+    out["rl_job_group"] = labels.get(keys.RL_JOB_GROUP, "")
+    return out
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _Invalid(rs.invalid(rs.INVALID_POD, f"{where}: expected a map of strings"))
+    return value
+
+
+# -- effective requests (kube-scheduler's PodRequests) ---------------------------------------------
+
+
+def effective_requests(spec: Mapping[str, Any]) -> tuple[dict[str, int], int, int]:
+    """The pod's requests in nano-units as kube-scheduler computes them, plus the non-zero cpu
+    (milli) and memory (bytes) that its scoring uses.
+
+    Regular containers add up; a sidecar (init container with restartPolicy Always) adds to that
+    sum and stays running while later init containers run; each other init container needs its
+    own request plus the sidecars started before it; the pod needs the maximum of all that, plus
+    spec.overhead.
+    """
+    containers = _container_list(spec, "containers")
+    inits = _container_list(spec, "initContainers")
+    overhead = _resource_list(spec.get("overhead"), "spec.overhead")
+
+    total: dict[str, int] = {}
+    nz_cpu = nz_mem = 0
+    for c in containers:
+        reqs = _requests_of(c)
+        _add(total, reqs)
+        nz_cpu += _nonzero(reqs, rn.CPU)
+        nz_mem += _nonzero(reqs, rn.MEMORY)
+    sidecars: dict[str, int] = {}
+    init_max: dict[str, int] = {}
+    nz_sidecar_cpu = nz_sidecar_mem = 0
+    nz_init_cpu = nz_init_mem = 0
+    for c in inits:
+        reqs = _requests_of(c)
+        cpu_nz, mem_nz = _nonzero(reqs, rn.CPU), _nonzero(reqs, rn.MEMORY)
+        if c.get("restartPolicy") == "Always":
+            _add(total, reqs)
+            _add(sidecars, reqs)
+            nz_cpu += cpu_nz
+            nz_mem += mem_nz
+            nz_sidecar_cpu += cpu_nz
+            nz_sidecar_mem += mem_nz
+            need = dict(sidecars)
+            cpu_need, mem_need = nz_sidecar_cpu, nz_sidecar_mem
+        else:
+            need = dict(reqs)
+            _add(need, sidecars)
+            cpu_need, mem_need = cpu_nz + nz_sidecar_cpu, mem_nz + nz_sidecar_mem
+        for name, value in need.items():
+            init_max[name] = max(init_max.get(name, 0), value)
+        nz_init_cpu = max(nz_init_cpu, cpu_need)
+        nz_init_mem = max(nz_init_mem, mem_need)
+    for name, value in init_max.items():
+        total[name] = max(total.get(name, 0), value)
+    nz_cpu = max(nz_cpu, nz_init_cpu)
+    nz_mem = max(nz_mem, nz_init_mem)
+    _add(total, overhead)
+    nz_cpu += -(-overhead.get(rn.CPU, 0) // (NANO // 1000))
+    nz_mem += -(-overhead.get(rn.MEMORY, 0) // NANO)
+    return {k: v for k, v in total.items() if v != 0}, nz_cpu, nz_mem
+
+
+def _container_list(spec: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    value = spec.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise CodecError(f"spec.{name}", "expected a list of containers", value)
+    return value
+
+
+def _requests_of(container: Mapping[str, Any]) -> dict[str, int]:
+    res = container.get("resources") or {}
+    if not isinstance(res, dict):
+        raise CodecError("resources", "expected an object", res)
+    # kube-apiserver defaults missing requests to limits; do the same for pods never admitted.
+    limits = _resource_list(res.get("limits"), "resources.limits")
+    requests = _resource_list(res.get("requests"), "resources.requests")
+    return {**limits, **requests}
+
+
+def _resource_list(value: Any, where: str) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CodecError(where, "expected a map of quantities", value)
+    return {str(k): Quantity.parse(v, f"{where}.{k}").nanos for k, v in value.items()}
+
+
+def _nonzero(reqs: Mapping[str, int], name: str) -> int:
+    if name not in reqs:
+        return DEFAULT_CPU_MILLI if name == rn.CPU else DEFAULT_MEMORY
+    nanos = reqs[name]
+    return -(-nanos // (NANO // 1000)) if name == rn.CPU else -(-nanos // NANO)
+
+
+def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        into[name] = into.get(name, 0) + value
+
+
+# -- device requests (protocol 3.1) ----------------------------------------------------------------
+
+
+def _device_requests(scalars: Mapping[str, int]) -> tuple[tuple[str, Resources], ...]:
+    out = []
+    for dtype in TYPE_ORDER:
+        subset = {n: scalars[n] for n in _TYPE_NAMES[dtype] if scalars.get(n, 0) > 0}
+        if not subset:
+            continue
+        for name in _PERCENT_UNITS:
+            value = subset.get(name)
+            if value is not None and not _percent_ok(value):
+                raise _Invalid(
+                    rs.invalid(
+                        rs.INVALID_UNIT.format(name=name, quantity=value),
+                        f"{name} must be at most 100 or a multiple of 100 (got {value})",
+                    )
+                )
+        converted = _convert(dtype, subset)
+        out.append((dtype, as_resources(converted)))
+    return tuple(out)
+
+
+def _percent_ok(value: int) -> bool:
+    return value <= 100 or value % 100 == 0
+
+
+def _convert(dtype: str, subset: dict[str, int]) -> dict[str, int]:
+    if dtype != rn.DeviceType.GPU:
+        return dict(subset)
+    names = frozenset(subset)
+    rule = _GPU_COMBINATIONS.get(names)
+    if rule is None or not _combination_ok(rule, subset):
+        listed = " ".join(sorted(names))
+        raise _Invalid(
+            rs.invalid(
+                rs.INVALID_COMBINATION.format(names=listed),
+                f"unsupported combination of GPU resources: {', '.join(sorted(names))}",
+            )
+        )
+    for whole in rn.WHOLE_GPU_RESOURCES:
+        if whole in subset:
+            n = subset[whole]
+            return {rn.GPU_CORE: 100 * n, rn.GPU_MEMORY_RATIO: 100 * n}
+    if rn.GPU in subset:
+        return {rn.GPU_CORE: subset[rn.GPU], rn.GPU_MEMORY_RATIO: subset[rn.GPU]}
+    return dict(subset)
+
+
+def _combination_ok(rule: str, req: Mapping[str, int]) -> bool:
+    if rule == _PERCENT:
+        return all(_percent_ok(req[n]) for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if n in req)
+    if rule == _SHARED:
+        shared = req[rn.GPU_SHARED]
+        for name in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO):
+            if name in req and (req[name] % shared != 0 or req[name] // shared > 100):
+                return False
+        return True
+    if rule == _NPU:
+        return req[rn.GPU_SHARED] <= 1 and req.get(rn.NPU_DVPP, 0) <= 100
+    return True
+
+
+def gpu_requirement(
+    gpu: Mapping[str, int], hint: DeviceHint | None, spec: GPUPartitionSpec | None
+) -> GPURequirement:
+    """Per-GPU request and GPU count from the internal gpu request (protocol 3.2)."""
+    count = 1
+    if gpu.get(rn.GPU_SHARED, 0) > 0:
+        count = gpu[rn.GPU_SHARED]
+    elif gpu.get(rn.GPU_MEMORY_RATIO, 0) > 100 and gpu[rn.GPU_MEMORY_RATIO] % 100 == 0:
+        count = gpu[rn.GPU_MEMORY_RATIO] // 100
+    per: dict[str, int] = {}
+    for name in (rn.GPU_CORE, rn.NPU_CORE, rn.NPU_CPU, rn.NPU_DVPP):
+        if name in gpu:
+            per[name] = gpu[name] // count
+    shared = False
+    if rn.GPU_MEMORY_RATIO in gpu:
+        per[rn.GPU_MEMORY_RATIO] = gpu[rn.GPU_MEMORY_RATIO] // count
+        shared = per[rn.GPU_MEMORY_RATIO] < 100
+    elif rn.GPU_MEMORY in gpu:
+        per[rn.GPU_MEMORY] = gpu[rn.GPU_MEMORY] // count
+        shared = True
+    scope = hint.required_topology_scope if hint is not None else ""
+    per_gpu = as_resources(per)
+    return GPURequirement(
+        count=count,
+        per_gpu=per_gpu,
+        shared=shared,
+        honor_partition=spec is not None,
+        restricted_partition=spec is not None and spec.restricted,
+        ring_bus_bandwidth=None
+        if spec is None or spec.ring_bus_bandwidth is None
+        else spec.ring_bus_bandwidth.nanos,
+        required_scope=scope,
+        scope_level=hint.scope_level if hint is not None else 0,
+        whole=per_gpu == WHOLE_GPU,
+    )
+
+
+def _device_extensions(annotations: Mapping[str, str], devices: dict[str, Resources]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    hints = DeviceAllocateHints()
+    raw = annotations.get(keys.DEVICE_ALLOCATE_HINT)
+    if raw is not None:
+        try:
+            hints = parse_device_allocate_hint(raw)
+        except CodecError as exc:
+            raise _Invalid(_hint_error(exc)) from None
+    out["hints"] = {t: h for t, h in hints.by_type.items() if h is not None}
+
+    joint = DeviceJointAllocate()
+    raw = annotations.get(keys.DEVICE_JOINT_ALLOCATE)
+    if raw is not None:
+        try:
+            joint = parse_device_joint_allocate(raw)
+        except CodecError as exc:
+            raise _Invalid(
+                rs.invalid(
+                    rs.INVALID_JOINT.format(err=exc),
+                    f"invalid {keys.DEVICE_JOINT_ALLOCATE} annotation: {exc}",
+                )
+            ) from None
+    kept = []
+    for dtype in joint.device_types:
+        h = out["hints"].get(dtype)
+        if h is not None and h.allocate_strategy == "ApplyForAll":
+            continue
+        if dtype in devices and dtype not in kept:
+            kept.append(dtype)
+    out["joint_types"] = tuple(kept)
+    out["joint_same_pcie"] = joint.required_scope == "SamePCIe"
+
+    spec = None
+    raw = annotations.get(keys.GPU_PARTITION_SPEC)
+    if raw is not None and rn.DeviceType.GPU in devices:
+        try:
+            spec = parse_gpu_partition_spec(raw)
+        except CodecError as exc:
+            raise _Invalid(
+                rs.invalid(
+                    rs.INVALID_PARTITION_SPEC.format(err=exc),
+                    f"invalid {keys.GPU_PARTITION_SPEC} annotation: {exc}",
+                )
+            ) from None
+    out["partition_spec"] = spec
+    if rn.DeviceType.GPU in devices:
+        out["gpu"] = gpu_requirement(
+            dict(devices[rn.DeviceType.GPU]), out["hints"].get(rn.DeviceType.GPU), spec
+        )
+    return out
+
+
+def _hint_error(exc: CodecError) -> Rejection:
+    text = str(exc)
+    field_path = exc.field or ""
+    for dtype in TYPE_ORDER:
+        prefix = f"{keys.DEVICE_ALLOCATE_HINT}.{dtype}."
+        if field_path.startswith(prefix + "selector"):
+            code = rs.INVALID_SELECTOR.format(type=dtype, err=text)
+            return rs.invalid(code, f"invalid device selector for {dtype}: {text}")
+        if field_path.startswith(prefix + "vfSelector"):
+            code = rs.INVALID_VF_SELECTOR.format(type=dtype, err=text)
+            return rs.invalid(code, f"invalid VF selector for {dtype}: {text}")
+    return rs.invalid(
+        rs.INVALID_HINT.format(err=text), f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {text}"
+    )
+
+
+# -- node affinity ---------------------------------------------------------------------------------
+
+_NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _affinity_terms(affinity: Any) -> tuple[SelectorTerm, ...] | None:
+    if affinity is None:
+        return None
+    try:
+        node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+        if not node_aff:
+            return None
+        required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if required is None:
+            return None
+        terms = required.get("nodeSelectorTerms") or []
+        return tuple(
+            SelectorTerm(
+                _requirements(t.get("matchExpressions") or []), _requirements(t.get("matchFields") or [])
+            )
+            for t in terms
+        )
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise _Invalid(rs.invalid(rs.INVALID_POD, f"invalid required node affinity: {exc}")) from None
+
+
+def _requirements(items: Iterable[Any]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    out = []
+    for item in items:
+        op = item["operator"]
+        if op not in _NODE_OPERATORS:
+            raise ValueError(f"unknown operator {op!r}")
+        values = item.get("values") or []
+        out.append((str(item["key"]), op, tuple(str(v) for v in values)))
+    return tuple(out)
+
+
+# -- signature -------------------------------------------------------------------------------------
+
+
+def _with_signature(req: PodRequest) -> PodRequest:
+    hints = tuple(sorted((t, DeviceAllocateHints({t: h}).to_json()) for t, h in req.hints.items()))
+    sig = (
+        req.invalid,
+        req.devices,
+        req.gpu,
+        hints,
+        req.joint_types,
+        req.joint_same_pcie,
+        req.isolation_provider,
+        None if req.numa_spec is None else req.numa_spec.to_json(),
+        req.cpu_milli,
+        req.memory,
+        req.nonzero_cpu_milli,
+        req.nonzero_memory,
+        tuple(sorted(req.scalars.items())),
+    )
+    object.__setattr__(req, "signature", sig)
+    return req
+
+
+# -- pods already bound --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """What a pod already on a node takes there: its devices and its cpu/memory requests."""
+
+    key: str
+    node: str
+    allocations: DeviceAllocations | None
+    cpu_milli: int
+    memory: int
+    nonzero_cpu_milli: int
+    nonzero_memory: int
+    error: str = ""  # a device-allocated annotation that does not parse: it then counts as none
+
+
+def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
+    """Usage of a bound pod for NodeState.add_pod. Terminated pods use nothing."""
+    meta = pod.get("metadata") or {}
+    key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName") or ""
+    phase = (pod.get("status") or {}).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return PodUsage(key, node, None, 0, 0, 0, 0)
+    error = ""
+    try:
+        requests, nz_cpu, nz_mem = effective_requests(spec)
+    except CodecError as exc:
+        requests, nz_cpu, nz_mem, error = {}, 0, 0, str(exc)
+    allocations = None
+    raw = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
+    if raw is not None:
+        try:
+            allocations = parse_device_allocated(raw)
+        except CodecError as exc:
+            error = str(exc)
+    return PodUsage(
+        key,
+        node,
+        allocations,
+        -(-requests.get(rn.CPU, 0) // (NANO // 1000)),
+        -(-requests.get(rn.MEMORY, 0) // NANO),
+        nz_cpu,
+        nz_mem,
+        error,
+    )

@@ -1,0 +1,23 @@
+"""ScarceResourceAvoidance: pods that do not need a scarce resource keep off nodes that have it.
+
+Koordinator's formula over resource kinds: of the kinds the node offers and the pod does not
+request, the share that is not scarce (100 when the node offers nothing extra or nothing scarce).
+A CPU pod scores lower on a GPU node than on a CPU node, so GPU nodes stay free for GPU pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from allocator.core.request import PodRequest
+from allocator.core.state import NodeState
+
+DEFAULT_SCARCE = ("gpu", "rdma", "fpga")
+
+
+def scarce_score(state: NodeState, req: PodRequest, scarce: Iterable[str]) -> float:
+    extra = state.resource_kinds - req.requested_kinds
+    scarce_extra = extra.intersection(scarce)
+    if not extra or not scarce_extra:
+        return 100.0
+    return (len(extra) - len(scarce_extra)) * 100 // len(extra)

@@ -1,0 +1,193 @@
+"""The node score for prioritize (0-10): a weighted mean of pure components, each 0..100.
+
+Built-in components: `fit` (NodeResourcesFitPlus), `scarce` (ScarceResourceAvoidance), `topology`
+(quality of the GPU set), `device` (Koordinator's DeviceShare score). A component that does not
+apply to a pod (None) drops out of the mean. More components plug in by name and weight, e.g. the
+FGD fragmentation term: `NodeScorer(config, components={"fragmentation": term})` with any callable
+`term(state, req) -> float | None`; it reads only the `FragmentationView` properties of the node.
+A weight in the config whose component is not plugged in is ignored, so configs can name it early.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import yaml
+
+from allocator.core.request import PodRequest
+from allocator.core.scoring.device import DEFAULT_WEIGHTS, LEAST_ALLOCATED, DeviceScoring
+from allocator.core.scoring.fit import DEFAULT_FIT, ResourceStrategy, fit_score
+from allocator.core.scoring.scarce import DEFAULT_SCARCE, scarce_score
+from allocator.core.scoring.topology import topology_score
+from allocator.core.state import NodeState
+
+MAX_PRIORITY = 10  # kube-scheduler's extender priorities are 0..10
+
+DEFAULT_WEIGHTS_BY_COMPONENT: Mapping[str, float] = {
+    "fit": 1.0,
+    "scarce": 1.0,
+    "topology": 1.0,
+    "fragmentation": 1.0,
+    "device": 0.0,
+}
+
+
+class FragmentationView(Protocol):
+    """What a fragmentation term may read of a node (NodeState provides all of it)."""
+
+    @property
+    def gpu_free_core_pct(self) -> tuple[int, ...]: ...  # per GPU in minor order, 0..100
+
+    @property
+    def cpu_free_milli(self) -> int: ...
+
+    @property
+    def memory_free(self) -> int: ...
+
+    @property
+    def gpu_model(self) -> str: ...
+
+    @property
+    def healthy_gpu_count(self) -> int: ...
+
+
+ScoreComponent = Callable[[NodeState, PodRequest], "float | None"]
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """Weights and per-component settings; `from_dict` reads the service's YAML shape:
+
+    ```yaml
+    weights: {fit: 1, scarce: 1, topology: 1, fragmentation: 1, device: 0}
+    fit:
+      cpu: {type: LeastAllocated, weight: 1}
+      memory: {type: LeastAllocated, weight: 1}
+      gpu: {type: MostAllocated, weight: 1}
+    scarceResources: [gpu, rdma, fpga]
+    deviceScoring:            # DeviceShareArgs.scoringStrategy: the bind-time device choice
+      type: LeastAllocated
+      resources: [{name: koordinator.sh/gpu-memory-ratio, weight: 1}]
+    ```
+    """
+
+    weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS_BY_COMPONENT))
+    fit: Mapping[str, ResourceStrategy] = field(default_factory=lambda: dict(DEFAULT_FIT))
+    scarce_resources: tuple[str, ...] = DEFAULT_SCARCE
+    device_scoring: DeviceScoring = field(default_factory=DeviceScoring)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ScoringConfig:
+        """Raises ValueError naming the bad field."""
+        data = dict(data or {})
+        unknown = set(data) - {"weights", "fit", "scarceResources", "deviceScoring"}
+        if unknown:
+            raise ValueError(f"unknown scoring settings: {', '.join(sorted(unknown))}")
+        weights = dict(DEFAULT_WEIGHTS_BY_COMPONENT)
+        for name, value in (data.get("weights") or {}).items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"weights.{name}: expected a number >= 0, got {value!r}")
+            weights[str(name)] = float(value)
+        fit = dict(DEFAULT_FIT)
+        if "fit" in data:
+            fit = {}
+            for kind, spec in (data["fit"] or {}).items():
+                if not isinstance(spec, Mapping):
+                    raise ValueError(f"fit.{kind}: expected {{type, weight}}")
+                fit[str(kind)] = ResourceStrategy(
+                    spec.get("type", LEAST_ALLOCATED), int(spec.get("weight", 1))
+                )
+        scarce = tuple(str(s) for s in data.get("scarceResources", DEFAULT_SCARCE))
+        device = DeviceScoring()
+        if data.get("deviceScoring") is not None:
+            spec = data["deviceScoring"]
+            resources = spec.get("resources")
+            device_weights = (
+                dict(DEFAULT_WEIGHTS)
+                if resources is None
+                else {r["name"]: int(r.get("weight", 1)) for r in resources}
+            )
+            device = DeviceScoring(spec.get("type", LEAST_ALLOCATED), device_weights)
+        return cls(weights, fit, scarce, device)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> ScoringConfig:
+        return cls.from_dict(yaml.safe_load(text))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weights": dict(self.weights),
+            "fit": {k: {"type": v.type, "weight": v.weight} for k, v in self.fit.items()},
+            "scarceResources": list(self.scarce_resources),
+            "deviceScoring": {
+                "type": self.device_scoring.strategy,
+                "resources": [{"name": n, "weight": w} for n, w in self.device_scoring.weights.items()],
+            },
+        }
+
+
+def device_share_score(state: NodeState, req: PodRequest, scoring: DeviceScoring) -> float | None:
+    """Koordinator's DeviceShare Score: scoreNode per requested type, averaged over the types."""
+    inv = state.inventory
+    if inv is None or not req.devices:
+        return None
+    scores = []
+    for dtype, resources in req.devices:
+        slots = inv.slots(dtype)
+        if not slots:
+            continue
+        request = req.gpu.per_gpu_map if dtype == "gpu" and req.gpu is not None else dict(resources)
+        frees = state.free.get(dtype, {})
+        scores.append(
+            scoring.score_node(request, (s.total for s in slots), (frees.get(s.minor, {}) for s in slots))
+        )
+    return sum(scores) / len(scores) if scores else None
+
+
+_keys = itertools.count(1)
+
+
+class NodeScorer:
+    """Scores nodes for one configuration. `key` identifies it in score caches."""
+
+    def __init__(
+        self, config: ScoringConfig | None = None, components: Mapping[str, ScoreComponent] | None = None
+    ) -> None:
+        self.config = config or ScoringConfig()
+        cfg = self.config
+        builtin: dict[str, ScoreComponent] = {
+            "fit": lambda s, r: fit_score(s, r, cfg.fit),
+            "scarce": lambda s, r: scarce_score(s, r, cfg.scarce_resources),
+            "topology": topology_score,
+            "device": lambda s, r: device_share_score(s, r, cfg.device_scoring),
+        }
+        self.components: dict[str, ScoreComponent] = {**builtin, **dict(components or {})}
+        self._active = [
+            (name, weight, self.components[name])
+            for name, weight in cfg.weights.items()
+            if weight > 0 and name in self.components
+        ]
+        self.key = next(_keys)
+
+    def with_component(self, name: str, component: ScoreComponent) -> NodeScorer:
+        """A scorer like this one plus (or replacing) a named component."""
+        return NodeScorer(self.config, {**self.components, name: component})
+
+    def breakdown(self, state: NodeState, req: PodRequest) -> dict[str, float | None]:
+        return {name: fn(state, req) for name, _, fn in self._active}
+
+    def score(self, state: NodeState, req: PodRequest) -> int:
+        """0..10: the weighted mean of the components that apply, rounded."""
+        total = weight_sum = 0.0
+        for _, weight, fn in self._active:
+            value = fn(state, req)
+            if value is None:
+                continue
+            total += weight * value
+            weight_sum += weight
+        if weight_sum == 0:
+            return 0
+        return int(total / weight_sum * MAX_PRIORITY / 100 + 0.5)

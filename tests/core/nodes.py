@@ -1,0 +1,53 @@
+"""Node states for the core tests, built from the protocol's example CR or the machine CRs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allocator.core.inventory import build_inventory
+from allocator.core.state import NodeState
+from apis import keys
+from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
+from apis.quantity import Format, Quantity
+from tests.support.machines import koordinator_example_device
+
+CORE, MEM, RATIO, RDMA = (
+    "koordinator.sh/gpu-core",
+    "koordinator.sh/gpu-memory",
+    "koordinator.sh/gpu-memory-ratio",
+    "koordinator.sh/rdma",
+)
+H800_MEMORY = 81559 * 2**20
+
+
+def plain_example_device() -> dict[str, Any]:
+    """The section 2.4 node without its partition table and Honor policy: the scope walk decides."""
+    dev = koordinator_example_device()
+    dev["metadata"]["annotations"] = {}
+    del dev["metadata"]["labels"][keys.GPU_PARTITION_POLICY]
+    return dev
+
+
+def state_of(device: dict[str, Any], node_labels: dict[str, str] | None = None, name: str = "n") -> NodeState:
+    labels = {} if node_labels is None else node_labels
+    return NodeState(name, build_inventory(device, labels), labels)
+
+
+def entry(minor: int, resources: dict[str, int], vf: str | None = None) -> DeviceAllocation:
+    res = {
+        n: Quantity.of(v, Format.BINARY_SI if n == MEM else Format.DECIMAL_SI) for n, v in resources.items()
+    }
+    out = DeviceAllocation(minor, res)
+    if vf is not None:
+        out.vfs = [AllocatedVF(-1, vf)]
+    return out
+
+
+def use_gpus(state: NodeState, *minors: int, share: int = 100, key: str | None = None) -> None:
+    """A pod holding `share` percent of each listed GPU (memory filled as Koordinator does)."""
+    entries = [entry(m, {CORE: share, RATIO: share, MEM: H800_MEMORY * share // 100}) for m in minors]
+    state.add_pod(key or f"ns/use-{'-'.join(map(str, minors))}-{share}", DeviceAllocations({"gpu": entries}))
+
+
+def use_vf(state: NodeState, nic: int, bus: str, key: str | None = None) -> None:
+    state.add_pod(key or f"ns/vf-{bus}", DeviceAllocations({"rdma": [entry(nic, {RDMA: 1}, bus)]}))
