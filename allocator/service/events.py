@@ -120,7 +120,10 @@ class EventRecorder:
             except TimeoutError:
                 item = None
             if item is not None:
-                await self._record(*item)
+                try:
+                    await self._record(*item)
+                finally:
+                    self._queue.task_done()
             if self.clock() >= next_flush:
                 await self._flush()
                 next_flush = self.clock() + flush_every
@@ -128,7 +131,11 @@ class EventRecorder:
     async def drain(self) -> None:
         """Write everything queued and every pending series count (shutdown, tests)."""
         while not self._queue.empty():
-            await self._record(*self._queue.get_nowait())
+            try:
+                await self._record(*self._queue.get_nowait())
+            finally:
+                self._queue.task_done()
+        await self._queue.join()  # an item run() took is still being written
         await self._flush(force=True)
 
     async def _record(self, ref: PodRef, reason: str, action: str, note: str) -> None:
