@@ -103,6 +103,8 @@ async def test_every_recorded_request_is_answered_in_kube_schedulers_shape(
                 body["PodUID"] = stored["metadata"]["uid"]  # the fake issues its own uids
                 raw = json.dumps(body, separators=(",", ":")).encode()
                 await _until_cached(run, body["PodName"], body["PodUID"])
+                # What our own filter says of that node decides what bind must do.
+                fits = await _fits(run, stored, body["Node"])
             async with session.post(
                 url + meta["request"]["path"], data=raw, headers=headers_of(path)
             ) as resp:
@@ -115,7 +117,7 @@ async def test_every_recorded_request_is_answered_in_kube_schedulers_shape(
             elif verb == "prioritize":
                 _check_prioritize(path.name, body, reply)
             else:
-                outcomes[await _check_bind(run, fake_api, pods, path.name, body, reply)] += 1
+                outcomes[_check_bind(run, fake_api, fits, path.name, body, reply)] += 1
     assert (
         seen == Counter(verb for verb, _ in recorded_calls()) == {"filter": 54, "prioritize": 27, "bind": 27}
     )
@@ -164,16 +166,15 @@ def _check_prioritize(name: str, args: dict[str, Any], reply: list[dict[str, Any
     assert all(0 <= h.score <= 10 for h in scores), name
 
 
-async def _check_bind(run, fake, pods, name: str, args: dict[str, Any], reply: dict[str, Any]) -> str:  # type: ignore[no-untyped-def]
+async def _fits(run, pod: dict[str, Any], node: str) -> bool:  # type: ignore[no-untyped-def]
+    verdict = await run.client.filter(pod, [node])
+    return bool(verdict["NodeNames"] == [node])
+
+
+def _check_bind(run, fake, fits: bool, name: str, args: dict[str, Any], reply: dict[str, Any]) -> str:  # type: ignore[no-untyped-def]
     assert list(reply) == ["Error"], name
     error = ExtenderBindingResult.from_dict(reply).error
     stored = fake.get("pods", args["PodName"], args["PodNamespace"])
-    wants_devices = run.service.core.request(stored).wants_devices
-    # What our own filter says of that node decides what bind must do.
-    status, verdict = await run.client.post(
-        "filter", {"Pod": stored, "Nodes": None, "NodeNames": [args["Node"]]}
-    )
-    fits = verdict["NodeNames"] == [args["Node"]]
     if error:
         assert not fits and stored["spec"].get("nodeName") is None and allocated(stored) is None, (
             name,
@@ -182,5 +183,5 @@ async def _check_bind(run, fake, pods, name: str, args: dict[str, Any], reply: d
         return "refused"
     assert fits, name
     assert stored["spec"]["nodeName"] == args["Node"], name
-    assert (allocated(stored) is not None) == wants_devices, name
+    assert (allocated(stored) is not None) == run.service.core.request(stored).wants_devices, name
     return "bound"
