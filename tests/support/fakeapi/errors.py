@@ -23,7 +23,7 @@ class FieldError:
     type: str  # Required | Invalid | Forbidden | NotSupported | Duplicate
     field: str
     detail: str = ""
-    value: Any = None
+    value: Any = None  # rendered as JSON, or verbatim when a GoValue
 
     @property
     def reason(self) -> str:
@@ -35,14 +35,22 @@ class FieldError:
         head = {
             "Required": "Required value",
             "Forbidden": "Forbidden",
-            "NotSupported": f"Unsupported value: {json.dumps(self.value)}",
-            "Duplicate": f"Duplicate value: {json.dumps(self.value)}",
-            "Invalid": f"Invalid value: {json.dumps(self.value)}",
+            "NotSupported": f"Unsupported value: {_render(self.value)}",
+            "Duplicate": f"Duplicate value: {_render(self.value)}",
+            "Invalid": f"Invalid value: {_render(self.value)}",
         }[self.type]
         return f"{head}: {self.detail}" if self.detail else head
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
+
+
+class GoValue(str):
+    """A value already rendered the way Go's %#v renders it (`0x0`), shown verbatim in messages."""
+
+
+def _render(value: Any) -> str:
+    return str(value) if isinstance(value, GoValue) else json.dumps(value)
 
 
 class ApiError(Exception):
@@ -142,18 +150,20 @@ def precondition_failed(
     return conflict(rt, name, why)
 
 
-def invalid(rt: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
-    """422 Invalid, listing each field error (one bare, several in brackets, as apimachinery does)."""
-    kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+def invalid(rt: ResourceType, name: str, errors: list[FieldError], *, kind: str = "") -> ApiError:
+    """422 Invalid, listing each field error (one bare, several in brackets, as apimachinery does).
+    `kind` overrides the kind named in the message (the generic registry sometimes names the resource)."""
+    kind = kind or rt.kind
+    qualified = f"{kind}.{rt.group}" if rt.group else kind
     rendered = ", ".join(str(e) for e in errors)
     if len(errors) > 1:
         rendered = f"[{rendered}]"
     details: JsonObj = {"name": name}
     if rt.group:
         details["group"] = rt.group
-    details["kind"] = rt.kind
+    details["kind"] = kind
     details["causes"] = [{"reason": e.reason, "message": e.message, "field": e.field} for e in errors]
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {rendered}', details)
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {rendered}', details)
 
 
 def expired(message: str) -> ApiError:
@@ -209,12 +219,6 @@ def unsupported_media_type(accepted: list[str]) -> ApiError:
         accepted
     )
     return ApiError(415, "UnsupportedMediaType", message, {})
-
-
-def internal_error(message: str) -> ApiError:
-    return ApiError(
-        500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
-    )
 
 
 # Default reason for a bare status code, used by fault injection.

@@ -79,9 +79,6 @@ class FaultSet:
     def clear(self) -> None:
         self._faults.clear()
 
-    def __len__(self) -> int:
-        return len(self._faults)
-
 
 @dataclass(frozen=True)
 class RecordedRequest:

@@ -26,6 +26,7 @@ _BOOL_FALSE = ("0", "f", "F", "false", "FALSE", "False")
 _FLOWSCHEMA_UID = str(uuid.uuid4())
 _PRIORITYLEVEL_UID = str(uuid.uuid4())
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
+_LOGGED = web.RequestKey("fakeapi.logged", bool)  # this request is already in the request log
 # What the apiserver says when sendInitialEvents is asked of it on etcd 3.4 (recorded); this fake does not
 # implement streaming lists either, so clients fall back to LIST+WATCH exactly as they did there.
 _NO_WATCH_LIST = (
@@ -96,7 +97,6 @@ class _Handler:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         raw = await request.read() if request.can_read_body else b""
-        content_type = request.headers.get("Content-Type", "")
         status = 0
         try:
             fault = self.state.faults.take(request.method, request.path, query)
@@ -104,27 +104,32 @@ class _Handler:
                 if fault.delay:
                     await asyncio.sleep(fault.delay)
                 if fault.disconnect:
-                    assert request.transport is not None
-                    request.transport.abort()
-                    raise ConnectionResetError("fault injection dropped the connection")
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return web.Response()  # never reaches the client: the connection is gone
                 if fault.status is not None:
                     status = fault.status
                     return json_response(fault.status, fault.response_body(), headers=fault.headers)
             try:
-                response = await self._route(request, query, raw, content_type)
+                response = await self._route(request, query, raw)
             except errors.ApiError as exc:
                 response = error_response(exc)
             status = response.status
             return response
         finally:
-            self.state.requests.append(
-                RecordedRequest(request.method, request.path, query, content_type, _parsed(raw), status)
-            )
+            if _LOGGED not in request:  # watches log themselves when their stream starts
+                self._log(request, query, raw, status)
+
+    def _log(self, request: web.Request, query: dict[str, str], raw: bytes, status: int) -> None:
+        request[_LOGGED] = True
+        content_type = request.headers.get("Content-Type", "")
+        self.state.requests.append(
+            RecordedRequest(request.method, request.path, query, content_type, _parsed(raw), status)
+        )
 
     # -- routing -------------------------------------------------------------------------------------
-    async def _route(
-        self, request: web.Request, query: dict[str, str], raw: bytes, content_type: str
-    ) -> web.StreamResponse:
+    async def _route(self, request: web.Request, query: dict[str, str], raw: bytes) -> web.StreamResponse:
+        content_type = request.headers.get("Content-Type", "")
         parts = [p for p in request.path.split("/") if p]
         method = request.method
         if parts in (["healthz"], ["readyz"], ["livez"]):
@@ -280,6 +285,7 @@ class _Handler:
         response = web.StreamResponse(status=200, headers=_headers())
         response.enable_chunked_encoding()
         await response.prepare(request)
+        self._log(request, query, b"", 200)
 
         async def write(line: bytes) -> None:
             await response.write(line)

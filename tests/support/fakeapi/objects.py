@@ -61,10 +61,14 @@ def reorder(obj: JsonObj, order: tuple[str, ...]) -> JsonObj:
 
 
 def canonical_metadata(meta: JsonObj) -> JsonObj:
+    """ObjectMeta as Go writes it: its field order, map keys sorted, empty maps and lists left out."""
     meta = reorder(meta, METADATA_ORDER)
     for mapping in ("labels", "annotations"):
         if isinstance(meta.get(mapping), dict):
             meta[mapping] = dict(sorted(meta[mapping].items()))
+    for omitted in ("labels", "annotations", "finalizers", "ownerReferences", "managedFields"):
+        if omitted in meta and not meta[omitted]:
+            del meta[omitted]
     return meta
 
 

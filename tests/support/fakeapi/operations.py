@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors, pods
-from .errors import FieldError
+from .errors import FieldError, GoValue
 from .objects import SERVER_MANAGED, canonical_metadata, generated_name, new_uid, timestamp, validate_name
 from .patching import apply_patch
 from .resources import Registry, ResourceType
@@ -244,11 +244,11 @@ class Operations:
             if meta["resourceVersion"] != old_meta["resourceVersion"]:
                 raise errors.conflict(rt, name, errors.MODIFIED_CONFLICT)
         elif is_put and srt.custom:
-            raise errors.invalid(
-                rt,
-                name,
-                [FieldError("Invalid", "metadata.resourceVersion", "must be specified for an update", 0)],
+            # Worded as the generic registry words it: the "kind" is the resource, the value Go's 0x0.
+            unversioned = FieldError(
+                "Invalid", "metadata.resourceVersion", "must be specified for an update", GoValue("0x0")
             )
+            raise errors.invalid(rt, name, [unversioned], kind=rt.plural)
         if meta.get("uid") and meta["uid"] != old_meta["uid"]:
             raise errors.precondition_failed(srt, namespace, name, "UID", meta["uid"], old_meta["uid"])
 
@@ -275,12 +275,14 @@ class Operations:
             new["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1
         srt.behaviour.canonicalise(new)
         new["metadata"] = canonical_metadata(new["metadata"])
+        if _deletes_on_update(old, new):
+            # The last finalizer is gone: the object is deleted rather than written (one DELETED event
+            # carrying its last stored state), and the client gets back the object it sent.
+            self._remove(srt, old)
+            return self.present(rt, new)
         if new == old:
             return self.present(rt, old)  # a no-op write stores nothing and emits no event
-        stored = self.store.replace(srt.key, new)
-        if _ready_to_remove(stored):
-            self._remove(srt, stored)
-        return self.present(rt, stored)
+        return self.present(rt, self.store.replace(srt.key, new))
 
     # -- delete --------------------------------------------------------------------------------------
     def delete(self, rt: ResourceType, namespace: str, name: str, options: DeleteOptions) -> JsonObj:
@@ -486,16 +488,24 @@ def _spec_view(rt: ResourceType, obj: JsonObj) -> JsonObj:
 
 
 def _marked_deleting(obj: JsonObj, grace: int) -> JsonObj:
-    meta = {**obj["metadata"], "deletionTimestamp": timestamp(grace), "deletionGracePeriodSeconds": grace}
+    """The object with its deletion recorded. Like the apiserver, the first mark bumps a tracked
+    generation, and an existing deletionTimestamp only ever moves earlier."""
+    meta = dict(obj["metadata"])
+    if not meta.get("deletionTimestamp") and meta.get("generation"):
+        meta["generation"] += 1
+    deadline = timestamp(grace)
+    if not meta.get("deletionTimestamp") or meta["deletionTimestamp"] > deadline:
+        meta["deletionTimestamp"] = deadline
+    meta["deletionGracePeriodSeconds"] = grace
     return {**obj, "metadata": canonical_metadata(meta)}
 
 
-def _ready_to_remove(obj: JsonObj) -> bool:
-    """Being deleted, no finalizer left, and no grace period still running."""
-    meta = obj["metadata"]
+def _deletes_on_update(old: JsonObj, new: JsonObj) -> bool:
+    """An update that leaves no finalizer on an object being deleted (no grace period running) deletes it."""
+    meta = old["metadata"]
     return (
         bool(meta.get("deletionTimestamp"))
-        and not meta.get("finalizers")
+        and not new["metadata"].get("finalizers")
         and not meta.get("deletionGracePeriodSeconds")
     )
 

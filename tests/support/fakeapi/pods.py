@@ -139,16 +139,12 @@ class PodBehaviour(KindBehaviour):
         if isinstance(spec, dict):
             for kind in ("initContainers", "containers"):
                 if isinstance(spec.get(kind), list):
-                    spec[kind] = [
-                        reorder(c, CONTAINER_ORDER) if isinstance(c, dict) else c for c in spec[kind]
-                    ]
+                    spec[kind] = [_ordered(c, CONTAINER_ORDER) for c in spec[kind]]
             obj["spec"] = reorder(spec, POD_SPEC_ORDER)
         status = obj.get("status")
         if isinstance(status, dict):
             if isinstance(status.get("conditions"), list):
-                status["conditions"] = [
-                    _condition(c) if isinstance(c, dict) else c for c in status["conditions"]
-                ]
+                status["conditions"] = [_condition(c) for c in status["conditions"]]
             obj["status"] = reorder(status, POD_STATUS_ORDER)
 
     def grace_period(self, obj: JsonObj, requested: int | None) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,9 +141,6 @@ class Registry:
             if rt.api_version == api_version and rt.kind == kind:
                 return rt
         raise KeyError(f"no resource type for apiVersion {api_version!r} kind {kind!r}")
-
-    def __iter__(self) -> Iterator[ResourceType]:
-        return iter(self._by_url.values())
 
     def groups(self) -> dict[str, list[str]]:
         """Group name → versions, in registration order (core group excluded)."""
