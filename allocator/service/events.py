@@ -116,7 +116,10 @@ class EventRecorder:
         while True:
             timeout = max(0.0, next_flush - self.clock())
             try:
-                item = await asyncio.wait_for(self._queue.get(), timeout)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose the item a
+                # cancelled get() already took.
+                async with asyncio.timeout(timeout):
+                    item = await self._queue.get()
             except TimeoutError:
                 item = None
             if item is not None:
