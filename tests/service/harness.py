@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -186,6 +190,76 @@ async def running_allocator(
         await client.close()
         await service.stop()
         await api.close()
+
+
+STARTED = re.compile(
+    rb"extender on https://127\.0\.0\.1:(\d+), health and metrics on http://127\.0\.0\.1:(\d+)"
+)
+
+
+class Process:
+    def __init__(
+        self, proc: asyncio.subprocess.Process, port: int, health_port: int, log: list[bytes]
+    ) -> None:
+        self.proc = proc
+        self.port = port
+        self.health = f"http://127.0.0.1:{health_port}"
+        self.log = log
+
+    async def status(self, path: str) -> int:
+        async with aiohttp.ClientSession() as s, s.get(self.health + path) as r:
+            return r.status
+
+    async def ready(self, timeout: float = 20.0) -> None:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(int(timeout / 0.05)):
+                async with s.get(self.health + "/readyz") as r:
+                    if r.status == 200:
+                        return
+                await asyncio.sleep(0.05)
+        raise AssertionError(b"".join(self.log[-30:]).decode(errors="replace"))
+
+    async def metric_lines(self, prefix: str) -> list[str]:
+        async with aiohttp.ClientSession() as s, s.get(self.health + "/metrics") as r:
+            return [line for line in (await r.text()).splitlines() if line.startswith(prefix)]
+
+
+@asynccontextmanager
+async def allocator_process(
+    fake: FakeApiServer, pki: Pki, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[Process]:
+    """`topoalloc allocator` in its own process (so it can be SIGKILLed); without extra `args`
+    it runs without leader election."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "topoalloc", "allocator", "-v",
+        "--api-server", fake.url, "--no-events",
+        "--host", "127.0.0.1", "--port", "0", "--health-host", "127.0.0.1", "--health-port", "0",
+        "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key), "--client-ca", str(pki.server.client_ca),
+        *(args or ("--no-leader-elect",)),
+        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    log: list[bytes] = []
+    assert proc.stderr is not None
+    match = None
+    while match is None:
+        line = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert line, b"".join(log).decode(errors="replace")
+        log.append(line)
+        match = STARTED.search(line)
+
+    async def drain() -> None:
+        assert proc.stderr is not None
+        while line := await proc.stderr.readline():
+            log.append(line)
+
+    drainer = asyncio.create_task(drain())
+    try:
+        yield Process(proc, int(match.group(1)), int(match.group(2)), log)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 15)
+        await drainer
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> float:

@@ -8,75 +8,17 @@ import asyncio
 import json
 import re
 import signal
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
-import aiohttp
-
-from tests.service.harness import SchedulerClient, allocated, double_booked, pod, seed_nodes
+from tests.service.harness import (
+    SchedulerClient,
+    allocated,
+    allocator_process,
+    double_booked,
+    pod,
+    seed_nodes,
+)
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
-
-STARTED = re.compile(
-    rb"extender on https://127\.0\.0\.1:(\d+), health and metrics on http://127\.0\.0\.1:(\d+)"
-)
-
-
-class Process:
-    def __init__(
-        self, proc: asyncio.subprocess.Process, port: int, health_port: int, log: list[bytes]
-    ) -> None:
-        self.proc = proc
-        self.port = port
-        self.health = f"http://127.0.0.1:{health_port}"
-        self.log = log
-
-    async def ready(self, timeout: float = 20.0) -> None:
-        async with aiohttp.ClientSession() as s:
-            for _ in range(int(timeout / 0.05)):
-                async with s.get(self.health + "/readyz") as r:
-                    if r.status == 200:
-                        return
-                await asyncio.sleep(0.05)
-        raise AssertionError(b"".join(self.log[-30:]).decode(errors="replace"))
-
-    async def metric_lines(self, prefix: str) -> list[str]:
-        async with aiohttp.ClientSession() as s, s.get(self.health + "/metrics") as r:
-            return [line for line in (await r.text()).splitlines() if line.startswith(prefix)]
-
-
-@asynccontextmanager
-async def allocator_process(fake: FakeApiServer, pki: Pki) -> AsyncIterator[Process]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "topoalloc", "allocator", "-v",
-        "--api-server", fake.url, "--no-leader-elect", "--no-events",
-        "--host", "127.0.0.1", "--port", "0", "--health-host", "127.0.0.1", "--health-port", "0",
-        "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key), "--client-ca", str(pki.server.client_ca),
-        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    log: list[bytes] = []
-    assert proc.stderr is not None
-    match = None
-    while match is None:
-        line = await asyncio.wait_for(proc.stderr.readline(), 30)
-        assert line, b"".join(log).decode(errors="replace")
-        log.append(line)
-        match = STARTED.search(line)
-
-    async def drain() -> None:
-        assert proc.stderr is not None
-        while line := await proc.stderr.readline():
-            log.append(line)
-
-    drainer = asyncio.create_task(drain())
-    try:
-        yield Process(proc, int(match.group(1)), int(match.group(2)), log)
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 15)
-        await drainer
 
 
 async def schedule_pending(client: SchedulerClient, fake: FakeApiServer, nodes: list[str]) -> None:
