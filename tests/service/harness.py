@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from allocator.service.config import LeaderElection, ServiceConfig
+from allocator.service.coreadapter import CoreAdapter
 from allocator.service.kube import KubeApi
 from allocator.service.server import Allocator
 from apis import keys
@@ -318,3 +319,34 @@ def api_holdings(pods: Iterable[JSON]) -> dict[str, tuple[str, str]]:
         if text and node_name and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             out[f"{p['metadata']['namespace']}/{p['metadata']['name']}"] = (node_name, text)
     return out
+
+
+def node_view(core: CoreAdapter) -> dict[str, Any]:
+    """What the core counts per node, in a comparable form."""
+    out = {}
+    for name, state in sorted(core.cluster.nodes.items()):
+        out[name] = {
+            "pods": sorted(state.pods),
+            "used": {t: {m: dict(r) for m, r in per.items() if r} for t, per in state.used.items() if per},
+            "vfs": {t: {m: sorted(v) for m, v in per.items() if v} for t, per in state.vf_taken.items()},
+            "cpu": state.requested_cpu_milli,
+            "memory": state.requested_memory,
+        }
+        out[name]["used"] = {t: per for t, per in out[name]["used"].items() if per}
+        out[name]["vfs"] = {t: per for t, per in out[name]["vfs"].items() if per}
+    return out
+
+
+def rebuilt_from_api(fake: FakeApiServer) -> CoreAdapter:
+    """Cluster state built from scratch from the API's current objects."""
+    core = CoreAdapter()
+    for n in fake.list_objects("nodes"):
+        core.set_node(n)
+    for d in fake.list_objects("devices"):
+        core.set_device(d)
+    nodes = {n["metadata"]["name"] for n in fake.list_objects("nodes")}
+    for p in fake.list_objects("pods", "default"):
+        usage = core.usage(p)
+        if usage.node in nodes and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            core.assign_usage(usage.key, usage.node, usage)
+    return core

@@ -17,10 +17,18 @@ import random
 import time
 from typing import Any
 
-from allocator.service.coreadapter import CoreAdapter
 from allocator.service.kube import ApiError
 from apis import keys
-from tests.service.harness import api_holdings, double_booked, pod, running_allocator, seed_nodes, until
+from tests.service.harness import (
+    api_holdings,
+    double_booked,
+    node_view,
+    pod,
+    rebuilt_from_api,
+    running_allocator,
+    seed_nodes,
+    until,
+)
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
 
@@ -141,34 +149,6 @@ async def chaos(world: World, fake: FakeApiServer, stop: asyncio.Event) -> None:
             fake.compact()
             fake.break_watches()
             compacted = True
-
-
-def node_view(core: CoreAdapter) -> dict[str, Any]:
-    out = {}
-    for name, state in sorted(core.cluster.nodes.items()):
-        out[name] = {
-            "pods": sorted(state.pods),
-            "used": {t: {m: dict(r) for m, r in per.items() if r} for t, per in state.used.items() if per},
-            "vfs": {t: {m: sorted(v) for m, v in per.items() if v} for t, per in state.vf_taken.items()},
-            "cpu": state.requested_cpu_milli,
-            "memory": state.requested_memory,
-        }
-        out[name]["used"] = {t: per for t, per in out[name]["used"].items() if per}
-        out[name]["vfs"] = {t: per for t, per in out[name]["vfs"].items() if per}
-    return out
-
-
-def rebuilt_from_api(fake: FakeApiServer) -> CoreAdapter:
-    core = CoreAdapter()
-    for n in fake.list_objects("nodes"):
-        core.set_node(n)
-    for d in fake.list_objects("devices"):
-        core.set_device(d)
-    for p in fake.list_objects("pods", "default"):
-        usage = core.usage(p)
-        if usage.node and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            core.assign_usage(usage.key, usage.node, usage)
-    return core
 
 
 async def test_random_concurrent_operations_never_double_book(fake_api: FakeApiServer, pki: Pki) -> None:

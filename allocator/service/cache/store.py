@@ -101,7 +101,8 @@ class ClusterCache:
         self.reservations: dict[str, Reservation] = {}
         # what the core has assigned per pod key
         self._assigned: dict[str, Assigned] = {}
-        self._by_node: dict[str, set[str]] = defaultdict(set)  # node -> pod keys assigned there
+        self._target: dict[str, str] = {}  # pod key -> the node it holds devices on
+        self._by_node: dict[str, set[str]] = defaultdict(set)  # the inverse of _target
         self._tokens = itertools.count(1)
 
     # == Sink (fed by the reflectors) ==============================================================
@@ -148,7 +149,7 @@ class ClusterCache:
         if name == NODES.name:
             if self.nodes.pop(key, None) is not None:
                 self.core.remove_node(key)
-                # The core forgot the node's pods; they are re-installed if the Node comes back.
+                # The core forgot the node's pods; they are installed again if the Node returns.
                 for pkey in self._by_node.get(key, ()):
                     self._assigned.pop(pkey, None)
         elif name == PODS.name:
@@ -175,9 +176,8 @@ class ClusterCache:
         if problem:
             log.warning("Node %s: %s", name, problem)
         if old is None:
-            # The Node is back after a delete: its pods were dropped from the core with it.
+            # Pods that arrived before their Node (or outlived its delete) count from now on.
             for key in list(self._by_node.get(name, ())):
-                self._assigned.pop(key, None)
                 self._sync_core(key)
 
     def _upsert_device(self, dev: JSON) -> None:
@@ -232,7 +232,8 @@ class ClusterCache:
         self._sync_core(key)
 
     def _sync_core(self, key: str) -> None:
-        """Make the core's assignment of `key` match its reservation, else its pod entry."""
+        """Make the core's assignment of `key` match its reservation, else its pod entry. A pod
+        on a node without a Node object (not seen yet, or deleted) is installed once it exists."""
         entry = self.pods.get(key)
         res = self.reservations.get(key)
         want: Assigned | None = None
@@ -240,23 +241,29 @@ class ClusterCache:
             want = (res.node, res.token, None)
         elif entry is not None and entry.holds:
             want = (entry.node, 0, entry.usage)
+        target = self._target.get(key)
+        if target is not None and (want is None or want[0] != target):
+            self._by_node[target].discard(key)
+            del self._target[key]
+        if want is not None:
+            self._target[key] = want[0]
+            self._by_node[want[0]].add(key)
+        installable = want if want is not None and want[0] in self.nodes else None
         have = self._assigned.get(key)
-        if have == want:  # PodUsage compares by value
+        if have == installable:  # PodUsage compares by value
             return
         if have is not None:
             self.core.unassign(key)
-            self._by_node[have[0]].discard(key)
             del self._assigned[key]
-        if want is None:
+        if installable is None:
             return
-        node = want[0]
+        node = installable[0]
         if res is not None:
             self.core.assign_reservation(key, node, res.allocations, res.request)
         else:
             assert entry is not None
             self.core.assign_usage(key, node, entry.usage)
-        self._assigned[key] = want
-        self._by_node[node].add(key)
+        self._assigned[key] = installable
 
     # == the request path ===========================================================================
 
