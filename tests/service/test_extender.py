@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allocator.service.handlers.prioritize import host_priority_list
 from apis import keys
 from tests.service.harness import (
     allocated,
@@ -95,3 +99,19 @@ async def test_malformed_annotation_is_unresolvable_on_every_node(fake_api: Fake
         error = await run.client.bind(bad, "gpu-1")
         assert keys.DEVICE_ALLOCATE_HINT in error
         assert fake_api.get("pods", "bad-hint", "default")["spec"].get("nodeName") is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    names=st.lists(
+        st.text(max_size=12) | st.from_regex(r"[a-z0-9][a-z0-9.\-]{0,20}", fullmatch=True), max_size=8
+    ),
+    score=st.integers(-(2**40), 2**40),
+)
+def test_host_priority_list_is_valid_json_in_kube_schedulers_shape(names: list[str], score: int) -> None:
+    text = host_priority_list(names, dict.fromkeys(names[::2], score))
+    decoded = json.loads(text)
+    assert [h["Host"] for h in decoded] == names
+    assert all(list(h) == ["Host", "Score"] and 0 <= h["Score"] <= 10 for h in decoded)
+    expect = {n: min(10, max(0, score)) for n in names[::2]}
+    assert all(h["Score"] == expect.get(h["Host"], 0) for h in decoded if h["Host"] not in names[1::2])

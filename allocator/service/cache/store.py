@@ -93,8 +93,10 @@ class ClusterCache:
         self.reservation_ttl = reservation_ttl
         self.metrics = metrics
         self.clock = clock
-        self.nodes: dict[str, JSON] = {}
-        self.devices: dict[str, JSON] = {}
+        # Only what the allocator reads: a real Node or Device object is mostly status that
+        # changes often, and thousands of raw copies slow Python's garbage collector down.
+        self.nodes: dict[str, NodeFacts] = {}
+        self.devices: dict[str, str] = {}  # Device name -> resourceVersion
         self.device_errors: dict[str, Rejection] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
@@ -168,9 +170,10 @@ class ClusterCache:
 
     def _upsert_node(self, node: JSON) -> None:
         name = _meta(node).get("name") or ""
+        facts = _node_facts(node)
         old = self.nodes.get(name)
-        self.nodes[name] = node
-        if old is not None and not _node_changed(old, node):
+        self.nodes[name] = facts
+        if old == facts:
             return  # a heartbeat or condition update: nothing the allocator reads
         problem = self.core.set_node(node)
         if problem:
@@ -181,11 +184,12 @@ class ClusterCache:
                 self._sync_core(key)
 
     def _upsert_device(self, dev: JSON) -> None:
-        name = _meta(dev).get("name") or ""
-        old = self.devices.get(name)
-        self.devices[name] = dev
-        if old is not None and _meta(old).get("resourceVersion") == _meta(dev).get("resourceVersion"):
+        meta = _meta(dev)
+        name = meta.get("name") or ""
+        rv = str(meta.get("resourceVersion") or "")
+        if rv and self.devices.get(name) == rv:
             return  # a relist replaying what we have: no inventory rebuild
+        self.devices[name] = rv
         problem = self.core.set_device(dev)
         if problem is None:
             self.device_errors.pop(name, None)
@@ -272,9 +276,8 @@ class ClusterCache:
         return self.core.filter(req, names)
 
     def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
-        """0..10 for every name (0 for nodes the cache does not know)."""
-        scores = self.core.score(req, names)
-        return {n: max(0, min(10, int(scores.get(n, 0)))) for n in names}
+        """The core's 0..10 for the names (0 for nodes the cache does not know)."""
+        return self.core.score(req, names)
 
     def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection:
         """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume").
@@ -360,11 +363,14 @@ class ClusterCache:
         return [(node, dtype, len(minors)) for (node, dtype), minors in sorted(taken.items())]
 
 
-def _node_changed(old: JSON, new: JSON) -> bool:
-    """Does the update touch what the allocator reads (labels, allocatable, taints)?"""
-    om, nm = _meta(old), _meta(new)
-    if om.get("labels") != nm.get("labels"):
-        return True
-    if (old.get("status") or {}).get("allocatable") != (new.get("status") or {}).get("allocatable"):
-        return True
-    return (old.get("spec") or {}) != (new.get("spec") or {})
+NodeFacts = tuple[Any, Any, Any]
+
+
+def _node_facts(node: JSON) -> NodeFacts:
+    """What the allocator reads of a Node (labels, allocatable, spec): an update that leaves them
+    alone (heartbeats, conditions, images) changes nothing."""
+    return (
+        _meta(node).get("labels") or {},
+        (node.get("status") or {}).get("allocatable") or {},
+        node.get("spec") or {},
+    )

@@ -6,12 +6,15 @@ extender then leaves the ranking to kube-scheduler's own plugins.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Container
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
-from apis.extender import ExtenderArgs
+from apis.extender import MAX_PRIORITY, ExtenderArgs
 
 if TYPE_CHECKING:
     from allocator.service.server import Allocator
@@ -25,9 +28,27 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
     names = args.names()
     req = svc.core.request(args.pod)
     if req.invalid is not None or not req.wants_devices:
-        scores = dict.fromkeys(names, 0)
+        scores: dict[str, int] = {}
         result = "invalid_request" if req.invalid is not None else "no_devices"
     else:
         scores = svc.cache.score(req, names)
         result = "ok"
-    return json_reply(request, [{"Host": n, "Score": scores[n]} for n in names], result)
+    return json_reply(request, host_priority_list(names, scores, svc.cache.nodes), result)
+
+
+_PLAIN_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")  # DNS-1123: needs no JSON escaping
+
+
+def host_priority_list(names: list[str], scores: dict[str, int], known: Container[str] = ()) -> str:
+    """`[{"Host":…,"Score":…},…]` for every name, scores clamped to 0..10.
+
+    Written by hand: json.dumps of thousands of small dicts costs more than the scoring. Names
+    of `known` nodes came from the API server, which only accepts DNS-1123 names."""
+    parts = []
+    for name in names:
+        score = int(scores.get(name, 0))
+        score = 0 if score < 0 else MAX_PRIORITY if score > MAX_PRIORITY else score
+        plain = name in known or _PLAIN_NAME.fullmatch(name)
+        host = f'"{name}"' if plain else json.dumps(name)
+        parts.append(f'{{"Host":{host},"Score":{score}}}')
+    return "[" + ",".join(parts) + "]"
