@@ -134,6 +134,12 @@ def allocator(
     if weights:
         scoring.setdefault("weights", {}).update(_weights(weights))
     cfg.scoring = scoring
+    from allocator.service.coreadapter import CoreAdapter
+
+    try:
+        CoreAdapter.check_scoring(scoring)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise click.UsageError(f"scoring: {exc}") from None
     asyncio.run(serve(cfg, api_host=api_host))
 
 

@@ -33,6 +33,11 @@ class CoreAdapter:
         self.scoring = ScoringConfig.from_dict(scoring or {})  # ValueError on a bad config
         self.scorer = NodeScorer(self.scoring)
 
+    @staticmethod
+    def check_scoring(scoring: Mapping[str, Any]) -> None:
+        """Raise ValueError naming the bad field of a scoring config."""
+        ScoringConfig.from_dict(scoring)
+
     # -- parsing (never raises: bad input becomes `invalid` / `error`) ------------------------------
 
     @staticmethod
