@@ -4,8 +4,12 @@ Field names, order and omission follow Koordinator's Go types, so a Koordinator-
 decodes unchanged and ours encodes to what Koordinator would write. topoalloc's additions are
 optional and never change the type of an existing field, so our objects still validate against
 Koordinator's schema:
-  * `topology.pcieSwitchID` – the nearest PCIe switch above the device (BDF of the switch's
-    upstream port); `pcieID` keeps Koordinator's meaning (the PCI root bus, e.g. `pci0000:15`).
+  * `topology.pcieSwitchID` – the PCIe switch the device hangs under: the upstream port (BDF) of
+    the outermost switch below the root port, so devices sharing it reach each other without
+    crossing the host bridge; `pcieID` keeps Koordinator's meaning (the PCI root bus, e.g.
+    `pci0000:15`).
+  * `topology.pciePath` – the PCI bridges from the root port down to the device's parent (BDFs),
+    enough to tell PIX from PXB the way `nvidia-smi topo -m` does.
   * `nvlink` on a GPU – its NVLink domain and direct peers with link counts.
   * `status.devices` – per-device load and health detail, `status.updateTime`.
 """
@@ -38,8 +42,9 @@ class DeviceTopology:
     pcie_id: str = ""
     bus_id: str = ""
     pcie_switch_id: str = ""  # topoalloc extra
+    pcie_path: list[str] = field(default_factory=list)  # topoalloc extra
 
-    FIELDS = ("socketID", "nodeID", "pcieID", "busID", "pcieSwitchID")
+    FIELDS = ("socketID", "nodeID", "pcieID", "busID", "pcieSwitchID", "pciePath")
 
     @classmethod
     def from_dict(cls, value: Any, path: str) -> DeviceTopology:
@@ -50,6 +55,10 @@ class DeviceTopology:
             pcie_id=d.string(data, "pcieID", path),
             bus_id=d.string(data, "busID", path),
             pcie_switch_id=d.string(data, "pcieSwitchID", path),
+            pcie_path=[
+                _bridge(v, d.join(d.join(path, "pciePath"), i))
+                for i, v in enumerate(d.array(data, "pciePath", path))
+            ],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,12 +67,20 @@ class DeviceTopology:
             out["busID"] = self.bus_id
         if self.pcie_switch_id:
             out["pcieSwitchID"] = self.pcie_switch_id
+        if self.pcie_path:
+            out["pciePath"] = list(self.pcie_path)
         return out
 
     @property
     def pcie_scope(self) -> str:
         """The tightest known PCIe scope: the real switch when the CR carries it, else the root bus."""
         return self.pcie_switch_id or self.pcie_id
+
+
+def _bridge(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise CodecError(path, "expected a PCI bridge address such as 0000:16:00.0", value)
+    return value
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,222 @@
+"""`topoalloc agent` (run, print once, record a fixture) and `topoalloc inspect`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from agent.config import ConfigError, load_config
+
+log = logging.getLogger("agent")
+
+
+def _logging(verbose: int) -> None:
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def node_patch_document(name: str, labels: dict[str, Any], extended: dict[str, Any]) -> dict[str, Any]:
+    """The Node change the agent would make, as a merge-patch-shaped Node document."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {k: v for k, v in labels.items() if v is not None}},
+        "status": {
+            "capacity": {k: v for k, v in extended.items() if v is not None},
+            "allocatable": {k: v for k, v in extended.items() if v is not None},
+        },
+    }
+
+
+def _dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=1000)
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--fixture",
+    type=click.Path(exists=True, file_okay=False),
+    help="Read a hardware fixture, not the machine.",
+)
+@click.option(
+    "--node-name", envvar="NODE_NAME", help="Node to publish for (default: $NODE_NAME; the fixture's name)."
+)
+@click.option(
+    "--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Agent config YAML."
+)
+@click.option(
+    "--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="Kubeconfig (default: in-cluster)."
+)
+@click.option("--sysfs-root", default="/sys", show_default=True, help="sysfs root when not using --fixture.")
+@click.option("--resync", type=float, help="Seconds between resyncs (default 10, or the config's).")
+@click.option("--once", is_flag=True, help="Run one pass and exit.")
+@click.option(
+    "--print", "print_only", is_flag=True, help="With --once: print the Device and Node patch, no cluster."
+)
+@click.option("--no-hotplug", is_flag=True, help="Do not listen for udev events.")
+@click.option(
+    "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
+)
+@click.option("-v", "--verbose", count=True)
+@click.pass_context
+def agent(
+    ctx: click.Context,
+    fixture: str | None,
+    node_name: str | None,
+    config_file: str | None,
+    kubeconfig: str | None,
+    sysfs_root: str,
+    resync: float | None,
+    once: bool,
+    print_only: bool,
+    no_hotplug: bool,
+    health_port: int | None,
+    verbose: int,
+) -> None:
+    """Run the node agent: discover GPUs, NVLink, PCIe, NUMA, RDMA; publish the Device CR."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _logging(verbose)
+    from agent.device_builder import device_object
+    from agent.fixture import Fixture, FixtureError
+    from agent.runner import Agent
+
+    try:
+        cfg = load_config(config_file)
+    except (ConfigError, OSError, yaml.YAMLError) as exc:
+        raise click.ClickException(f"config: {exc}") from None
+    if resync is not None:
+        cfg.resync_seconds = resync
+    if health_port is not None:
+        cfg.health_port = health_port
+    if fixture is not None:
+        try:
+            fx = Fixture.load(fixture)
+        except FixtureError as exc:
+            raise click.ClickException(str(exc)) from None
+        nvml: Any = fx.nvml
+        root: Path = fx.sys_root
+        node_name = node_name or Path(fixture).resolve().name
+    else:
+        import pynvml
+
+        nvml, root = pynvml, Path(sysfs_root)
+    if not node_name:
+        raise click.ClickException("no node name: pass --node-name or set NODE_NAME")
+    if print_only and not once:
+        raise click.ClickException("--print needs --once")
+
+    if print_only:
+        runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg)
+        result = runner.run_once()
+        runner.shutdown()
+        click.echo(
+            _dump(
+                [device_object(result.device), node_patch_document(node_name, result.labels, result.extended)]
+            ),
+            nl=False,
+        )
+        return
+
+    from agent.kube import Kube
+
+    kube = Kube(_api_client(kubeconfig))
+    runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg, kube=kube)
+    if once:
+        result = runner.run_once()
+        runner.shutdown()
+        for error in result.errors:
+            click.echo(f"error: {error}", err=True)
+        sys.exit(1 if result.errors else 0)
+
+    from agent.healthz import HealthServer
+
+    server = HealthServer(cfg.health_address, cfg.health_port, runner.health_state)
+    server.start()
+    log.warning("agent for node %s; health on :%d", node_name, server.port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        runner.run(stop, hotplug=not no_hotplug)
+    finally:
+        server.stop()
+
+
+@agent.command("record-fixture")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--sysfs-root", default="/sys", show_default=True, help="sysfs to copy from.")
+@click.option("--machine", default="", help="What this machine is (goes into nvml.json and the README).")
+@click.option(
+    "--from-fixture", type=click.Path(exists=True, file_okay=False), help="Record a fixture's replay (tests)."
+)
+def record_fixture(directory: str, sysfs_root: str, machine: str, from_fixture: str | None) -> None:
+    """Record this machine (NVML through pynvml, the sysfs files the agent reads) as a fixture."""
+    from agent.record import record
+
+    if from_fixture:
+        from agent.fixture import Fixture
+
+        fx = Fixture.load(from_fixture)
+        nvml: Any = fx.nvml
+        sysfs_root = str(fx.sys_root)
+    else:
+        import pynvml
+
+        nvml = pynvml
+    summary = record(nvml, sysfs_root, directory, machine=machine)
+    click.echo(summary)
+
+
+@click.command()
+@click.argument("device_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--node", help="Read the Device of this node from the cluster.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False))
+def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -> None:
+    """Print a Device CR as the `nvidia-smi topo -m` matrix (GPU x GPU, GPU x NIC) with NUMA."""
+    from agent.inspect_matrix import render
+    from apis.device import Device
+
+    if (device_file is None) == (node is None):
+        raise click.UsageError("give a DEVICE.yaml or --node NAME")
+    if device_file is not None:
+        docs = [d for d in yaml.safe_load_all(Path(device_file).read_text()) if isinstance(d, dict)]
+        devices = [d for d in docs if d.get("kind") == "Device"] or docs[:1]
+        if not devices:
+            raise click.ClickException(f"{device_file}: no Device document")
+        raw = devices[0]
+    else:
+        from agent.kube import TRANSPORT_ERRORS, Kube, short_error
+
+        try:
+            raw = Kube(_api_client(kubeconfig)).get_device(node)
+        except TRANSPORT_ERRORS as exc:
+            raise click.ClickException(f"Device {node}: {short_error(exc)}") from None
+    try:
+        device = Device.from_dict(raw)
+    except ValueError as exc:
+        raise click.ClickException(f"not a valid Device: {exc}") from None
+    click.echo(render(device), nl=False)

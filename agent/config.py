@@ -1,0 +1,181 @@
+"""Agent configuration: defaults here, overridable from a YAML file (`--config`) and CLI flags.
+
+Example file:
+
+    resyncSeconds: 10
+    health:
+      ignoredXids: [13, 31, 43, 45, 68, 109]
+      xidHoldSeconds: 300
+    partitions:
+      rules:
+        - model: H20            # gpu-model label (exact) or a regular expression
+          policy: Honor
+          table: '{"1":[{"minors":[0]}], "8":[{"minors":[0,1,2,3,4,5,6,7]}]}'
+    vfGroupLabels: {type: general}
+    midTier:
+      cpuThresholdRatio: 1.0
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from apis.partitions import GPUPartitionTable, parse_gpu_partitions
+
+# Application XIDs that say nothing about the GPU's health (the NVIDIA device plugin's default set):
+# 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing, 45 preemptive
+# cleanup, 68 video processor exception, 109 context switch timeout.
+DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class PartitionRule:
+    model: str
+    policy: str = ""  # "Honor" | "Prefer" | "" (derive)
+    table: GPUPartitionTable | None = None
+
+    def matches(self, model: str) -> bool:
+        return self.model == model or re.fullmatch(self.model, model) is not None
+
+
+@dataclass
+class HealthConfig:
+    ignored_xids: tuple[int, ...] = DEFAULT_IGNORED_XIDS
+    # A GPU marked unhealthy by a critical Xid comes back once it has answered NVML normally for
+    # this long without another critical event (the driver sends no "recovered" event).
+    xid_hold_seconds: float = 300.0
+    # A device that vanished from NVML or sysfs is reported unhealthy this long, then dropped.
+    missing_grace_seconds: float = 60.0
+    event_wait_ms: int = 1000
+
+
+@dataclass
+class MidTierConfig:
+    enabled: bool = True
+    prod_priority_min: int = 9000  # koord-prod band
+    prod_priority_max: int = 9999
+    cpu_threshold_ratio: float = 1.0  # Koordinator midCPUThresholdPercent 100
+    memory_threshold_ratio: float = 1.0  # midMemoryThresholdPercent 100
+    cpu_unallocated_ratio: float = 0.0  # midUnallocatedPercent 0
+    memory_unallocated_ratio: float = 0.0
+    safe_margin: float = 0.1  # ProdPeak is inflated by this before it is compared with requests
+    window_seconds: float = 600.0  # sliding window for per-pod peaks
+    min_samples: int = 2  # a pod needs this many samples before its peak counts
+    cgroup_root: str = "/sys/fs/cgroup"
+
+
+@dataclass
+class AgentConfig:
+    resync_seconds: float = 10.0
+    # Load values in status are rounded so small wiggles do not rewrite the Device.
+    utilization_quantum: int = 10  # percent
+    memory_quantum: int = 1 << 30  # bytes
+    # Load-only status changes are written at most this often; health changes go at once.
+    status_min_interval_seconds: float = 60.0
+    full_rescan_every: int = 30  # re-read static NVML facts every N resyncs
+    health: HealthConfig = field(default_factory=HealthConfig)
+    mid_tier: MidTierConfig = field(default_factory=MidTierConfig)
+    partition_rules: list[PartitionRule] = field(default_factory=list)
+    vf_group_labels: dict[str, str] = field(default_factory=lambda: {"type": "general"})
+    udev_source: str = "auto"  # "udev" | "kernel" | "auto" (udev when /run/udev/control exists)
+    health_port: int = 9823
+    health_address: str = "0.0.0.0"
+
+    def partition_rule(self, model: str) -> PartitionRule | None:
+        return next((r for r in self.partition_rules if r.matches(model)), None)
+
+
+_KEYS = {
+    "resyncSeconds": "resync_seconds",
+    "utilizationQuantum": "utilization_quantum",
+    "memoryQuantum": "memory_quantum",
+    "statusMinIntervalSeconds": "status_min_interval_seconds",
+    "fullRescanEvery": "full_rescan_every",
+    "vfGroupLabels": "vf_group_labels",
+    "udevSource": "udev_source",
+    "healthPort": "health_port",
+    "healthAddress": "health_address",
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def _apply(target: Any, data: dict[str, Any], where: str) -> None:
+    known = {_camel(f.name): f for f in fields(target)}
+    for key, value in data.items():
+        f = known.get(key)
+        if f is None:
+            raise ConfigError(f"{where}: unknown key {key!r} (expected one of {', '.join(sorted(known))})")
+        current = getattr(target, f.name)
+        if isinstance(current, tuple):
+            value = tuple(int(v) for v in value)
+        elif isinstance(current, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}.{key}: expected true or false")
+        elif isinstance(current, int | float) and not isinstance(value, int | float):
+            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+        setattr(target, f.name, type(current)(value) if isinstance(current, int | float | str) else value)
+
+
+def load_config(path: str | Path | None) -> AgentConfig:
+    cfg = AgentConfig()
+    if path is None:
+        return cfg
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    for key, value in data.items():
+        if key == "health":
+            _apply(cfg.health, value or {}, "health")
+        elif key == "midTier":
+            _apply(cfg.mid_tier, value or {}, "midTier")
+        elif key == "partitions":
+            cfg.partition_rules = _rules(value or {})
+        elif key in _KEYS:
+            attr = _KEYS[key]
+            current = getattr(cfg, attr)
+            if isinstance(current, dict):
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{key}: expected a mapping")
+                setattr(cfg, attr, {str(k): str(v) for k, v in value.items()})
+            else:
+                setattr(cfg, attr, type(current)(value))
+        else:
+            raise ConfigError(f"{path}: unknown key {key!r}")
+    if cfg.udev_source not in ("auto", "udev", "kernel"):
+        raise ConfigError(f"udevSource: expected auto, udev or kernel, got {cfg.udev_source!r}")
+    return cfg
+
+
+def _rules(data: dict[str, Any]) -> list[PartitionRule]:
+    rules = []
+    for i, item in enumerate(data.get("rules") or []):
+        where = f"partitions.rules[{i}]"
+        if not isinstance(item, dict) or not item.get("model"):
+            raise ConfigError(f"{where}: needs a model")
+        policy = item.get("policy", "")
+        if policy not in ("", "Honor", "Prefer"):
+            raise ConfigError(f"{where}.policy: expected Honor or Prefer, got {policy!r}")
+        table = None
+        if item.get("table") is not None:
+            raw = item["table"]
+            try:
+                table = parse_gpu_partitions(raw if isinstance(raw, str) else json.dumps(raw))
+            except ValueError as exc:
+                raise ConfigError(f"{where}.table: {exc}") from None
+        rules.append(PartitionRule(str(item["model"]), policy, table))
+    return rules

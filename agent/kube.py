@@ -1,0 +1,153 @@
+"""The few Kubernetes requests the agent makes, over the official `kubernetes` sync client.
+
+Devices go through `CustomObjectsApi`. Nodes and pods go through the same `ApiClient` (its
+configuration, authentication, TLS and `ApiException`s) as raw JSON: importing `CoreV1Api` and
+deserialising into its pydantic models would cost the agent about 20 MB of resident memory for
+objects it reads three fields of.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.api.custom_objects_api import CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from apis.device import GROUP, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+TIMEOUT = (5.0, 20.0)  # connect, read
+# What a failed request looks like: an HTTP error status, or no answer at all.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status of a failed request; 0 when the server never answered."""
+    return int(getattr(exc, "status", 0) or 0) if isinstance(exc, ApiException) else 0
+
+
+def short_error(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        message = ""
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(exc.body or "{}").get("message", "")
+        return f"HTTP {exc.status} {exc.reason or ''}".strip() + (f": {message}" if message else "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Kube:
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api = api_client
+        self.custom = CustomObjectsApi(api_client)
+
+    # -- raw JSON requests ------------------------------------------------------------------
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Any = TIMEOUT,
+        stream: bool = False,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        _, url, headers, serialized, _ = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(
+            method, url, header_params=headers, body=serialized, _request_timeout=timeout
+        )
+        if stream:
+            if not 200 <= response.status < 300:
+                response.read()
+                raise ApiException.from_response(
+                    http_resp=response, body=response.data.decode("utf-8", "replace"), data=None
+                )
+            return response
+        response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException.from_response(
+                http_resp=response, body=response.data.decode("utf-8", "replace"), data=None
+            )
+        return json.loads(response.data) if response.data else None
+
+    # -- nodes ------------------------------------------------------------------------------
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._request("GET", f"/api/v1/nodes/{name}")
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._request("PATCH", f"/api/v1/nodes/{name}", body=patch, content_type=MERGE_PATCH)
+
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._request("PATCH", f"/api/v1/nodes/{name}/status", body=patch, content_type=MERGE_PATCH)
+
+    # -- pods -------------------------------------------------------------------------------
+    def list_pods_on(self, node: str) -> dict[str, Any]:
+        return self._request("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node}")])
+
+    def watch_pods_on(
+        self, node: str, resource_version: str, timeout_seconds: int, opened: list[Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events for the pods bound to `node`, from `resource_version`, until the server ends.
+        The open response is appended to `opened`, so another thread can shut the stream."""
+        response = self._request(
+            "GET",
+            "/api/v1/pods",
+            query=[
+                ("fieldSelector", f"spec.nodeName={node}"),
+                ("watch", "true"),
+                ("resourceVersion", resource_version),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", timeout_seconds),
+            ],
+            timeout=(TIMEOUT[0], timeout_seconds + 15),
+            stream=True,
+        )
+        if opened is not None:
+            opened.append(response.response)
+        buffer = b""
+        try:
+            for chunk in response.response.stream(16384, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.response.release_conn()
+
+    # -- devices ----------------------------------------------------------------------------
+    def get_device(self, name: str) -> dict[str, Any]:
+        return self.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name, _request_timeout=TIMEOUT)
+
+    def create_device(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.create_cluster_custom_object(
+            GROUP, VERSION, PLURAL, body, _request_timeout=TIMEOUT
+        )
+
+    def replace_device(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.replace_cluster_custom_object(
+            GROUP, VERSION, PLURAL, name, body, _request_timeout=TIMEOUT
+        )
+
+    def replace_device_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.replace_cluster_custom_object_status(
+            GROUP, VERSION, PLURAL, name, body, _request_timeout=TIMEOUT
+        )
