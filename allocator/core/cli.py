@@ -16,11 +16,11 @@ import yaml
 from allocator.core.allocate import Allocation
 from allocator.core.allocate import allocate as allocate_devices
 from allocator.core.inventory import build_inventory
+from allocator.core.podspec import pod_usage
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request, pod_usage
+from allocator.core.request import PodRequest, pod_request
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
-from allocator.core.state import NodeState, node_facts
-from allocator.core.state import fits as res_fits
+from allocator.core.state import NodeState, fits_free, node_facts
 from apis.errors import CodecError
 from apis.quantity import Format, Quantity
 
@@ -176,7 +176,7 @@ def explanation(
             continue
         for slot in inv.slots(dtype):
             free = state.free.get(dtype, {}).get(slot.minor, {})
-            ok = bool(slot.total) and any(free.values()) and res_fits(per, free)
+            ok = bool(slot.total) and any(free.values()) and fits_free(per, free)
             score = scoring.score_device(dict(per), slot.total, free)
             where = f"NUMA {slot.numa}, PCIe {slot.pcie_scope or '-'}"
             if slot.nvlink_domain:

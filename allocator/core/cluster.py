@@ -9,14 +9,16 @@ simulator and gang planner need (the extender gets those from kube-scheduler its
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from allocator.core.allocate import Allocation, allocate, fits
 from allocator.core.inventory import NodeInventory, build_inventory, node_partition_choice
+from allocator.core.podspec import PodUsage, pod_usage
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, PodUsage, SelectorTerm, pod_usage
+from allocator.core.request import PodRequest, SelectorTerm
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.scorer import NodeScorer
 from allocator.core.state import NodeState, node_facts
@@ -27,16 +29,30 @@ from apis.device import Device
 UNKNOWN_NODE = Rejection("topoalloc: unknown node", "node is not known to the allocator", unresolvable=True)
 _MISSING = object()
 _SIGNATURES: dict[tuple[Any, ...], int] = {}
+_signature_ids = itertools.count(1)
 
 
 def signature_id(req: PodRequest) -> int:
-    """A small int for the request's signature: dict lookups hash it instantly."""
+    """A small int for the request's signature: dict lookups hash it instantly. Ids are never
+    reused, so forgetting old signatures cannot make a cached verdict answer another shape."""
     sid = _SIGNATURES.get(req.signature)
     if sid is None:
         if len(_SIGNATURES) > 100_000:
             _SIGNATURES.clear()
-        sid = _SIGNATURES[req.signature] = len(_SIGNATURES) + 1
+        sid = _SIGNATURES[req.signature] = next(_signature_ids)
     return sid
+
+
+_SCORE_KEYS: dict[tuple[int, int], int] = {}
+
+
+def _score_key(sid: int, scorer_key: int) -> int:
+    key = _SCORE_KEYS.get((sid, scorer_key))
+    if key is None:
+        if len(_SCORE_KEYS) > 100_000:
+            _SCORE_KEYS.clear()
+        key = _SCORE_KEYS[(sid, scorer_key)] = next(_signature_ids)  # shares the never-reused ids
+    return key
 
 
 class ClusterState:
@@ -142,7 +158,7 @@ class ClusterState:
     ) -> tuple[list[str], dict[str, Rejection]]:
         """Nodes where the pod's devices fit, and a rejection for every other named node."""
         nodes = self.nodes
-        key = ("verdict", signature_id(req))
+        key = signature_id(req)
         passed: list[str] = []
         failed: dict[str, Rejection] = {}
         for name in nodes if names is None else names:
@@ -150,7 +166,7 @@ class ClusterState:
             if state is None:
                 failed[name] = UNKNOWN_NODE
                 continue
-            cache = state._derived
+            cache = state.verdicts
             verdict = cache.get(key, _MISSING)
             if verdict is _MISSING:
                 verdict = cache[key] = fits(state, req)
@@ -163,17 +179,19 @@ class ClusterState:
     def score(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
         """0..10 per named node (unknown nodes score 0)."""
         nodes = self.nodes
-        key = ("score", signature_id(req), scorer.key)
+        key = _score_key(signature_id(req), scorer.key)
+        prepared = scorer.prepare(req)
+        score_prepared = scorer.score_prepared
         out: dict[str, int] = {}
         for name in names:
             state = nodes.get(name)
             if state is None:
                 out[name] = 0
                 continue
-            cache = state._derived
+            cache = state.scores
             value = cache.get(key)
             if value is None:
-                value = cache[key] = scorer.score(state, req)
+                value = cache[key] = score_prepared(state, prepared)
             out[name] = value
         return out
 

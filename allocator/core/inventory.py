@@ -106,7 +106,7 @@ class NodeInventory:
     type_totals: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # per type, summed
     gpu_memory_size: int = 0  # bytes of one healthy GPU (the first in minor order)
     warnings: tuple[str, ...] = ()
-    shape_key: tuple[Any, ...] = field(default=(), compare=False)
+    layout: int = 0  # equal for inventories with the same GPU scopes (see `layout_id`)
 
     def slots(self, dtype: str) -> tuple[DeviceSlot, ...]:
         return self.devices.get(dtype, ())
@@ -288,7 +288,7 @@ def build_inventory(
         gpu_memory_size=next((g.total[rn.GPU_MEMORY] for g in gpus if g.total.get(rn.GPU_MEMORY)), 0),
         warnings=tuple(warnings),
     )
-    object.__setattr__(inv, "shape_key", _shape_key(inv))
+    object.__setattr__(inv, "layout", layout_id(inv))
     return inv
 
 
@@ -303,25 +303,20 @@ def summed_totals(devices: Mapping[str, tuple[DeviceSlot, ...]]) -> Mapping[str,
     return MappingProxyType(out)
 
 
-def _shape_key(inv: NodeInventory) -> tuple[Any, ...]:
-    """Everything but names and ids: inventories with equal keys allocate identically."""
-    parts = []
-    for dtype in sorted(inv.devices):
-        for s in inv.devices[dtype]:
-            parts.append(
-                (
-                    dtype,
-                    s.minor,
-                    tuple(sorted(s.total.items())),
-                    tuple(sorted(s.labels.items())),
-                    s.has_topology,
-                    s.numa,
-                    s.socket,
-                    s.pcie_scope,
-                    s.nvlink_domain,
-                    tuple(
-                        (tuple(sorted(lbl.items())), tuple(v.bus_id for v in vfs)) for lbl, vfs in s.vf_groups
-                    ),
-                )
-            )
-    return (tuple(parts), inv.partition_source, inv.partition_honor, inv.gpu_model, inv.gpu_vendor)
+_LAYOUTS: dict[tuple[Any, ...], int] = {}
+
+
+def layout_id(inv: NodeInventory) -> int:
+    """A small int naming the GPU topology (NVLink domains, PCIe and NUMA scopes, sockets as
+    bitmasks): results that depend only on it and on bitmasks are shared between nodes."""
+    key = (
+        tuple(inv.nvlink_domains.values()),
+        tuple(
+            tuple(s.mask for s in inv.scopes_by_level.get(level, ())) for level in (LEVEL_PCIE, LEVEL_NUMA)
+        ),
+        tuple(inv.sockets.values()),
+    )
+    found = _LAYOUTS.get(key)
+    if found is None:
+        found = _LAYOUTS[key] = len(_LAYOUTS) + 1
+    return found

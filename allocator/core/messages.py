@@ -3,6 +3,8 @@ summaries) and `allocate` (from the device walk) say exactly the same thing."""
 
 from __future__ import annotations
 
+import functools
+
 from allocator.core import reasons as rs
 from allocator.core.inventory import LEVEL_NODE, LEVEL_NUMA, LEVEL_PCIE, Scope
 from allocator.core.reasons import Rejection, plural
@@ -33,6 +35,7 @@ def gpu_need(g: GPURequirement) -> str:
     return f"1 GPU with {what} free" if g.count == 1 else f"{g.count} GPUs each with {what} free"
 
 
+@functools.lru_cache(maxsize=4096)
 def gpu_shortage(g: GPURequirement, available: int, *, selector: bool) -> Rejection:
     where = " matching the selector" if selector else ""
     if g.whole:
@@ -67,9 +70,11 @@ def partition_shortage(g: GPURequirement) -> Rejection:
     if g.ring_bus_bandwidth is not None:
         bw = Quantity(g.ring_bus_bandwidth, Format.BINARY_SI)
         bandwidth = f" with ring bandwidth of at least {bw}"
-    return Rejection(
-        rs.INSUFFICIENT_PARTITIONS, f"need a free {g.count}-GPU partition{bandwidth}; none is free"
-    )
+    within = ""
+    if g.required_scope and g.required_scope != "Device":
+        within = f" within one {_SCOPE_WORDS.get(g.required_scope, g.required_scope)}"
+    text = f"need a free {g.count}-GPU partition{bandwidth}{within}; none is free"
+    return Rejection(rs.INSUFFICIENT_PARTITIONS, text)
 
 
 def type_shortage(

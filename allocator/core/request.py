@@ -8,12 +8,13 @@ on a node; verdict and score caches are keyed by it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from allocator.core import reasons as rs
+from allocator.core.podspec import effective_requests
 from allocator.core.reasons import Rejection
 from apis import keys
 from apis import resources as rn
@@ -32,14 +33,10 @@ from apis.annotations import (
 )
 from apis.errors import CodecError
 from apis.podgroup import GangRef, gang_of
-from apis.quantity import NANO, Quantity
+from apis.quantity import NANO
 
 # Device types in the order we always visit them (Koordinator iterates a Go map).
 TYPE_ORDER: tuple[str, ...] = (rn.DeviceType.GPU, rn.DeviceType.RDMA, rn.DeviceType.FPGA)
-
-# kube-scheduler's defaults for containers without a cpu / memory request (scoring only).
-DEFAULT_CPU_MILLI = 100
-DEFAULT_MEMORY = 200 * 1024 * 1024
 
 _GPU_NAMES = tuple(n for n, t in rn.RESOURCE_DEVICE_TYPE.items() if t == rn.DeviceType.GPU)
 _TYPE_NAMES: dict[str, tuple[str, ...]] = {
@@ -70,6 +67,7 @@ _GPU_COMBINATIONS: dict[frozenset[str], str] = {
     frozenset({rn.GPU_SHARED, rn.NPU_CORE, rn.NPU_CPU, rn.NPU_DVPP, rn.GPU_MEMORY}): _NPU,
 }
 
+T = TypeVar("T")
 Resources = tuple[tuple[str, int], ...]  # sorted (name, integer value) pairs: hashable
 
 
@@ -90,6 +88,7 @@ class GPURequirement:
     required_scope: str = ""
     scope_level: int = 0
     whole: bool = False  # whole cards: every GPU fully (100% compute and memory)
+    equal_share: int | None = None  # x when per_gpu is exactly {gpu-core: x, gpu-memory-ratio: x}
 
     @property
     def per_gpu_map(self) -> dict[str, int]:
@@ -241,24 +240,15 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
     out["devices"] = devices
     raw_allocated = annotations.get(keys.DEVICE_ALLOCATED)
     if raw_allocated is not None:
-        try:
-            out["designated"] = parse_device_allocated(raw_allocated)
-        except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(str(exc), f"invalid {keys.DEVICE_ALLOCATED} annotation: {exc}")
-            ) from None
+        # Koordinator reports the raw decoding error as the reason.
+        out["designated"] = _parsed(parse_device_allocated, raw_allocated, keys.DEVICE_ALLOCATED, "{err}")
     if devices:
         out.update(_device_extensions(annotations, dict(devices)))
     provider = labels.get(keys.GPU_ISOLATION_PROVIDER, "")
     out["isolation_provider"] = provider
     numa = annotations.get(keys.NUMA_TOPOLOGY_SPEC)
     if numa is not None:
-        try:
-            out["numa_spec"] = parse_numa_topology_spec(numa)
-        except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(str(exc), f"invalid {keys.NUMA_TOPOLOGY_SPEC} annotation: {exc}")
-            ) from None
+        out["numa_spec"] = _parsed(parse_numa_topology_spec, numa, keys.NUMA_TOPOLOGY_SPEC, "{err}")
     out["node_selector"] = _str_map(spec.get("nodeSelector"), "spec.nodeSelector")
     out["affinity_terms"] = _affinity_terms(spec.get("affinity"))
     try:
@@ -277,100 +267,6 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     ):
         raise _Invalid(rs.invalid(rs.INVALID_POD, f"{where}: expected a map of strings"))
     return value
-
-
-# -- effective requests (kube-scheduler's PodRequests) ---------------------------------------------
-
-
-def effective_requests(spec: Mapping[str, Any]) -> tuple[dict[str, int], int, int]:
-    """The pod's requests in nano-units as kube-scheduler computes them, plus the non-zero cpu
-    (milli) and memory (bytes) that its scoring uses.
-
-    Regular containers add up; a sidecar (init container with restartPolicy Always) adds to that
-    sum and stays running while later init containers run; each other init container needs its
-    own request plus the sidecars started before it; the pod needs the maximum of all that, plus
-    spec.overhead.
-    """
-    containers = _container_list(spec, "containers")
-    inits = _container_list(spec, "initContainers")
-    overhead = _resource_list(spec.get("overhead"), "spec.overhead")
-
-    total: dict[str, int] = {}
-    nz_cpu = nz_mem = 0
-    for c in containers:
-        reqs = _requests_of(c)
-        _add(total, reqs)
-        nz_cpu += _nonzero(reqs, rn.CPU)
-        nz_mem += _nonzero(reqs, rn.MEMORY)
-    sidecars: dict[str, int] = {}
-    init_max: dict[str, int] = {}
-    nz_sidecar_cpu = nz_sidecar_mem = 0
-    nz_init_cpu = nz_init_mem = 0
-    for c in inits:
-        reqs = _requests_of(c)
-        cpu_nz, mem_nz = _nonzero(reqs, rn.CPU), _nonzero(reqs, rn.MEMORY)
-        if c.get("restartPolicy") == "Always":
-            _add(total, reqs)
-            _add(sidecars, reqs)
-            nz_cpu += cpu_nz
-            nz_mem += mem_nz
-            nz_sidecar_cpu += cpu_nz
-            nz_sidecar_mem += mem_nz
-            need = dict(sidecars)
-            cpu_need, mem_need = nz_sidecar_cpu, nz_sidecar_mem
-        else:
-            need = dict(reqs)
-            _add(need, sidecars)
-            cpu_need, mem_need = cpu_nz + nz_sidecar_cpu, mem_nz + nz_sidecar_mem
-        for name, value in need.items():
-            init_max[name] = max(init_max.get(name, 0), value)
-        nz_init_cpu = max(nz_init_cpu, cpu_need)
-        nz_init_mem = max(nz_init_mem, mem_need)
-    for name, value in init_max.items():
-        total[name] = max(total.get(name, 0), value)
-    nz_cpu = max(nz_cpu, nz_init_cpu)
-    nz_mem = max(nz_mem, nz_init_mem)
-    _add(total, overhead)
-    nz_cpu += -(-overhead.get(rn.CPU, 0) // (NANO // 1000))
-    nz_mem += -(-overhead.get(rn.MEMORY, 0) // NANO)
-    return {k: v for k, v in total.items() if v != 0}, nz_cpu, nz_mem
-
-
-def _container_list(spec: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
-    value = spec.get(name) or []
-    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
-        raise CodecError(f"spec.{name}", "expected a list of containers", value)
-    return value
-
-
-def _requests_of(container: Mapping[str, Any]) -> dict[str, int]:
-    res = container.get("resources") or {}
-    if not isinstance(res, dict):
-        raise CodecError("resources", "expected an object", res)
-    # kube-apiserver defaults missing requests to limits; do the same for pods never admitted.
-    limits = _resource_list(res.get("limits"), "resources.limits")
-    requests = _resource_list(res.get("requests"), "resources.requests")
-    return {**limits, **requests}
-
-
-def _resource_list(value: Any, where: str) -> dict[str, int]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise CodecError(where, "expected a map of quantities", value)
-    return {str(k): Quantity.parse(v, f"{where}.{k}").nanos for k, v in value.items()}
-
-
-def _nonzero(reqs: Mapping[str, int], name: str) -> int:
-    if name not in reqs:
-        return DEFAULT_CPU_MILLI if name == rn.CPU else DEFAULT_MEMORY
-    nanos = reqs[name]
-    return -(-nanos // (NANO // 1000)) if name == rn.CPU else -(-nanos // NANO)
-
-
-def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
-    for name, value in other.items():
-        into[name] = into.get(name, 0) + value
 
 
 # -- device requests (protocol 3.1) ----------------------------------------------------------------
@@ -470,6 +366,9 @@ def gpu_requirement(
         required_scope=scope,
         scope_level=hint.scope_level if hint is not None else 0,
         whole=per_gpu == WHOLE_GPU,
+        equal_share=per[rn.GPU_CORE]
+        if per.keys() == {rn.GPU_CORE, rn.GPU_MEMORY_RATIO} and per[rn.GPU_CORE] == per[rn.GPU_MEMORY_RATIO]
+        else None,
     )
 
 
@@ -487,15 +386,7 @@ def _device_extensions(annotations: Mapping[str, str], devices: dict[str, Resour
     joint = DeviceJointAllocate()
     raw = annotations.get(keys.DEVICE_JOINT_ALLOCATE)
     if raw is not None:
-        try:
-            joint = parse_device_joint_allocate(raw)
-        except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(
-                    rs.INVALID_JOINT.format(err=exc),
-                    f"invalid {keys.DEVICE_JOINT_ALLOCATE} annotation: {exc}",
-                )
-            ) from None
+        joint = _parsed(parse_device_joint_allocate, raw, keys.DEVICE_JOINT_ALLOCATE, rs.INVALID_JOINT)
     kept = []
     for dtype in joint.device_types:
         h = out["hints"].get(dtype)
@@ -509,21 +400,21 @@ def _device_extensions(annotations: Mapping[str, str], devices: dict[str, Resour
     spec = None
     raw = annotations.get(keys.GPU_PARTITION_SPEC)
     if raw is not None and rn.DeviceType.GPU in devices:
-        try:
-            spec = parse_gpu_partition_spec(raw)
-        except CodecError as exc:
-            raise _Invalid(
-                rs.invalid(
-                    rs.INVALID_PARTITION_SPEC.format(err=exc),
-                    f"invalid {keys.GPU_PARTITION_SPEC} annotation: {exc}",
-                )
-            ) from None
+        spec = _parsed(parse_gpu_partition_spec, raw, keys.GPU_PARTITION_SPEC, rs.INVALID_PARTITION_SPEC)
     out["partition_spec"] = spec
     if rn.DeviceType.GPU in devices:
         out["gpu"] = gpu_requirement(
             dict(devices[rn.DeviceType.GPU]), out["hints"].get(rn.DeviceType.GPU), spec
         )
     return out
+
+
+def _parsed(parse: Callable[[str], T], raw: str, key: str, code: str) -> T:
+    """An annotation decoded, or the pod made invalid with Koordinator's code for that annotation."""
+    try:
+        return parse(raw)
+    except CodecError as exc:
+        raise _Invalid(rs.invalid(code.format(err=exc), annotation_problem(key, exc))) from None
 
 
 def _hint_error(exc: CodecError) -> Rejection:
@@ -533,13 +424,28 @@ def _hint_error(exc: CodecError) -> Rejection:
         prefix = f"{keys.DEVICE_ALLOCATE_HINT}.{dtype}."
         if field_path.startswith(prefix + "selector"):
             code = rs.INVALID_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(code, f"invalid device selector for {dtype}: {text}")
+            return rs.invalid(
+                code, f"invalid device selector for {dtype}: {_problem(exc, prefix + 'selector')}"
+            )
         if field_path.startswith(prefix + "vfSelector"):
             code = rs.INVALID_VF_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(code, f"invalid VF selector for {dtype}: {text}")
-    return rs.invalid(
-        rs.INVALID_HINT.format(err=text), f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {text}"
-    )
+            return rs.invalid(
+                code, f"invalid VF selector for {dtype}: {_problem(exc, prefix + 'vfSelector')}"
+            )
+    return rs.invalid(rs.INVALID_HINT.format(err=text), annotation_problem(keys.DEVICE_ALLOCATE_HINT, exc))
+
+
+def annotation_problem(key: str, exc: CodecError) -> str:
+    """'invalid <key> annotation: <field inside it>: <problem>', without repeating the key."""
+    return f"invalid {key} annotation: {_problem(exc, key)}"
+
+
+def _problem(exc: CodecError, prefix: str) -> str:
+    field = exc.field or ""
+    inner = field[len(prefix) :].lstrip(".") if field.startswith(prefix) else field
+    text = str(exc)
+    problem = text[len(field) + 2 :] if field and text.startswith(field + ": ") else text
+    return f"{inner}: {problem}" if inner else problem
 
 
 # -- node affinity ---------------------------------------------------------------------------------
@@ -601,53 +507,3 @@ def _with_signature(req: PodRequest) -> PodRequest:
     )
     object.__setattr__(req, "signature", sig)
     return req
-
-
-# -- pods already bound --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodUsage:
-    """What a pod already on a node takes there: its devices and its cpu/memory requests."""
-
-    key: str
-    node: str
-    allocations: DeviceAllocations | None
-    cpu_milli: int
-    memory: int
-    nonzero_cpu_milli: int
-    nonzero_memory: int
-    error: str = ""  # a device-allocated annotation that does not parse: it then counts as none
-
-
-def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
-    """Usage of a bound pod for NodeState.add_pod. Terminated pods use nothing."""
-    meta = pod.get("metadata") or {}
-    key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-    spec = pod.get("spec") or {}
-    node = spec.get("nodeName") or ""
-    phase = (pod.get("status") or {}).get("phase")
-    if phase in ("Succeeded", "Failed"):
-        return PodUsage(key, node, None, 0, 0, 0, 0)
-    error = ""
-    try:
-        requests, nz_cpu, nz_mem = effective_requests(spec)
-    except CodecError as exc:
-        requests, nz_cpu, nz_mem, error = {}, 0, 0, str(exc)
-    allocations = None
-    raw = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
-    if raw is not None:
-        try:
-            allocations = parse_device_allocated(raw)
-        except CodecError as exc:
-            error = str(exc)
-    return PodUsage(
-        key,
-        node,
-        allocations,
-        -(-requests.get(rn.CPU, 0) // (NANO // 1000)),
-        -(-requests.get(rn.MEMORY, 0) // NANO),
-        nz_cpu,
-        nz_mem,
-        error,
-    )

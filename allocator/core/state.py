@@ -14,7 +14,8 @@ from types import MappingProxyType
 from typing import Any
 
 from allocator.core.inventory import NodeInventory, build_inventory, summed_totals
-from allocator.core.request import WHOLE_GPU, PodUsage, Resources
+from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.request import WHOLE_GPU, Resources
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
@@ -23,7 +24,7 @@ from apis.quantity import Quantity
 GPU = rn.DeviceType.GPU
 
 
-def fits(request: Resources, free: Mapping[str, int]) -> bool:
+def fits_free(request: Resources, free: Mapping[str, int]) -> bool:
     """Koordinator's `request <= free`: only names the device reports are compared."""
     for name, value in request:
         have = free.get(name)
@@ -97,11 +98,21 @@ class NodeState:
         self.nonzero_memory = 0
         self.inventory: NodeInventory | None = None
         self.resource_kinds: frozenset[str] = frozenset()  # cpu, memory, gpu, rdma, ... offered here
+        self.allocatable_cpu_milli = self.allocatable_memory = 0
         self.free: dict[str, dict[int, dict[str, int]]] = {}
         self.gpu_used_mask = 0
         self.gpu_whole_mask = 0
-        self._gpu_free_ratio = 0
+        # Free and total GPU memory share over healthy GPUs, in percent of one GPU (800 = 8 GPUs).
+        self.gpu_free_ratio = 0
+        self.gpu_total_ratio = 0
+        self._gpu_shares: dict[int, int] = {}
+        # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
+        self.gpu_max_share = -1
         self._derived: dict[Any, Any] = {}
+        # Filter verdicts and scores cached by ClusterState under small int keys; like every
+        # derived value they last until the next change.
+        self.verdicts: dict[int, Any] = {}
+        self.scores: dict[int, int] = {}
         self.set_inventory(inventory)
 
     @classmethod
@@ -120,10 +131,14 @@ class NodeState:
                 minors.setdefault(dtype, set()).update(s.minor for s in slots)
         for dtype, per_minor in self.used.items():
             minors.setdefault(dtype, set()).update(per_minor)
-        self.gpu_used_mask = self.gpu_whole_mask = self._gpu_free_ratio = 0
+        self.gpu_used_mask = self.gpu_whole_mask = self.gpu_free_ratio = 0
+        self._gpu_shares = {}
         for dtype, ms in minors.items():
             for minor in ms:
                 self._refresh(dtype, minor)
+        self.gpu_total_ratio = (
+            0 if inventory is None else inventory.type_totals.get(GPU, {}).get(rn.GPU_MEMORY_RATIO, 0)
+        )
         self._refresh_kinds()
         self._changed()
 
@@ -140,6 +155,8 @@ class NodeState:
         if self.inventory is not None:
             kinds.update(t for t, slots in self.inventory.devices.items() if any(s.total for s in slots))
         self.resource_kinds = frozenset(str(k) for k in kinds)
+        self.allocatable_cpu_milli = self.allocatable.get(rn.CPU, 0)
+        self.allocatable_memory = self.allocatable.get(rn.MEMORY, 0)
 
     def add_pod(
         self,
@@ -233,23 +250,33 @@ class NodeState:
             bit = 1 << minor
             old = per_type.get(minor)
             if old is not None and total:
-                self._gpu_free_ratio -= old.get(rn.GPU_MEMORY_RATIO, 0)
+                self.gpu_free_ratio -= old.get(rn.GPU_MEMORY_RATIO, 0)
             if total:
-                self._gpu_free_ratio += free.get(rn.GPU_MEMORY_RATIO, 0)
+                self.gpu_free_ratio += free.get(rn.GPU_MEMORY_RATIO, 0)
             if any(used.values()):
                 self.gpu_used_mask |= bit
             else:
                 self.gpu_used_mask &= ~bit
-            if total and not all_zero(free) and fits(WHOLE_GPU, free):
+            if total and not all_zero(free) and fits_free(WHOLE_GPU, free):
                 self.gpu_whole_mask |= bit
             else:
                 self.gpu_whole_mask &= ~bit
+            shares = [free[n] for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if n in free]
+            if total and shares and not all_zero(free):
+                self._gpu_shares[minor] = min(shares)
+            else:
+                self._gpu_shares.pop(minor, None)
+            self.gpu_max_share = max(self._gpu_shares.values(), default=-1)
         per_type[minor] = free
 
     def _changed(self) -> None:
         self.version += 1
         if self._derived:
             self._derived = {}
+        if self.verdicts:
+            self.verdicts = {}
+        if self.scores:
+            self.scores = {}
 
     def devices_gone(self) -> None:
         """The Device CR was deleted: every device counts as unhealthy until it returns (2.2)."""
@@ -295,10 +322,27 @@ class NodeState:
             healthy = inv.gpu_healthy_mask
             for minor in inv.gpu_minors:
                 free = frees.get(minor)
-                if healthy >> minor & 1 and free and not all_zero(free) and fits(per_gpu, free):
+                if healthy >> minor & 1 and free and not all_zero(free) and fits_free(per_gpu, free):
                     mask |= 1 << minor
         self._derived[key] = mask
         return mask
+
+    def largest_free_set(self, level: int, per_gpu: Resources = WHOLE_GPU) -> tuple[int, str]:
+        """The most GPUs that can take `per_gpu` inside one scope of `level` (inventory.LEVEL_*)
+        and that scope's name; (0, "") without such scopes."""
+        key = ("largest", level, per_gpu)
+        hit = self._derived.get(key)
+        if hit is not None:
+            return hit
+        best, name = 0, ""
+        inv = self.inventory
+        if inv is not None:
+            feasible = self.gpu_fit_mask(per_gpu)
+            for scope in inv.scopes_by_level.get(level, ()):
+                n = (feasible & scope.mask).bit_count()
+                if n > best:
+                    best, name = n, scope.name
+        return self.remember(key, (best, name))
 
     @property
     def whole_gpus_free(self) -> int:
@@ -343,16 +387,6 @@ class NodeState:
         return self.remember("free_pct", tuple(out))
 
     @property
-    def gpu_free_ratio(self) -> int:
-        """Free GPU memory share over healthy GPUs, in percent of one GPU (800 = eight idle GPUs)."""
-        return self._gpu_free_ratio
-
-    @property
-    def gpu_total_ratio(self) -> int:
-        inv = self.inventory
-        return 0 if inv is None else inv.type_totals.get(GPU, {}).get(rn.GPU_MEMORY_RATIO, 0)
-
-    @property
     def cpu_free_milli(self) -> int:
         return self.allocatable.get(rn.CPU, 0) - self.requested_cpu_milli
 
@@ -380,8 +414,6 @@ def state_from_objects(
 ) -> NodeState:
     """A NodeState from raw objects (Node, Device, bound Pods). Raises CodecError on a Device or Node
     that does not decode; pods with unparsable annotations count as using no devices."""
-    from allocator.core.request import pod_usage
-
     labels = None
     name, allocatable = "", {}
     if node is not None:

@@ -7,8 +7,8 @@ from typing import Any
 from allocator.core.inventory import build_inventory
 from allocator.core.state import NodeState
 from apis import keys
-from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
-from apis.quantity import Format, Quantity
+from apis.annotations import DeviceAllocations
+from tests.support.allocations import entry
 from tests.support.machines import koordinator_example_device
 
 CORE, MEM, RATIO, RDMA = (
@@ -31,16 +31,6 @@ def plain_example_device() -> dict[str, Any]:
 def state_of(device: dict[str, Any], node_labels: dict[str, str] | None = None, name: str = "n") -> NodeState:
     labels = {} if node_labels is None else node_labels
     return NodeState(name, build_inventory(device, labels), labels)
-
-
-def entry(minor: int, resources: dict[str, int], vf: str | None = None) -> DeviceAllocation:
-    res = {
-        n: Quantity.of(v, Format.BINARY_SI if n == MEM else Format.DECIMAL_SI) for n, v in resources.items()
-    }
-    out = DeviceAllocation(minor, res)
-    if vf is not None:
-        out.vfs = [AllocatedVF(-1, vf)]
-    return out
 
 
 def use_gpus(state: NodeState, *minors: int, share: int = 100, key: str | None = None) -> None:

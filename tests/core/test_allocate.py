@@ -506,3 +506,25 @@ def test_same_input_same_output() -> None:
     )
     outs = {ok(run(state, p, scoring=MOST)).to_json() for _ in range(5)}
     assert len(outs) == 1
+
+
+def test_partitions_must_respect_a_required_scope() -> None:
+    """Koordinator takes the partition whatever the scope; we take only partitions inside it."""
+    state = state_of(koordinator_example_device())
+    in_scope = pod(gpus(2), annotations=hint(gpu={"requiredTopologyScope": "PCIe"}))
+    assert ok(run(state, in_scope)).minors("gpu") == [0, 1]  # {0,1} is one partition and one switch
+    four = pod(gpus(4), annotations=hint(gpu={"requiredTopologyScope": "PCIe"}))
+    r = rejected(run(state, four))
+    assert (r.code, r.message) == (
+        rs.INSUFFICIENT_PARTITIONS,
+        "need a free 4-GPU partition within one PCIe switch; none is free",
+    )
+
+
+def test_shared_share_boundary() -> None:
+    state = state_of(plain_example_device())
+    use_gpus(state, *range(8), share=50)
+    assert ok(run(state, pod({"koordinator.sh/gpu": "50"}))).minors("gpu") == [0]
+    assert rejected(run(state, pod({"koordinator.sh/gpu": "51"}))).message.startswith(
+        "need 1 GPU with 51% compute"
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from allocator.core import reasons as rs
-from allocator.core.request import pod_request, pod_usage
+from allocator.core.podspec import pod_usage
+from allocator.core.request import pod_request
 from apis import keys
 from tests.core.pods import hint, joint, pod
 

@@ -201,3 +201,12 @@ def test_inventory_is_not_shared_mutable() -> None:
     inv = build_inventory(copy.deepcopy(dev))
     with pytest.raises(TypeError):
         inv.slot("gpu", 0).total[CORE] = 1  # type: ignore[index, union-attr]
+
+
+def test_largest_free_set_per_scope() -> None:
+    st = example_state()
+    st.add_pod("ns/a", alloc(f'{{"gpu":[{whole(0)},{whole(2)},{whole(4)}]}}'))
+    assert st.largest_free_set(LEVEL_PCIE) == (2, "pci0000:b7")
+    assert st.largest_free_set(LEVEL_NUMA) == (3, "1")
+    st.add_pod("ns/b", alloc(f'{{"gpu":[{whole(6)}]}}'))
+    assert st.largest_free_set(LEVEL_PCIE) == (1, "pci0000:15")

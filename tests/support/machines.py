@@ -1,7 +1,7 @@
 """Device CRs of the two machine types the allocator tests and benchmarks run on.
 
-`machine_device(kind, name)` reads `hw-fixtures/<kind>/expected-device.yaml` when that recorded
-fixture exists, and otherwise builds an equivalent CR here:
+`machine_device(kind, name)` reads the recorded `hw-fixtures/<dir>/expected-device.yaml` (see
+FIXTURE_DIRS) when it exists, and otherwise builds an equivalent CR here:
 
 * `dgx-h100`: NVIDIA DGX H100 as published in NVIDIA's DGX H100 user guide and its `nvidia-smi
   topo -m`: 8x H100 SXM5 80GB (81559 MiB each) on one NVSwitch fabric, two sockets / NUMA nodes
@@ -131,11 +131,12 @@ def l40s_device(name: str = "l40s") -> dict[str, Any]:
 
 
 _BUILDERS = {"dgx-h100": dgx_h100_device, "l40s": l40s_device}
+FIXTURE_DIRS = {"dgx-h100": "dgx-h100", "l40s": "l40s-8x-pcie"}  # hw-fixtures/<dir> per kind
 
 
 @functools.cache
 def _recorded(kind: str) -> dict[str, Any] | None:
-    path = REPO / "hw-fixtures" / kind / "expected-device.yaml"
+    path = REPO / "hw-fixtures" / FIXTURE_DIRS[kind] / "expected-device.yaml"
     if not path.is_file():
         return None
     return yaml.safe_load(path.read_text())

@@ -8,8 +8,9 @@ percent of one GPU's memory share (a whole GPU is 100), over healthy GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from allocator.core.request import PodRequest
 from allocator.core.scoring.device import LEAST_ALLOCATED, MOST_ALLOCATED
@@ -38,8 +39,8 @@ DEFAULT_FIT: Mapping[str, ResourceStrategy] = {
 }
 
 
-def gpu_share_request(state: NodeState, req: PodRequest) -> int:
-    """The pod's GPU demand in percent of one GPU on this node (memory bytes converted by GPU size)."""
+def gpu_share_request(req: PodRequest, gpu_memory_size: int = 0) -> int:
+    """The pod's GPU demand in percent of one GPU (memory bytes converted by the node's GPU size)."""
     g = req.gpu
     if g is None:
         return 0
@@ -47,11 +48,14 @@ def gpu_share_request(state: NodeState, req: PodRequest) -> int:
     if rn.GPU_MEMORY_RATIO in per:
         share = per[rn.GPU_MEMORY_RATIO]
     elif rn.GPU_MEMORY in per:
-        size = state.inventory.gpu_memory_size if state.inventory is not None else 0
-        share = per[rn.GPU_MEMORY] * 100 // size if size else 100
+        share = per[rn.GPU_MEMORY] * 100 // gpu_memory_size if gpu_memory_size else 100
     else:
         share = per.get(rn.GPU_CORE, 100)
     return share * g.count
+
+
+def _memory_size(state: NodeState) -> int:
+    return state.inventory.gpu_memory_size if state.inventory is not None else 0
 
 
 def _device_pair(state: NodeState, req: PodRequest, kind: str) -> tuple[int, int] | None:
@@ -67,45 +71,64 @@ def _device_pair(state: NodeState, req: PodRequest, kind: str) -> tuple[int, int
 
 def fit_score(state: NodeState, req: PodRequest, strategies: Mapping[str, ResourceStrategy]) -> float | None:
     """0..100, or None when the pod requests none of the configured resources."""
-    total = weight_sum = 0
+    prepared = prepare_fit(req, strategies)
+    return None if prepared is None else prepared(state)
+
+
+_CPU, _MEMORY, _GPU, _DEVICE = range(4)
+
+
+def prepare_fit(
+    req: PodRequest, strategies: Mapping[str, ResourceStrategy]
+) -> Callable[[NodeState], float] | None:
+    """`fit_score` specialised for one request (None when it requests nothing configured): the
+    per-node part is a few integer operations."""
+    terms: list[tuple[int, bool, int, Any]] = []
     for kind, strategy in strategies.items():
-        weight = strategy.weight
+        most, weight = strategy.type == MOST_ALLOCATED, strategy.weight
         if not weight:
             continue
-        if kind == "cpu":
-            if not req.cpu_milli:
-                continue
-            requested, capacity = (
-                state.nonzero_cpu_milli + req.nonzero_cpu_milli,
-                state.allocatable.get(rn.CPU, 0),
-            )
-        elif kind == "memory":
-            if not req.memory:
-                continue
-            requested, capacity = (
-                state.nonzero_memory + req.nonzero_memory,
-                state.allocatable.get(rn.MEMORY, 0),
-            )
-        elif kind == "gpu":
-            if req.gpu is None:
-                continue
-            capacity = state.gpu_total_ratio
-            requested = capacity - state.gpu_free_ratio + gpu_share_request(state, req)
-        else:
-            pair = (
-                _device_pair(state, req, kind) if kind in (rn.DeviceType.RDMA, rn.DeviceType.FPGA) else None
-            )
-            if pair is None:
-                continue
-            requested, capacity = pair
-        if capacity <= 0:
-            score = 0
-        elif strategy.type == MOST_ALLOCATED:
-            score = min(requested, capacity) * 100 // capacity
-        else:
-            score = (capacity - requested) * 100 // capacity if requested <= capacity else 0
-        total += score * weight
-        weight_sum += weight
-    if weight_sum == 0:
+        if kind == "cpu" and req.cpu_milli:
+            terms.append((_CPU, most, weight, req.nonzero_cpu_milli))
+        elif kind == "memory" and req.memory:
+            terms.append((_MEMORY, most, weight, req.nonzero_memory))
+        elif kind == "gpu" and req.gpu is not None:
+            terms.append((_GPU, most, weight, None))
+        elif kind in (rn.DeviceType.RDMA, rn.DeviceType.FPGA) and req.device_request(kind):
+            terms.append((_DEVICE, most, weight, kind))
+    if not terms:
         return None
-    return total / weight_sum
+    weight_sum = sum(t[2] for t in terms)
+    g = req.gpu
+    # The pod's GPU share is node-independent unless it asks for memory in bytes.
+    fixed_share = None if g is None or rn.GPU_MEMORY in g.per_gpu_map else gpu_share_request(req)
+
+    def score(state: NodeState) -> float:
+        total = 0
+        for code, most, weight, extra in terms:
+            if code == _CPU:
+                requested, capacity = state.nonzero_cpu_milli + extra, state.allocatable_cpu_milli
+            elif code == _MEMORY:
+                requested, capacity = state.nonzero_memory + extra, state.allocatable_memory
+            elif code == _GPU:
+                capacity = state.gpu_total_ratio
+                share = (
+                    fixed_share if fixed_share is not None else gpu_share_request(req, _memory_size(state))
+                )
+                requested = capacity - state.gpu_free_ratio + share
+            else:
+                pair = _device_pair(state, req, extra)
+                if pair is None:
+                    requested, capacity = 0, 0
+                else:
+                    requested, capacity = pair
+            if capacity <= 0:
+                value = 0
+            elif most:
+                value = min(requested, capacity) * 100 // capacity
+            else:
+                value = (capacity - requested) * 100 // capacity if requested <= capacity else 0
+            total += value * weight
+        return total / weight_sum
+
+    return score

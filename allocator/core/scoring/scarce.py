@@ -7,7 +7,7 @@ A CPU pod scores lower on a GPU node than on a CPU node, so GPU nodes stay free 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from allocator.core.request import PodRequest
 from allocator.core.state import NodeState
@@ -21,3 +21,19 @@ def scarce_score(state: NodeState, req: PodRequest, scarce: Iterable[str]) -> fl
     if not extra or not scarce_extra:
         return 100.0
     return (len(extra) - len(scarce_extra)) * 100 // len(extra)
+
+
+def prepare_scarce(req: PodRequest, scarce: Iterable[str]) -> Callable[[NodeState], float]:
+    """`scarce_score` for one request, remembered per set of node resource kinds (nodes of one
+    machine type share it)."""
+    scarce = tuple(scarce)
+    by_kinds: dict[frozenset[str], float] = {}
+
+    def score(state: NodeState) -> float:
+        kinds = state.resource_kinds
+        value = by_kinds.get(kinds)
+        if value is None:
+            value = by_kinds[kinds] = scarce_score(state, req, scarce)
+        return value
+
+    return score

@@ -19,9 +19,9 @@ import yaml
 
 from allocator.core.request import PodRequest
 from allocator.core.scoring.device import DEFAULT_WEIGHTS, LEAST_ALLOCATED, DeviceScoring
-from allocator.core.scoring.fit import DEFAULT_FIT, ResourceStrategy, fit_score
-from allocator.core.scoring.scarce import DEFAULT_SCARCE, scarce_score
-from allocator.core.scoring.topology import topology_score
+from allocator.core.scoring.fit import DEFAULT_FIT, ResourceStrategy, prepare_fit
+from allocator.core.scoring.scarce import DEFAULT_SCARCE, prepare_scarce
+from allocator.core.scoring.topology import prepare_topology
 from allocator.core.state import NodeState
 
 MAX_PRIORITY = 10  # kube-scheduler's extender priorities are 0..10
@@ -147,43 +147,87 @@ def device_share_score(state: NodeState, req: PodRequest, scoring: DeviceScoring
     return sum(scores) / len(scores) if scores else None
 
 
+def prepare_device_share(
+    req: PodRequest, scoring: DeviceScoring
+) -> Callable[[NodeState], float | None] | None:
+    if not req.devices:
+        return None
+    return lambda state: device_share_score(state, req, scoring)
+
+
+Prepared = Callable[[NodeState], "float | None"]
+Preparer = Callable[[PodRequest], "Prepared | None"]
+
 _keys = itertools.count(1)
+_PREPARED_CACHE = 256
 
 
 class NodeScorer:
-    """Scores nodes for one configuration. `key` identifies it in score caches."""
+    """Scores nodes for one configuration. `key` identifies it in score caches.
+
+    A component is either a plain `component(state, req) -> float | None`, or an object with
+    `prepare(req)` returning a per-node `fn(state) -> float | None` (or None when it does not apply
+    to that request); preparation runs once per request shape.
+    """
 
     def __init__(
         self, config: ScoringConfig | None = None, components: Mapping[str, ScoreComponent] | None = None
     ) -> None:
         self.config = config or ScoringConfig()
         cfg = self.config
-        builtin: dict[str, ScoreComponent] = {
-            "fit": lambda s, r: fit_score(s, r, cfg.fit),
-            "scarce": lambda s, r: scarce_score(s, r, cfg.scarce_resources),
-            "topology": topology_score,
-            "device": lambda s, r: device_share_score(s, r, cfg.device_scoring),
+        self.components: dict[str, Any] = dict(components or {})
+        self._preparers: dict[str, Preparer] = {
+            "fit": lambda r: prepare_fit(r, cfg.fit),
+            "scarce": lambda r: prepare_scarce(r, cfg.scarce_resources),
+            "topology": prepare_topology,
+            "device": lambda r: prepare_device_share(r, cfg.device_scoring),
         }
-        self.components: dict[str, ScoreComponent] = {**builtin, **dict(components or {})}
+        for name, component in self.components.items():
+            self._preparers[name] = _preparer(component)
         self._active = [
-            (name, weight, self.components[name])
+            (name, weight, self._preparers[name])
             for name, weight in cfg.weights.items()
-            if weight > 0 and name in self.components
+            if weight > 0 and name in self._preparers
         ]
+        self._prepared: dict[tuple[Any, ...], list[tuple[str, float, Prepared]]] = {}
+        self.key = next(_keys)
+
+    def refresh(self) -> None:
+        """Forget cached scores: call when a component's outside input changed (e.g. the workload
+        mix of a fragmentation term), since node versions alone would not show it."""
+        self._prepared.clear()
         self.key = next(_keys)
 
     def with_component(self, name: str, component: ScoreComponent) -> NodeScorer:
         """A scorer like this one plus (or replacing) a named component."""
         return NodeScorer(self.config, {**self.components, name: component})
 
+    def prepare(self, req: PodRequest) -> list[tuple[str, float, Prepared]]:
+        """The components that apply to this request shape, specialised for it."""
+        hit = self._prepared.get(req.signature)
+        if hit is None:
+            if len(self._prepared) >= _PREPARED_CACHE:
+                self._prepared.clear()
+            hit = []
+            for name, weight, preparer in self._active:
+                fn = preparer(req)
+                if fn is not None:
+                    hit.append((name, weight, fn))
+            self._prepared[req.signature] = hit
+        return hit
+
     def breakdown(self, state: NodeState, req: PodRequest) -> dict[str, float | None]:
-        return {name: fn(state, req) for name, _, fn in self._active}
+        return {name: fn(state) for name, _, fn in self.prepare(req)}
 
     def score(self, state: NodeState, req: PodRequest) -> int:
         """0..10: the weighted mean of the components that apply, rounded."""
+        return self.score_prepared(state, self.prepare(req))
+
+    @staticmethod
+    def score_prepared(state: NodeState, prepared: list[tuple[str, float, Prepared]]) -> int:
         total = weight_sum = 0.0
-        for _, weight, fn in self._active:
-            value = fn(state, req)
+        for _, weight, fn in prepared:
+            value = fn(state)
             if value is None:
                 continue
             total += weight * value
@@ -191,3 +235,10 @@ class NodeScorer:
         if weight_sum == 0:
             return 0
         return int(total / weight_sum * MAX_PRIORITY / 100 + 0.5)
+
+
+def _preparer(component: Any) -> Preparer:
+    prepare = getattr(component, "prepare", None)
+    if callable(prepare):
+        return prepare
+    return lambda req: lambda state: component(state, req)

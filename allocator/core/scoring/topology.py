@@ -8,7 +8,9 @@ first, then the deepest scope). Single-GPU and shared requests are not ranked (N
 
 from __future__ import annotations
 
-from allocator.core.inventory import LEVEL_NUMA, LEVEL_PCIE
+from collections.abc import Callable
+
+from allocator.core.inventory import LEVEL_NUMA, LEVEL_PCIE, NodeInventory
 from allocator.core.request import PodRequest
 from allocator.core.state import NodeState
 
@@ -20,8 +22,40 @@ def topology_score(state: NodeState, req: PodRequest) -> float | None:
     inv = state.inventory
     if g is None or g.count < 2 or g.shared or inv is None:
         return None
-    feasible = state.gpu_fit_mask(g.per_gpu)
-    count = g.count
+    return _tier(state, inv, state.gpu_fit_mask(g.per_gpu), g.count)
+
+
+def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | None:
+    g = req.gpu
+    if g is None or g.count < 2 or g.shared:
+        return None
+    per_gpu, count, whole = g.per_gpu, g.count, g.whole
+
+    def score(state: NodeState) -> float | None:
+        inv = state.inventory
+        if inv is None:
+            return None
+        feasible = state.gpu_whole_mask if whole else state.gpu_fit_mask(per_gpu)
+        return _tier(state, inv, feasible, count)
+
+    return score
+
+
+_TIERS: dict[tuple[int, int, int], float] = {}
+
+
+def _tier(state: NodeState, inv: NodeInventory, feasible: int, count: int) -> float:
+    """Remembered per topology layout: nodes of one machine type share the answers."""
+    key = (inv.layout, feasible, count)
+    hit = _TIERS.get(key)
+    if hit is None:
+        if len(_TIERS) > 50_000:
+            _TIERS.clear()
+        hit = _TIERS[key] = _compute_tier(inv, feasible, count)
+    return hit
+
+
+def _compute_tier(inv: NodeInventory, feasible: int, count: int) -> float:
     if any((feasible & mask).bit_count() >= count for mask in inv.nvlink_domains.values()):
         return NVLINK
     for level, tier in ((LEVEL_PCIE, PCIE), (LEVEL_NUMA, NUMA)):
