@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from allocator.core.cluster import UNKNOWN_NODE, ClusterState
+from allocator.core.podspec import PodUsage, pod_usage
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, PodUsage, pod_request, pod_usage
+from allocator.core.request import PodRequest, pod_request
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
