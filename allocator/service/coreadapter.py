@@ -33,6 +33,7 @@ class CoreAdapter:
         self.cluster = ClusterState()
         self.scoring = ScoringConfig.from_dict(scoring or {})  # ValueError on a bad config
         self.scorer = NodeScorer(self.scoring)
+        self._requests: dict[tuple[Any, Any], PodRequest] = {}
 
     @staticmethod
     def check_scoring(scoring: Mapping[str, Any]) -> None:
@@ -41,9 +42,19 @@ class CoreAdapter:
 
     # -- parsing (never raises: bad input becomes `invalid` / `error`) ------------------------------
 
-    @staticmethod
-    def request(pod: Mapping[str, Any]) -> PodRequest:
-        return pod_request(pod)
+    def request(self, pod: Mapping[str, Any]) -> PodRequest:
+        """The pod's request, parsed once per pod version: kube-scheduler sends the same pod to
+        filter, prioritize and (through the cache) bind."""
+        meta = pod.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"))
+        if not (key[0] and key[1]):
+            return pod_request(pod)
+        req = self._requests.get(key)
+        if req is None:
+            if len(self._requests) >= 1024:
+                self._requests.clear()
+            req = self._requests[key] = pod_request(pod)
+        return req
 
     @staticmethod
     def usage(pod: Mapping[str, Any]) -> PodUsage:
