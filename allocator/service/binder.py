@@ -102,8 +102,8 @@ class Binder:
 
     async def _pod(self, args: ExtenderBindingArgs) -> JSON | BindOutcome:
         entry = self.cache.pod(args.pod_namespace, args.pod_name)
-        if entry is not None and (not args.pod_uid or entry.uid == args.pod_uid) and not entry.node:
-            return entry.raw
+        if entry is not None and entry.raw is not None and (not args.pod_uid or entry.uid == args.pod_uid):
+            return entry.raw  # pending: the cache has the whole pod
         # Not in the cache yet (watch lag), or the cache is behind: ask the API server.
         try:
             pod = await self.api.get_pod(args.pod_namespace, args.pod_name)

@@ -49,7 +49,7 @@ def _meta(obj: JSON) -> JSON:
 
 @dataclass
 class PodEntry:
-    """What the cache keeps of a pod: what it holds where, plus the raw object."""
+    """What the cache keeps of a pod: what it holds where."""
 
     key: str
     uid: str
@@ -57,7 +57,10 @@ class PodEntry:
     active: bool  # not in a terminal phase
     annotation: str | None  # device-allocated, verbatim
     usage: PodUsage  # the core's reading: allocations, cpu/memory requests
-    raw: JSON
+    containers: Any  # spec.containers, to notice a resize
+    # The whole object only while the pod waits for a node (bind reads it); a cluster's bound
+    # pods would otherwise keep hundreds of megabytes of managedFields and status alive.
+    raw: JSON | None
 
     @property
     def holds(self) -> bool:
@@ -218,14 +221,17 @@ class ClusterCache:
             old is not None
             and old.annotation == annotation
             and old.active == active
-            and (old.raw.get("spec") or {}).get("containers") == spec.get("containers")
+            and old.containers == spec.get("containers")
         ):
             usage = old.usage  # a status or label update: nothing the allocator counts changed
         else:
             usage = self.core.usage(pod)
             if usage.error:
                 log.warning("pod %s: %s (counted without devices)", key, usage.error)
-        entry = PodEntry(key, uid, spec.get("nodeName") or "", active, annotation, usage, pod)
+        node = spec.get("nodeName") or ""
+        entry = PodEntry(
+            key, uid, node, active, annotation, usage, spec.get("containers"), None if node else pod
+        )
         self.pods[key] = entry
         res = self.reservations.get(key)
         if res is not None and (entry.holds or not entry.active or res.uid != uid):
