@@ -166,6 +166,16 @@ async def wait_ready(health: int, timeout: float = 600) -> float:
     raise TimeoutError("allocator not ready")
 
 
+def rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def names_of(nodes: int) -> list[str]:
     return [f"{'dgx-h100' if i % 2 == 0 else 'l40s'}-{i:05d}" for i in range(nodes)]
 
@@ -272,6 +282,7 @@ async def run(nodes: int, pods: int, seed_value: int) -> list[tuple[Any, ...]]:
                 start = time.perf_counter()
                 timings = await play_scheduler(url, port, ctx, names_of(nodes), pods, rng, "p")
                 wall = time.perf_counter() - start
+                rss = rss_mib(proc.pid)
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -281,7 +292,8 @@ async def run(nodes: int, pods: int, seed_value: int) -> list[tuple[Any, ...]]:
     rows = [row(nodes, verb, timings[verb]) for verb in VERBS]
     rows.append(row(nodes, "filter+prioritize", timings["filter+prioritize"]))
     median_passed = statistics.median(timings["passed"])
-    print(f"   {pods} pods in {wall:.1f} s; nodes passing filter: median {median_passed:.0f}")
+    print(f"   {pods} pods in {wall:.1f} s; nodes passing filter: median {median_passed:.0f}; "
+          f"allocator RSS {rss:.0f} MiB")  # fmt: skip
     return rows
 
 

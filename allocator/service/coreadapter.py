@@ -87,6 +87,10 @@ class CoreAdapter:
             return Rejection("topoalloc: invalid Device", f"the node's Device CR is invalid: {exc}", True)
         return None
 
+    def has_inventory(self, name: str) -> bool:
+        state = self.cluster.nodes.get(name)
+        return state is not None and state.inventory is not None
+
     def remove_device(self, name: str) -> None:
         self.cluster.remove_device(name)
 

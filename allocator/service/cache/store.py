@@ -96,10 +96,9 @@ class ClusterCache:
         self.reservation_ttl = reservation_ttl
         self.metrics = metrics
         self.clock = clock
-        # Only what the allocator reads: a real Node or Device object is mostly status that
-        # changes often, and thousands of raw copies slow Python's garbage collector down.
+        # Of a Node only what the allocator reads: a real Node is mostly status that changes often.
         self.nodes: dict[str, NodeFacts] = {}
-        self.devices: dict[str, str] = {}  # Device name -> resourceVersion
+        self.devices: dict[str, JSON] = {}  # kept whole: a re-registered Node needs it again
         self.device_errors: dict[str, Rejection] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
@@ -182,6 +181,11 @@ class ClusterCache:
         if problem:
             log.warning("Node %s: %s", name, problem)
         if old is None:
+            # A Node created again after a delete: its Device CR did not change, so no event
+            # will bring the inventory back.
+            dev = self.devices.get(name)
+            if dev is not None and not self.core.has_inventory(name):
+                self._install_device(name, dev)
             # Pods that arrived before their Node (or outlived its delete) count from now on.
             for key in list(self._by_node.get(name, ())):
                 self._sync_core(key)
@@ -189,10 +193,14 @@ class ClusterCache:
     def _upsert_device(self, dev: JSON) -> None:
         meta = _meta(dev)
         name = meta.get("name") or ""
-        rv = str(meta.get("resourceVersion") or "")
-        if rv and self.devices.get(name) == rv:
+        old = self.devices.get(name)
+        self.devices[name] = dev
+        rv = meta.get("resourceVersion")
+        if rv and old is not None and _meta(old).get("resourceVersion") == rv:
             return  # a relist replaying what we have: no inventory rebuild
-        self.devices[name] = rv
+        self._install_device(name, dev)
+
+    def _install_device(self, name: str, dev: JSON) -> None:
         problem = self.core.set_device(dev)
         if problem is None:
             self.device_errors.pop(name, None)
@@ -278,8 +286,13 @@ class ClusterCache:
     # == the request path ===========================================================================
 
     def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]]:
-        """Names that can host the pod's devices, in the order given, and a reason for each other."""
-        return self.core.filter(req, names)
+        """Names that can host the pod's devices, in the order given, and a reason for each other.
+        A node whose Device CR does not decode says so rather than "no free GPU"."""
+        passed, failed = self.core.filter(req, names)
+        for name, problem in self.device_errors.items():
+            if name in failed:
+                failed[name] = problem
+        return passed, failed
 
     def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
         """The core's 0..10 for the names (0 for nodes the cache does not know)."""
