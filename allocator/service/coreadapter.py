@@ -60,6 +60,14 @@ class CoreAdapter:
     def usage(pod: Mapping[str, Any]) -> PodUsage:
         return pod_usage(pod)
 
+    @staticmethod
+    def usage_of(key: str, node: str, allocations: DeviceAllocations, req: PodRequest) -> PodUsage:
+        """What `pod_usage` would read from a pod bound with these allocations, from the request
+        already parsed at bind time (the pod's own requests, so the same numbers)."""
+        return PodUsage(
+            key, node, allocations, req.cpu_milli, req.memory, req.nonzero_cpu_milli, req.nonzero_memory
+        )
+
     # -- cluster state ------------------------------------------------------------------------------
 
     def has_node(self, name: str) -> bool:

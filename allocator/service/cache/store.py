@@ -56,7 +56,7 @@ class PodEntry:
     node: str  # spec.nodeName, "" while pending
     active: bool  # not in a terminal phase
     annotation: str | None  # device-allocated, verbatim
-    usage: PodUsage  # the core's reading: allocations, cpu/memory requests
+    usage: PodUsage | None  # the core's reading (devices, cpu/memory), only while it holds
     containers: Any  # spec.containers, to notice a resize
     # The whole object only while the pod waits for a node (bind reads it); a cluster's bound
     # pods would otherwise keep hundreds of megabytes of managedFields and status alive.
@@ -68,7 +68,7 @@ class PodEntry:
 
     @property
     def allocations(self) -> DeviceAllocations | None:
-        return self.usage.allocations
+        return self.usage.allocations if self.usage is not None else None
 
 
 @dataclass
@@ -223,25 +223,28 @@ class ClusterCache:
             old = None
         spec = pod.get("spec") or {}
         annotation = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
-        phase = (pod.get("status") or {}).get("phase")
-        active = phase not in TERMINAL_PHASES
-        if (
-            old is not None
-            and old.annotation == annotation
-            and old.active == active
-            and old.containers == spec.get("containers")
-        ):
-            usage = old.usage  # a status or label update: nothing the allocator counts changed
-        else:
-            usage = self.core.usage(pod)
-            if usage.error:
-                log.warning("pod %s: %s (counted without devices)", key, usage.error)
+        active = (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
         node = spec.get("nodeName") or ""
-        entry = PodEntry(
-            key, uid, node, active, annotation, usage, spec.get("containers"), None if node else pod
-        )
-        self.pods[key] = entry
+        containers = spec.get("containers")
         res = self.reservations.get(key)
+        usage: PodUsage | None = None
+        if node and active:  # pending and finished pods hold nothing: no need to read them
+            if (
+                old is not None
+                and old.usage is not None
+                and old.node == node
+                and old.annotation == annotation
+                and old.containers == containers
+            ):
+                usage = old.usage  # a status or label update: nothing the allocator counts changed
+            elif res is not None and res.uid == uid and res.node == node and res.annotation == annotation:
+                usage = self.core.usage_of(key, node, res.allocations, res.request)  # our own bind
+            else:
+                usage = self.core.usage(pod)
+                if usage.error:
+                    log.warning("pod %s: %s (counted without devices)", key, usage.error)
+        entry = PodEntry(key, uid, node, active, annotation, usage, containers, None if node else pod)
+        self.pods[key] = entry
         if res is not None and (entry.holds or not entry.active or res.uid != uid):
             # Bound (its annotation takes over from the reservation), finished, or another pod.
             if entry.holds and entry.node == res.node and annotation != res.annotation:
@@ -257,7 +260,7 @@ class ClusterCache:
         want: Assigned | None = None
         if res is not None:
             want = (res.node, res.token, None)
-        elif entry is not None and entry.holds:
+        elif entry is not None and entry.usage is not None:
             want = (entry.node, 0, entry.usage)
         target = self._target.get(key)
         if target is not None and (want is None or want[0] != target):
@@ -279,7 +282,7 @@ class ClusterCache:
         if res is not None:
             self.core.assign_reservation(key, node, res.allocations, res.request)
         else:
-            assert entry is not None
+            assert entry is not None and entry.usage is not None
             self.core.assign_usage(key, node, entry.usage)
         self._assigned[key] = installable
 
