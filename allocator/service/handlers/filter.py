@@ -14,6 +14,7 @@ add to kube-scheduler's own checks.
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 # At most this many distinct reasons in one Event note.
 EVENT_REASONS = 3
+_code = attrgetter("code")
 
 
 async def handle(request: web.Request, svc: Allocator) -> web.Response:
@@ -46,10 +48,12 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         passed, codes, result = names, Counter(), "no_devices"
     else:
         passed, rejections = svc.cache.filter(req, names)
-        codes = Counter()
-        for name, rej in rejections.items():
-            (unresolvable if rej.unresolvable else failed)[name] = rej.message
-            codes[rej.code] += 1
+        if any(rej.unresolvable for rej in rejections.values()):
+            for name, rej in rejections.items():
+                (unresolvable if rej.unresolvable else failed)[name] = rej.message
+        else:
+            failed = {name: rej.message for name, rej in rejections.items()}
+        codes = Counter(map(_code, rejections.values()))
         result = "ok" if passed else "no_fit"
     for code, count in codes.items():
         svc.metrics.node_rejections.labels(code).inc(count)
