@@ -51,14 +51,38 @@ def test_the_issue_machines_are_all_here() -> None:
         assert "Source" in readme, f"{name}: README must say where each fact comes from"
 
 
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every fixture composed afresh from its machine.yaml, once per module."""
+    out = {}
+    for name in FIXTURE_NAMES:
+        target = tmp_path_factory.mktemp("composed") / name
+        target.mkdir()
+        (target / "machine.yaml").write_text((FIXTURES / name / "machine.yaml").read_text())
+        out[name] = compose(target)
+    return out
+
+
+def _empty_dirs(root: Path) -> list[str]:
+    return sorted(
+        str(Path(d).relative_to(root)) for d, dirs, files in os.walk(root) if not dirs and not files
+    )
+
+
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
-def test_committed_tree_is_exactly_what_the_description_composes(name: str, tmp_path: Path) -> None:
-    shutil_target = tmp_path / name
-    (shutil_target).mkdir()
-    (shutil_target / "machine.yaml").write_text((FIXTURES / name / "machine.yaml").read_text())
-    compose(shutil_target)
-    assert _tree(shutil_target / "sys") == _tree(FIXTURES / name / "sys")
-    assert filecmp.cmp(shutil_target / "nvml.json", FIXTURES / name / "nvml.json", shallow=False)
+def test_committed_tree_is_exactly_what_the_description_composes(
+    name: str, composed: dict[str, Path]
+) -> None:
+    assert _tree(composed[name] / "sys") == _tree(FIXTURES / name / "sys")
+    assert filecmp.cmp(composed[name] / "nvml.json", FIXTURES / name / "nvml.json", shallow=False)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_no_fixture_directory_is_empty(name: str, composed: dict[str, Path]) -> None:
+    """Git stores no empty directory, so one here would be missing from a clone (CI) and the
+    tree there would differ from the one composed on a developer's machine."""
+    assert _empty_dirs(composed[name] / "sys") == [], "composer leaves empty directories"
+    assert _empty_dirs(FIXTURES / name / "sys") == [], "checkout holds empty directories"
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
