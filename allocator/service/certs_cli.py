@@ -32,6 +32,7 @@ def _secret(name: str, namespace: str, files: dict[str, bytes]) -> dict:
 @click.command("certs")
 @click.option(
     "--out-dir",
+    "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("certs"),
     show_default=True,
