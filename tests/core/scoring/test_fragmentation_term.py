@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from allocator.core.inventory import build_inventory
@@ -131,3 +133,30 @@ fragmentation:
     ):
         with pytest.raises(ValueError):
             ScoringConfig.from_dict({"fragmentation": bad})
+
+
+def test_memoised_scores_equal_score_node_on_every_state() -> None:
+    """The memo keys free CPU by its position among the mix's CPU requests: exact, never stale."""
+    rng = random.Random(5)
+    shapes = (TaskShape(2000, 30, 1), TaskShape(8000, 100, 1), TaskShape(12_500), TaskShape(16_000, 100, 2))
+    prior = tuple((s, w) for s, w in zip(shapes, (3.0, 2.0, 1.0, 1.0), strict=True))
+    term = FragmentationTerm(FragmentationSettings(prior=prior))
+    mix = term.mix()
+    requests = [
+        pod_request(pod({CORE: "30", RATIO: "30", "cpu": "2"})),
+        pod_request(pod(gpus(1, cpu="8"))),
+        pod_request(pod(gpus(2, cpu="3"))),
+        pod_request(pod({"cpu": "5"})),
+    ]
+    for _ in range(200):
+        cpu = rng.choice([rng.randint(0, 32_000), 7999, 8000, 8001, 10_000, 10_001, 14_500, 32_000])
+        state = NodeState("l1", build_inventory(l40s_device("l1")), {}, {"cpu": 32_000, "memory": 2**40})
+        for minor in rng.sample(range(8), rng.randint(0, 6)):
+            use_gpus(state, minor, share=rng.choice([30, 60, 100]))
+        if cpu < 32_000:
+            state.add_pod("ns/cpu", None, 32_000 - cpu)
+        for req in requests:
+            shape = task_shape(req)
+            assert shape is not None
+            want = score_node(state.gpu_free_core_pct, state.cpu_free_milli, "L40S", shape, mix)
+            assert term.placement(state, req) == want
