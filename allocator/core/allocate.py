@@ -179,7 +179,9 @@ def _solve(
         ctx.note(f"joint allocation: primary {primary} on PCIe {', '.join(sorted(pcies)) or '-'}")
         for dtype in joint[1:]:
             desired = ctx.per_type[dtype][1]
-            if req.joint_same_pcie and desired < len(pcies):
+            # A GPU count is the pod's request, never stretched to cover the primary's switches
+            # (Koordinator would hand out extra cards); SamePCIe is then checked as for any type.
+            if req.joint_same_pcie and desired < len(pcies) and dtype != GPU:
                 desired = len(pcies)
             got = _allocate_type(ctx, dtype, desired, pcies, need_picks=True)
             if isinstance(got, Rejection):
@@ -275,11 +277,10 @@ def _allocate_type(
     ctx: Ctx, dtype: str, desired: int, pcies: frozenset[str], *, need_picks: bool
 ) -> Rejection | tuple[list[Pick], str]:
     per, _ = ctx.per_type[dtype]
-    max_count = max(desired, len(pcies))
     desired = max(desired, 1)
-    max_count = max(max_count, desired)
     if dtype == GPU:
-        return allocate_gpu(ctx, desired, max_count, need_picks=need_picks)
+        return allocate_gpu(ctx, desired, desired, need_picks=need_picks)
+    max_count = max(desired, len(pcies))
     picks = select_plain(ctx, dtype, per, desired, max_count, pcies)
     if isinstance(picks, Rejection):
         return picks
