@@ -138,8 +138,9 @@ def _cycle(
 
 
 def _clear_caches(cluster: ClusterState) -> None:
+    cluster.forget_cached()
     for state in cluster.nodes.values():
-        state._derived, state.verdicts, state.scores = {}, {}, {}
+        state._derived = {}
 
 
 def measure(

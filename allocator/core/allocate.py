@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from allocator.core import reasons as rs
+from allocator.core.features import FITS_EXACT, FITS_SHARE, FITS_WHOLE, Feature
 from allocator.core.gpus import allocate_gpu, feasible_partitions
 from allocator.core.inventory import LEVEL_DEVICE, NodeInventory
 from allocator.core.messages import (
@@ -88,6 +89,23 @@ def fits(state: NodeState, req: PodRequest) -> Rejection | None:
             return quick  # type: ignore[return-value]
     result = _solve(state, req, None, None, None, None, want_plan=False)
     return result if isinstance(result, Rejection) else None
+
+
+def fits_grouping(req: PodRequest) -> Feature | None:
+    """The node summary that decides `fits(state, req)` alone: nodes equal in it get the same
+    verdict, so a cluster-wide filter runs `fits` once per distinct value (None: the verdict does
+    not depend on the node at all). Keep in step with `fits`: the whole-GPU and equal-share
+    features name exactly what `_quick_gpu_verdict` and, for whole GPUs on a node that honours
+    partitions, `allocate_gpu` read; anything else is grouped by the node's full device usage."""
+    if req.invalid is not None or not req.devices:
+        return None
+    g = req.plain_gpu
+    if g is not None:
+        if g.shared and g.count == 1 and g.equal_share is not None:
+            return FITS_SHARE
+        if g.whole:
+            return FITS_WHOLE
+    return FITS_EXACT
 
 
 # -- the common case from summaries ----------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from allocator.core.inventory import NodeInventory, build_inventory, summed_totals
 from allocator.core.podspec import PodUsage, pod_usage
@@ -20,6 +20,9 @@ from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.quantity import Quantity
+
+if TYPE_CHECKING:
+    from allocator.core.nodetable import NodeTable
 
 GPU = rn.DeviceType.GPU
 
@@ -110,10 +113,10 @@ class NodeState:
         # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
         self.gpu_max_share = -1
         self._derived: dict[Any, Any] = {}
-        # Filter verdicts and scores cached by ClusterState under small int keys; like every
-        # derived value they last until the next change.
-        self.verdicts: dict[int, Any] = {}
-        self.scores: dict[int, float] = {}
+        # The ClusterState's node table and this node's slot there: every change stamps the slot,
+        # which is how the cluster's column caches (filter verdicts, scores) see it.
+        self._table: NodeTable | None = None
+        self._slot = -1
         self.set_inventory(inventory)
 
     @classmethod
@@ -279,10 +282,12 @@ class NodeState:
         self.version += 1
         if self._derived:
             self._derived = {}
-        if self.verdicts:
-            self.verdicts = {}
-        if self.scores:
-            self.scores = {}
+        if self._table is not None:
+            self._table.touch(self._slot)
+
+    def attach(self, table: NodeTable | None, slot: int) -> None:
+        """Report every change to `table` as a change of `slot` (None: to no table)."""
+        self._table, self._slot = table, slot
 
     def devices_gone(self) -> None:
         """The Device CR was deleted: every device counts as unhealthy until it returns (2.2)."""

@@ -19,8 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from allocator.core.features import CPU_FREE, FREE_PCT, GPU_MODEL
+from allocator.core.nodetable import NodeTable, combine_keys
 from allocator.core.request import PodRequest
 from allocator.core.scoring.fragmentation import NodeScore, score_node
+from allocator.core.scoring.grouped import Group, GroupedScore
 from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, TaskShape, WorkloadMix
 from allocator.core.state import NodeState
 from apis import keys
@@ -29,6 +34,9 @@ from apis.quantity import Quantity
 
 _MEMO_LIMIT = 200_000
 _MISSING = object()
+# The free-CPU column is clamped to ±2**62; bucketing it is exact while cuts and requests stay
+# below 2**61 (real ones are many orders of magnitude smaller).
+_EXACT_INT = 2**61
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,7 @@ class FragmentationTerm:
         fn = self._memoised(req)
         return None if fn is None else fn(state)
 
-    def prepare(self, req: PodRequest) -> Callable[[NodeState], float | None] | None:
+    def prepare(self, req: PodRequest) -> GroupedScore | None:
         placement = self._memoised(req)
         if placement is None:
             return None
@@ -240,7 +248,8 @@ class FragmentationTerm:
             result = placement(state)
             return None if result is None else result.score
 
-        return score
+        assert self._mix is not None  # set by the mix() that _memoised consulted
+        return GroupedScore(score, self._grouping(req, self._mix))
 
     def preferred_gpus(self, state: NodeState, req: PodRequest) -> tuple[int, ...] | None:
         """The GPU a shared pod was scored on; None for other pods (for whole GPUs any fully free
@@ -265,17 +274,14 @@ class FragmentationTerm:
             return None  # nothing learned yet: no opinion
         sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
         memo = self._memo
-        cuts_by_model = self._cuts
+        cuts_of = self._cuts_of
         need = shape.cpu_milli
 
         def placement(state: NodeState) -> NodeScore | None:
             free: Sequence[int] = state.gpu_free_core_pct
             cpu = state.cpu_free_milli
             model = state.gpu_model
-            cuts = cuts_by_model.get(model)
-            if cuts is None:
-                compiled = mix.compiled_for(model)
-                cuts = cuts_by_model[model] = tuple(sorted({c for g in compiled.groups for c in g.cpus}))
+            cuts = cuts_of(model, mix)
             key = (sid, model, free, bisect_right(cuts, cpu), bisect_right(cuts, cpu - need))
             result = memo.get(key, _MISSING)
             if result is _MISSING:
@@ -285,3 +291,37 @@ class FragmentationTerm:
             return result  # type: ignore[return-value]
 
         return placement
+
+    def _cuts_of(self, model: str, mix: WorkloadMix) -> tuple[int, ...]:
+        """The CPU requests of the mix's shapes that can run on `model`, sorted: the measure reads
+        free CPU only through which of them fit."""
+        cuts = self._cuts.get(model)
+        if cuts is None:
+            compiled = mix.compiled_for(model)
+            cuts = self._cuts[model] = tuple(sorted({c for g in compiled.groups for c in g.cpus}))
+        return cuts
+
+    def _grouping(self, req: PodRequest, mix: WorkloadMix) -> Group:
+        """Nodes with one memo key (GPU model, per-GPU free share, free CPU's position among the
+        mix's CPU requests before and after the pod) get one score: found for many nodes at once
+        from the `NodeTable` columns."""
+        shape = task_shape(req)
+        need = 0 if shape is None else shape.cpu_milli
+
+        def group(table: NodeTable, slots: np.ndarray) -> np.ndarray:
+            models = table.feature(GPU_MODEL)[slots]
+            free = table.feature(FREE_PCT)[slots]
+            cpu = table.feature(CPU_FREE)[slots]
+            before = np.zeros(len(slots), np.int64)
+            after = np.zeros(len(slots), np.int64)
+            for ident in np.unique(models).tolist():
+                cuts = self._cuts_of(table.value(GPU_MODEL, ident), mix)
+                if abs(need) >= _EXACT_INT or any(abs(c) >= _EXACT_INT for c in cuts):
+                    return slots  # beyond the clamped column's exact range: node by node
+                edges = np.asarray(cuts, np.int64)
+                chosen = models == ident
+                before[chosen] = np.searchsorted(edges, cpu[chosen], side="right")
+                after[chosen] = np.searchsorted(edges, cpu[chosen] - need, side="right")
+            return combine_keys([models, free, before, after])
+
+        return group

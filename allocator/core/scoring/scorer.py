@@ -19,14 +19,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import yaml
 
+from allocator.core.nodetable import NodeTable, combine_keys
 from allocator.core.request import PodRequest
 from allocator.core.scoring.device import DEFAULT_WEIGHTS, LEAST_ALLOCATED, DeviceScoring
 from allocator.core.scoring.fit import DEFAULT_FIT, ResourceStrategy, prepare_fit
 from allocator.core.scoring.fragmentation_term import FragmentationSettings, FragmentationTerm
+from allocator.core.scoring.grouped import GroupedScore
 from allocator.core.scoring.scarce import DEFAULT_SCARCE, prepare_scarce
-from allocator.core.scoring.topology import prepare_topology
+from allocator.core.scoring.topology import prepare_topology_grouped
 from allocator.core.state import NodeState
 
 MAX_PRIORITY = 10  # kube-scheduler's extender priorities are 0..10
@@ -199,7 +202,7 @@ class NodeScorer:
         self._preparers: dict[str, Preparer] = {
             "fit": lambda r: prepare_fit(r, cfg.fit),
             "scarce": lambda r: prepare_scarce(r, cfg.scarce_resources),
-            "topology": prepare_topology,
+            "topology": prepare_topology_grouped,
             "device": lambda r: prepare_device_share(r, cfg.device_scoring),
         }
         for name, component in self.components.items():
@@ -291,10 +294,31 @@ class NodeScorer:
     def score_prepared(state: NodeState, prepared: list[tuple[str, float, Prepared]]) -> int:
         return to_priority(NodeScorer.fine_prepared(state, prepared))
 
+    @staticmethod
+    def fine_grouped(
+        table: NodeTable, slots: np.ndarray, prepared: list[tuple[str, float, Prepared]]
+    ) -> np.ndarray:
+        """`fine_prepared` for the nodes in `slots` (distinct), as float64: evaluated once per group
+        of nodes that every component scores alike (`GroupedScore`; a component without groups
+        sets every node apart), on the group's first node."""
+        if not prepared or not len(slots):
+            return np.zeros(len(slots))
+        keys = [fn.group(table, slots) if isinstance(fn, GroupedScore) else slots for _, _, fn in prepared]
+        _, first, inverse = np.unique(combine_keys(keys), return_index=True, return_inverse=True)
+        states = table.states
+        fine_prepared = NodeScorer.fine_prepared
+        values = [fine_prepared(states[slot], prepared) for slot in slots[first].tolist()]  # type: ignore[arg-type]
+        return np.array(values, dtype=np.float64)[inverse.reshape(-1)]
+
 
 def to_priority(fine: float) -> int:
     """A 0..100 score on kube-scheduler's extender scale 0..10, rounded half up."""
     return int(fine * MAX_PRIORITY / 100 + 0.5)
+
+
+def to_priorities(fine: np.ndarray) -> np.ndarray:
+    """`to_priority` of each finite score: the same float operations, truncated the same way."""
+    return (fine * MAX_PRIORITY / 100 + 0.5).astype(np.int64)
 
 
 def _preparer(component: Any) -> Preparer:
