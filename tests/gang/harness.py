@@ -35,8 +35,11 @@ import jsonpatch
 from allocator.gang.config import GangSettings
 from allocator.service.server import Allocator
 from apis import keys
+from apis import resources as rn
+from apis.annotations import DeviceAllocations
 from tests.service.harness import GPU, Running, SchedulerClient, running_allocator
 from tests.service.pki import Pki
+from tests.support.allocations import entry
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import machine_device
 
@@ -324,6 +327,9 @@ class GangWorld:
                 out.append(e)
         return out
 
+    def notes_about(self, name: str, kind: str = "Pod") -> list[str]:
+        return [e.get("note") or e.get("message") or "" for e in self.events_about(name, kind)]
+
     def gang_reservations(self) -> dict[str, str]:
         return {k: r.node for k, r in self.service.cache.reservations.items() if r.gang}
 
@@ -360,3 +366,18 @@ async def allocator_front(
     finally:
         await scheduler.stop()
         await admission.close()
+
+
+def bound_elsewhere(api: FakeApiServer, name: str, node: str, minors: list[int]) -> None:
+    """A running pod that already holds whole GPUs `minors` of `node` (bound by an earlier
+    allocator instance, or any other path): the API state every allocator rebuilds from."""
+    gib = 81559 * 2**20  # the DGX H100 fixture's GPU memory
+    entries = [entry(m, {rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100, rn.GPU_MEMORY: gib}) for m in minors]
+    pod = member(
+        name,
+        gpus=len(minors),
+        annotations={keys.DEVICE_ALLOCATED: DeviceAllocations({"gpu": entries}).to_json()},
+    )
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running"}
+    api.put(pod)

@@ -36,7 +36,7 @@ async def test_two_gangs_for_six_free_gpus_one_runs_the_other_waits_then_runs(
         )
         assert not [k for k in w.gang_reservations() if k.startswith(f"default/{loser}")]  # holds nothing
         await until(lambda: bool(w.events_about(loser, "PodGroup")), 5)
-        notes = [e.get("note") or e.get("message") for e in w.events_about(loser, "PodGroup")]
+        notes = w.notes_about(loser, "PodGroup")
         assert any("no placement for 4 more member(s)" in n for n in notes), notes
         assert double_booked(w.fake.list_objects("pods", "default")) == []
 
