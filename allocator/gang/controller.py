@@ -270,7 +270,7 @@ class GangController:
         elif failed:
             pass
         elif len(active) < gang.min_member:
-            state.reason = f"waiting for members: {len(active)} of {gang.min_member} exist"
+            state.reason = f"waiting for members: the gang needs at least {gang.min_member}"
         elif len(bound) + len(state.plan) < gang.min_member:
             if gang.timeout and start is not None and self.wall() - start >= gang.timeout:
                 self._fail(gang, state)
@@ -399,7 +399,7 @@ class GangController:
         state.reason = ""
         where = ", ".join(found.nodes) + (f" ({found.domain})" if found.domain else "")
         note = f"planned {len(found.placements)} member(s) on {where}; releasing them"
-        self._report(gang, state, "GangPlanned", note, "Normal", members=False)
+        self._report(gang, state, "GangPlanned", note, "Normal")
 
     def _plan_late(self, gang: Gang, state: GangState, pending: list[MemberPod]) -> None:
         """Members beyond the minimum, one at a time: the gang already runs without them."""
@@ -579,15 +579,16 @@ class GangController:
         type_: str = "Warning",
         *,
         force: bool = False,
-        members: bool = True,
     ) -> None:
-        """An Event on the PodGroup and on each waiting member, once per distinct note."""
+        """An Event once per distinct note: on the PodGroup, or on each waiting member of a gang
+        without one (Events are rate-limited: one per member of a 256-pod gang would crowd out
+        every other Event)."""
         if self.events is None or (note == state.reported and not force):
             return
         state.reported = note
         if gang.podgroup is not None:
             self.events.record(gang.ref(), type_, reason, "Scheduling", note)
-        if members or gang.podgroup is None:
+        else:
             for m in gang.active:
                 if not m.node:
                     ref = PodRef(m.namespace, m.name, m.uid)

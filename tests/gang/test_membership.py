@@ -29,7 +29,7 @@ async def test_koordinator_gang_waits_for_min_available_then_runs_and_takes_late
     async with gang_world(fake_api, pki) as w:
         for i in range(2):
             await w.admission.create_pod(koordinator(f"k{i}", "kg", 3, gpus=2))
-        await until(lambda: any("2 of 3 exist" in n for n in w.notes_about("k0")), 5)
+        await until(lambda: any("needs at least 3" in n for n in w.notes_about("k0")), 5)
         assert all(gates_of(p) == [keys.GANG_SCHEDULING_GATE] for p in w.pods().values())
         assert w.service.metrics.registry.get_sample_value("topoalloc_podgroup_waiting_pods") == 2
         await w.admission.create_pod(koordinator("k2", "kg", 3, gpus=2))

@@ -52,9 +52,9 @@ async def test_gangs_and_ordinary_pods_never_double_book_and_a_waiting_gang_star
         assert not any(node_of(pods[f"wide{i}"]) for i in range(3))
         assert all(gates_of(pods[f"wide{i}"]) == [keys.GANG_SCHEDULING_GATE] for i in range(3))
         assert w.podgroup_status("wide")["phase"] == "PreScheduling"
-        assert w.gang_reservations() == {}
+        await until(lambda: w.gang_reservations() == {}, 5)  # once the watch shows the last binds
         # What the allocator counts is exactly what the API server says is bound.
-        assert node_view(w.service.core) == node_view(rebuilt_from_api(w.fake))
+        await until(lambda: node_view(w.service.core) == node_view(rebuilt_from_api(w.fake)), 5)
 
         for name in [n for n in pods if not n.startswith("wide")]:
             await w.admission.delete_pod(name)
