@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 # Node labels naming a topology domain, widest last: the planner keeps a gang inside one domain of
 # the first key that can hold it, and sibling affinity scores nodes sharing them.
 DEFAULT_TOPOLOGY_KEYS = ("nvidia.com/gpu.clique", "topoalloc.io/rack", "topology.kubernetes.io/zone")
+# deploy/allocator/webhook.yaml: the Service in front of every allocator replica's webhook port,
+# and the MutatingWebhookConfiguration whose caBundle the leader keeps equal to its CA.
+WEBHOOK_SERVICE = "topoalloc-webhook"
+WEBHOOK_CONFIGURATION = "topoalloc-gang"
 
 
 @dataclass
@@ -15,6 +19,10 @@ class GangSettings:
     # The mutating admission webhook (HTTPS with the allocator's certificate, no client certificate).
     webhook_host: str = "0.0.0.0"
     webhook_port: int = 9443
+    # The leader writes the CA of its TLS files (`clientCa`, the Secret's ca.crt, which signed its
+    # certificate) into this configuration's caBundle for webhooks calling WEBHOOK_SERVICE; ""
+    # leaves the caBundle to someone else (cert-manager's CA injector).
+    webhook_configuration: str = WEBHOOK_CONFIGURATION
     topology_keys: list[str] = field(default_factory=lambda: list(DEFAULT_TOPOLOGY_KEYS))
     # Gangs that set no timeout (PodGroup scheduleTimeoutSeconds, Koordinator waiting-time) wait
     # this long for a placement before they fail; 0 waits for ever.

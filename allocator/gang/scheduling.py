@@ -3,6 +3,7 @@ extender hooks, the controller and the admission webhook's HTTPS listener."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -10,7 +11,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from allocator.core.gang_plan import PlanSettings
-from allocator.gang.config import GangSettings
+from allocator.gang.cabundle import CaBundleInjector
+from allocator.gang.config import WEBHOOK_SERVICE, GangSettings
 from allocator.gang.controller import GangController
 from allocator.gang.extender import GangSteering
 from allocator.gang.index import GangIndex
@@ -59,6 +61,12 @@ class GangScheduling:
         cache.gang_guard = self.steering.guard
         # The API server presents no client certificate to webhooks: same certificate, no mTLS.
         self.tls = ReloadingTLS(tls_files, client_certs=False)
+        self.is_leader = is_leader
+        self.ca_bundle = (
+            CaBundleInjector(api, settings.webhook_configuration, WEBHOOK_SERVICE, tls_files.client_ca)
+            if settings.webhook_configuration
+            else None
+        )
 
     def _on_change(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
         self.index.on_change(kind, key, obj)
@@ -71,6 +79,14 @@ class GangScheduling:
         """The background work; the server listens for the webhook (`webhook_app`, `tls`)."""
         spawn("gang controller", self.controller.run())
         spawn("webhook TLS reload", self.tls.watch(reload_interval))
+        if self.ca_bundle is not None:
+            spawn("webhook caBundle", self._ca_loop(reload_interval))
+
+    async def _ca_loop(self, interval: float) -> None:
+        while True:
+            if self.is_leader() and self.ca_bundle is not None:
+                await self.ca_bundle.sync()
+            await asyncio.sleep(max(interval, 1.0))
 
     def stop(self) -> None:
         self.controller.step_down()
