@@ -26,6 +26,7 @@ until planned again, bound members count as placed. No member is bound against a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -39,6 +40,7 @@ from allocator.core.request import PodRequest
 from allocator.gang.config import GangSettings
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
+from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import format_time, parse_duration, parse_time
 from allocator.service.cache.store import ClusterCache, Reservation
 from allocator.service.events import EventRecorder, PodRef
@@ -176,10 +178,10 @@ class GangController:
         effects: list[Effect] = []
         waiting = 0
         for gang in gangs:
-            if not gang.members and gang.key in self.states:
+            effects.extend(self._reconcile(gang))
+            if not gang.members:  # written back to Pending if it had failed; forget it now
                 self._release(self.states.pop(gang.key))
                 continue
-            effects.extend(self._reconcile(gang))
             state = self.states.get(gang.key)
             planned = state.plan if state is not None else {}
             waiting += sum(1 for m in gang.active if not m.node and m.key not in planned)
@@ -384,9 +386,10 @@ class GangController:
             return  # the cache has not caught up with a member yet
         siblings = self._sibling_nodes(gang, ready)
         cluster = self.cache.core.cluster
-        found = plan_gang(cluster, requests, self.plan_settings, siblings=siblings)
+        names = self._admitting(ready)
+        found = plan_gang(cluster, requests, self.plan_settings, siblings=siblings, names=names)
         if isinstance(found, NoPlan) and len(requests) > need:
-            fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings)
+            fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
             found = fewer if isinstance(fewer, GangPlan) else found
         if isinstance(found, NoPlan):
             state.attempt = seen
@@ -410,7 +413,11 @@ class GangController:
             if not requests:
                 continue
             found = plan_gang(
-                self.cache.core.cluster, requests, self.plan_settings, siblings=self._sibling_nodes(gang, [m])
+                self.cache.core.cluster,
+                requests,
+                self.plan_settings,
+                siblings=self._sibling_nodes(gang, [m]),
+                names=self._admitting([m]),
             )
             if isinstance(found, GangPlan) and self._commit(gang, state, found, [m]):
                 continue
@@ -427,6 +434,20 @@ class GangController:
             if entry is not None and entry.raw is not None and entry.uid == m.uid:
                 out.append(self.cache.core.request(entry.raw))
         return out
+
+    def _admitting(self, members: list[MemberPod]) -> list[str]:
+        """Nodes whose taints and cordon every one of the members tolerates."""
+        kinds: dict[str, list[JSON]] = {}
+        for m in members:
+            entry = self.cache.pods.get(m.key)
+            tolerations = tolerations_of(entry.raw) if entry is not None and entry.raw is not None else []
+            kinds[json.dumps(tolerations, sort_keys=True)] = tolerations
+        core = self.cache.core.cluster.nodes
+        return [
+            name
+            for name, (_, _, spec) in self.cache.nodes.items()
+            if name in core and all(admits(spec, t) for t in kinds.values())
+        ]
 
     def _sibling_nodes(self, gang: Gang, members: list[MemberPod]) -> dict[str, int]:
         where = self.cache.core.cluster.pod_node
