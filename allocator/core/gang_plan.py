@@ -169,8 +169,17 @@ class _Search:
         self.keys = settings.topology_keys
         pool = sorted(set().union(*candidates.values()))
         total = len(ordered)
-        self.caps = {n: min(total, _capacity(cluster.nodes[n], ordered, candidates)) for n in pool}
+        groups = _shape_groups(ordered, candidates)
+        self.caps = {n: min(total, _capacity(cluster.nodes[n], groups)) for n in pool}
         self.pool = [n for n in pool if self.caps[n] > 0]
+        # Each node's label value per topology key (None: no such label).
+        self.values = {n: tuple(cluster.nodes[n].labels.get(k) for k in self.keys) for n in self.pool}
+        self.in_domain: list[dict[str, list[str]]] = [{} for _ in self.keys]  # key -> value -> nodes
+        for name, values in self.values.items():
+            for i, value in enumerate(values):
+                if value is not None:
+                    self.in_domain[i].setdefault(value, []).append(name)
+        self.shapes = {m.key: _shape(m) for m in ordered}
         self.sibling_domains = domain_values(cluster.nodes, siblings, self.keys)
         self.order = {n: self._order_key(n) for n in self.pool}
 
@@ -189,8 +198,7 @@ class _Search:
         """How close to siblings: their node, else the narrowest domain shared with one of theirs."""
         if self.siblings.get(name):
             return len(self.keys) + 1
-        labels = self.cluster.nodes[name].labels
-        return _joins(labels, self.keys, self.sibling_domains)
+        return _joins(self.values[name], self.sibling_domains)
 
     def run(self, members: Sequence[PodRequest]) -> GangPlan | NoPlan:
         n = len(self.ordered)
@@ -227,8 +235,9 @@ class _Search:
 
     def _domains(self, key: str) -> list[list[str]]:
         groups: dict[str, list[str]] = {}
+        i = self.keys.index(key)
         for name in self.pool:
-            value = self.cluster.nodes[name].labels.get(key)
+            value = self.values[name][i]
             if value is not None:
                 groups.setdefault(value, []).append(name)
         n = len(self.ordered)
@@ -240,25 +249,39 @@ class _Search:
         attempt = _Attempt(self.cluster)
         remaining = list(self.ordered)
         unused = list(nodes)
+        unused_set = set(unused)
         scoring = self.settings.scoring
         picked: list[set[str]] = [set() for _ in self.keys]  # domains of the nodes taken so far
+        caps = self.caps
         while remaining and unused:
             left = len(remaining)
-            roomy = [x for x in unused if self.caps[x] >= left]
-            if roomy:
-                pick = min(roomy, key=lambda x: (self.caps[x], self._tie(x, picked)))
-            else:
-                pick = min(unused, key=lambda x: (-self.caps[x], self._tie(x, picked)))
+            # The capacity class to take from: the smallest that holds every member left, else
+            # the largest; the order within it decides among its nodes.
+            room = [caps[x] for x in unused]
+            enough = [c for c in room if c >= left]
+            target = min(enough) if enough else max(room)
+            tied = [x for x in unused if caps[x] == target]
+            pick = min(tied, key=self.order.__getitem__)
+            if any(picked):
+                # Only nodes in a domain of those taken can beat the static order.
+                near = {pick} | {
+                    x
+                    for i, values in enumerate(picked)
+                    for v in values
+                    for x in self.in_domain[i].get(v, ())
+                    if caps[x] == target and x in unused_set
+                }
+                pick = min(near, key=lambda x: self._tie(x, picked))
             unused.remove(pick)
-            labels = self.cluster.nodes[pick].labels
-            for i, key in enumerate(self.keys):
-                if key in labels:
-                    picked[i].add(labels[key])
+            unused_set.discard(pick)
+            for i, value in enumerate(self.values[pick]):
+                if value is not None:
+                    picked[i].add(value)
             failed: set[tuple[object, ...]] = set()
             for m in list(remaining):
                 if pick not in self.candidates[m.key]:
                     continue
-                shape = _shape(m)
+                shape = self.shapes[m.key]
                 if shape in failed:
                     continue
                 refusal = attempt.place(m, pick, scoring)
@@ -273,7 +296,7 @@ class _Search:
         """Among nodes of equal capacity: near siblings, then in a domain of the nodes already
         taken (narrowest key first), then the static order (topology, name)."""
         near, *rest = self.order[name]
-        return (near, -_joins(self.cluster.nodes[name].labels, self.keys, picked), *rest)
+        return (near, -_joins(self.values[name], picked), *rest)
 
     def _cost(self, attempt: _Attempt) -> tuple[object, ...]:
         on_node: dict[str, int] = {}
@@ -375,38 +398,60 @@ def _candidates(cluster: ClusterState, m: PodRequest, pool: list[str]) -> frozen
     )
 
 
-def _capacity(
-    state: NodeState, ordered: Sequence[PodRequest], candidates: Mapping[str, frozenset[str]]
-) -> int:
+@dataclass(frozen=True)
+class _Group:
+    """Members with the same capacity needs and candidate nodes."""
+
+    gpus: int  # whole GPUs each (shared-GPU and other devices: left to the allocator)
+    cpu_milli: int
+    memory: int
+    nodes: frozenset[str]
+    count: int
+
+
+def _shape_groups(ordered: Sequence[PodRequest], candidates: Mapping[str, frozenset[str]]) -> list[_Group]:
+    """The members grouped by need, smallest first."""
+    counts: Counter[tuple[int, int, int, frozenset[str]]] = Counter()
+    for m in ordered:
+        gpus = m.gpu.count if m.gpu is not None and not m.gpu.shared else 0
+        counts[(gpus, m.cpu_milli, m.memory, candidates[m.key])] += 1
+    return [_Group(*need, count) for need, count in sorted(counts.items(), key=lambda kv: kv[0][:3])]
+
+
+def _capacity(state: NodeState, groups: Sequence[_Group]) -> int:
     """An upper bound on how many members the node can take together: members smallest first,
-    counted against free whole GPUs, cpu, memory and pod slots. Shared-GPU and other device
-    requests are bounded by the allocator only."""
+    counted against free whole GPUs, cpu, memory and pod slots."""
     gpus = state.whole_gpus_free
     cpu = state.cpu_free_milli
     memory = state.memory_free
     alloc = state.allocatable
-    pods = alloc[rn.PODS] - state.pod_count if rn.PODS in alloc else len(ordered)
+    pods = alloc[rn.PODS] - state.pod_count if rn.PODS in alloc else sum(g.count for g in groups)
     count = 0
-    for m in reversed(ordered):
-        if state.name not in candidates[m.key]:
+    for g in groups:
+        if state.name not in g.nodes:
             continue
-        need = m.gpu.count if m.gpu is not None and not m.gpu.shared else 0
-        if need > gpus or m.cpu_milli > cpu or m.memory > memory or pods < 1:
+        take = min(
+            g.count,
+            pods,
+            gpus // g.gpus if g.gpus else g.count,
+            cpu // g.cpu_milli if g.cpu_milli else g.count,
+            memory // g.memory if g.memory else g.count,
+        )
+        if take <= 0:
             continue
-        gpus -= need
-        cpu -= m.cpu_milli
-        memory -= m.memory
-        pods -= 1
-        count += 1
+        gpus -= take * g.gpus
+        cpu -= take * g.cpu_milli
+        memory -= take * g.memory
+        pods -= take
+        count += take
     return count
 
 
-def _joins(labels: Mapping[str, str], keys: Sequence[str], domains: Sequence[set[str]]) -> int:
-    """len(keys) - i for the first key i whose value is among `domains[i]`, else 0."""
-    for i, key in enumerate(keys):
-        value = labels.get(key)
+def _joins(values: Sequence[str | None], domains: Sequence[set[str]]) -> int:
+    """len(values) - i for the first key i whose value is among `domains[i]`, else 0."""
+    for i, value in enumerate(values):
         if value is not None and value in domains[i]:
-            return len(keys) - i
+            return len(values) - i
     return 0
 
 

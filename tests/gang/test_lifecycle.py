@@ -46,6 +46,10 @@ async def test_a_gang_larger_than_the_cluster_times_out_cleanly(fake_api: FakeAp
         await until(lambda: node_of(w.pods()["whole-node"]) == "n1", 5)
         await asyncio.sleep(0.3)
         assert w.podgroup_status("big").get("phase") == "Failed"  # and it stays failed
+        for i in range(3):  # until its members are gone: the next ones start afresh
+            await w.admission.delete_pod(f"big{i}")
+        await until(lambda: w.podgroup_status("big").get("phase") == "Pending", 5)
+        assert "scheduleStartTime" not in w.podgroup_status("big")
 
 
 async def test_a_member_deleted_in_flight_releases_the_plan_which_is_made_again(
