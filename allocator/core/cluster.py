@@ -2,25 +2,31 @@
 
 A verdict or score is cached on the node under the request's signature and is dropped by any
 change to that node (its version), so after one placement the next pod of the same shape costs
-one dictionary lookup per node except the node that changed. Also the kube-scheduler checks the
-simulator and gang planner need (the extender gets those from kube-scheduler itself):
-`resources_fit` (cpu, memory, pods) and `affinity_matches` (nodeSelector, required node affinity).
+one dictionary lookup per node except the node that changed. Nodes are ranked by the scorer's
+fine score with ties broken by a stable per-node key (`rank`, `best`), and `priorities` gives
+the extender's 0..10 answer in that order (`allocator.core.ranking`). Pods placed with
+`assign(..., request=req)` are reported to observers (the scorer's learned workload mix).
+
+Also the kube-scheduler checks the simulator and gang planner need (the extender gets those from
+kube-scheduler itself): `resources_fit` (cpu, memory, pods) and `affinity_matches`
+(nodeSelector, required node affinity).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from allocator.core.allocate import Allocation, allocate, fits
 from allocator.core.inventory import NodeInventory, build_inventory, node_partition_choice
 from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.ranking import best, extender_priorities, ranked, tie_key
 from allocator.core.reasons import Rejection
 from allocator.core.request import PodRequest, SelectorTerm
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.scoring.scorer import NodeScorer
+from allocator.core.scoring.scorer import NodeScorer, to_priority
 from allocator.core.state import NodeState, node_facts
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
@@ -55,10 +61,37 @@ def _score_key(sid: int, scorer_key: int) -> int:
     return key
 
 
+_SCORE_ENTRIES = 512  # per node: scores under stale scorer keys are dropped past this
+
+
+class _TieKeys(dict[str, int]):
+    """Node name -> stable tie key, computed on first use (`ties[name]` stays a C-level lookup)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.seed = seed
+
+    def __missing__(self, name: str) -> int:
+        key = self[name] = tie_key(name, self.seed)
+        return key
+
+
 class ClusterState:
-    def __init__(self) -> None:
+    """`tie_seed` fixes the order among nodes of equal score (a keyed hash of the name)."""
+
+    def __init__(self, tie_seed: int = 0) -> None:
         self.nodes: dict[str, NodeState] = {}
         self.pod_node: dict[str, str] = {}
+        self.tie_seed = tie_seed
+        self._ties = _TieKeys(tie_seed)
+        self.observers: list[Callable[[PodRequest], None]] = []
+
+    def add_observer(self, observer: Callable[[PodRequest], None]) -> None:
+        """Call `observer(req)` for every pod assigned with its request (e.g. `scorer.observe`)."""
+        self.observers.append(observer)
+
+    def tie_key(self, name: str) -> int:
+        return self._ties[name]
 
     # -- watch events ------------------------------------------------------------------------------
     def upsert_node(self, node: Mapping[str, Any]) -> NodeState:
@@ -111,8 +144,10 @@ class ClusterState:
         *,
         nonzero_cpu_milli: int | None = None,
         nonzero_memory: int | None = None,
+        request: PodRequest | None = None,
     ) -> None:
-        """Count a pod on a node (moving it if it was counted elsewhere)."""
+        """Count a pod on a node (moving it if it was counted elsewhere). With `request` (a pod
+        being placed, not one replayed from the watch), observers are told about it."""
         old = self.pod_node.get(pod_key)
         if old is not None and old != node:
             self.unassign(pod_key)
@@ -128,6 +163,9 @@ class ClusterState:
             nonzero_memory=nonzero_memory,
         )
         self.pod_node[pod_key] = node
+        if request is not None:
+            for observe in self.observers:
+                observe(request)
 
     def assign_usage(self, usage: PodUsage) -> None:
         self.assign(
@@ -176,31 +214,66 @@ class ClusterState:
                 failed[name] = verdict  # type: ignore[assignment]
         return passed, failed
 
-    def score(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
-        """0..10 per named node (unknown nodes score 0)."""
+    def fine_scores(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, float]:
+        """The scorer's fine score (0..100) per named known node, cached per node version."""
+        scorer.sync()
         nodes = self.nodes
         key = _score_key(signature_id(req), scorer.key)
         prepared = scorer.prepare(req)
-        score_prepared = scorer.score_prepared
-        out: dict[str, int] = {}
+        fine_prepared = scorer.fine_prepared
+        out: dict[str, float] = {}
         for name in names:
             state = nodes.get(name)
             if state is None:
-                out[name] = 0
                 continue
             cache = state.scores
             value = cache.get(key)
             if value is None:
-                value = cache[key] = score_prepared(state, prepared)
+                if len(cache) >= _SCORE_ENTRIES:
+                    cache.clear()
+                value = cache[key] = fine_prepared(state, prepared)
             out[name] = value
         return out
 
+    def score(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
+        """0..10 per named node, each node on its own (unknown nodes score 0). For the extender's
+        answer use `priorities`, which keeps the ranking."""
+        names = list(names)
+        fine = self.fine_scores(req, names, scorer)
+        return {name: to_priority(fine[name]) if name in fine else 0 for name in names}
+
+    def rank(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> list[str]:
+        """Known named nodes, best first: fine score, then the stable tie key."""
+        return ranked(self.fine_scores(req, names, scorer), self._ties.__getitem__)
+
+    def best(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> str | None:
+        """The first node of `rank` (None when no named node is known)."""
+        return best(self.fine_scores(req, names, scorer), self._ties.__getitem__)
+
+    def priorities(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
+        """The extender's prioritize answer: 0..10 per named node, 10 for the best-ranked node
+        alone, at most 9 for the others, 0 for unknown nodes."""
+        names = list(names)
+        fine = self.fine_scores(req, names, scorer)
+        out = extender_priorities(fine, self._ties.__getitem__)
+        return {name: out.get(name, 0) for name in names}
+
     def allocate(
-        self, req: PodRequest, node: str, scoring: DeviceScoring | None = None, **kwargs: Any
+        self,
+        req: PodRequest,
+        node: str,
+        scoring: DeviceScoring | None = None,
+        *,
+        scorer: NodeScorer | None = None,
+        **kwargs: Any,
     ) -> Allocation | Rejection:
+        """The bind-time device choice. With `scorer`, GPUs its score assumed for a shared pod
+        (the fragmentation term's pick) are taken when still free (`allocate(prefer_gpus=)`)."""
         state = self.nodes.get(node)
         if state is None:
             return UNKNOWN_NODE
+        if scorer is not None and "prefer_gpus" not in kwargs:
+            kwargs["prefer_gpus"] = scorer.preferred_gpus(state, req)
         return allocate(state, req, scoring=scoring, **kwargs)
 
     def resources_fit(self, node: str, req: PodRequest) -> Rejection | None:

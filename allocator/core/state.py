@@ -106,13 +106,14 @@ class NodeState:
         self.gpu_free_ratio = 0
         self.gpu_total_ratio = 0
         self._gpu_shares: dict[int, int] = {}
+        self._gpu_pct: dict[int, int] = {}  # minor -> free share in percent (gpu_free_core_pct)
         # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
         self.gpu_max_share = -1
         self._derived: dict[Any, Any] = {}
         # Filter verdicts and scores cached by ClusterState under small int keys; like every
         # derived value they last until the next change.
         self.verdicts: dict[int, Any] = {}
-        self.scores: dict[int, int] = {}
+        self.scores: dict[int, float] = {}
         self.set_inventory(inventory)
 
     @classmethod
@@ -133,6 +134,7 @@ class NodeState:
             minors.setdefault(dtype, set()).update(per_minor)
         self.gpu_used_mask = self.gpu_whole_mask = self.gpu_free_ratio = 0
         self._gpu_shares = {}
+        self._gpu_pct = {}
         for dtype, ms in minors.items():
             for minor in ms:
                 self._refresh(dtype, minor)
@@ -267,6 +269,10 @@ class NodeState:
             else:
                 self._gpu_shares.pop(minor, None)
             self.gpu_max_share = max(self._gpu_shares.values(), default=-1)
+            pct = [
+                free.get(n, 0) * 100 // total[n] for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if total.get(n)
+            ]
+            self._gpu_pct[minor] = max(0, min(100, min(pct))) if pct else 0
         per_type[minor] = free
 
     def _changed(self) -> None:
@@ -368,23 +374,10 @@ class NodeState:
         hit = self._derived.get("free_pct")
         if hit is not None:
             return hit
-        out = []
         inv = self.inventory
-        if inv is not None:
-            frees = self.free.get(GPU, {})
-            for minor in inv.gpu_minors:
-                slot = inv.slot(GPU, minor)
-                free = frees.get(minor, {})
-                if slot is None or not slot.total:
-                    out.append(0)
-                    continue
-                shares = []
-                for name in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO):
-                    total = slot.total.get(name)
-                    if total:
-                        shares.append(free.get(name, 0) * 100 // total)
-                out.append(max(0, min(100, min(shares))) if shares else 0)
-        return self.remember("free_pct", tuple(out))
+        pct = self._gpu_pct
+        out = () if inv is None else tuple(pct.get(m, 0) for m in inv.gpu_minors)
+        return self.remember("free_pct", out)
 
     @property
     def cpu_free_milli(self) -> int:

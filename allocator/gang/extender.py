@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from allocator.core.reasons import Rejection
 from allocator.core.request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
-from allocator.core.scoring.siblings import blend, sibling_affinity
+from allocator.core.scoring.siblings import sibling_priorities
 from allocator.gang.config import GangSettings
 from allocator.gang.index import GangIndex
 from allocator.service.cache.store import GANG_PLAN, ClusterCache
@@ -71,9 +71,9 @@ class GangSteering:
         siblings = self.sibling_nodes(req)
         if not siblings or self.settings.sibling_weight <= 0:
             return dict(scores)
-        cluster = self.cache.core.cluster
-        affinity = sibling_affinity(cluster.nodes, names, siblings, self.settings.topology_keys)
-        return blend(scores, affinity, self.settings.sibling_weight)
+        core = self.cache.core
+        keys, weight = self.settings.topology_keys, self.settings.sibling_weight
+        return sibling_priorities(core.cluster, req, names, core.scorer, siblings, keys, weight)
 
     def sibling_nodes(self, req: PodRequest) -> dict[str, int]:
         """node -> how many of the pod's siblings (gang, job group) hold or reserve room there."""

@@ -33,6 +33,9 @@ class CoreAdapter:
         self.cluster = ClusterState()
         self.scoring = ScoringConfig.from_dict(scoring or {})  # ValueError on a bad config
         self.scorer = NodeScorer(self.scoring)
+        # Pods the allocator places (not those replayed from the watch) teach the scorer the
+        # workload mix its fragmentation term plans for.
+        self.cluster.add_observer(self.scorer.observe)
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
 
     @staticmethod
@@ -113,7 +116,7 @@ class CoreAdapter:
     ) -> None:
         self.cluster.assign(
             key, node, allocations, req.cpu_milli, req.memory,
-            nonzero_cpu_milli=req.nonzero_cpu_milli, nonzero_memory=req.nonzero_memory,
+            nonzero_cpu_milli=req.nonzero_cpu_milli, nonzero_memory=req.nonzero_memory, request=req,
         )  # fmt: skip
 
     def unassign(self, key: str) -> None:
@@ -129,13 +132,15 @@ class CoreAdapter:
         return passed, failed
 
     def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
-        return self.cluster.score(req, names, self.scorer)
+        """0-10 with the single best-ranked node alone at 10, ties broken by a stable node order,
+        so kube-scheduler follows the core's ranking (docs/design/core.md, ranking)."""
+        return self.cluster.priorities(req, names, self.scorer)
 
     def allocate(self, req: PodRequest, node: str) -> DeviceAllocations | Rejection:
         """The bind-time choice, with the configured device scoring (Koordinator's Reserve)."""
         if node not in self.cluster.nodes:
             return NOT_IN_CACHE
-        result = self.cluster.allocate(req, node, self.scoring.device_scoring)
+        result = self.cluster.allocate(req, node, self.scoring.device_scoring, scorer=self.scorer)
         if isinstance(result, Rejection):
             return result
         return result.devices

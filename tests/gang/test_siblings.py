@@ -32,12 +32,12 @@ def test_no_siblings_no_opinion() -> None:
 
 def test_a_higher_tier_outranks_any_score_of_a_lower_one_with_weight_3() -> None:
     affinity = sibling_affinity(nodes(), ["a", "b", "c", "d"], {"a": 1}, KEYS)
-    # The scorer prefers them in the opposite order; the siblings' node still wins.
-    mixed = blend({"a": 0, "b": 3, "c": 6, "d": 10}, affinity, 3.0)
-    assert mixed == {"a": 8, "b": 6, "c": 4, "d": 3}
+    # The scorer prefers them in the opposite order; the tiers still decide.
+    mixed = blend({"a": 0, "b": 30, "c": 60, "d": 100}, affinity, 3.0)
+    assert mixed == pytest.approx({"a": 75, "b": 57.5, "c": 40, "d": 25})
     # Within one tier the scorer's order stays.
-    assert blend({"a": 2, "b": 9}, {"a": 100, "b": 100}, 3.0) == {"a": 8, "b": 10}
-    assert blend({"a": 2}, affinity, 0) == {"a": 2}
+    assert blend({"a": 20, "b": 90}, {"a": 100, "b": 100}, 3.0) == pytest.approx({"a": 80, "b": 97.5})
+    assert blend({"a": 20}, affinity, 0) == {"a": 20}
 
 
 def test_shared_domain_names_the_narrowest_common_label() -> None:

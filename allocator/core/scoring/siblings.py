@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from allocator.core.scoring.scorer import MAX_PRIORITY
+from allocator.core.cluster import ClusterState
+from allocator.core.ranking import extender_priorities
+from allocator.core.request import PodRequest
+from allocator.core.scoring.scorer import NodeScorer
 from allocator.core.state import NodeState
 
 SAME_NODE = 100.0
@@ -75,15 +78,28 @@ def sibling_affinity(
     return out
 
 
-def blend(scores: Mapping[str, int], affinity: Mapping[str, float], weight: float) -> dict[str, int]:
-    """The 0..10 extender scores with the affinity (0..100) mixed in as a weighted mean:
-    `(score * 10 + weight * affinity) / (1 + weight)`, back on 0..10. With weight 3 a node of a
-    higher tier outranks any node of a lower one (up to rounding at the edge), and nodes of one
+def blend(fine: Mapping[str, float], affinity: Mapping[str, float], weight: float) -> dict[str, float]:
+    """Fine scores (0..100) with the affinity mixed in as a weighted mean,
+    `(fine + weight * affinity) / (1 + weight)`. With weight 3 (tiers 100 / 66.7 / 33.3 / 0 for
+    two keys) a node of a higher tier never ranks below a node of a lower one, and nodes of one
     tier keep the scorer's order."""
     if not affinity or weight <= 0:
-        return dict(scores)
-    out = {}
-    for name, score in scores.items():
-        mixed = (score * 10 + weight * affinity.get(name, 0.0)) / (1 + weight)
-        out[name] = max(0, min(MAX_PRIORITY, int(mixed / 10 + 0.5)))
-    return out
+        return dict(fine)
+    return {n: (f + weight * affinity.get(n, 0.0)) / (1 + weight) for n, f in fine.items()}
+
+
+def sibling_priorities(
+    cluster: ClusterState,
+    req: PodRequest,
+    names: Sequence[str],
+    scorer: NodeScorer,
+    siblings: Mapping[str, int],
+    keys: Sequence[str],
+    weight: float,
+) -> dict[str, int]:
+    """The extender's 0..10 answer for a pod with siblings: the scorer's fine scores blended with
+    the affinity, then ranked like `ClusterState.priorities` (the best node alone at 10)."""
+    fine = cluster.fine_scores(req, names, scorer)
+    mixed = blend(fine, sibling_affinity(cluster.nodes, fine, siblings, keys), weight)
+    out = extender_priorities(mixed, cluster.tie_key)
+    return {name: out.get(name, 0) for name in names}
