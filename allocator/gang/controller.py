@@ -342,17 +342,11 @@ class GangController:
         state.attempt = None
 
     def _failed(self, gang: Gang, state: GangState) -> bool:
+        """A PodGroup keeps Failed in its status. A gang without one failed when we said so; after
+        a restart its timeout (counted from creation times) fails it again at once."""
         if gang.podgroup is not None:
             return self._status(gang, state).get("phase") == "Failed"
-        start = self._start(gang, state)
-        scheduled = sum(1 for m in gang.members if m.node)
-        return bool(
-            gang.timeout
-            and start is not None
-            and scheduled < gang.min_member
-            and not state.plan
-            and self.wall() - start >= gang.timeout
-        )
+        return state.failed_reported
 
     def _fail(self, gang: Gang, state: GangState) -> None:
         self._release(state)

@@ -48,6 +48,20 @@ async def test_koordinator_gang_waits_for_min_available_then_runs_and_takes_late
         assert double_booked(w.pods().values()) == []
 
 
+async def test_a_koordinator_gang_fails_after_its_waiting_time(fake_api: FakeApiServer, pki: Pki) -> None:
+    gpu_node(fake_api, "n1")
+    async with gang_world(fake_api, pki) as w:
+        for i in range(2):  # 2 x 8 GPUs on an 8-GPU node
+            pod = koordinator(f"k{i}", "too-big", 2, gpus=8)
+            pod["metadata"]["annotations"][keys.GANG_WAITING_TIME] = "1s"
+            await w.admission.create_pod(pod)
+        await until(lambda: all(any("1s timeout" in n for n in w.notes_about(f"k{i}")) for i in range(2)), 6)
+        timeouts = "topoalloc_podgroup_scheduling_timeout_total"
+        assert w.service.metrics.registry.get_sample_value(timeouts) == 1
+        assert w.gang_reservations() == {}
+        assert all(gates_of(p) == [keys.GANG_SCHEDULING_GATE] for p in w.pods().values())
+
+
 async def test_members_of_a_missing_podgroup_wait_until_it_exists(fake_api: FakeApiServer, pki: Pki) -> None:
     gpu_node(fake_api, "n1")
     async with gang_world(fake_api, pki) as w:
