@@ -15,12 +15,14 @@ BENCH = Path(__file__).resolve().parent
 
 FULL: list[tuple[str, list[str]]] = [
     ("core.py", []),
+    ("gang.py", []),
     ("agent.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
+    "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],

@@ -75,6 +75,10 @@ class Binder:
             self._event(pod, "FailedDeviceAllocation", req.invalid.message)
             return BindOutcome(req.invalid.message, "invalid_request")
         if not req.wants_devices:
+            refusal = self.cache.gang_refusal(req, args.node)
+            if refusal is not None:
+                self._event(pod, "FailedBinding", refusal.message)
+                return BindOutcome(refusal.message, "gang")
             return await self._post_binding(args, None)
 
         res = self.cache.reserve(pod, req, args.node)

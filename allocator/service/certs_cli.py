@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import yaml
 
+from allocator.gang.config import WEBHOOK_SERVICE
 from allocator.service import certs as pki
 from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
 
@@ -102,6 +103,9 @@ def certs(
     ca = pki.Issued.load(ca_cert, ca_key) if ca_cert and ca_key else pki.make_ca(days=ca_days)
     if not ca_cert:
         ca.write(out_dir / "ca.crt", out_dir / "ca.key")
+    # The same certificate serves the gang admission webhook behind its own Service.
+    webhook_dns = pki.service_dns_names(WEBHOOK_SERVICE, namespace, cluster_domain)
+    extra_dns = (*webhook_dns, *extra_dns)
     server = pki.server_cert(
         ca,
         service,

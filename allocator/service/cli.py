@@ -100,6 +100,25 @@ def _weights(values: tuple[str, ...]) -> dict[str, float]:
     metavar="NAME=W",
     help="Scorer weight, e.g. --weight topology=2 (repeatable; overrides --scoring).",
 )
+@click.option(
+    "--gang/--no-gang",
+    "gang_enabled",
+    default=None,
+    help="Gang scheduling: admission webhook, gang controller (on by default; docs/gang.md).",
+)
+@click.option("--webhook-host", "gang_webhook_host", help="Admission webhook listen address.")
+@click.option(
+    "--webhook-port",
+    "gang_webhook_port",
+    type=click.IntRange(0, 65535),
+    help="Admission webhook HTTPS port.  [default: 9443]",
+)
+@click.option(
+    "--topology-key",
+    "topology_keys",
+    multiple=True,
+    help="Node label naming a topology domain, narrowest first (repeatable; replaces the defaults).",
+)
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug.")
 def allocator(
     config_file: Path | None,
@@ -109,6 +128,7 @@ def allocator(
     api_host: str | None,
     allowed_clients: tuple[str, ...],
     leader_enabled: bool | None,
+    topology_keys: tuple[str, ...],
     **flags: Any,
 ) -> None:
     """Run the allocator: kube-scheduler's filter/prioritize/bind extender over mutual TLS."""
@@ -123,6 +143,8 @@ def allocator(
         raise click.UsageError(str(exc)) from None
     if allowed_clients:
         cfg.allowed_clients = list(allowed_clients)
+    if topology_keys:
+        cfg.gang.topology_keys = list(topology_keys)
     scoring = dict(cfg.scoring)
     if scoring_file:
         import yaml

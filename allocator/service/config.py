@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from allocator.gang.config import GangSettings
+
 DEFAULT_NAMESPACE = "topoalloc-system"
 DEFAULT_SERVICE = "topoalloc-allocator"
 DEFAULT_LEASE = "topoalloc-allocator"
@@ -79,6 +81,8 @@ class ServiceConfig:
     event_window: float = 60.0  # at most one Event per pod and reason in this window
     # scoring, handed to the allocator core's ScoringConfig
     scoring: dict[str, Any] = field(default_factory=dict)
+    # gang scheduling: admission webhook, gang controller, extender steering (docs/gang.md)
+    gang: GangSettings = field(default_factory=GangSettings)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ServiceConfig:
@@ -96,9 +100,12 @@ class ServiceConfig:
         """A copy with the given fields replaced; `None` means "not given" and keeps the value."""
         changes = {k: v for k, v in overrides.items() if v is not None}
         le = {k[len("leader_") :]: changes.pop(k) for k in list(changes) if k.startswith("leader_")}
+        gang = {k[len("gang_") :]: changes.pop(k) for k in list(changes) if k.startswith("gang_")}
         out = dataclasses.replace(self, **changes)
         if le:
             out.leader_election = dataclasses.replace(out.leader_election, **le)
+        if gang:
+            out.gang = dataclasses.replace(out.gang, **gang)
         return out
 
 

@@ -30,9 +30,13 @@ NOTE_LIMIT = 1024  # events.k8s.io/v1 validation
 
 @dataclass
 class PodRef:
+    """The object an Event is about: a Pod unless `kind` says otherwise (gangs report on PodGroups)."""
+
     namespace: str
     name: str
     uid: str = ""
+    kind: str = "Pod"
+    api_version: str = "v1"
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> PodRef:
@@ -47,6 +51,7 @@ class _Series:
     action: str
     note: str
     first_at: float
+    type: str = "Warning"
     event_name: str | None = None
     count: int = 1  # occurrences so far
     written_count: int = 1  # what the Event object says
@@ -90,8 +95,8 @@ class EventRecorder:
         self.window = window
         self.metrics = metrics
         self.clock = clock
-        self._queue: asyncio.Queue[tuple[PodRef, str, str, str]] = asyncio.Queue(max_queue)
-        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._queue: asyncio.Queue[tuple[PodRef, str, str, str, str]] = asyncio.Queue(max_queue)
+        self._series: dict[tuple[str, str, str, str, str], _Series] = {}
         self._bucket = _Bucket(rate, burst)
         self.written = 0
 
@@ -100,13 +105,17 @@ class EventRecorder:
             self.metrics.events.labels(result).inc()
 
     def warn(self, pod: dict[str, Any] | PodRef, reason: str, action: str, note: str) -> None:
+        self.record(pod, "Warning", reason, action, note)
+
+    def record(self, pod: dict[str, Any] | PodRef, type_: str, reason: str, action: str, note: str) -> None:
+        """Queue an Event of `type_` (Warning or Normal) about the object."""
         ref = pod if isinstance(pod, PodRef) else PodRef.of(pod)
         if not ref.name:
             return
         if len(note) > NOTE_LIMIT:
             note = note[: NOTE_LIMIT - 1] + "…"
         try:
-            self._queue.put_nowait((ref, reason, action, note))
+            self._queue.put_nowait((ref, type_, reason, action, note))
         except asyncio.QueueFull:
             self._count("dropped")
 
@@ -141,15 +150,15 @@ class EventRecorder:
         await self._queue.join()  # an item run() took is still being written
         await self._flush(force=True)
 
-    async def _record(self, ref: PodRef, reason: str, action: str, note: str) -> None:
+    async def _record(self, ref: PodRef, type_: str, reason: str, action: str, note: str) -> None:
         now = self.clock()
-        key = (ref.namespace, ref.name, reason, note)
+        key = (ref.kind, ref.namespace, ref.name, reason, note)
         series = self._series.get(key)
         if series is not None and series.ref.uid == ref.uid and now - series.first_at < self.window * 10:
             series.count += 1
             self._count("aggregated")
             return
-        series = _Series(ref, reason, action, note, first_at=now)
+        series = _Series(ref, reason, action, note, first_at=now, type=type_)
         self._series[key] = series
         await self._create(series, now)
 
@@ -158,7 +167,12 @@ class EventRecorder:
             self._count("dropped")
             return
         ref = series.ref
-        regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": ref.namespace, "name": ref.name}
+        regarding = {
+            "apiVersion": ref.api_version,
+            "kind": ref.kind,
+            "namespace": ref.namespace,
+            "name": ref.name,
+        }
         if ref.uid:
             regarding["uid"] = ref.uid
         body = {
@@ -170,7 +184,7 @@ class EventRecorder:
             "reportingInstance": self.instance[:128],
             "action": series.action,
             "reason": series.reason,
-            "type": "Warning",
+            "type": series.type,
             "note": series.note,
             "regarding": regarding,
         }

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from allocator.gang.scheduling import GangScheduling
 from allocator.service.app import extender_app, health_app
 from allocator.service.binder import Binder
 from allocator.service.cache.reflector import Backoff, Reflector
@@ -62,9 +63,23 @@ class Allocator:
             events=self.events,
             deadline=config.bind_deadline,
         )
+        tls_files = TLSFiles(Path(config.tls_cert), Path(config.tls_key), Path(config.client_ca))
         self.tls = ReloadingTLS(
-            TLSFiles(Path(config.tls_cert), Path(config.tls_key), Path(config.client_ca)),
-            on_reload=lambda ok: self.metrics.tls_reloads.labels("ok" if ok else "failed").inc(),
+            tls_files, on_reload=lambda ok: self.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
+        )
+        self.gang = (
+            GangScheduling(
+                config.gang,
+                api=api,
+                cache=self.cache,
+                registry=self.metrics.registry,
+                events=self.events,
+                is_leader=self.is_leader,
+                synced=lambda: self.synced,
+                tls_files=tls_files,
+            )
+            if config.gang.enabled
+            else None
         )
         self.allowlist = ClientAllowlist(config.allowed_clients)
         self.metrics.track_allocations(self.cache.allocated_devices)
@@ -73,6 +88,7 @@ class Allocator:
         self._runners: list[web.AppRunner] = []
         self.port = 0  # bound ports, known after start() (config may say 0)
         self.health_port = 0
+        self.webhook_port = 0
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -135,6 +151,16 @@ class Allocator:
         self._spawn("TLS reload", self.tls.watch(cfg.tls_reload_interval))
         self._spawn("reservation expiry", self._expire_loop())
         self._spawn("freeze the synced heap", self._freeze_after_sync())
+        if self.gang is not None:
+            self.gang.start(self._spawn, cfg.tls_reload_interval)
+            hook = web.AppRunner(self.gang.webhook_app(), access_log=None)
+            await hook.setup()
+            self._runners.append(hook)
+            g = cfg.gang
+            site = web.TCPSite(hook, g.webhook_host, g.webhook_port, ssl_context=self.gang.tls.context)
+            await site.start()
+            self.webhook_port = _bound_port(site)
+            log.info("gang admission webhook on https://%s:%d", g.webhook_host, self.webhook_port)
 
         health = web.AppRunner(health_app(self), access_log=None)
         await health.setup()
@@ -187,6 +213,8 @@ class Allocator:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
+        if self.gang is not None:
+            self.gang.stop()
         if self.elector:
             if self.config.leader_election.label_pod and self.elector.is_leader:
                 with contextlib.suppress(ApiError):

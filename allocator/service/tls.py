@@ -33,12 +33,15 @@ class TLSFiles:
         return (self.cert, self.key, self.client_ca)
 
 
-def build_server_context(files: TLSFiles) -> ssl.SSLContext:
+def build_server_context(files: TLSFiles, *, client_certs: bool = True) -> ssl.SSLContext:
+    """The extender's mutual-TLS context; `client_certs=False` serves the same certificate to
+    clients that present none (the API server calling the admission webhook)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_cert_chain(str(files.cert), str(files.key))
-    ctx.load_verify_locations(cafile=str(files.client_ca))
+    if client_certs:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cafile=str(files.client_ca))
     # kube-scheduler offers h2 and http/1.1; aiohttp's server speaks HTTP/1.1 only.
     ctx.set_alpn_protocols(["http/1.1"])
     # No session resumption: every connection presents and verifies its certificate, so a CA
@@ -60,12 +63,15 @@ def _fingerprint(files: TLSFiles) -> str:
 class ReloadingTLS:
     """A server SSL context whose certificate, key and client CA follow their files."""
 
-    def __init__(self, files: TLSFiles, on_reload: Callable[[bool], None] | None = None) -> None:
+    def __init__(
+        self, files: TLSFiles, on_reload: Callable[[bool], None] | None = None, *, client_certs: bool = True
+    ) -> None:
         self.files = files
         self._on_reload = on_reload
+        self._client_certs = client_certs
         self._fingerprint = _fingerprint(files)
-        self._current = build_server_context(files)
-        self.context = build_server_context(files)
+        self._current = build_server_context(files, client_certs=client_certs)
+        self.context = build_server_context(files, client_certs=client_certs)
         self.context.sni_callback = self._select
         self.generation = 1
         self.last_error: str | None = None
@@ -87,7 +93,7 @@ class ReloadingTLS:
         if fingerprint == self._fingerprint or fingerprint == self._failed_fingerprint:
             return False
         try:
-            new = build_server_context(self.files)
+            new = build_server_context(self.files, client_certs=self._client_certs)
         except (OSError, ssl.SSLError, ValueError) as exc:
             self._fail(fingerprint, f"loading TLS files: {exc}")
             return False

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from allocator.gang.config import GangSettings
 from allocator.service.config import LeaderElection, ServiceConfig
 from allocator.service.coreadapter import CoreAdapter
 from allocator.service.kube import KubeApi
@@ -108,6 +109,7 @@ def service_config(pki: Pki, **overrides: Any) -> ServiceConfig:
         backoff_max=0.5,
         watch_timeout=30,
         event_window=1.0,
+        gang=GangSettings(webhook_host="127.0.0.1", webhook_port=0),
     )
     for key, value in overrides.items():
         setattr(cfg, key, value)
@@ -235,6 +237,7 @@ async def allocator_process(
         sys.executable, "-m", "topoalloc", "allocator", "-v",
         "--api-server", fake.url, "--no-events",
         "--host", "127.0.0.1", "--port", "0", "--health-host", "127.0.0.1", "--health-port", "0",
+        "--webhook-host", "127.0.0.1", "--webhook-port", "0",
         "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key), "--client-ca", str(pki.server.client_ca),
         *(args or ("--no-leader-elect",)),
         stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, env={**os.environ, **(env or {})},

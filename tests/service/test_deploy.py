@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from allocator.gang.config import WEBHOOK_SERVICE
 from allocator.service import certs
 from allocator.service.app import HEALTH_PATHS
 from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE, ServiceConfig
@@ -47,7 +48,7 @@ def test_configmap_is_a_valid_service_config_matching_the_mounts() -> None:
     assert cfg.in_cluster and cfg.leader_election.label_pod
     assert cfg.allowed_clients == [f"CN={certs.SCHEDULER_CLIENT_CN}"]
     ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
-    assert ports == {"https": cfg.port, "http-metrics": cfg.health_port}
+    assert ports == {"https": cfg.port, "http-metrics": cfg.health_port, "webhook": cfg.gang.webhook_port}
     env = {e["name"] for e in pod["containers"][0]["env"]}
     assert {"POD_NAME", "POD_NAMESPACE"} <= env  # the leader label and the Lease namespace
 
@@ -148,7 +149,9 @@ def test_cert_manager_issues_the_secrets_the_pods_mount() -> None:
     certs_yaml = DEPLOY / "components" / "cert-manager" / "certificates.yaml"
     server = one(certs_yaml, "Certificate", "topoalloc-allocator-tls")
     assert server["spec"]["secretName"] == "topoalloc-allocator-tls"
-    assert server["spec"]["dnsNames"] == certs.service_dns_names(DEFAULT_SERVICE, DEFAULT_NAMESPACE)
+    assert server["spec"]["dnsNames"] == certs.service_dns_names(
+        DEFAULT_SERVICE, DEFAULT_NAMESPACE
+    ) + certs.service_dns_names(WEBHOOK_SERVICE, DEFAULT_NAMESPACE)
     assert "server auth" in server["spec"]["usages"]
     client = one(certs_yaml, "Certificate", "topoalloc-scheduler-client")
     assert client["spec"]["commonName"] == certs.SCHEDULER_CLIENT_CN

@@ -43,10 +43,22 @@ def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | N
     return score
 
 
+def best_tier(inv: NodeInventory, feasible: int, count: int) -> float:
+    """The best tier `count` GPUs taken from the `feasible` bitmask can have (the gang planner
+    ranks nodes by it before it places anything)."""
+    return _tier(None, inv, feasible, count) if count > 0 else NVLINK
+
+
+def gpu_set_tier(inv: NodeInventory, mask: int) -> float:
+    """The tier of a chosen GPU set (a bitmask of minors): NVLINK when one NVLink domain holds all
+    of it, and so on down to CROSS (the GPUs a gang's members share on one node)."""
+    return best_tier(inv, mask, mask.bit_count())
+
+
 _TIERS: dict[tuple[int, int, int], float] = {}
 
 
-def _tier(state: NodeState, inv: NodeInventory, feasible: int, count: int) -> float:
+def _tier(state: NodeState | None, inv: NodeInventory, feasible: int, count: int) -> float:
     """Remembered per topology layout: nodes of one machine type share the answers."""
     key = (inv.layout, feasible, count)
     hit = _TIERS.get(key)

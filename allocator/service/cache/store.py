@@ -10,6 +10,12 @@ Who holds devices:
 A pod that carries the annotation but is not bound holds nothing: the annotation was written by a
 bind that did not finish, and kube-scheduler will call bind again.
 
+Gang scheduling adds *planned* reservations (`reserve_planned`): the devices of a gang member,
+held from the moment its gang was planned until the member shows up bound or the gang controller
+releases them. Bind then takes the planned devices on the planned node only, and a gang member
+without a plan is not bound at all (`gang_guard`). `listeners` hear of every change the cache
+takes in, so the gang controller wakes up instead of polling.
+
 All methods are synchronous and the service runs one event loop: a method runs to completion
 before any other request or watch event is looked at, so choose-and-reserve in `reserve()` is a
 critical section without a lock, and as short as the core's `allocate()`.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -81,6 +88,13 @@ class Reservation:
     annotation: str  # allocations as the device-allocated JSON that bind writes
     request: PodRequest
     expires: float
+    gang: str = ""  # the gang whose plan holds this; such a hold ends when bound or released by it
+    binding: bool = False  # a bind of a planned member is under way
+
+
+GANG_PLAN = "topoalloc: gang plan"
+# (kind name, object key, the object, or None once deleted)
+Listener = Callable[[str, str, "JSON | None"], None]
 
 
 class ClusterCache:
@@ -108,6 +122,13 @@ class ClusterCache:
         self._target: dict[str, str] = {}  # pod key -> the node it holds devices on
         self._by_node: dict[str, set[str]] = defaultdict(set)  # the inverse of _target
         self._tokens = itertools.count(1)
+        self.listeners: list[Listener] = []
+        # Set by gang scheduling: why a pod must not be bound without a planned reservation.
+        self.gang_guard: Callable[[PodRequest], Rejection | None] | None = None
+
+    def _notify(self, kind: str, key: str, obj: JSON | None) -> None:
+        for listener in self.listeners:
+            listener(kind, key, obj)
 
     # == Sink (fed by the reflectors) ==============================================================
 
@@ -146,7 +167,9 @@ class ClusterCache:
         elif name == DEVICES.name:
             self._upsert_device(obj)
         elif name == PODGROUPS.name:
-            self.podgroups[self._key_of(kind, obj)] = obj
+            key = self._key_of(kind, obj)
+            self.podgroups[key] = obj
+            self._notify(name, key, obj)
 
     def _delete(self, kind: Kind, key: str) -> None:
         name = kind.name
@@ -156,17 +179,20 @@ class ClusterCache:
                 # The core forgot the node's pods; they are installed again if the Node returns.
                 for pkey in self._by_node.get(key, ()):
                     self._assigned.pop(pkey, None)
+                self._notify(name, key, None)
         elif name == PODS.name:
             entry = self.pods.pop(key, None)
             if entry is not None:
                 self._drop_reservation(key)
                 self._sync_core(key)
+                self._notify(name, key, None)
         elif name == DEVICES.name:
             if self.devices.pop(key, None) is not None:
                 self.device_errors.pop(key, None)
                 self.core.remove_device(key)
-        elif name == PODGROUPS.name:
-            self.podgroups.pop(key, None)
+                self._notify(name, key, None)
+        elif name == PODGROUPS.name and self.podgroups.pop(key, None) is not None:
+            self._notify(name, key, None)
 
     # -- nodes and devices --------------------------------------------------------------------------
 
@@ -180,6 +206,7 @@ class ClusterCache:
         problem = self.core.set_node(node)
         if problem:
             log.warning("Node %s: %s", name, problem)
+        self._notify(NODES.name, name, node)
         if old is None:
             # A Node created again after a delete: its Device CR did not change, so no event
             # will bring the inventory back.
@@ -199,6 +226,7 @@ class ClusterCache:
         if rv and old is not None and _meta(old).get("resourceVersion") == rv:
             return  # a relist replaying what we have: no inventory rebuild
         self._install_device(name, dev)
+        self._notify(DEVICES.name, name, dev)
 
     def _install_device(self, name: str, dev: JSON) -> None:
         problem = self.core.set_device(dev)
@@ -251,6 +279,7 @@ class ClusterCache:
                 log.warning("%s is bound with an annotation that differs from its reservation", key)
             self._drop_reservation(key)
         self._sync_core(key)
+        self._notify(PODS.name, key, pod)
 
     def _sync_core(self, key: str) -> None:
         """Make the core's assignment of `key` match its reservation, else its pod entry. A pod
@@ -307,13 +336,23 @@ class ClusterCache:
         Synchronous from choice to hold: no other bind can run in between."""
         meta = _meta(pod)
         key = pod_key(meta.get("namespace") or "default", meta.get("name") or "")
-        if key in self.reservations:
+        held = self.reservations.get(key)
+        if held is not None and held.gang and not held.binding:
+            refusal = self.gang_refusal(req, node)
+            if refusal is not None:
+                return refusal
+            held.binding = True
+            return held
+        if held is not None:
             return Rejection("topoalloc: bind in progress", "another bind of this pod is in progress")
         if node not in self.nodes:
             return NOT_IN_CACHE
         entry = self.pods.get(key)
         if entry is not None and entry.holds:
             return Rejection("topoalloc: already bound", f"pod is already bound to {entry.node}", True)
+        refusal = self.gang_refusal(req, node)
+        if refusal is not None:
+            return refusal
         chosen = self.core.allocate(req, node)
         if isinstance(chosen, Rejection):
             return chosen
@@ -333,12 +372,67 @@ class ClusterCache:
         return res
 
     def release(self, res: Reservation) -> bool:
-        """Roll back `res` if it is still the pod's current reservation."""
+        """Roll back `res` if it is still the pod's current reservation. A planned one stays held
+        (the gang's plan stands; bind may be tried again): only its bind is over."""
         current = self.reservations.get(res.key)
         if current is None or current.token != res.token:
             return False
+        if current.gang:
+            current.binding = False
+            return True
         self._drop_reservation(res.key)
         self._sync_core(res.key)
+        return True
+
+    # -- gang plans ----------------------------------------------------------------------------------
+
+    def gang_refusal(self, req: PodRequest, node: str) -> Rejection | None:
+        """Why the pod may not be bound to `node`: a plan holds it elsewhere (or for an older pod of
+        its name), or it is a gang member without a plan. None: go ahead."""
+        res = self.reservations.get(req.key)
+        if res is not None and res.gang:
+            if req.uid and res.uid != req.uid:
+                return Rejection(GANG_PLAN, f"gang {res.gang} planned an earlier pod of this name")
+            if res.node != node:
+                return Rejection(GANG_PLAN, f"gang {res.gang} planned this pod for node {res.node}")
+            return None
+        return self.gang_guard(req) if self.gang_guard is not None else None
+
+    def reserve_planned(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, gang: str
+    ) -> Reservation | Rejection:
+        """Hold a gang member's planned devices on its planned node until it is bound there or
+        `release_planned`. Refused while the pod is bound or another reservation holds it."""
+        entry = self.pods.get(key)
+        if entry is None or entry.uid != uid or entry.node or not entry.active:
+            return Rejection(GANG_PLAN, "the pod is gone, bound or finished")
+        if key in self.reservations or node not in self.nodes:
+            return Rejection(GANG_PLAN, "the pod or its node is busy")
+        res = Reservation(
+            token=next(self._tokens),
+            key=key,
+            uid=uid,
+            node=node,
+            allocations=allocations,
+            annotation=allocations.to_json(),
+            request=req,
+            expires=math.inf,  # the gang controller releases it, not the TTL
+            gang=gang,
+        )
+        self.reservations[key] = res
+        self._sync_core(key)
+        self._gauge()
+        return res
+
+    def release_planned(self, key: str, *, force: bool = False) -> bool:
+        """Drop a planned reservation unless its bind is under way (that bind ends in a binding or
+        in a rollback that leaves the hold to us again); `force` drops it anyway (leadership lost,
+        or a bind that never finished)."""
+        res = self.reservations.get(key)
+        if res is None or not res.gang or (res.binding and not force):
+            return False
+        self._drop_reservation(key)
+        self._sync_core(key)
         return True
 
     def expire_reservations(self) -> int:

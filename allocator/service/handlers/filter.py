@@ -37,6 +37,8 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
+    # A gang member's verdict comes from its gang's plan (allocator/gang/extender.py).
+    steered = svc.gang.steering.filter(req, names) if svc.gang is not None else None
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     if req.invalid is not None:
@@ -44,10 +46,10 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         unresolvable = dict.fromkeys(names, req.invalid.message)
         codes = Counter({req.invalid.code: len(names)})
         result = "invalid_request"
-    elif not req.wants_devices:
+    elif steered is None and not req.wants_devices:
         passed, codes, result = names, Counter(), "no_devices"
     else:
-        passed, rejections = svc.cache.filter(req, names)
+        passed, rejections = steered if steered is not None else svc.cache.filter(req, names)
         if any(rej.unresolvable for rej in rejections.values()):
             for name, rej in rejections.items():
                 (unresolvable if rej.unresolvable else failed)[name] = rej.message
@@ -57,7 +59,7 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         result = "ok" if passed else "no_fit"
     for code, count in codes.items():
         svc.metrics.node_rejections.labels(code).inc(count)
-    if not passed and names:
+    if not passed and names and steered is None:  # the gang controller explains a held member
         _event(svc, args, failed, unresolvable)
     if args.node_names is not None:
         nodes_out, names_out = None, passed

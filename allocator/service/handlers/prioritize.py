@@ -32,6 +32,8 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         result = "invalid_request" if req.invalid is not None else "no_devices"
     else:
         scores = svc.cache.score(req, names)
+        if svc.gang is not None:  # planned gang members, sibling affinity
+            scores = svc.gang.steering.prioritize(req, names, scores)
         result = "ok"
     return json_reply(request, host_priority_list(names, scores, svc.cache.nodes), result)
 
