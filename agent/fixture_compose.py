@@ -59,8 +59,9 @@ class _Tree:
         self.dirs[bdf] = d
         _write(d / "numa_node", str(entry.get("numa", -1)))
         if entry.get("driver"):
+            # The driver's directory lists each device bound to it, as the kernel does on bind.
             drv = self.root / "bus/pci/drivers" / entry["driver"]
-            drv.mkdir(parents=True, exist_ok=True)
+            _link(drv / bdf, d)
             _link(d / "driver", drv)
         _link(self.root / "bus/pci/devices" / bdf, d)
         return d
@@ -83,17 +84,19 @@ class _Tree:
             _link(self.root / "class/infiniband_verbs" / rdma["uverbs"], uv)
         for netdev in rdma.get("netdevs") or ([rdma["netdev"]] if rdma.get("netdev") else []):
             nd = d / "net" / netdev
-            nd.mkdir(parents=True, exist_ok=True)
+            _link(nd / "device", d)  # every netdev of a PCI function links back to it
             _link(self.root / "class/net" / netdev, nd)
 
 
 def compose_sys(spec: dict[str, Any], sys_root: Path) -> None:
     tree = _Tree(sys_root)
-    for node in spec.get("numa") or []:
+    nodes = spec.get("numa") or []
+    if nodes:
+        # The kernel's node lists; a node whose CPU list is not published gets no nodeN/cpulist.
+        _write(sys_root / "devices/system/node/online", _kernel_list(sorted(int(n["node"]) for n in nodes)))
+    for node in nodes:
         if node.get("cpulist") is not None:
             _write(sys_root / f"devices/system/node/node{node['node']}/cpulist", node["cpulist"])
-        else:
-            (sys_root / f"devices/system/node/node{node['node']}").mkdir(parents=True, exist_ok=True)
         if node.get("socket") is not None and node.get("cpulist"):
             first = int(node["cpulist"].split(",")[0].split("-")[0])
             _write(
@@ -117,6 +120,17 @@ def compose_sys(spec: dict[str, Any], sys_root: Path) -> None:
                     tree.add_rdma(
                         vd, {"ibdev": vf["ibdev"], "uverbs": vf.get("uverbs"), "ports": vf.get("ports")}
                     )
+
+
+def _kernel_list(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5", the kernel's list format."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _level(a: dict[str, Any], b: dict[str, Any]) -> int:

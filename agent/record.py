@@ -73,6 +73,7 @@ class _Copier:
         self.src, self.dst = src, dst
         self.files = 0
         self.links = 0
+        self.empty: list[str] = []  # directories with nothing git can store
 
     def copy(self, rel: str, *, entry_only: bool = False) -> None:
         """Copy `rel` (following and re-creating symlinks on the way); `entry_only` creates a
@@ -108,6 +109,32 @@ class _Copier:
                 except OSError:
                     return  # unreadable on the source: the agent saw it unreadable too
                 self.files += 1
+
+    def fill_empty_dirs(self) -> list[str]:
+        """Git stores no empty directory, and a live sysfs has none where the agent looks: a
+        directory the agent only names or links into (a driver, a netdev) gets its links that
+        lead back into the copy (the driver's bound devices, the netdev's `device`). Returns the
+        directories that stay empty, which a clone of the recording would lose."""
+        empty = []
+        for dirpath, dirnames, filenames in os.walk(self.dst, topdown=False):
+            here = Path(dirpath)
+            if dirnames or filenames:
+                continue
+            rel = here.relative_to(self.dst)
+            src_dir = self.src / rel
+            names = sorted(os.listdir(src_dir)) if src_dir.is_dir() and not src_dir.is_symlink() else []
+            for name in names:
+                if not (src_dir / name).is_symlink():
+                    continue
+                target = os.readlink(src_dir / name)
+                inside = os.path.normpath(rel / target)
+                leads_in = not os.path.isabs(target) and not inside.startswith("..")
+                if leads_in and os.path.lexists(self.dst / inside):
+                    os.symlink(target, here / name)
+                    self.links += 1
+            if not any(here.iterdir()):
+                empty.append(str(rel))
+        return empty
 
 
 def record_nvml(nvml: Any) -> dict[str, Any]:
@@ -219,6 +246,7 @@ def copy_sysfs(nvml_data: dict[str, Any], src: str | Path, dst: str | Path) -> _
         copier.copy(rel)
         for name in names:
             copier.copy(str(Path(rel) / name), entry_only=True)
+    copier.empty = copier.fill_empty_dirs()
     return copier
 
 
@@ -240,7 +268,11 @@ def record(nvml: Any, sysfs_root: str | Path, directory: str | Path, *, machine:
             "(NVML through pynvml, the sysfs files the agent reads). Say here which machine this is.\n",
             encoding="utf-8",
         )
-    return (
+    message = (
         f"recorded {len(data.get('devices') or [])} GPU(s), {copier.files} sysfs files and "
         f"{copier.links} links into {out_dir}"
     )
+    if copier.empty:
+        lost = ", ".join(copier.empty[:5])
+        message += f"; {len(copier.empty)} empty directories a git clone will lose: {lost}"
+    return message

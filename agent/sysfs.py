@@ -17,6 +17,7 @@ from pathlib import Path
 from agent.pci import ROOT_BUS, parse_bdf
 
 NUMA_UNKNOWN = -1
+_MAX_VFS = 65536  # the SR-IOV capability's 16-bit VF count bounds the probe
 _CPULIST = re.compile(r"^\s*\d+(-\d+)?(,\d+(-\d+)?)*\s*$")
 
 
@@ -175,16 +176,27 @@ class Sysfs:
         return PciLocation(bdf, root_bus, bridges, numa, self.link_name(real / "driver"))
 
     # -- NUMA / sockets -------------------------------------------------------------------
+    def numa_node_ids(self) -> list[int]:
+        """The online NUMA nodes: the kernel's `node/online` list ("0-1"), else the nodeN entries
+        (a tree without that file). A node whose CPU list is unknown still counts."""
+        text = self.read("devices/system/node/online")
+        if text is not None:
+            ids = parse_list(text)
+            if ids is not None:
+                return ids
+            self._note(f"devices/system/node/online: odd list {text[:40]!r}")
+        names = self.listdir("devices/system/node")
+        return sorted(int(n[4:]) for n in names if n.startswith("node") and n[4:].isdigit())
+
     def numa_nodes(self) -> dict[int, str]:
-        """NUMA node -> cpulist ("0-55,112-167")."""
+        """NUMA node -> cpulist ("0-55,112-167"); "" when not known."""
         out: dict[int, str] = {}
-        for name in self.listdir("devices/system/node"):
-            if name.startswith("node") and name[4:].isdigit():
-                cpus = self.read(f"devices/system/node/{name}/cpulist") or ""
-                if cpus and not _CPULIST.match(cpus):
-                    self._note(f"NUMA node {name}: odd cpulist {cpus[:40]!r}")
-                    cpus = ""
-                out[int(name[4:])] = cpus
+        for node in self.numa_node_ids():
+            cpus = self.read(f"devices/system/node/node{node}/cpulist") or ""
+            if cpus and not _CPULIST.match(cpus):
+                self._note(f"NUMA node node{node}: odd cpulist {cpus[:40]!r}")
+                cpus = ""
+            out[node] = cpus
         return out
 
     def socket_of_cpu(self, cpu: int) -> int:
@@ -199,6 +211,19 @@ class Sysfs:
         return out
 
     # -- RDMA -----------------------------------------------------------------------------
+    def _virtfns(self, pci_dir: Path) -> list[str]:
+        """VF addresses in virtfn order. The kernel numbers the links virtfn0..numvfs-1 without
+        gaps, so they are probed in turn rather than by listing the PF's directory (which would
+        make a recording copy every attribute of the PF)."""
+        vfs = []
+        for n in range(_MAX_VFS):
+            if not self.exists(pci_dir / f"virtfn{n}"):
+                break
+            target = self.resolve(pci_dir / f"virtfn{n}")
+            if target is not None and parse_bdf(target.name) is not None:
+                vfs.append(target.name)
+        return vfs
+
     def uverbs_by_ibdev(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for name in self.listdir("class/infiniband_verbs"):
@@ -242,12 +267,7 @@ class Sysfs:
             ibdevs = tuple(sorted(by_pf[bdf], key=_natural))
             pci_dir = self.pci_path(bdf)
             assert pci_dir is not None  # pci() found it
-            vfs = []
-            for name in sorted(self.listdir(pci_dir), key=_natural):
-                if name.startswith("virtfn") and name[6:].isdigit():
-                    target = self.resolve(pci_dir / name)
-                    if target is not None and parse_bdf(target.name) is not None:
-                        vfs.append(target.name)
+            vfs = self._virtfns(pci_dir)
             ports = tuple(
                 self.rdma_port(ibdevs[0], p) for p in self.listdir(f"class/infiniband/{ibdevs[0]}/ports")
             )
@@ -266,6 +286,23 @@ class Sysfs:
                 )
             )
         return out
+
+
+def parse_list(text: str, limit: int = 1 << 16) -> list[int] | None:
+    """The kernel's list format ("0-1,4") as numbers; None when it is not one (or absurdly long)."""
+    text = text.strip()
+    if not text:
+        return []
+    if not _CPULIST.match(text):
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if last < first or len(out) + last - first >= limit:
+            return None
+        out.extend(range(first, last + 1))
+    return out
 
 
 def first_cpu(cpulist: str) -> int | None:

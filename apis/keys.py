@@ -31,8 +31,10 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 POD_GROUP_LABEL_LEGACY = "pod-group.scheduling.sigs.k8s.io/name"
 GANG_NAME = "gang.scheduling.koordinator.sh/name"
 GANG_MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
+GANG_WAITING_TIME = "gang.scheduling.koordinator.sh/waiting-time"  # a Go duration, e.g. "600s"
 
 # topoalloc's own keys
 TOPOALLOC = "topoalloc.io/"
 RL_JOB_GROUP = "rl-job-group"
 GANG_SCHEDULING_GATE = TOPOALLOC + "gang"
+GANG_PLANNED_NODE = TOPOALLOC + "gang-planned-node"  # set on a member released without its gate

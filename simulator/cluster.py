@@ -1,144 +1,269 @@
-"""In-memory cluster state for trace replay: per-node free resources kept incrementally.
+"""The simulated cluster: the production core's `ClusterState`, plus vectorised mirrors of its
+per-node summaries for the baselines and the metrics.
 
-Only the node a pod lands on changes, so each placement updates that node's row of the
-vectorised summaries (numpy arrays over nodes, used to filter every node at once) and bumps its
-version (used by policies to invalidate per-(node, task shape) score caches). GPU shares are in
-percent of one GPU (openb's milli / 10, exact for every openb trace), the unit of Koordinator's
-``gpu-core`` and of the production scorer's summaries.
-
-This is the seam for driving the production core instead: a state offers ``feasible(request)``,
-``place(node, request, gpus)`` and the per-node views the policies read.
+Every policy runs on the same model: nodes are `NodeState`s built from Node and Device objects,
+pods are `PodRequest`s parsed from Pod objects, device feasibility is the core's `filter`
+(verdicts cached per node version and request signature), the devices are chosen by the core's
+`allocate` and counted by `assign`. After a placement only that node changed, so its row of the
+numpy mirrors (free CPU, memory, pods, per-GPU free share, whole free GPUs, version) is re-read
+from its `NodeState`; `resources_fit` and `affinity_matches` run vectorised over those rows
+(tests hold them equal to the core's functions). GPU shares are in percent of one GPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from allocator.core.allocate import Allocation
+from allocator.core.cluster import ClusterState, affinity_matches
+from allocator.core.reasons import Rejection
+from allocator.core.request import PodRequest, pod_request
+from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.fragmentation import node_fragment
+from allocator.core.scoring.fragmentation_term import task_shape
+from allocator.core.scoring.scorer import NodeScorer
 from allocator.core.scoring.workload_mix import TaskShape, WorkloadMix
-from simulator.openb import OpenbNode, OpenbPod
+from apis import resources as rn
 
 FULL = 100  # a whole GPU, in percent
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One pod as the simulator places it. ``shape_id`` indexes the trace's distinct shapes
-    (cpu, per-GPU share, GPU count, models) so policies can cache per shape."""
+class SimulationError(RuntimeError):
+    """The simulated cluster disagrees with itself (a node that passed the filter cannot
+    allocate), or a pod cannot be simulated."""
 
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    gpu_pct: int  # per GPU; 100 = whole GPU, 0 = CPU-only
-    gpu_count: int
-    models: tuple[str, ...]
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One pod as the simulator places it: its key, the core's parsed request, and the task
+    shape (cpu, per-GPU share, GPU count, models) the baselines and metrics read. ``shape_id``
+    numbers the distinct shapes so policies can cache per shape."""
+
+    key: str
+    pod: PodRequest
     shape: TaskShape
     shape_id: int
+    affinity: Any = None  # hashable key of nodeSelector + required affinity; None: no constraint
+    gang: str = ""  # all-or-nothing group ("" for a lone pod)
+
+    @property
+    def cpu_milli(self) -> int:
+        return self.pod.cpu_milli
+
+    @property
+    def memory(self) -> int:
+        return self.pod.memory
+
+    @property
+    def gpu_pct(self) -> int:
+        return self.shape.gpu_pct
+
+    @property
+    def gpu_count(self) -> int:
+        return self.shape.gpu_count
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.shape.gpu_models
 
     @property
     def demand_pct(self) -> int:
-        return self.gpu_pct * self.gpu_count
+        return self.shape.gpu_pct * self.shape.gpu_count
 
     @property
     def sharing(self) -> bool:
-        return 0 < self.gpu_pct < FULL
+        return 0 < self.shape.gpu_pct < FULL
 
 
-def to_requests(pods: Sequence[OpenbPod]) -> list[Request]:
-    """Requests for pods in arrival order; equal shapes share one ``shape_id``."""
-    ids: dict[TaskShape, int] = {}
-    out = []
-    for p in pods:
-        shape = p.shape()
-        sid = ids.setdefault(shape, len(ids))
-        out.append(
-            Request(p.name, p.cpu_milli, p.memory_mib, shape.gpu_pct, shape.gpu_count, p.gpu_spec, shape, sid)
+class RequestFactory:
+    """Parses Pod objects through the core's `pod_request`, once per distinct pod spec (pods of
+    one template differ only in name, which no decision reads)."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[Any, PodRequest] = {}
+        self._shape_ids: dict[TaskShape, int] = {}
+
+    def request(self, pod: Mapping[str, Any], template: Any = None, gang: str = "") -> SimRequest:
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        req = self._parsed.get(template) if template is not None else None
+        if req is None:
+            req = pod_request(pod)
+            if req.invalid is not None:
+                raise SimulationError(f"pod {key}: {req.invalid.message}")
+            if template is not None:
+                self._parsed[template] = req
+        shape = task_shape(req)
+        if shape is None:
+            raise SimulationError(
+                f"pod {key}: the simulator models GPU shares in percent of one GPU "
+                "(nvidia.com/gpu, or gpu-core with gpu-memory-ratio on one GPU)"
+            )
+        sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
+        affinity = None
+        if req.node_selector or req.affinity_terms is not None:
+            affinity = (tuple(sorted(req.node_selector.items())), req.affinity_terms)
+        return SimRequest(key, req, shape, sid, affinity, gang)
+
+
+@dataclass(frozen=True, slots=True)
+class Feasible:
+    """Nodes that can take a pod: a mask over node indices and their names in index order."""
+
+    mask: np.ndarray
+    names: list[str]
+
+    def any(self) -> bool:
+        return bool(self.names)
+
+
+class SimCluster:
+    def __init__(
+        self,
+        objects: Iterable[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+        *,
+        tie_seed: int = 0,
+        metrics_mix: WorkloadMix | None = None,
+    ) -> None:
+        """Nodes from (Node, Device or None) objects, in the given order (= node index)."""
+        self.core = ClusterState(tie_seed)
+        names = []
+        for node, device in objects:
+            state = self.core.upsert_node(node)
+            if device is not None:
+                self.core.set_device(device)
+            names.append(state.name)
+        self.names = names
+        self.index = {name: i for i, name in enumerate(names)}
+        self.states = [self.core.nodes[name] for name in names]
+        n = self.size = len(names)
+        self.models = [s.gpu_model for s in self.states]
+        self.gpu_count = np.array(
+            [len(s.inventory.gpu_minors) if s.inventory else 0 for s in self.states], dtype=np.int64
         )
-    return out
-
-
-class ClusterState:
-    """Free CPU, memory and per-GPU share of every node, plus the fragmentation of each node
-    with respect to ``metrics_mix`` (for the paper's fragmentation metrics)."""
-
-    def __init__(self, nodes: Sequence[OpenbNode], metrics_mix: WorkloadMix | None = None) -> None:
-        self.nodes = list(nodes)
-        n = len(self.nodes)
-        self.size = n
-        self.models = [node.model for node in self.nodes]
-        self.gpus: list[list[int]] = [[FULL] * node.gpu_count for node in self.nodes]
-        self.gpu_count = np.array([node.gpu_count for node in self.nodes], dtype=np.int64)
-        self.cpu_capacity = np.array([node.cpu_milli for node in self.nodes], dtype=np.int64)
-        self.cpu_free = self.cpu_capacity.copy()
-        self.mem_free = np.array([node.memory_mib for node in self.nodes], dtype=np.int64)
-        self.gpu_free_total = self.gpu_count * FULL
-        self.gpu_free_max = np.where(self.gpu_count > 0, FULL, 0).astype(np.int64)
-        self.gpu_full_count = self.gpu_count.copy()
-        # per-GPU free share, -1 where a node has fewer GPUs than the widest node (never fits)
+        self.pods_allocatable = np.array(
+            [s.allocatable.get(rn.PODS, 1 << 30) for s in self.states], dtype=np.int64
+        )
         width = max(int(self.gpu_count.max(initial=0)), 1)
-        self.gpu_matrix = np.full((n, width), -1, dtype=np.int64)
-        for i, node in enumerate(self.nodes):
-            self.gpu_matrix[i, : node.gpu_count] = FULL
+        self.gpu_matrix = np.full((n, width), -1, dtype=np.int64)  # -1: no such GPU (never fits)
+        self.gpu_rows: list[tuple[int, ...]] = [()] * n
+        self.gpu_free_total = np.zeros(n, dtype=np.int64)
+        self.gpu_free_max = np.zeros(n, dtype=np.int64)
+        self.gpu_full_count = np.zeros(n, dtype=np.int64)
+        self.cpu_capacity = np.array([s.allocatable_cpu_milli for s in self.states], dtype=np.int64)
+        self.cpu_free = np.zeros(n, dtype=np.int64)
+        self.mem_free = np.zeros(n, dtype=np.int64)
+        self.pods_free = np.zeros(n, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
-        self.capacity_pct = int(self.gpu_count.sum()) * FULL
-        self._model_masks: dict[tuple[str, ...], np.ndarray] = {}
-        self._has_gpu = self.gpu_count > 0
         self.metrics_mix = metrics_mix
         self.node_frag = np.zeros(n, dtype=np.float64)
-        if metrics_mix is not None:
-            for i in range(n):
-                self.node_frag[i] = self._frag_of(i)
+        self._affinity: dict[Any, np.ndarray] = {}
+        for i in range(n):
+            self.refresh(i)
+        self.capacity_pct = int(self.gpu_free_total.sum())
 
-    def _frag_of(self, i: int) -> float:
-        assert self.metrics_mix is not None
-        return node_fragment(
-            self.gpus[i], int(self.cpu_free[i]), self.metrics_mix.compiled_for(self.models[i])
-        )
+    # -- summaries -------------------------------------------------------------------------------
+    def refresh(self, i: int) -> None:
+        """Re-read node ``i``'s row from its NodeState (after it changed)."""
+        s = self.states[i]
+        free = s.gpu_free_core_pct
+        self.gpu_rows[i] = free
+        self.gpu_matrix[i, : len(free)] = free
+        self.gpu_free_total[i] = sum(free)
+        self.gpu_free_max[i] = max(free, default=0)
+        self.gpu_full_count[i] = s.whole_gpus_free
+        cpu = s.cpu_free_milli
+        self.cpu_free[i] = cpu
+        self.mem_free[i] = s.memory_free
+        self.pods_free[i] = self.pods_allocatable[i] - s.pod_count
+        self.version[i] = s.version
+        if self.metrics_mix is not None:
+            self.node_frag[i] = node_fragment(free, cpu, self.metrics_mix.compiled_for(self.models[i]))
 
-    def model_mask(self, models: tuple[str, ...]) -> np.ndarray:
-        mask = self._model_masks.get(models)
+    @property
+    def allocated_pct(self) -> int:
+        return self.capacity_pct - int(self.gpu_free_total.sum())
+
+    def affinity_mask(self, req: SimRequest) -> np.ndarray:
+        """The core's `affinity_matches` for every node (labels never change in a run)."""
+        mask = self._affinity.get(req.affinity)
         if mask is None:
-            allowed = set(models)
-            mask = np.array([m in allowed for m in self.models], dtype=bool) & self._has_gpu
-            self._model_masks[models] = mask
+            mask = np.array([affinity_matches(s, req.pod) for s in self.states], dtype=bool)
+            self._affinity[req.affinity] = mask
         return mask
 
-    def feasible(self, req: Request) -> np.ndarray:
-        """Nodes that can take the request: NodeResourcesFit (CPU, memory) and Open-Gpu-Share
-        (GPU model, one GPU with enough free share, or enough fully free GPUs)."""
-        mask = (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.memory_mib)
+    # -- questions -------------------------------------------------------------------------------
+    def fits_mask(self, req: SimRequest) -> np.ndarray:
+        """`resources_fit` and `affinity_matches` over all nodes, plus the necessary GPU condition
+        (a GPU with the share free, or enough fully free GPUs) that spares the device filter
+        nodes it would reject anyway."""
+        mask = (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.memory) & (self.pods_free >= 1)
         if req.gpu_count:
             if req.gpu_pct < FULL:
                 mask &= self.gpu_free_max >= req.gpu_pct
             else:
                 mask &= self.gpu_full_count >= req.gpu_count
-            if req.models:
-                mask &= self.model_mask(req.models)
+        if req.affinity is not None:
+            mask &= self.affinity_mask(req)
         return mask
 
-    def place(self, i: int, req: Request, gpus: Sequence[int]) -> None:
-        gpu = self.gpus[i]
-        for g in gpus:
-            if gpu[g] < req.gpu_pct:
-                raise ValueError(f"GPU {g} of node {self.nodes[i].name} has {gpu[g]}% free < {req.gpu_pct}%")
-            gpu[g] -= req.gpu_pct
-        if len(gpus) != req.gpu_count:
-            raise ValueError(f"{req.name} needs {req.gpu_count} GPUs, got {list(gpus)}")
-        self.cpu_free[i] -= req.cpu_milli
-        self.mem_free[i] -= req.memory_mib
-        if self.cpu_free[i] < 0 or self.mem_free[i] < 0:
-            raise ValueError(f"{req.name} overcommits node {self.nodes[i].name}")
-        self.gpu_matrix[i, : len(gpu)] = gpu
-        self.gpu_free_total[i] = sum(gpu)
-        self.gpu_free_max[i] = max(gpu, default=0)
-        self.gpu_full_count[i] = gpu.count(FULL)
-        self.version[i] += 1
-        if self.metrics_mix is not None:
-            self.node_frag[i] = self._frag_of(i)
+    def feasible(self, req: SimRequest) -> Feasible:
+        """Nodes passing kube-scheduler's checks and the core's device filter."""
+        mask = self.fits_mask(req)
+        candidates = np.flatnonzero(mask).tolist()
+        names = self.names
+        wanted = [names[i] for i in candidates]
+        if not req.pod.wants_devices:
+            return Feasible(mask, wanted)
+        passed, _ = self.core.filter(req.pod, wanted)
+        if len(passed) != len(wanted):
+            mask = np.zeros(self.size, dtype=bool)
+            index = self.index
+            mask[[index[name] for name in passed]] = True
+        return Feasible(mask, passed)
 
-    @property
-    def allocated_pct(self) -> int:
-        return self.capacity_pct - int(self.gpu_free_total.sum())
+    # -- changes ---------------------------------------------------------------------------------
+    def allocate(
+        self,
+        i: int,
+        req: SimRequest,
+        prefer: Sequence[int] | None = None,
+        scoring: DeviceScoring | None = None,
+        scorer: NodeScorer | None = None,
+    ) -> Allocation:
+        """The core's bind-time device choice on node ``i`` (which passed the filter)."""
+        if scorer is not None:
+            result = self.core.allocate(req.pod, self.names[i], scoring, scorer=scorer)
+        else:
+            result = self.core.allocate(req.pod, self.names[i], scoring, prefer_gpus=prefer)
+        if isinstance(result, Rejection):
+            raise SimulationError(f"{req.key} passed the filter on {self.names[i]} but: {result.message}")
+        return result
+
+    def assign(self, i: int, req: SimRequest, allocation: Allocation, *, observe: bool = True) -> None:
+        """Count the pod on node ``i``; with ``observe`` the core's observers learn about it."""
+        pod = req.pod
+        self.core.assign(
+            req.key,
+            self.names[i],
+            allocation.devices if allocation.devices.by_type else None,
+            pod.cpu_milli,
+            pod.memory,
+            nonzero_cpu_milli=pod.nonzero_cpu_milli,
+            nonzero_memory=pod.nonzero_memory,
+            request=pod if observe else None,
+        )
+        self.refresh(i)
+
+    def unassign(self, req: SimRequest) -> None:
+        node = self.core.pod_node.get(req.key)
+        if node is not None and self.core.unassign(req.key):
+            self.refresh(self.index[node])
+
+    def node_of(self, req: SimRequest) -> int | None:
+        node = self.core.pod_node.get(req.key)
+        return None if node is None else self.index[node]

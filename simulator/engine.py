@@ -1,17 +1,21 @@
-"""Replay one seed of the paper protocol with one policy: one pod at a time, no queue, no retry,
-no departures; a pod that fits nowhere is dropped for good."""
+"""Replay a stream of pods and gangs on the simulated cluster with one policy: one arrival at a time,
+no queue, no retry, no departures; a pod (or gang) that fits nowhere is dropped for good."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from allocator.core.scoring.workload_mix import WorkloadMix
-from simulator.cluster import ClusterState, to_requests
+from simulator.cluster import RequestFactory, SimCluster, SimRequest
+from simulator.gang_planner import Gang, place_gang
 from simulator.metrics import Curves, EventLog, curves
+from simulator.objects import openb_node_objects, openb_pod_object
 from simulator.openb import OpenbNode, OpenbPod
 from simulator.policies import (
     BestFitPolicy,
@@ -22,10 +26,21 @@ from simulator.policies import (
     Policy,
     RandomPolicy,
     TopoallocPolicy,
+    oracle_config,
 )
-from simulator.protocol import PaperSetup, paper_setup
+from simulator.protocol import paper_setup
 
-PolicyFactory = Callable[[PaperSetup, WorkloadMix], Policy]
+Arrival = SimRequest | Gang
+
+
+class RunSetup(Protocol):
+    """What a policy is built from: the seeded node rank for ties and the seeded stream."""
+
+    node_rank: list[int]
+    rng: random.Random
+
+
+PolicyFactory = Callable[[RunSetup, WorkloadMix], Policy]
 
 POLICIES: dict[str, PolicyFactory] = {
     "random": lambda s, m: RandomPolicy(s.node_rank, s.rng),
@@ -34,14 +49,19 @@ POLICIES: dict[str, PolicyFactory] = {
     "gpuclustering": lambda s, m: GpuClusteringPolicy(s.node_rank, s.rng),
     "bestfit": lambda s, m: BestFitPolicy(s.node_rank, s.rng),
     "fgd": lambda s, m: FgdPolicy(s.node_rank, s.rng, m),
-    # production scorer, mix learned online from arrivals (no knowledge of the trace)
+    # the production scorer with its default config: mix learned from placed pods (no oracle)
     "topoalloc": lambda s, m: TopoallocPolicy(s.node_rank, s.rng),
-    # research comparison: the same scorer with FGD's target workload (from the whole trace, an
-    # oracle) as a fixed mix; coverage 1 keeps the already-cut mix from being cut again
-    "topoalloc-tracemix": lambda s, m: TopoallocPolicy(
-        s.node_rank, s.rng, prior=m, prior_weight=1e12, coverage=1.0
-    ),
+    # research comparison: the same scorer planning for the trace's own mix (an oracle)
+    "topoalloc-tracemix": lambda s, m: TopoallocPolicy(s.node_rank, s.rng, oracle_config(m)),
 }
+
+
+@dataclass
+class ReplayStats:
+    pods: int = 0
+    failed: int = 0
+    gangs: int = 0
+    failed_gangs: int = 0
 
 
 @dataclass
@@ -52,38 +72,104 @@ class RunResult:
     failed: int
     curves: Curves
     seconds: float
+    gangs: int = 0
+    failed_gangs: int = 0
+    final_unallocated: float = float("nan")  # % of GPU capacity unallocated after the last pod
 
     def unallocated_at(self, arrived_pct: int) -> float:
         return float(self.curves.unallocated[arrived_pct])
 
 
+def count_pods(arrivals: Sequence[Arrival]) -> int:
+    return sum(len(a.members) if isinstance(a, Gang) else 1 for a in arrivals)
+
+
 def replay(
-    state: ClusterState, requests: Sequence, policy: Policy, progress: Callable[[int], None] | None = None
-) -> tuple[EventLog, int]:
-    """Place ``requests`` in order; returns the per-event log and the number of failed pods."""
-    n = len(requests)
+    cluster: SimCluster,
+    arrivals: Sequence[Arrival],
+    policy: Policy,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[EventLog, ReplayStats]:
+    """Place ``arrivals`` in order; returns the per-pod event log and the counts."""
+    n = count_pods(arrivals)
     arrived = np.zeros(n)
     allocated = np.zeros(n)
     fragmented = np.zeros(n)
+    stats = ReplayStats()
+    policy.attach(cluster)
     demand = 0
-    failed = 0
-    for k, req in enumerate(requests):
-        demand += req.demand_pct
-        policy.observe(req)
-        feasible = state.feasible(req)
-        if feasible.any():
-            node, gpus = policy.select(state, req, feasible)
-            state.place(node, req, gpus)
+    k = 0
+    for item in arrivals:
+        if isinstance(item, Gang):
+            stats.gangs += 1
+            if not place_gang(cluster, item.members, policy):
+                stats.failed_gangs += 1
+                stats.failed += len(item.members)
+            members: Sequence[SimRequest] = item.members
         else:
-            failed += 1
-        arrived[k] = demand
-        allocated[k] = state.allocated_pct
-        fragmented[k] = state.node_frag.sum()
-        if progress is not None and k % 500 == 499:
-            progress(500)
+            feasible = cluster.feasible(item)
+            if feasible.any():
+                node, gpus = policy.select(cluster, item, feasible)
+                policy.place(cluster, node, item, gpus)
+            else:
+                stats.failed += 1
+            members = (item,)
+        allocated_now = cluster.allocated_pct
+        fragmented_now = float(cluster.node_frag.sum())
+        for member in members:
+            demand += member.demand_pct
+            arrived[k] = demand
+            allocated[k] = allocated_now
+            fragmented[k] = fragmented_now
+            k += 1
+            if progress is not None and k % 500 == 0:
+                progress(500)
     if progress is not None:
         progress(n % 500)
-    return EventLog(state.capacity_pct, arrived, allocated, fragmented), failed
+    stats.pods = n
+    return EventLog(cluster.capacity_pct, arrived, allocated, fragmented), stats
+
+
+def run_replay(
+    cluster: SimCluster,
+    arrivals: Sequence[Arrival],
+    policy_name: str,
+    policy: Policy,
+    seed: int,
+    progress: Callable[[int], None] | None = None,
+    started: float | None = None,
+) -> RunResult:
+    started = time.perf_counter() if started is None else started
+    log, stats = replay(cluster, arrivals, policy, progress)
+    capacity = max(cluster.capacity_pct, 1)
+    return RunResult(
+        policy_name,
+        seed,
+        stats.pods,
+        stats.failed,
+        curves(log),
+        time.perf_counter() - started,
+        stats.gangs,
+        stats.failed_gangs,
+        100.0 - cluster.allocated_pct / capacity * 100.0,
+    )
+
+
+class OpenbRequests:
+    """openb pods as Pod objects parsed by the core, once per distinct pod spec."""
+
+    def __init__(self) -> None:
+        self.factory = RequestFactory()
+
+    def __call__(self, pod: OpenbPod) -> SimRequest:
+        template = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
+        return self.factory.request(openb_pod_object(pod), template)
+
+
+def openb_cluster(
+    nodes: Sequence[OpenbNode], tie_seed: int = 0, metrics_mix: WorkloadMix | None = None
+) -> SimCluster:
+    return SimCluster((openb_node_objects(n) for n in nodes), tie_seed=tie_seed, metrics_mix=metrics_mix)
 
 
 def run_paper(
@@ -94,11 +180,11 @@ def run_paper(
     seed: int,
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """One seed of the FGD paper protocol for one policy."""
+    """One seed of the FGD paper protocol for one policy, on the production core."""
     started = time.perf_counter()
     setup = paper_setup(nodes, trace_pods, seed)
-    requests = to_requests(setup.pods)
-    state = ClusterState(nodes, mix)
+    to_request = OpenbRequests()
+    requests = [to_request(p) for p in setup.pods]
+    cluster = openb_cluster(nodes, tie_seed=seed, metrics_mix=mix)
     chosen = POLICIES[policy](setup, mix)
-    log, failed = replay(state, requests, chosen, progress)
-    return RunResult(policy, seed, len(requests), failed, curves(log), time.perf_counter() - started)
+    return run_replay(cluster, requests, policy, chosen, seed, progress, started)

@@ -1,9 +1,14 @@
 """Node-scoring policies for trace replay: the FGD paper's baselines, as its artifact implements them
-(../shared/traces/openb/FGD-PROTOCOL.md §2, "Baseline policies as implemented").
+(../shared/traces/openb/FGD-PROTOCOL.md §2, "Baseline policies as implemented"), and topoalloc's
+production scorer.
 
-A policy sees the cluster state, the request and the mask of feasible nodes, and returns the node
-and the GPUs to use. Every policy breaks ties the same way: the highest score wins, then the lowest
-seeded node rank (the artifact's "lexicographically smallest renamed node").
+A policy sees the simulated cluster (the core's NodeStates and their mirrored summaries), the
+request and the feasible nodes, and returns the node and, for a shared pod, the GPU its rule
+picks; `place` then has the core allocate (taking that GPU) and assign. The baselines break ties
+the artifact's way: the highest score wins, then the lowest seeded node rank (its
+"lexicographically smallest renamed node"). `topoalloc` is the production path end to end: the
+core's ranking (fine score, stable per-node tie key), its bind-time allocation with the GPU the
+fragmentation term assumed, and a workload mix learned from the pods the cluster placed.
 
 Policies whose score of a node depends only on that node's state and the task shape cache the
 score per (task shape, node) and recompute only nodes whose state changed since (the
@@ -20,9 +25,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from allocator.core.scoring.fragmentation import NODE_STEP_PCT, placement_options, score_node, whole_gpu_pick
-from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, WorkloadMix
-from simulator.cluster import FULL, ClusterState, Request
+from allocator.core.allocate import Allocation
+from allocator.core.scoring.fragmentation import placement_options
+from allocator.core.scoring.fragmentation_term import FragmentationSettings
+from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
+from allocator.core.scoring.workload_mix import WorkloadMix
+from simulator.cluster import FULL, Feasible, SimCluster, SimRequest
 
 MAX_SPEC_CPU = 128_000.0  # milli-cores, the artifact's normalisation constants
 MAX_SPEC_GPU_PCT = 800.0  # 8 GPUs, in percent (8000 milli)
@@ -53,16 +61,15 @@ def best_fit_gpu(free: Sequence[int], need: int) -> int:
     return best
 
 
-def gpus_for(state: ClusterState, node: int, req: Request) -> tuple[int, ...]:
-    """The default in-node choice: lowest-index fully free GPUs, best fit for a sharing task."""
-    if req.gpu_count == 0:
-        return ()
+Choice = tuple[int, tuple[int, ...] | None]  # node index, GPUs for a shared pod (None: the core's pick)
+
+
+def gpus_for(cluster: SimCluster, node: int, req: SimRequest) -> tuple[int, ...] | None:
+    """The baselines' in-node choice: best fit for a sharing task. Whole GPUs are left to the
+    core (lowest free minors on nodes without topology, as the artifact takes them)."""
     if req.sharing:
-        return (best_fit_gpu(state.gpus[node], req.gpu_pct),)
-    picked = whole_gpu_pick(state.gpus[node], req.gpu_count)
-    if picked is None:
-        raise ValueError(f"node {node} has fewer than {req.gpu_count} free GPUs")
-    return picked
+        return (best_fit_gpu(cluster.gpu_rows[node], req.gpu_pct),)
+    return None
 
 
 class Policy:
@@ -72,11 +79,26 @@ class Policy:
         self.rank = np.asarray(rank, dtype=np.int64)
         self.rng = rng
 
-    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
+    def attach(self, cluster: SimCluster) -> None:
+        """Called once with the cluster before the first pod."""
+
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
         raise NotImplementedError
 
-    def observe(self, req: Request) -> None:
-        """Called for every arriving request (placed or not), before ``select``."""
+    def place(
+        self,
+        cluster: SimCluster,
+        node: int,
+        req: SimRequest,
+        gpus: tuple[int, ...] | None,
+        *,
+        observe: bool = True,
+    ) -> Allocation:
+        """Allocate on the chosen node through the core (taking ``gpus`` for a shared pod) and
+        count the pod there."""
+        allocation = cluster.allocate(node, req, gpus)
+        cluster.assign(node, req, allocation, observe=observe)
+        return allocation
 
 
 class RandomPolicy(Policy):
@@ -84,13 +106,13 @@ class RandomPolicy(Policy):
 
     name = "random"
 
-    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
-        cand = np.flatnonzero(feasible)
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
+        cand = np.flatnonzero(feasible.mask)
         node = int(cand[self.rng.randrange(len(cand))])
         if req.sharing:
-            fits = [i for i, f in enumerate(state.gpus[node]) if f >= req.gpu_pct]
+            fits = [i for i, f in enumerate(cluster.gpu_rows[node]) if f >= req.gpu_pct]
             return node, (fits[self.rng.randrange(len(fits))],)
-        return node, gpus_for(state, node, req)
+        return node, None
 
 
 class DotProdPolicy(Policy):
@@ -99,13 +121,13 @@ class DotProdPolicy(Policy):
 
     name = "dotprod"
 
-    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
-        dot = (state.cpu_free / MAX_SPEC_CPU) * (req.cpu_milli / MAX_SPEC_CPU) + (
-            state.gpu_free_total / MAX_SPEC_GPU_PCT
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
+        dot = (cluster.cpu_free / MAX_SPEC_CPU) * (req.cpu_milli / MAX_SPEC_CPU) + (
+            cluster.gpu_free_total / MAX_SPEC_GPU_PCT
         ) * (req.demand_pct / MAX_SPEC_GPU_PCT)
         score = np.floor(MAX_SCORE * (1.0 - dot / 2.0))
-        node = pick_top([score], feasible, self.rank)
-        return node, gpus_for(state, node, req)
+        node = pick_top([score], feasible.mask, self.rank)
+        return node, gpus_for(cluster, node, req)
 
 
 class BestFitPolicy(Policy):
@@ -114,16 +136,16 @@ class BestFitPolicy(Policy):
 
     name = "bestfit"
 
-    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
-        left = (state.cpu_free - req.cpu_milli) / MAX_SPEC_CPU * 0.5 + (
-            state.gpu_free_total - req.demand_pct
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
+        left = (cluster.cpu_free - req.cpu_milli) / MAX_SPEC_CPU * 0.5 + (
+            cluster.gpu_free_total - req.demand_pct
         ) / MAX_SPEC_GPU_PCT * 0.5
         raw = np.trunc((1.0 - left) * MAX_SCORE).astype(np.int64)
-        values = raw[feasible]
+        values = raw[feasible.mask]
         lo, hi = int(values.min()), int(values.max())
         score = (raw - lo) * MAX_SCORE // (hi - lo) if hi > lo else np.zeros_like(raw)
-        node = pick_top([score], feasible, self.rank)
-        return node, gpus_for(state, node, req)
+        node = pick_top([score], feasible.mask, self.rank)
+        return node, gpus_for(cluster, node, req)
 
 
 class GpuPackingPolicy(Policy):
@@ -133,21 +155,21 @@ class GpuPackingPolicy(Policy):
 
     name = "gpupacking"
 
-    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
         if req.gpu_count == 0:
-            node = pick_top([np.zeros(state.size)], feasible, self.rank)
-            return node, ()
-        idle_node = state.gpu_full_count == state.gpu_count
-        score = np.where(idle_node, np.maximum(33 - state.gpu_count, state.gpu_count), 0)
+            node = pick_top([np.zeros(cluster.size)], feasible.mask, self.rank)
+            return node, None
+        idle_node = cluster.gpu_full_count == cluster.gpu_count
+        score = np.where(idle_node, np.maximum(33 - cluster.gpu_count, cluster.gpu_count), 0)
         if req.sharing:
-            m = state.gpu_matrix
+            m = cluster.gpu_matrix
             tightest = np.where(m >= req.gpu_pct, m, FULL + 1).min(axis=1)
             used = np.where(tightest == FULL, 49, np.maximum(100 - tightest // 10, 50))
         else:
-            used = np.full(state.size, max(50 - req.gpu_count, 33))
+            used = np.full(cluster.size, max(50 - req.gpu_count, 33))
         score = np.where(idle_node, score, used)
-        node = pick_top([score], feasible, self.rank)
-        return node, gpus_for(state, node, req)
+        node = pick_top([score], feasible.mask, self.rank)
+        return node, gpus_for(cluster, node, req)
 
 
 class GpuClusteringPolicy(Policy):
@@ -162,26 +184,26 @@ class GpuClusteringPolicy(Policy):
         self._kinds: np.ndarray | None = None  # per node: bit set of the task kinds it holds
 
     @staticmethod
-    def _kind_bit(req: Request) -> int:
+    def _kind_bit(req: SimRequest) -> int:
         return 1 if req.sharing else 1 << min(req.gpu_count, 30)
 
-    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
         if self._kinds is None:
-            self._kinds = np.zeros(state.size, dtype=np.int64)
+            self._kinds = np.zeros(cluster.size, dtype=np.int64)
         if req.gpu_count == 0:
-            node = pick_top([np.zeros(state.size)], feasible, self.rank)
-            return node, ()
+            node = pick_top([np.zeros(cluster.size)], feasible.mask, self.rank)
+            return node, None
         bit = self._kind_bit(req)
         kinds = self._kinds
-        fullness = 25 * (8000 - 10 * state.gpu_free_total) // 8000
+        fullness = 25 * (8000 - 10 * cluster.gpu_free_total) // 8000
         band = np.where(
             kinds & bit,
             np.where(kinds == bit, 75, 50),
             np.where(kinds == 0, 25, 0),
         )
-        node = pick_top([band + fullness], feasible, self.rank)
+        node = pick_top([band + fullness], feasible.mask, self.rank)
         kinds[node] |= bit
-        return node, gpus_for(state, node, req)
+        return node, gpus_for(cluster, node, req)
 
 
 class CachedPolicy(Policy):
@@ -193,47 +215,44 @@ class CachedPolicy(Policy):
 
     def __init__(self, rank: Sequence[int], rng: random.Random) -> None:
         super().__init__(rank, rng)
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]] = {}
-        self._memo: dict[tuple, tuple[tuple[float, ...], tuple[int, ...]]] = {}
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray, list[tuple[int, ...] | None]]] = {}
+        self._memo: dict[tuple, tuple[tuple[float, ...], tuple[int, ...] | None]] = {}
 
     def score_node(
-        self, state: ClusterState, node: int, req: Request
-    ) -> tuple[tuple[float, ...], tuple[int, ...]]:
-        """(score keys, higher is better; GPUs to use) for a feasible node."""
+        self, cluster: SimCluster, node: int, req: SimRequest
+    ) -> tuple[tuple[float, ...], tuple[int, ...] | None]:
+        """(score keys, higher is better; GPUs for a shared pod) for a feasible node."""
         raise NotImplementedError
 
-    def memo_key(self, state: ClusterState, node: int, req: Request) -> tuple:
-        return (req.shape_id, state.models[node], int(state.cpu_free[node]), tuple(state.gpus[node]))
+    def memo_key(self, cluster: SimCluster, node: int, req: SimRequest) -> tuple:
+        return (req.shape_id, cluster.models[node], int(cluster.cpu_free[node]), cluster.gpu_rows[node])
 
-    def select(self, state: ClusterState, req: Request, feasible: np.ndarray) -> tuple[int, tuple[int, ...]]:
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
         entry = self._cache.get(req.shape_id)
         if entry is None:
             entry = (
-                np.full(state.size, -1, dtype=np.int64),
-                np.zeros((self.n_keys, state.size)),
-                [()] * state.size,
+                np.full(cluster.size, -1, dtype=np.int64),
+                np.zeros((self.n_keys, cluster.size)),
+                [None] * cluster.size,
             )
             self._cache[req.shape_id] = entry
         seen, scores, gpus = entry
-        stale = np.flatnonzero(feasible & (seen != state.version))
+        mask = feasible.mask
+        stale = np.flatnonzero(mask & (seen != cluster.version))
         if len(stale):
             memo = self._memo
             if len(memo) > self.memo_limit:
                 memo.clear()
             for node in stale.tolist():
-                key = self.memo_key(state, node, req)
+                key = self.memo_key(cluster, node, req)
                 hit = memo.get(key)
                 if hit is None:
-                    hit = memo[key] = self.score_node(state, node, req)
+                    hit = memo[key] = self.score_node(cluster, node, req)
                 scores[:, node] = hit[0]
                 gpus[node] = hit[1]
-            seen[stale] = state.version[stale]
-        node = pick_top(self.ranking(state, req, scores), feasible, self.rank)
+            seen[stale] = cluster.version[stale]
+        node = pick_top(list(scores), mask, self.rank)
         return node, gpus[node]
-
-    def ranking(self, state: ClusterState, req: Request, scores: np.ndarray) -> list[np.ndarray]:
-        """The keys ``pick_top`` compares, from the cached per-node scores (default: as is)."""
-        return list(scores)
 
 
 def fgd_score(delta_pct: float) -> int:
@@ -255,83 +274,60 @@ class FgdPolicy(CachedPolicy):
         self.mix = mix
 
     def score_node(
-        self, state: ClusterState, node: int, req: Request
-    ) -> tuple[tuple[float, ...], tuple[int, ...]]:
+        self, cluster: SimCluster, node: int, req: SimRequest
+    ) -> tuple[tuple[float, ...], tuple[int, ...] | None]:
         options = placement_options(
-            state.gpus[node], int(state.cpu_free[node]), req.shape, self.mix.compiled_for(state.models[node])
+            cluster.gpu_rows[node],
+            int(cluster.cpu_free[node]),
+            req.shape,
+            self.mix.compiled_for(cluster.models[node]),
         )
         best = max(options, key=lambda o: fgd_score(-o.growth))  # first max = lowest GPU index
-        return (float(fgd_score(-best.growth)),), best.gpus
+        return (float(fgd_score(-best.growth)),), best.gpus if req.sharing else None
 
 
-class TopoallocPolicy(CachedPolicy):
-    """The production fragmentation scorer (allocator.core.scoring.fragmentation.score_node) with a
-    workload mix learned online from the pods seen so far (no oracle): expected hole waste with
-    memory, node effect rounded, then the task's own hole cost, then the stable node order. The
-    model pressure comes from the cluster's idle GPU per model and changes with every pod, so it
-    is added at selection time to the cached node costs (``rank_key``'s arithmetic, vectorised)."""
+class TopoallocPolicy(Policy):
+    """The production path: the core's NodeScorer (fragmentation term with a workload mix learned
+    from the pods the cluster placed, plus the other configured components) ranks the feasible
+    nodes, ties go to the core's stable per-node key, and the core allocates on the chosen node
+    with the GPU the score assumed. The protocol's node rank is not used."""
 
     name = "topoalloc"
-    n_keys = 2
 
-    def __init__(
-        self,
-        rank: Sequence[int],
-        rng: random.Random,
-        prior: WorkloadMix | None = None,
-        window: int = 1000,
-        refresh_every: int = 200,
-        prior_weight: float = 500.0,
-        coverage: float = DEFAULT_COVERAGE,
-    ) -> None:
+    def __init__(self, rank: Sequence[int], rng: random.Random, config: ScoringConfig | None = None) -> None:
         super().__init__(rank, rng)
-        self.online = OnlineMix(
-            prior, window=window, refresh_every=refresh_every, prior_weight=prior_weight, coverage=coverage
-        )
-        self.mix = self.online.mix()
-        self._model_index: np.ndarray | None = None
-        self._model_names: list[str] = []
+        self.config = config or ScoringConfig()
+        self.scorer = NodeScorer(self.config)
 
-    def observe(self, req: Request) -> None:
-        self.online.observe(replace(req.shape, memory_mib=req.memory_mib))
-        mix = self.online.mix()
-        if mix is not self.mix:  # new mix: every cached score is stale
-            self.mix = mix
-            self._cache.clear()
-            self._memo.clear()
+    def attach(self, cluster: SimCluster) -> None:
+        cluster.core.add_observer(self.scorer.observe)
 
-    def memo_key(self, state: ClusterState, node: int, req: Request) -> tuple:
-        return (*super().memo_key(state, node, req), req.memory_mib, int(state.mem_free[node]))
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
+        best = cluster.core.best(req.pod, feasible.names, self.scorer)
+        if best is None:
+            raise ValueError(f"{req.key}: no feasible node to rank")
+        return cluster.index[best], None
 
-    def score_node(
-        self, state: ClusterState, node: int, req: Request
-    ) -> tuple[tuple[float, ...], tuple[int, ...]]:
-        result = score_node(
-            state.gpus[node],
-            int(state.cpu_free[node]),
-            state.models[node],
-            replace(req.shape, memory_mib=req.memory_mib),
-            self.mix,
-            memory_free_mib=int(state.mem_free[node]),
-        )
-        if result is None:  # cannot happen for a feasible node
-            raise ValueError(f"{req.name} does not fit node {node} that passed the filter")
-        return (result.node_cost, result.hole_cost), result.gpus
+    def place(
+        self,
+        cluster: SimCluster,
+        node: int,
+        req: SimRequest,
+        gpus: tuple[int, ...] | None,
+        *,
+        observe: bool = True,
+    ) -> Allocation:
+        allocation = cluster.allocate(node, req, scoring=self.config.device_scoring, scorer=self.scorer)
+        cluster.assign(node, req, allocation, observe=observe)
+        return allocation
 
-    def pressure(self, state: ClusterState) -> np.ndarray | None:
-        """Model pressure per node, None when no shape of the mix is model-constrained."""
-        if not any(s.gpu_models for s in self.mix.shapes):
-            return None
-        if self._model_index is None:
-            self._model_names = sorted(set(state.models))
-            self._model_index = np.array([self._model_names.index(m) for m in state.models])
-        idle = np.bincount(self._model_index, weights=state.gpu_free_total, minlength=len(self._model_names))
-        by_model = self.mix.model_pressure(dict(zip(self._model_names, idle.tolist(), strict=True)))
-        return np.array([by_model[m] for m in self._model_names])[self._model_index]
 
-    def ranking(self, state: ClusterState, req: Request, scores: np.ndarray) -> list[np.ndarray]:
-        node_cost = scores[0]
-        pressure = self.pressure(state) if req.gpu_count else None
-        if pressure is not None:
-            node_cost = node_cost + pressure * req.demand_pct
-        return [np.floor(-node_cost / NODE_STEP_PCT + 0.5), -scores[1]]
+def oracle_config(mix: WorkloadMix, base: ScoringConfig | None = None) -> ScoringConfig:
+    """A scoring config whose fragmentation term plans for a fixed mix (the trace's own, an
+    oracle no production system has): the prior outweighs anything learned, and coverage 1
+    keeps the already-cut mix from being cut again. For research comparisons only."""
+    base = base or ScoringConfig()
+    settings = FragmentationSettings(
+        prior=tuple(zip(mix.shapes, mix.weights, strict=True)), prior_weight=1e12, coverage=1.0
+    )
+    return replace(base, fragmentation=settings)

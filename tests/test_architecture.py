@@ -15,6 +15,16 @@ FORBIDDEN = {
     "agent": ("allocator", "simulator"),
     "allocator/core": ("agent", "allocator.service", "allocator.gang", "simulator", "kubernetes", "aiohttp"),
     "allocator/service": ("agent", "simulator"),
+    # Gang scheduling builds on the service's parts (cache, API client, events) and is wired in by
+    # the service's server; it never reaches for the wiring itself.
+    "allocator/gang": (
+        "agent",
+        "simulator",
+        "allocator.service.server",
+        "allocator.service.app",
+        "allocator.service.handlers",
+        "allocator.service.cli",
+    ),
     "simulator": ("agent", "allocator.service", "allocator.gang", "kubernetes", "aiohttp"),
 }
 # The pure core does no I/O.

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from allocator.core import reasons as rs
+from allocator.core.features import FITS_EXACT, FITS_SHARE, FITS_WHOLE, Feature
 from allocator.core.gpus import allocate_gpu, feasible_partitions
 from allocator.core.inventory import LEVEL_DEVICE, NodeInventory
 from allocator.core.messages import (
@@ -58,14 +59,18 @@ def allocate(
     numa_mask: Iterable[int] | None = None,
     required: Bounds | None = None,
     explain: list[str] | None = None,
+    prefer_gpus: Iterable[int] | None = None,
 ) -> Allocation | Rejection:
     """The devices for `req` on this node. `scoring=None` is Koordinator's Filter path (no device
     scorer: ties go to the lowest minor); the bind path passes the configured DeviceScoring.
     `numa_mask` restricts devices to those NUMA nodes; `required` bounds per type and minor what
-    may be taken (only the minors it names are candidates). Lines explaining the choice are
-    appended to `explain` when given.
+    may be taken (only the minors it names are candidates). `prefer_gpus`: for a shared-GPU pod,
+    the GPUs the node's score assumed (the fragmentation term's pick); taken when they are
+    candidates and fit, otherwise ignored. Lines explaining the choice are appended to `explain`
+    when given.
     """
-    result = _solve(state, req, scoring, numa_mask, required, explain, want_plan=True)
+    prefer = tuple(sorted(set(prefer_gpus))) if prefer_gpus else ()
+    result = _solve(state, req, scoring, numa_mask, required, explain, want_plan=True, prefer=prefer)
     if isinstance(result, Rejection):
         return result
     assert isinstance(result, tuple)
@@ -84,6 +89,23 @@ def fits(state: NodeState, req: PodRequest) -> Rejection | None:
             return quick  # type: ignore[return-value]
     result = _solve(state, req, None, None, None, None, want_plan=False)
     return result if isinstance(result, Rejection) else None
+
+
+def fits_grouping(req: PodRequest) -> Feature | None:
+    """The node summary that decides `fits(state, req)` alone: nodes equal in it get the same
+    verdict, so a cluster-wide filter runs `fits` once per distinct value (None: the verdict does
+    not depend on the node at all). Keep in step with `fits`: the whole-GPU and equal-share
+    features name exactly what `_quick_gpu_verdict` and, for whole GPUs on a node that honours
+    partitions, `allocate_gpu` read; anything else is grouped by the node's full device usage."""
+    if req.invalid is not None or not req.devices:
+        return None
+    g = req.plain_gpu
+    if g is not None:
+        if g.shared and g.count == 1 and g.equal_share is not None:
+            return FITS_SHARE
+        if g.whole:
+            return FITS_WHOLE
+    return FITS_EXACT
 
 
 # -- the common case from summaries ----------------------------------------------------------------
@@ -130,6 +152,7 @@ def _solve(
     notes: list[str] | None,
     *,
     want_plan: bool,
+    prefer: tuple[int, ...] = (),
 ) -> Rejection | tuple[dict[str, list[Pick]], str] | None:
     if req.invalid is not None:
         return req.invalid
@@ -145,7 +168,7 @@ def _solve(
     if req.gpu is not None and req.gpu.shared and (refused := _isolation_refusal(state, req)) is not None:
         return refused
     numa = None if numa_mask is None else frozenset(numa_mask)
-    ctx = Ctx(state, inv, req, scoring, View(state, req, numa, required), notes)
+    ctx = Ctx(state, inv, req, scoring, View(state, req, numa, required), notes, prefer_gpus=prefer)
     prepared = _prepare(ctx)
     if prepared is not None:
         return prepared
@@ -174,7 +197,9 @@ def _solve(
         ctx.note(f"joint allocation: primary {primary} on PCIe {', '.join(sorted(pcies)) or '-'}")
         for dtype in joint[1:]:
             desired = ctx.per_type[dtype][1]
-            if req.joint_same_pcie and desired < len(pcies):
+            # A GPU count is the pod's request, never stretched to cover the primary's switches
+            # (Koordinator would hand out extra cards); SamePCIe is then checked as for any type.
+            if req.joint_same_pcie and desired < len(pcies) and dtype != GPU:
                 desired = len(pcies)
             got = _allocate_type(ctx, dtype, desired, pcies, need_picks=True)
             if isinstance(got, Rejection):
@@ -270,11 +295,10 @@ def _allocate_type(
     ctx: Ctx, dtype: str, desired: int, pcies: frozenset[str], *, need_picks: bool
 ) -> Rejection | tuple[list[Pick], str]:
     per, _ = ctx.per_type[dtype]
-    max_count = max(desired, len(pcies))
     desired = max(desired, 1)
-    max_count = max(max_count, desired)
     if dtype == GPU:
-        return allocate_gpu(ctx, desired, max_count, need_picks=need_picks)
+        return allocate_gpu(ctx, desired, desired, need_picks=need_picks)
+    max_count = max(desired, len(pcies))
     picks = select_plain(ctx, dtype, per, desired, max_count, pcies)
     if isinstance(picks, Rejection):
         return picks

@@ -1,33 +1,52 @@
-"""All nodes' states, with per-node verdict and score caches, for filter and prioritize.
+"""All nodes' states, with column caches of filter verdicts and scores, for filter and prioritize.
 
-A verdict or score is cached on the node under the request's signature and is dropped by any
-change to that node (its version), so after one placement the next pod of the same shape costs
-one dictionary lookup per node except the node that changed. Also the kube-scheduler checks the
-simulator and gang planner need (the extender gets those from kube-scheduler itself):
-`resources_fit` (cpu, memory, pods) and `affinity_matches` (nodeSelector, required node affinity).
+Every node has a slot in the cluster's `NodeTable`; verdicts and fine scores are numpy columns
+per request signature (`allocator.core.columns`) that forget exactly the nodes changed since they
+were last read, so after one placement the next pod of the same shape costs one `fits` and one
+score plus a few vectorised operations over the node list, and a shape never seen before is
+decided once per group of nodes in the same state. Nodes are ranked by the scorer's fine score
+with ties broken by a stable per-node key (`rank`, `best`), and `priorities` gives the extender's
+0..10 answer in that order (`allocator.core.ranking`). Pods placed with
+`assign(..., request=req)` are reported to observers (the scorer's learned workload mix).
+
+Also the kube-scheduler checks the simulator and gang planner need (the extender gets those from
+kube-scheduler itself): `resources_fit` (cpu, memory, pods) and `affinity_matches`
+(nodeSelector, required node affinity).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from itertools import compress
 from typing import Any
 
-from allocator.core.allocate import Allocation, allocate, fits
+import numpy as np
+
+from allocator.core.allocate import Allocation, allocate
+from allocator.core.columns import (
+    PASS,
+    FilterVerdicts,
+    ScoreColumn,
+    VerdictColumn,
+    rejection_map,
+    verdicts_of,
+)
 from allocator.core.inventory import NodeInventory, build_inventory, node_partition_choice
+from allocator.core.nodetable import NodeTable
 from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.ranking import best, extender_priorities, ranked, tie_key
 from allocator.core.reasons import Rejection
 from allocator.core.request import PodRequest, SelectorTerm
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.scoring.scorer import NodeScorer
+from allocator.core.scoring.scorer import MAX_PRIORITY, NodeScorer, to_priorities, to_priority
 from allocator.core.state import NodeState, node_facts
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.device import Device
 
 UNKNOWN_NODE = Rejection("topoalloc: unknown node", "node is not known to the allocator", unresolvable=True)
-_MISSING = object()
 _SIGNATURES: dict[tuple[Any, ...], int] = {}
 _signature_ids = itertools.count(1)
 
@@ -55,10 +74,40 @@ def _score_key(sid: int, scorer_key: int) -> int:
     return key
 
 
+_COLUMNS = 256  # per kind: the least recently used request shape's column goes past this
+
+
+class _TieKeys(dict[str, int]):
+    """Node name -> stable tie key, computed on first use (`ties[name]` stays a C-level lookup)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.seed = seed
+
+    def __missing__(self, name: str) -> int:
+        key = self[name] = tie_key(name, self.seed)
+        return key
+
+
 class ClusterState:
-    def __init__(self) -> None:
+    """`tie_seed` fixes the order among nodes of equal score (a keyed hash of the name)."""
+
+    def __init__(self, tie_seed: int = 0) -> None:
         self.nodes: dict[str, NodeState] = {}
         self.pod_node: dict[str, str] = {}
+        self.tie_seed = tie_seed
+        self._ties = _TieKeys(tie_seed)
+        self.observers: list[Callable[[PodRequest], None]] = []
+        self.table = NodeTable(self._ties.__getitem__)
+        self._verdicts: dict[int, VerdictColumn] = {}  # signature id -> column
+        self._scores: dict[int, ScoreColumn] = {}  # score key (signature, scorer state) -> column
+
+    def add_observer(self, observer: Callable[[PodRequest], None]) -> None:
+        """Call `observer(req)` for every pod assigned with its request (e.g. `scorer.observe`)."""
+        self.observers.append(observer)
+
+    def tie_key(self, name: str) -> int:
+        return self._ties[name]
 
     # -- watch events ------------------------------------------------------------------------------
     def upsert_node(self, node: Mapping[str, Any]) -> NodeState:
@@ -67,6 +116,7 @@ class ClusterState:
         state = self.nodes.get(name)
         if state is None:
             state = self.nodes[name] = NodeState(name, None, labels, allocatable)
+            self.table.attach(state)
             return state
         relabelled = labels != state.labels
         state.set_labels(labels, allocatable)
@@ -85,6 +135,7 @@ class ClusterState:
         inv = build_inventory(device, labels)
         if state is None:
             state = self.nodes[device.name] = NodeState(device.name, inv, dict(device.labels))
+            self.table.attach(state)
         else:
             state.set_inventory(inv)
         return state
@@ -98,6 +149,7 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         state = self.nodes.pop(name, None)
         if state is not None:
+            self.table.detach(name)
             for key in list(state.pods):
                 self.pod_node.pop(key, None)
 
@@ -111,14 +163,17 @@ class ClusterState:
         *,
         nonzero_cpu_milli: int | None = None,
         nonzero_memory: int | None = None,
+        request: PodRequest | None = None,
     ) -> None:
-        """Count a pod on a node (moving it if it was counted elsewhere)."""
+        """Count a pod on a node (moving it if it was counted elsewhere). With `request` (a pod
+        being placed, not one replayed from the watch), observers are told about it."""
         old = self.pod_node.get(pod_key)
         if old is not None and old != node:
             self.unassign(pod_key)
         state = self.nodes.get(node)
         if state is None:
             state = self.nodes[node] = NodeState(node)
+            self.table.attach(state)
         state.add_pod(
             pod_key,
             allocations,
@@ -128,6 +183,9 @@ class ClusterState:
             nonzero_memory=nonzero_memory,
         )
         self.pod_node[pod_key] = node
+        if request is not None:
+            for observe in self.observers:
+                observe(request)
 
     def assign_usage(self, usage: PodUsage) -> None:
         self.assign(
@@ -154,53 +212,127 @@ class ClusterState:
 
     # -- questions ---------------------------------------------------------------------------------
     def filter(
-        self, req: PodRequest, names: Iterable[str] | None = None
+        self, req: PodRequest, names: Iterable[str] | None = None, *, unknown: Rejection = UNKNOWN_NODE
     ) -> tuple[list[str], dict[str, Rejection]]:
-        """Nodes where the pod's devices fit, and a rejection for every other named node."""
-        nodes = self.nodes
-        key = signature_id(req)
-        passed: list[str] = []
-        failed: dict[str, Rejection] = {}
-        for name in nodes if names is None else names:
-            state = nodes.get(name)
-            if state is None:
-                failed[name] = UNKNOWN_NODE
-                continue
-            cache = state.verdicts
-            verdict = cache.get(key, _MISSING)
-            if verdict is _MISSING:
-                verdict = cache[key] = fits(state, req)
-            if verdict is None:
-                passed.append(name)
-            else:
-                failed[name] = verdict  # type: ignore[assignment]
-        return passed, failed
+        """Nodes where the pod's devices fit (in the order named), and a rejection for every other
+        named node (`unknown` for names the cluster does not have)."""
+        names = _as_list(self.nodes if names is None else names)
+        slots, codes = self._codes(req, names)
+        rejected = codes != PASS
+        passed = list(compress(names, (~rejected).tolist()))
+        self.table.remember(passed, slots[~rejected])  # what prioritize will be asked about
+        if not rejected.any():
+            return passed, {}
+        objects = self._verdicts[signature_id(req)].arrays(unknown)[0]
+        return passed, rejection_map(names, codes, rejected, objects)
+
+    def filter_verdicts(
+        self, req: PodRequest, names: Sequence[str], *, unknown: Rejection = UNKNOWN_NODE
+    ) -> FilterVerdicts:
+        """`filter` as the extender replies it: messages split by whether preemption could cure
+        them and counts per reason code, built without a per-node Python loop."""
+        names = _as_list(names)
+        slots, codes = self._codes(req, names)
+        verdicts = verdicts_of(names, codes, self._verdicts[signature_id(req)], unknown)
+        self.table.remember(verdicts.passed, slots[codes == PASS])
+        return verdicts
+
+    def _codes(self, req: PodRequest, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        slots = self.table.slots_of(names)
+        return slots, _lru(self._verdicts, signature_id(req), lambda: VerdictColumn(req)).codes_for(
+            self.table, slots
+        )
+
+    def _fine(
+        self, req: PodRequest, scorer: NodeScorer, names: list[str]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mask of the known names, their slots, the float64 fine score of each)."""
+        scorer.sync(self.table)
+        table = self.table
+        slots = table.slots_of(names)
+        known = slots >= 0
+        if not known.all():
+            slots = slots[known]
+        column = _lru(self._scores, _score_key(signature_id(req), scorer.key), ScoreColumn)
+        column.refresh(table)
+        todo = slots[~column.known[slots]]
+        if len(todo):
+            todo = np.unique(todo)
+            column.values[todo] = scorer.fine_grouped(table, todo, scorer.prepare(req))
+            column.known[todo] = True
+        return known, slots, column.values[slots]
+
+    def fine_scores(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, float]:
+        """The scorer's fine score (0..100) per named known node, cached per node version."""
+        names = _as_list(names)
+        known, _slots, fine = self._fine(req, scorer, names)
+        return dict(zip(compress(names, known.tolist()), fine.tolist(), strict=True))
 
     def score(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
-        """0..10 per named node (unknown nodes score 0)."""
-        nodes = self.nodes
-        key = _score_key(signature_id(req), scorer.key)
-        prepared = scorer.prepare(req)
-        score_prepared = scorer.score_prepared
-        out: dict[str, int] = {}
-        for name in names:
-            state = nodes.get(name)
-            if state is None:
-                out[name] = 0
-                continue
-            cache = state.scores
-            value = cache.get(key)
-            if value is None:
-                value = cache[key] = score_prepared(state, prepared)
-            out[name] = value
-        return out
+        """0..10 per named node, each node on its own (unknown nodes score 0). For the extender's
+        answer use `priorities`, which keeps the ranking."""
+        names = _as_list(names)
+        known, _slots, fine = self._fine(req, scorer, names)
+        if not np.isfinite(fine).all():  # keep the scalar path's behaviour (an error) exactly
+            fine_map = dict(zip(compress(names, known.tolist()), fine.tolist(), strict=True))
+            return {name: to_priority(fine_map[name]) if name in fine_map else 0 for name in names}
+        out = np.zeros(len(names), np.int64)
+        out[known] = to_priorities(fine)
+        return dict(zip(names, out.tolist(), strict=True))
+
+    def rank(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> list[str]:
+        """Known named nodes, best first: fine score, then the stable tie key."""
+        return ranked(self.fine_scores(req, names, scorer), self._ties.__getitem__)
+
+    def best(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> str | None:
+        """The first node of `rank` (None when no named node is known)."""
+        names = _as_list(names)
+        known, slots, fine = self._fine(req, scorer, names)
+        if not len(fine):
+            return None
+        if not np.isfinite(fine).all():
+            fine_map = dict(zip(compress(names, known.tolist()), fine.tolist(), strict=True))
+            return best(fine_map, self._ties.__getitem__)
+        return self.table.names[int(slots[_best_index(fine, self.table.ties[slots])])]
+
+    def priorities(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> dict[str, int]:
+        """The extender's prioritize answer: 0..10 per named node, 10 for the best-ranked node
+        alone, at most 9 for the others, 0 for unknown nodes."""
+        names = _as_list(names)
+        known, slots, fine = self._fine(req, scorer, names)
+        if not np.isfinite(fine).all():
+            fine_map = dict(zip(compress(names, known.tolist()), fine.tolist(), strict=True))
+            out_map = extender_priorities(fine_map, self._ties.__getitem__)
+            return {name: out_map.get(name, 0) for name in names}
+        prios = np.minimum(to_priorities(fine), MAX_PRIORITY - 1)
+        if len(fine):
+            top = slots[_best_index(fine, self.table.ties[slots])]
+            prios[slots == top] = MAX_PRIORITY  # every mention of the best node
+        out = np.zeros(len(names), np.int64)
+        out[known] = prios
+        return dict(zip(names, out.tolist(), strict=True))
+
+    def forget_cached(self) -> None:
+        """Drop every cached verdict and score (benchmarks measure a never-seen shape this way)."""
+        self._verdicts.clear()
+        self._scores.clear()
 
     def allocate(
-        self, req: PodRequest, node: str, scoring: DeviceScoring | None = None, **kwargs: Any
+        self,
+        req: PodRequest,
+        node: str,
+        scoring: DeviceScoring | None = None,
+        *,
+        scorer: NodeScorer | None = None,
+        **kwargs: Any,
     ) -> Allocation | Rejection:
+        """The bind-time device choice. With `scorer`, GPUs its score assumed for a shared pod
+        (the fragmentation term's pick) are taken when still free (`allocate(prefer_gpus=)`)."""
         state = self.nodes.get(node)
         if state is None:
             return UNKNOWN_NODE
+        if scorer is not None and "prefer_gpus" not in kwargs:
+            kwargs["prefer_gpus"] = scorer.preferred_gpus(state, req)
         return allocate(state, req, scoring=scoring, **kwargs)
 
     def resources_fit(self, node: str, req: PodRequest) -> Rejection | None:
@@ -210,6 +342,30 @@ class ClusterState:
     def affinity_matches(self, node: str, req: PodRequest) -> bool:
         state = self.nodes.get(node)
         return state is not None and affinity_matches(state, req)
+
+
+def _as_list(names: Iterable[str]) -> list[str]:
+    return names if isinstance(names, list) else list(names)
+
+
+def _lru(cache: dict[int, Any], key: int, make: Callable[[], Any]) -> Any:
+    """The entry for `key`, made when missing, now the most recently used of a bounded dict."""
+    entry = cache.pop(key, None)
+    if entry is None:
+        entry = make()
+        if len(cache) >= _COLUMNS:
+            del cache[next(iter(cache))]
+    cache[key] = entry
+    return entry
+
+
+def _best_index(fine: np.ndarray, ties: np.ndarray) -> int:
+    """Index of the highest score, ties to the lowest tie key (then the first): `ranking.best`."""
+    top = fine.max()
+    leaders = np.flatnonzero(fine == top)
+    if len(leaders) == 1:
+        return int(leaders[0])
+    return int(leaders[np.argmin(ties[leaders])])
 
 
 def _rebuild(inv: NodeInventory, labels: Mapping[str, str]) -> NodeInventory:

@@ -34,6 +34,10 @@ def allocate_gpu(
     gpu_hint = ctx.req.hint(GPU)
     has_selector = gpu_hint is not None and gpu_hint.selector is not None
 
+    preferred = _preferred(ctx, g, feasible, desired)
+    if preferred is not None:
+        return preferred, "preferred"
+
     # Partitions: mandatory when the pod or the node honours them, else only a first try.
     if not g.shared:
         honor = g.honor_partition or inv.partition_honor
@@ -85,6 +89,22 @@ def allocate_gpu(
     if isinstance(picks, Rejection):
         return gpu_shortage(g, feasible.bit_count(), selector=has_selector)
     return picks, "plain"
+
+
+def _preferred(ctx: Ctx, g: GPURequirement, feasible: int, desired: int) -> list[Pick] | None:
+    """The GPUs the node score assumed for a shared pod, when every one is a feasible candidate.
+    Whole-GPU pods keep the partition table and the scope walk: any fully free GPU leaves the
+    same fragmentation, so topology decides."""
+    prefer = ctx.prefer_gpus
+    if not prefer or not g.shared or len(prefer) != desired or g.scope_level:
+        return None
+    mask = 0
+    for minor in prefer:
+        mask |= 1 << minor
+    if feasible & mask != mask:
+        return None
+    ctx.note(f"GPU {minor_list(prefer)}: the one the node score assumed")
+    return [Pick(m, g.per_gpu) for m in prefer]
 
 
 def feasible_partitions(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from allocator.core.inventory import NodeInventory, build_inventory, summed_totals
 from allocator.core.podspec import PodUsage, pod_usage
@@ -20,6 +20,9 @@ from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.quantity import Quantity
+
+if TYPE_CHECKING:
+    from allocator.core.nodetable import NodeTable
 
 GPU = rn.DeviceType.GPU
 
@@ -106,13 +109,14 @@ class NodeState:
         self.gpu_free_ratio = 0
         self.gpu_total_ratio = 0
         self._gpu_shares: dict[int, int] = {}
+        self._gpu_pct: dict[int, int] = {}  # minor -> free share in percent (gpu_free_core_pct)
         # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
         self.gpu_max_share = -1
         self._derived: dict[Any, Any] = {}
-        # Filter verdicts and scores cached by ClusterState under small int keys; like every
-        # derived value they last until the next change.
-        self.verdicts: dict[int, Any] = {}
-        self.scores: dict[int, int] = {}
+        # The ClusterState's node table and this node's slot there: every change stamps the slot,
+        # which is how the cluster's column caches (filter verdicts, scores) see it.
+        self._table: NodeTable | None = None
+        self._slot = -1
         self.set_inventory(inventory)
 
     @classmethod
@@ -133,6 +137,7 @@ class NodeState:
             minors.setdefault(dtype, set()).update(per_minor)
         self.gpu_used_mask = self.gpu_whole_mask = self.gpu_free_ratio = 0
         self._gpu_shares = {}
+        self._gpu_pct = {}
         for dtype, ms in minors.items():
             for minor in ms:
                 self._refresh(dtype, minor)
@@ -267,16 +272,27 @@ class NodeState:
             else:
                 self._gpu_shares.pop(minor, None)
             self.gpu_max_share = max(self._gpu_shares.values(), default=-1)
+            pct = [
+                free.get(n, 0) * 100 // total[n] for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if total.get(n)
+            ]
+            self._gpu_pct[minor] = max(0, min(100, min(pct))) if pct else 0
         per_type[minor] = free
 
     def _changed(self) -> None:
         self.version += 1
         if self._derived:
             self._derived = {}
-        if self.verdicts:
-            self.verdicts = {}
-        if self.scores:
-            self.scores = {}
+        if self._table is not None:
+            self._table.touch(self._slot)
+
+    @property
+    def table(self) -> NodeTable | None:
+        """The node table of the ClusterState this node belongs to (None: standalone)."""
+        return self._table
+
+    def attach(self, table: NodeTable | None, slot: int) -> None:
+        """Report every change to `table` as a change of `slot` (None: to no table)."""
+        self._table, self._slot = table, slot
 
     def devices_gone(self) -> None:
         """The Device CR was deleted: every device counts as unhealthy until it returns (2.2)."""
@@ -368,23 +384,10 @@ class NodeState:
         hit = self._derived.get("free_pct")
         if hit is not None:
             return hit
-        out = []
         inv = self.inventory
-        if inv is not None:
-            frees = self.free.get(GPU, {})
-            for minor in inv.gpu_minors:
-                slot = inv.slot(GPU, minor)
-                free = frees.get(minor, {})
-                if slot is None or not slot.total:
-                    out.append(0)
-                    continue
-                shares = []
-                for name in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO):
-                    total = slot.total.get(name)
-                    if total:
-                        shares.append(free.get(name, 0) * 100 // total)
-                out.append(max(0, min(100, min(shares))) if shares else 0)
-        return self.remember("free_pct", tuple(out))
+        pct = self._gpu_pct
+        out = () if inv is None else tuple(pct.get(m, 0) for m in inv.gpu_minors)
+        return self.remember("free_pct", out)
 
     @property
     def cpu_free_milli(self) -> int:

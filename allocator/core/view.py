@@ -33,6 +33,7 @@ class Ctx:
     view: View
     notes: list[str] | None
     per_type: dict[str, tuple[Resources, int]] = field(default_factory=dict)  # request per device, count
+    prefer_gpus: tuple[int, ...] = ()  # GPUs the node score assumed for a shared pod
 
     def note(self, text: str) -> None:
         if self.notes is not None:

@@ -44,6 +44,7 @@ def test_the_issue_machines_are_all_here() -> None:
         "rtx-a6000-nvlink-bridge",
         "l20-4x-vm-numa-unknown",
         "a100-pcie-4x-no-rdma",
+        "a100-pcie-4x-nvlink-pairs",
         "cpu-only",
     }
     for name in FIXTURE_NAMES:
@@ -51,14 +52,38 @@ def test_the_issue_machines_are_all_here() -> None:
         assert "Source" in readme, f"{name}: README must say where each fact comes from"
 
 
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every fixture composed afresh from its machine.yaml, once per module."""
+    out = {}
+    for name in FIXTURE_NAMES:
+        target = tmp_path_factory.mktemp("composed") / name
+        target.mkdir()
+        (target / "machine.yaml").write_text((FIXTURES / name / "machine.yaml").read_text())
+        out[name] = compose(target)
+    return out
+
+
+def _empty_dirs(root: Path) -> list[str]:
+    return sorted(
+        str(Path(d).relative_to(root)) for d, dirs, files in os.walk(root) if not dirs and not files
+    )
+
+
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
-def test_committed_tree_is_exactly_what_the_description_composes(name: str, tmp_path: Path) -> None:
-    shutil_target = tmp_path / name
-    (shutil_target).mkdir()
-    (shutil_target / "machine.yaml").write_text((FIXTURES / name / "machine.yaml").read_text())
-    compose(shutil_target)
-    assert _tree(shutil_target / "sys") == _tree(FIXTURES / name / "sys")
-    assert filecmp.cmp(shutil_target / "nvml.json", FIXTURES / name / "nvml.json", shallow=False)
+def test_committed_tree_is_exactly_what_the_description_composes(
+    name: str, composed: dict[str, Path]
+) -> None:
+    assert _tree(composed[name] / "sys") == _tree(FIXTURES / name / "sys")
+    assert filecmp.cmp(composed[name] / "nvml.json", FIXTURES / name / "nvml.json", shallow=False)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_no_fixture_directory_is_empty(name: str, composed: dict[str, Path]) -> None:
+    """Git stores no empty directory, so one here would be missing from a clone (CI) and the
+    tree there would differ from the one composed on a developer's machine."""
+    assert _empty_dirs(composed[name] / "sys") == [], "composer leaves empty directories"
+    assert _empty_dirs(FIXTURES / name / "sys") == [], "checkout holds empty directories"
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
@@ -116,19 +141,25 @@ def test_dgx_h100_one_nvlink_domain_switch_pairs_and_two_numa_nodes() -> None:
     assert doc["metadata"]["labels"]["node.koordinator.sh/gpu-partition-policy"] == "Honor"
 
 
-def test_dgx_h100_matrix_matches_the_published_nvidia_smi_rows() -> None:
-    """tests/agent/data/dgx-h100-topo-m.txt: rows of `nvidia-smi topo -m` published for a DGX H100
-    (vllm-project/vllm#6746); the rendered matrix must agree cell for cell."""
+def _published_rows(data_file: str) -> dict[str, list[str]]:
+    """Rows of a published `nvidia-smi topo -m` kept under tests/agent/data: name -> cells."""
     published = {}
-    for line in (Path(__file__).parent / "data/dgx-h100-topo-m.txt").read_text().splitlines():
+    for line in (Path(__file__).parent / "data" / data_file).read_text().splitlines():
         if line and not line.startswith("#"):
             name, *cells = line.split()
             published[name] = cells
+    assert published, f"no published rows in {data_file}"
+    return published
+
+
+def test_dgx_h100_matrix_matches_the_published_nvidia_smi_rows() -> None:
+    """tests/agent/data/dgx-h100-topo-m.txt: rows of `nvidia-smi topo -m` published for a DGX H100
+    (vllm-project/vllm#6746); the rendered matrix must agree cell for cell."""
+    published = _published_rows("dgx-h100-topo-m.txt")
     rendered = {}
     for line in render(Device.from_dict(device_doc(FIXTURES / "dgx-h100"))).splitlines()[1:21]:
         name, *cells = line.split()
         rendered[name] = cells[:20]
-    assert published, "no published rows"
     for name, cells in published.items():
         assert rendered[name] == cells, name
 
@@ -171,6 +202,35 @@ def test_nvlink_bridge_pair_is_its_own_domain() -> None:
     rows = {r.split()[0]: r.split()[1:6] for r in render(Device.from_dict(doc)).splitlines()[1:6]}
     assert rows["GPU2"] == ["NODE", "NODE", "X", "PHB", "PHB"]
     assert rows["NIC0"] == ["NODE", "NODE", "PHB", "X", "PIX"]
+
+
+def test_a100_pcie_bridged_pairs_are_two_nvlink_domains_one_per_socket() -> None:
+    """Issue machine (c): 4x A100 PCIe, NVLink bridges joining pairs, the pairs on different sockets."""
+    doc = device_doc(FIXTURES / "a100-pcie-4x-nvlink-pairs")
+    gpus = _by(doc, "gpu")
+    assert len(gpus) == 4 and _by(doc, "rdma") == []
+    assert [g["nvlink"]["peers"] for g in gpus] == [
+        [{"minor": 1, "links": 12}],
+        [{"minor": 0, "links": 12}],
+        [{"minor": 3, "links": 12}],
+        [{"minor": 2, "links": 12}],
+    ]
+    domains = [g["nvlink"]["domain"] for g in gpus]
+    assert domains[0] == domains[1] != domains[2] == domains[3]
+    assert [g["topology"]["nodeID"] for g in gpus] == [0, 0, 1, 1]
+    assert [g["topology"]["socketID"] for g in gpus] == [0, 0, 1, 1]
+    # a pair is the NVLink unit (12 links x 25 GB/s); all four only meet over PCIe and the sockets
+    table = json.loads(doc["metadata"]["annotations"]["scheduling.koordinator.sh/gpu-partitions"])
+    assert [(p["minors"], p["gpuLinkType"], p["ringBusBandwidth"]) for p in table["2"]] == [
+        ([0, 1], "NVLink", "300G"),
+        ([2, 3], "NVLink", "300G"),
+    ]
+    assert [(p["minors"], p["gpuLinkType"]) for p in table["4"]] == [([0, 1, 2, 3], "PCIe")]
+    assert doc["metadata"]["labels"]["node.koordinator.sh/gpu-partition-policy"] == "Prefer"
+    # the rendered matrix (GPU cells, then NUMA) is the published one
+    rows = render(Device.from_dict(doc)).splitlines()[1:5]
+    rendered = {r.split()[0]: r.split()[1:6] for r in rows}
+    assert rendered == _published_rows("a100-pcie-nvlink-pairs-topo-m.txt")
 
 
 def test_gpu_node_without_rdma_publishes_no_rdma_resource() -> None:

@@ -197,6 +197,21 @@ def test_odd_and_unreadable_sysfs_files_become_unknowns_with_a_reason(tmp_path: 
     assert len(gpus) == 8  # nothing dropped
 
 
+def test_numa_nodes_come_from_the_kernels_online_list(tmp_path: Path) -> None:
+    """`node/online` names the nodes, including one whose CPU list is unknown; an odd list falls
+    back to the nodeN directories and says so."""
+    sys_root = copy_fixture("dgx-h100", tmp_path) / "sys"
+    assert Sysfs(sys_root).numa_nodes() == {0: "0-55,112-167", 1: "56-111,168-223"}
+    (sys_root / "devices/system/node/online").write_text("0-2\n")  # node2: memory only, no cpulist
+    reader = Sysfs(sys_root)
+    assert reader.numa_nodes() == {0: "0-55,112-167", 1: "56-111,168-223", 2: ""}
+    assert reader.numa_sockets() == {0: 0, 1: 1, 2: -1}
+    (sys_root / "devices/system/node/online").write_text("0-x\n")
+    reader = Sysfs(sys_root)
+    assert sorted(reader.numa_nodes()) == [0, 1]
+    assert "devices/system/node/online: odd list '0-x'" in reader.problems
+
+
 def test_health_book_keeps_transition_time_while_the_verdict_holds() -> None:
     clock = Clock()
     book = HealthBook(xid_hold_seconds=10, clock=clock)

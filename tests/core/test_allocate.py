@@ -528,3 +528,43 @@ def test_shared_share_boundary() -> None:
     assert rejected(run(state, pod({"koordinator.sh/gpu": "51"}))).message.startswith(
         "need 1 GPU with 51% compute"
     )
+
+
+def _gpus_without_topology_two_nic_switches() -> dict:
+    """GPUs without topology (no scope tree: the plain path) and NICs on two root buses."""
+    gpu = {RATIO: "100", CORE: "100", MEM: "16Gi"}
+    devices = [
+        {"type": "gpu", "id": f"GPU-{m}", "minor": m, "health": True, "resources": gpu} for m in (0, 1)
+    ]
+    devices += [
+        {
+            "type": "rdma",
+            "id": f"0000:{m:02x}:00.0",
+            "minor": m,
+            "health": True,
+            "resources": {RDMA: "100"},
+            "topology": {"socketID": 0, "nodeID": 0, "pcieID": pcie, "busID": f"0000:{m:02x}:00.0"},
+        }
+        for m, pcie in ((0, "pci0000:15"), (1, "pci0000:37"))
+    ]
+    return {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Device",
+        "metadata": {"name": "n"},
+        "spec": {"devices": devices},
+    }
+
+
+@pytest.mark.parametrize("same_pcie", [False, True])
+def test_secondary_gpu_count_is_never_stretched_to_the_primary_switches(same_pcie: bool) -> None:
+    """Found by the Hypothesis property: rdma-first joint allocation over two switches must not
+    hand a pod that asked for 30% of one GPU a second card (compatibility #17)."""
+    state = state_of(_gpus_without_topology_two_nic_switches())
+    p = pod({RDMA: "200", "koordinator.sh/gpu": "30"}, annotations=joint("rdma", "gpu", same_pcie=same_pcie))
+    got = allocate(state, pod_request(p))
+    if same_pcie:
+        assert isinstance(got, Rejection) and got.code == rs.JOINT_VIOLATION
+    else:
+        assert isinstance(got, Allocation)
+        assert len(got.devices["gpu"]) == 1
+        assert len(got.devices["rdma"]) == 2

@@ -1,41 +1,102 @@
+"""The simulated cluster is the production core plus vectorised mirrors of its summaries."""
+
+import random
+
 import numpy as np
 import pytest
 from sim_helpers import make_state, request
 
+from allocator.core.cluster import affinity_matches, resources_fit
+from apis.annotations import parse_device_allocated
+from simulator.cluster import SimulationError
+
 SPEC = [(16_000, 1_000, [100, 40], 8_000), (8_000, 4_000, [100, 100, 100, 100], 8_000)]
 
 
+def feasible(cluster, req) -> list[bool]:
+    return cluster.feasible(req).mask.tolist()
+
+
 def test_feasibility_checks_cpu_memory_sharing_and_whole_gpus() -> None:
-    state = make_state(SPEC)
-    assert state.feasible(request(8_000)).tolist() == [True, True]
-    assert state.feasible(request(8_001)).tolist() == [False, False]
-    assert state.feasible(request(1_000, mem=2_000)).tolist() == [False, True]
-    assert state.feasible(request(1_000, 50, 1)).tolist() == [True, True]
-    assert state.feasible(request(1_000, 100, 2)).tolist() == [False, True]
-    assert state.feasible(request(1_000, 100, 4)).tolist() == [False, True]
+    cluster = make_state(SPEC)
+    assert feasible(cluster, request(8_000)) == [True, True]
+    assert feasible(cluster, request(8_001)) == [False, False]
+    assert feasible(cluster, request(1_000, mem=2_000)) == [False, True]
+    assert feasible(cluster, request(1_000, 50, 1)) == [True, True]
+    assert feasible(cluster, request(1_000, 100, 2)) == [False, True]
+    assert feasible(cluster, request(1_000, 100, 4)) == [False, True]
+    assert cluster.feasible(request(1_000, 100, 2)).names == ["n1"]
 
 
-def test_gpu_model_constraint() -> None:
-    state = make_state(SPEC, model="T4")
-    assert state.feasible(request(1_000, 50, 1, models=("G2",))).tolist() == [False, False]
-    assert state.feasible(request(1_000, 50, 1, models=("G2", "T4"))).tolist() == [True, True]
+def test_gpu_model_constraint_is_required_node_affinity() -> None:
+    cluster = make_state(SPEC, model="T4")
+    assert feasible(cluster, request(1_000, 50, 1, models=("G2",))) == [False, False]
+    assert feasible(cluster, request(1_000, 50, 1, models=("G2", "T4"))) == [True, True]
 
 
-def test_place_updates_the_summaries_and_the_version() -> None:
-    state = make_state(SPEC)
-    state.place(1, request(2_000, 100, 2, mem=1_000), (0, 1))
-    assert state.gpus[1] == [0, 0, 100, 100]
-    assert state.gpu_matrix[1].tolist() == [0, 0, 100, 100]
-    assert (state.gpu_free_total[1], state.gpu_full_count[1], state.gpu_free_max[1]) == (200, 2, 100)
-    assert (state.cpu_free[1], state.mem_free[1]) == (6_000, 3_000)
-    assert state.version.tolist() == [0, 1]
-    assert state.allocated_pct == 200 + 60  # n0 arrived with 60% of a GPU in use
+def test_place_goes_through_the_core_and_updates_the_mirrors() -> None:
+    cluster = make_state(SPEC)
+    req = request(2_000, 100, 2, mem=1_000)
+    allocation = cluster.allocate(1, req)
+    cluster.assign(1, req, allocation)
+    assert allocation.minors("gpu") == [0, 1]
+    state = cluster.states[1]
+    assert state.pods[req.key].allocations.minors("gpu") == [0, 1]
+    assert cluster.gpu_rows[1] == (0, 0, 100, 100) == state.gpu_free_core_pct
+    assert cluster.gpu_matrix[1].tolist() == [0, 0, 100, 100]
+    assert (cluster.gpu_free_total[1], cluster.gpu_full_count[1], cluster.gpu_free_max[1]) == (200, 2, 100)
+    assert (cluster.cpu_free[1], cluster.mem_free[1]) == (6_000, 3_000 * 2**20)
+    assert cluster.version[1] == state.version
+    assert cluster.allocated_pct == 200 + 60  # n0 arrived with 60% of a GPU in use
+    cluster.unassign(req)
+    assert cluster.gpu_rows[1] == (100,) * 4 and cluster.cpu_free[1] == 8_000
 
 
-def test_place_refuses_to_overcommit() -> None:
-    state = make_state(SPEC)
-    with pytest.raises(ValueError):
-        state.place(0, request(1_000, 50, 1), (1,))  # GPU 1 has 40% free
-    with pytest.raises(ValueError):
-        state.place(0, request(9_000, 10, 1), (0,))
-    assert np.all(state.gpu_count == [2, 4])
+def test_a_preferred_gpu_is_taken_when_it_fits_and_ignored_otherwise() -> None:
+    cluster = make_state(SPEC)
+    share = request(1_000, 30, 1)
+    assert cluster.allocate(0, share, prefer=(1,)).minors("gpu") == [1]  # 40% free holds 30%
+    cluster.assign(0, share, cluster.allocate(0, share, prefer=(1,)))
+    assert cluster.gpu_rows[0] == (100, 10)
+    other = request(1_000, 30, 1, name="q")
+    assert cluster.allocate(0, other, prefer=(1,)).minors("gpu") == [0]  # GPU 1 has only 10% left
+
+
+def test_a_node_that_cannot_take_the_pod_is_an_error_not_an_overcommit() -> None:
+    cluster = make_state(SPEC)
+    with pytest.raises(SimulationError):
+        cluster.allocate(0, request(1_000, 100, 2))
+    assert np.all(cluster.gpu_count == [2, 4])
+
+
+def test_vectorised_checks_equal_the_cores_resources_fit_and_affinity(rng: random.Random) -> None:
+    cluster = make_state(
+        [
+            (16_000, 4_000, [100, 40], 8_000),
+            (8_000, 2_000, [100, 0, 100, 100], 1_000),
+            (4_000, 1_000, [], 500),
+        ]
+    )
+    for _ in range(60):
+        req = request(
+            rng.choice([0, 500, 1_000, 7_000]),
+            mem=rng.choice([0, 500, 1_500, 3_000]),
+            models=rng.choice([(), ("M",), ("X",)]),
+        )
+        got = cluster.fits_mask(req).tolist()
+        want = [resources_fit(s, req.pod) is None and affinity_matches(s, req.pod) for s in cluster.states]
+        assert got == want
+
+
+def test_allocations_written_are_valid_annotations() -> None:
+    cluster = make_state(SPEC)
+    req = request(1_000, 40, 1)
+    allocation = cluster.allocate(0, req, prefer=(1,))
+    parsed = parse_device_allocated(allocation.to_json())
+    (entry,) = parsed.by_type["gpu"]
+    assert entry.minor == 1 and entry.id == "GPU-n0-1"
+    assert {k: v.value() for k, v in entry.resources.items()} == {
+        "koordinator.sh/gpu-core": 40,
+        "koordinator.sh/gpu-memory-ratio": 40,
+        "koordinator.sh/gpu-memory": 40 * 32 * 2**30 // 100,  # 40% of an (assumed) 32 GiB GPU
+    }

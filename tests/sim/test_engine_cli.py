@@ -6,8 +6,7 @@ from pathlib import Path
 import numpy as np
 from click.testing import CliRunner
 
-from simulator.cluster import ClusterState, to_requests
-from simulator.engine import replay
+from simulator.engine import OpenbRequests, openb_cluster, replay
 from simulator.openb import OpenbNode, OpenbPod
 from simulator.policies import BestFitPolicy
 from topoalloc.cli import main
@@ -16,8 +15,9 @@ from topoalloc.cli import main
 def test_replay_drops_pods_that_fit_nowhere_and_logs_every_event(rng) -> None:
     nodes = [OpenbNode("n", 8000, 1000, 1, "M")]
     pods = [OpenbPod("a", 1000, 0, 1, 600), OpenbPod("b", 1000, 0, 1, 600), OpenbPod("c", 1000, 0, 1, 400)]
-    log, failed = replay(ClusterState(nodes), to_requests(pods), BestFitPolicy([0], rng))
-    assert failed == 1
+    to_request = OpenbRequests()
+    log, stats = replay(openb_cluster(nodes), [to_request(p) for p in pods], BestFitPolicy([0], rng))
+    assert (stats.pods, stats.failed) == (3, 1)
     assert log.arrived.tolist() == [60, 120, 160]
     assert log.allocated.tolist() == [60, 60, 100]
 
@@ -33,6 +33,14 @@ def small_trace(tmp_path: Path) -> Path:
     return path
 
 
+def small_cluster(tmp_path: Path) -> Path:
+    rows = ["sn,cpu_milli,memory_mib,gpu,model"]
+    rows += [f"node-{i:02d},96000,262144,{(4, 8, 8)[i % 3]},{('T4', 'G2')[i % 2]}" for i in range(40)]
+    path = tmp_path / "nodes.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
 def test_simulate_writes_the_json_schema_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     result = CliRunner().invoke(
@@ -41,6 +49,8 @@ def test_simulate_writes_the_json_schema_and_plots(tmp_path: Path) -> None:
             "simulate",
             "--paper",
             str(small_trace(tmp_path)),
+            "--nodes",
+            str(small_cluster(tmp_path)),
             "--seeds",
             "1-2",
             "--policies",
@@ -55,7 +65,7 @@ def test_simulate_writes_the_json_schema_and_plots(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "bestfit" in result.output and "topoalloc" in result.output
+    assert "bestfit" in result.output and "topoalloc" in result.output and "nodes.csv" in result.output
     data = json.loads(out.read_text())
     assert data["trace"] == "small" and data["seeds"] == [1, 2]
     for name in ("bestfit", "topoalloc"):

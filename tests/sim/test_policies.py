@@ -22,6 +22,7 @@ from simulator.policies import (
     RandomPolicy,
     TopoallocPolicy,
     fgd_score,
+    oracle_config,
     pick_top,
 )
 
@@ -36,8 +37,9 @@ TASK = request(2_000, 30, 1)
 
 
 def choose(policy, spec=SPEC, req=TASK):
-    state = make_state(spec)
-    return policy.select(state, req, state.feasible(req))
+    cluster = make_state(spec)
+    policy.attach(cluster)
+    return policy.select(cluster, req, cluster.feasible(req))
 
 
 def test_pick_top_breaks_ties_by_rank() -> None:
@@ -62,18 +64,18 @@ def test_gpupacking_prefers_partly_used_gpus_with_least_free(rng: random.Random)
     # n0: GPU with 40% free -> 100 − 4 = 96; n2: 70% -> 93; n1 idle: 33 − 8 = 25
     assert choose(GpuPackingPolicy(RANK_N2_FIRST, rng)) == (0, (1,))
     whole = request(2_000, 100, 1)
-    # whole GPU: partly used nodes 50 − 1 = 49 (n0 and n2 tie), idle n1 25
-    assert choose(GpuPackingPolicy(RANK_N2_FIRST, rng), req=whole) == (2, (1,))
+    # whole GPU: partly used nodes 50 − 1 = 49 (n0 and n2 tie), idle n1 25; the core picks the GPU
+    assert choose(GpuPackingPolicy(RANK_N2_FIRST, rng), req=whole) == (2, None)
 
 
 def test_gpuclustering_bands_by_the_kinds_already_on_the_node(rng: random.Random) -> None:
     policy = GpuClusteringPolicy(RANK_N2_FIRST, rng)
-    state = make_state(SPEC)
+    cluster = make_state(SPEC)
     # no kinds yet: band 25 + ⌊25(8000 − free milli)/8000⌋: n0 45, n1 25, n2 40
-    assert policy.select(state, TASK, state.feasible(TASK)) == (0, (1,))
+    assert policy.select(cluster, TASK, cluster.feasible(TASK)) == (0, (1,))
     whole = request(2_000, 100, 1)
     # n0 now holds a sharing task: "other kinds" band 0 + 20 = 20; n2 idle band 40 wins
-    assert policy.select(state, whole, state.feasible(whole))[0] == 2
+    assert policy.select(cluster, whole, cluster.feasible(whole))[0] == 2
 
 
 def test_random_picks_uniformly_among_feasible_nodes_and_fitting_gpus(rng: random.Random) -> None:
@@ -94,17 +96,26 @@ def test_fgd_places_where_fragmentation_grows_least(rank: list[int], rng: random
     assert choose(FgdPolicy(rank, rng, FGD_MIX)) == (2, (0,))
 
 
-def test_topoalloc_runs_the_production_scorer(rng: random.Random) -> None:
-    policy = TopoallocPolicy(RANK_N0_FIRST, rng, prior=FGD_MIX, refresh_every=1)
-    assert choose(policy) == (2, (0,))
+def test_topoalloc_runs_the_production_scorer_and_allocates_the_gpu_it_scored(rng: random.Random) -> None:
+    policy = TopoallocPolicy(RANK_N0_FIRST, rng, oracle_config(FGD_MIX))
+    cluster = make_state(SPEC)
+    policy.attach(cluster)
+    node, gpus = policy.select(cluster, TASK, cluster.feasible(TASK))
+    assert (node, gpus) == (2, None)  # n2 as FGD; the GPU comes from the core at bind
+    allocation = policy.place(cluster, node, TASK, gpus)
+    # Koordinator's default device scoring (LeastAllocated) would take idle GPU 1; the
+    # fragmentation term scored GPU 0 (70% free), and the bind path takes that one
+    assert allocation.minors("gpu") == [0]
+    assert cluster.states[2].gpu_free_core_pct == (40, 100, 100, 20)
 
 
 def test_cached_scores_follow_node_changes(rng: random.Random) -> None:
     policy = FgdPolicy(RANK_N0_FIRST, rng, FGD_MIX)
-    state = make_state(SPEC)
-    assert policy.select(state, TASK, state.feasible(TASK)) == (2, (0,))
-    state.place(2, TASK, (0,))  # n2 -> [40, 100, 100, 20]: now n2 on GPU 0 scores like n0
-    node, gpus = policy.select(state, TASK, state.feasible(TASK))
-    state2 = make_state([SPEC[0], SPEC[1], (32_000, 131_072, [40, 100, 100, 20], 18_000)])
+    cluster = make_state(SPEC)
+    assert policy.select(cluster, TASK, cluster.feasible(TASK)) == (2, (0,))
+    policy.place(cluster, 2, TASK, (0,))  # n2 -> [40, 100, 100, 20]: now n2 on GPU 0 scores like n0
+    second = request(2_000, 30, 1, name="second")
+    node, gpus = policy.select(cluster, second, cluster.feasible(second))
+    fresh_cluster = make_state([SPEC[0], SPEC[1], (32_000, 131_072, [40, 100, 100, 20], 18_000)])
     fresh = FgdPolicy(RANK_N0_FIRST, random.Random(1), FGD_MIX)
-    assert (node, gpus) == fresh.select(state2, TASK, state2.feasible(TASK))
+    assert (node, gpus) == fresh.select(fresh_cluster, second, fresh_cluster.feasible(second))

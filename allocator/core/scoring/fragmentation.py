@@ -33,9 +33,6 @@ from functools import lru_cache
 
 from allocator.core.scoring.workload_mix import CompiledMix, TaskShape, WorkloadMix
 
-#: Highest value of :func:`growth_score`.
-MAX_GROWTH_SCORE = 99
-
 #: How many future tasks a hole may wait for (openb default: 24 is best, 8 and 64 lose 0.3-0.8
 #: points of unallocated GPU; docs/research/fgd-analysis.md).
 HORIZON = 24
@@ -133,20 +130,6 @@ def best_placement(
     return min(options, key=lambda p: (p.growth, p.gpus))
 
 
-def growth_score(growth_pct: float) -> int:
-    """0..99, higher is better: ⌊100·σ(−growth / one GPU)⌋, FGD's own scale.
-
-    The coarse steps (one point ≈ 4% of a GPU near zero) are deliberate. Trace replay shows that
-    comparing growth exactly is *worse* (5.7% vs 4.7% unallocated on openb default): near-equal
-    placements must tie so that a stable node order decides among them, which packs load onto
-    the same nodes (first-fit) and keeps others whole.
-    """
-    x = -growth_pct / 100.0
-    if x < -700.0:
-        return 0
-    return min(int(100.0 / (1.0 + math.exp(-x))), MAX_GROWTH_SCORE)
-
-
 # ------------------------------------------------------------------ topoalloc's measure
 
 
@@ -236,15 +219,14 @@ class NodeScore:
     """How good a node is for a task.
 
     ``key`` orders nodes (higher is better; compare lexicographically, equal keys go to a stable
-    node order the caller keeps): (round(−node_cost / NODE_STEP_PCT), −hole_cost). ``node_cost``
-    is the waste growth beyond the task's own hole plus the model pressure cost and
-    ``hole_cost`` the task's own hole change, both GPU percent, lower is better; a caller whose
-    model pressure changes often can re-rank with :func:`rank_key` without rescoring.
-    ``score`` (0..99) is the same total on FGD's sigmoid scale, for callers that need a single
-    number (a weighted sum with other components). ``gpus`` are the GPU indices to allocate.
+    node order the caller keeps): see :func:`rank_key`. ``node_cost`` is the waste growth beyond
+    the task's own hole plus the model pressure cost and ``hole_cost`` the task's own hole
+    change, both GPU percent, lower is better. ``score`` is ``key`` as one number in 0..100 that
+    keeps its order exactly (:func:`key_value`), for callers that rank by a weighted sum with
+    other components. ``gpus`` are the GPU indices to allocate.
     """
 
-    score: int
+    score: float
     gpus: tuple[int, ...]
     node_cost: float = 0.0
     hole_cost: float = 0.0
@@ -256,6 +238,32 @@ def rank_key(node_cost: float, hole_cost: float) -> tuple[float, float]:
     not a fixed threshold, keeps a cost of exactly 0 in the middle of its step), then the exact
     hole cost."""
     return (math.floor(-node_cost / NODE_STEP_PCT + 0.5), -hole_cost)
+
+
+#: Scales of :func:`key_value`: the node step at which the value is a quarter of the way from
+#: the middle to either end, and the hole gain (GPU percent) at which the in-step share is 3/4.
+KEY_HALF_STEPS = 20.0
+HOLE_HALF_PCT = 50.0
+
+
+def _squash(x: float, half: float) -> float:
+    """Strictly increasing map of the reals onto (−1, 1); polynomial tails keep neighbouring
+    integers apart in float64 far out (a logistic would merge them)."""
+    return x / (abs(x) + half)
+
+
+def _level(step: float) -> float:
+    return 50.0 + 49.5 * _squash(step, KEY_HALF_STEPS)
+
+
+def key_value(key: tuple[float, float]) -> float:
+    """``key`` (integer node step, hole gain) as one float in (0.5, 100), order-preserving: the
+    node step picks a level in (0.5, 99.5), strictly increasing; the hole gain then moves the
+    value at most 99% of the way to the next level, so a better step always wins and, within a
+    step, a better hole does."""
+    step, hole = key
+    base = _level(step)
+    return base + 0.99 * (0.5 + 0.5 * _squash(hole, HOLE_HALF_PCT)) * (_level(step + 1) - base)
 
 
 def score_node(
@@ -291,9 +299,8 @@ def score_node(
         growth = node_waste(after, cpu_after, compiled, mem_after, horizon) - before
         hole = sum(canonical[after[g]] - canonical[free_pct[g]] for g in gpus)
         node_cost = growth - hole + pressure_cost
-        return NodeScore(
-            growth_score(growth + pressure_cost), gpus, node_cost, hole, rank_key(node_cost, hole)
-        )
+        key = rank_key(node_cost, hole)
+        return NodeScore(key_value(key), gpus, node_cost, hole, key)
 
     if task.cpu_only:
         return scored((), free_pct)

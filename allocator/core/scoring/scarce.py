@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from allocator.core.features import KINDS
 from allocator.core.request import PodRequest
+from allocator.core.scoring.grouped import GroupedScore, by_feature
 from allocator.core.state import NodeState
 
 DEFAULT_SCARCE = ("gpu", "rdma", "fpga")
@@ -23,7 +25,7 @@ def scarce_score(state: NodeState, req: PodRequest, scarce: Iterable[str]) -> fl
     return (len(extra) - len(scarce_extra)) * 100 // len(extra)
 
 
-def prepare_scarce(req: PodRequest, scarce: Iterable[str]) -> Callable[[NodeState], float]:
+def prepare_scarce(req: PodRequest, scarce: Iterable[str]) -> Callable[[NodeState], float | None]:
     """`scarce_score` for one request, remembered per set of node resource kinds (nodes of one
     machine type share it)."""
     scarce = tuple(scarce)
@@ -36,4 +38,4 @@ def prepare_scarce(req: PodRequest, scarce: Iterable[str]) -> Callable[[NodeStat
             value = by_kinds[kinds] = scarce_score(state, req, scarce)
         return value
 
-    return score
+    return GroupedScore(score, by_feature(KINDS))

@@ -1,11 +1,15 @@
-"""The node score for prioritize (0-10): a weighted mean of pure components, each 0..100.
+"""The node score for prioritize: a weighted mean of pure components, each 0..100.
 
 Built-in components: `fit` (NodeResourcesFitPlus), `scarce` (ScarceResourceAvoidance), `topology`
-(quality of the GPU set), `device` (Koordinator's DeviceShare score). A component that does not
-apply to a pod (None) drops out of the mean. More components plug in by name and weight, e.g. the
-FGD fragmentation term: `NodeScorer(config, components={"fragmentation": term})` with any callable
-`term(state, req) -> float | None`; it reads only the `FragmentationView` properties of the node.
-A weight in the config whose component is not plugged in is ignored, so configs can name it early.
+(quality of the GPU set), `fragmentation` (FGD's fragmentation growth against a workload mix learned
+from placed pods, `fragmentation_term.py`), `device` (Koordinator's DeviceShare score). A component
+that does not apply to a pod (None) drops out of the mean. Components plug in (or replace a
+built-in) by name: `NodeScorer(config, components={"fragmentation": term})` with any callable
+`term(state, req) -> float | None` or an object with `prepare(req)`; a fragmentation term reads only
+the `FragmentationView` properties of the node. A weight whose component does not exist is ignored.
+
+`fine` is the weighted mean itself (0..100): nodes are ranked by it, ties going to a stable
+per-node key (`allocator.core.ranking`). `score` is the same rounded to kube-scheduler's 0..10.
 """
 
 from __future__ import annotations
@@ -15,19 +19,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import yaml
 
+from allocator.core.nodetable import NodeTable, combine_keys
 from allocator.core.request import PodRequest
 from allocator.core.scoring.device import DEFAULT_WEIGHTS, LEAST_ALLOCATED, DeviceScoring
 from allocator.core.scoring.fit import DEFAULT_FIT, ResourceStrategy, prepare_fit
+from allocator.core.scoring.fragmentation_term import FragmentationSettings, FragmentationTerm
+from allocator.core.scoring.grouped import GroupedScore
 from allocator.core.scoring.scarce import DEFAULT_SCARCE, prepare_scarce
-from allocator.core.scoring.topology import prepare_topology
+from allocator.core.scoring.topology import prepare_topology_grouped
 from allocator.core.state import NodeState
 
 MAX_PRIORITY = 10  # kube-scheduler's extender priorities are 0..10
 
+# `fit` is off by default: its continuous cpu/memory terms break the ties among nodes of equal
+# fragmentation growth that the stable node order should decide, which replay of the openb trace
+# shows doubles the unallocated GPU (fit weight 0.1: 9.9% against 4.8% with 0; docs/design/core.md).
 DEFAULT_WEIGHTS_BY_COMPONENT: Mapping[str, float] = {
-    "fit": 1.0,
+    "fit": 0.0,
     "scarce": 1.0,
     "topology": 1.0,
     "fragmentation": 1.0,
@@ -62,12 +73,13 @@ class ScoringConfig:
     """Weights and per-component settings; `from_dict` reads the service's YAML shape:
 
     ```yaml
-    weights: {fit: 1, scarce: 1, topology: 1, fragmentation: 1, device: 0}
+    weights: {fit: 0, scarce: 1, topology: 1, fragmentation: 1, device: 0}
     fit:
       cpu: {type: LeastAllocated, weight: 1}
       memory: {type: LeastAllocated, weight: 1}
       gpu: {type: MostAllocated, weight: 1}
     scarceResources: [gpu, rdma, fpga]
+    fragmentation: {window: 1000, refreshEvery: 200}   # see FragmentationSettings
     deviceScoring:            # DeviceShareArgs.scoringStrategy: the bind-time device choice
       type: LeastAllocated
       resources: [{name: koordinator.sh/gpu-memory-ratio, weight: 1}]
@@ -78,12 +90,13 @@ class ScoringConfig:
     fit: Mapping[str, ResourceStrategy] = field(default_factory=lambda: dict(DEFAULT_FIT))
     scarce_resources: tuple[str, ...] = DEFAULT_SCARCE
     device_scoring: DeviceScoring = field(default_factory=DeviceScoring)
+    fragmentation: FragmentationSettings = field(default_factory=FragmentationSettings)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> ScoringConfig:
         """Raises ValueError naming the bad field."""
         data = dict(data or {})
-        unknown = set(data) - {"weights", "fit", "scarceResources", "deviceScoring"}
+        unknown = set(data) - {"weights", "fit", "scarceResources", "deviceScoring", "fragmentation"}
         if unknown:
             raise ValueError(f"unknown scoring settings: {', '.join(sorted(unknown))}")
         weights = dict(DEFAULT_WEIGHTS_BY_COMPONENT)
@@ -111,7 +124,8 @@ class ScoringConfig:
                 else {r["name"]: int(r.get("weight", 1)) for r in resources}
             )
             device = DeviceScoring(spec.get("type", LEAST_ALLOCATED), device_weights)
-        return cls(weights, fit, scarce, device)
+        fragmentation = FragmentationSettings.from_dict(data.get("fragmentation"))
+        return cls(weights, fit, scarce, device, fragmentation)
 
     @classmethod
     def from_yaml(cls, text: str) -> ScoringConfig:
@@ -126,6 +140,7 @@ class ScoringConfig:
                 "type": self.device_scoring.strategy,
                 "resources": [{"name": n, "weight": w} for n, w in self.device_scoring.weights.items()],
             },
+            "fragmentation": self.fragmentation.to_dict(),
         }
 
 
@@ -167,7 +182,14 @@ class NodeScorer:
 
     A component is either a plain `component(state, req) -> float | None`, or an object with
     `prepare(req)` returning a per-node `fn(state) -> float | None` (or None when it does not apply
-    to that request); preparation runs once per request shape.
+    to that request); preparation runs once per request shape. A component object may also have
+    `observe(req)` (told about every placed pod), `version()` (changes when its outside input
+    does; `sync` then forgets cached scores; with a true `reads_table` attribute it is called as
+    `version(table)` with the cluster's NodeTable) and `preferred_gpus(state, req)` (the GPUs its score
+    assumed, for the bind path).
+
+    Unless `components` names it, the `fragmentation` component is a `FragmentationTerm` built
+    from `config.fragmentation` (when its weight is positive).
     """
 
     def __init__(
@@ -176,10 +198,12 @@ class NodeScorer:
         self.config = config or ScoringConfig()
         cfg = self.config
         self.components: dict[str, Any] = dict(components or {})
+        if "fragmentation" not in self.components and cfg.weights.get("fragmentation", 0) > 0:
+            self.components["fragmentation"] = FragmentationTerm(cfg.fragmentation)
         self._preparers: dict[str, Preparer] = {
             "fit": lambda r: prepare_fit(r, cfg.fit),
             "scarce": lambda r: prepare_scarce(r, cfg.scarce_resources),
-            "topology": prepare_topology,
+            "topology": prepare_topology_grouped,
             "device": lambda r: prepare_device_share(r, cfg.device_scoring),
         }
         for name, component in self.components.items():
@@ -189,6 +213,16 @@ class NodeScorer:
             for name, weight in cfg.weights.items()
             if weight > 0 and name in self._preparers
         ]
+        active = {name for name, _, _ in self._active}
+        used = [c for n, c in self.components.items() if n in active]
+        self._observers = [c.observe for c in used if callable(getattr(c, "observe", None))]
+        self._versioned = [
+            (c.version, bool(getattr(c, "reads_table", False)))
+            for c in used
+            if callable(getattr(c, "version", None))
+        ]
+        self._preferring = [c.preferred_gpus for c in used if callable(getattr(c, "preferred_gpus", None))]
+        self._versions = tuple(v() for v, _ in self._versioned)
         self._prepared: dict[tuple[Any, ...], list[tuple[str, float, Prepared]]] = {}
         self.key = next(_keys)
 
@@ -197,6 +231,30 @@ class NodeScorer:
         mix of a fragmentation term), since node versions alone would not show it."""
         self._prepared.clear()
         self.key = next(_keys)
+
+    def sync(self, table: NodeTable | None = None) -> None:
+        """Refresh if a versioned component (the fragmentation term's learned mix, its model
+        pressure on `table`'s nodes) changed. `ClusterState` calls it, with its node table,
+        before every score or ranking. Components with `reads_table` get `version(table)`."""
+        if self._versioned:
+            versions = tuple(v(table) if t else v() for v, t in self._versioned)
+            if versions != self._versions:
+                self._versions = versions
+                self.refresh()
+
+    def observe(self, req: PodRequest) -> None:
+        """A pod was placed: components that learn from the workload take note
+        (`ClusterState.add_observer(scorer.observe)`)."""
+        for observe in self._observers:
+            observe(req)
+
+    def preferred_gpus(self, state: NodeState, req: PodRequest) -> tuple[int, ...] | None:
+        """The GPU minors a component's score assumed for this pod on this node, if any."""
+        for prefer in self._preferring:
+            gpus = prefer(state, req)
+            if gpus:
+                return tuple(gpus)
+        return None
 
     def with_component(self, name: str, component: ScoreComponent) -> NodeScorer:
         """A scorer like this one plus (or replacing) a named component."""
@@ -219,12 +277,16 @@ class NodeScorer:
     def breakdown(self, state: NodeState, req: PodRequest) -> dict[str, float | None]:
         return {name: fn(state) for name, _, fn in self.prepare(req)}
 
+    def fine(self, state: NodeState, req: PodRequest) -> float:
+        """0..100: the weighted mean of the components that apply (0 when none does)."""
+        return self.fine_prepared(state, self.prepare(req))
+
     def score(self, state: NodeState, req: PodRequest) -> int:
-        """0..10: the weighted mean of the components that apply, rounded."""
-        return self.score_prepared(state, self.prepare(req))
+        """0..10: `fine` rounded."""
+        return to_priority(self.fine(state, req))
 
     @staticmethod
-    def score_prepared(state: NodeState, prepared: list[tuple[str, float, Prepared]]) -> int:
+    def fine_prepared(state: NodeState, prepared: list[tuple[str, float, Prepared]]) -> float:
         total = weight_sum = 0.0
         for _, weight, fn in prepared:
             value = fn(state)
@@ -232,9 +294,37 @@ class NodeScorer:
                 continue
             total += weight * value
             weight_sum += weight
-        if weight_sum == 0:
-            return 0
-        return int(total / weight_sum * MAX_PRIORITY / 100 + 0.5)
+        return total / weight_sum if weight_sum else 0.0
+
+    @staticmethod
+    def score_prepared(state: NodeState, prepared: list[tuple[str, float, Prepared]]) -> int:
+        return to_priority(NodeScorer.fine_prepared(state, prepared))
+
+    @staticmethod
+    def fine_grouped(
+        table: NodeTable, slots: np.ndarray, prepared: list[tuple[str, float, Prepared]]
+    ) -> np.ndarray:
+        """`fine_prepared` for the nodes in `slots` (distinct), as float64: evaluated once per group
+        of nodes that every component scores alike (`GroupedScore`; a component without groups
+        sets every node apart), on the group's first node."""
+        if not prepared or not len(slots):
+            return np.zeros(len(slots))
+        keys = [fn.group(table, slots) if isinstance(fn, GroupedScore) else slots for _, _, fn in prepared]
+        _, first, inverse = np.unique(combine_keys(keys), return_index=True, return_inverse=True)
+        states = table.states
+        fine_prepared = NodeScorer.fine_prepared
+        values = [fine_prepared(states[slot], prepared) for slot in slots[first].tolist()]  # type: ignore[arg-type]
+        return np.array(values, dtype=np.float64)[inverse.reshape(-1)]
+
+
+def to_priority(fine: float) -> int:
+    """A 0..100 score on kube-scheduler's extender scale 0..10, rounded half up."""
+    return int(fine * MAX_PRIORITY / 100 + 0.5)
+
+
+def to_priorities(fine: np.ndarray) -> np.ndarray:
+    """`to_priority` of each finite score: the same float operations, truncated the same way."""
+    return (fine * MAX_PRIORITY / 100 + 0.5).astype(np.int64)
 
 
 def _preparer(component: Any) -> Preparer:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from allocator.core.features import TOPOLOGY_WHOLE, USAGE
 from allocator.core.inventory import LEVEL_NUMA, LEVEL_PCIE, NodeInventory
 from allocator.core.request import PodRequest
+from allocator.core.scoring.grouped import GroupedScore, by_feature
 from allocator.core.state import NodeState
 
 NVLINK, PCIE, NUMA, SOCKET, CROSS = 100, 75, 50, 25, 0
@@ -41,10 +43,22 @@ def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | N
     return score
 
 
+def best_tier(inv: NodeInventory, feasible: int, count: int) -> float:
+    """The best tier `count` GPUs taken from the `feasible` bitmask can have (the gang planner
+    ranks nodes by it before it places anything)."""
+    return _tier(None, inv, feasible, count) if count > 0 else NVLINK
+
+
+def gpu_set_tier(inv: NodeInventory, mask: int) -> float:
+    """The tier of a chosen GPU set (a bitmask of minors): NVLINK when one NVLink domain holds all
+    of it, and so on down to CROSS (the GPUs a gang's members share on one node)."""
+    return best_tier(inv, mask, mask.bit_count())
+
+
 _TIERS: dict[tuple[int, int, int], float] = {}
 
 
-def _tier(state: NodeState, inv: NodeInventory, feasible: int, count: int) -> float:
+def _tier(state: NodeState | None, inv: NodeInventory, feasible: int, count: int) -> float:
     """Remembered per topology layout: nodes of one machine type share the answers."""
     key = (inv.layout, feasible, count)
     hit = _TIERS.get(key)
@@ -64,3 +78,14 @@ def _compute_tier(inv: NodeInventory, feasible: int, count: int) -> float:
     if any((feasible & mask).bit_count() >= count for mask in inv.sockets.values()):
         return SOCKET
     return CROSS
+
+
+def prepare_topology_grouped(req: PodRequest) -> GroupedScore | None:
+    """`prepare_topology` with the nodes it cannot tell apart: the tier is remembered per (layout,
+    feasible GPUs), which for whole GPUs the layout and the mask of fully free GPUs decide, and
+    for a share the inventory and what its GPUs have free."""
+    score = prepare_topology(req)
+    if score is None:
+        return None
+    whole = req.gpu is not None and req.gpu.whole
+    return GroupedScore(score, by_feature(TOPOLOGY_WHOLE if whole else USAGE))

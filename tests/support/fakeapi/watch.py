@@ -142,7 +142,10 @@ class Watcher:
                 continue
             wake = deadline if next_bookmark is None else min(deadline, next_bookmark)
             try:
-                item = await asyncio.wait_for(self.queue.get(), max(wake - now, 0.0))
+                # Not asyncio.wait_for: on Python 3.11 it can drop the item a cancelled get() took
+                # and hang in _cancel_and_wait (timeout 0), which stalled whole watch streams.
+                async with asyncio.timeout(max(wake - now, 0.0)):
+                    item = await self.queue.get()
             except TimeoutError:
                 continue
             if isinstance(item, _Stop):

@@ -1,0 +1,68 @@
+"""Keep the admission webhook's caBundle equal to the CA the allocator's certificate chains to.
+
+kube-apiserver verifies the webhook's certificate against `clientConfig.caBundle`. The allocator's
+TLS Secret carries that CA as ca.crt (from `topoalloc certs` or cert-manager), so the leader writes
+it into every webhook of the MutatingWebhookConfiguration that calls our Service, and again after
+a rotation: no manual `kubectl patch` step, and no window where a renewed CA breaks admission.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from pathlib import Path
+from typing import Any
+
+from allocator.service.kube import ApiError, KubeApi
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}"
+
+
+class CaBundleInjector:
+    def __init__(self, api: KubeApi, configuration: str, service: str, ca_file: Path) -> None:
+        self.api = api
+        self.configuration = configuration
+        self.service = service
+        self.ca_file = ca_file
+        self._complained = ""
+
+    async def sync(self) -> int:
+        """Patch the webhooks whose caBundle differs; the number patched (0 when in step, missing
+        or not permitted: logged once per distinct problem)."""
+        try:
+            bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
+        except OSError as exc:
+            self._complain(f"reading the CA for the webhook's caBundle: {exc}")
+            return 0
+        path = PATH.format(name=self.configuration)
+        try:
+            config = await self.api.raw("GET", path)
+            ops = self._ops(config, bundle)
+            if ops:
+                await self.api.raw("PATCH", path, body=ops, content_type="application/json-patch+json")
+                log.info("caBundle of %d webhook(s) in %s updated", len(ops) // 2, self.configuration)
+        except ApiError as exc:
+            what = f"MutatingWebhookConfiguration {self.configuration}"
+            self._complain(f"keeping the caBundle of {what}: {exc}")
+            return 0
+        self._complained = ""
+        return len(ops) // 2
+
+    def _ops(self, config: JSON, bundle: str) -> list[JSON]:
+        ops: list[JSON] = []
+        for i, hook in enumerate(config.get("webhooks") or []):
+            client = hook.get("clientConfig") or {}
+            if (client.get("service") or {}).get("name") != self.service or client.get("caBundle") == bundle:
+                continue
+            # The test guards against the list having changed since we read it.
+            ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook.get("name")})
+            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
+        return ops
+
+    def _complain(self, message: str) -> None:
+        if message != self._complained:
+            log.warning("%s", message)
+            self._complained = message

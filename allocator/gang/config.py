@@ -1,0 +1,40 @@
+"""Settings of gang scheduling (the `gang:` block of the allocator's config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Node labels naming a topology domain, widest last: the planner keeps a gang inside one domain of
+# the first key that can hold it, and sibling affinity scores nodes sharing them.
+DEFAULT_TOPOLOGY_KEYS = ("nvidia.com/gpu.clique", "topoalloc.io/rack", "topology.kubernetes.io/zone")
+# deploy/allocator/webhook.yaml: the Service in front of every allocator replica's webhook port,
+# and the MutatingWebhookConfiguration whose caBundle the leader keeps equal to its CA.
+WEBHOOK_SERVICE = "topoalloc-webhook"
+WEBHOOK_CONFIGURATION = "topoalloc-gang"
+
+
+@dataclass
+class GangSettings:
+    enabled: bool = True
+    # The mutating admission webhook (HTTPS with the allocator's certificate, no client certificate).
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int = 9443
+    # The leader writes the CA of its TLS files (`clientCa`, the Secret's ca.crt, which signed its
+    # certificate) into this configuration's caBundle for webhooks calling WEBHOOK_SERVICE; ""
+    # leaves the caBundle to someone else (cert-manager's CA injector).
+    webhook_configuration: str = WEBHOOK_CONFIGURATION
+    topology_keys: list[str] = field(default_factory=lambda: list(DEFAULT_TOPOLOGY_KEYS))
+    # Gangs that set no timeout (PodGroup scheduleTimeoutSeconds, Koordinator waiting-time) wait
+    # this long for a placement before they fail; 0 waits for ever.
+    default_timeout: float = 0.0
+    # Members released by a plan but not bound within this many seconds: the plan is released
+    # and redone (kube-scheduler is not calling the extender for them, or refuses the node).
+    bind_timeout: float = 120.0
+    # Weight of sibling affinity against the rest of the node score (0 turns it off).
+    sibling_weight: float = 3.0
+    # Seconds between full passes when nothing wakes the controller, and the pause that batches a
+    # burst of watch events into one pass.
+    resync_period: float = 5.0
+    batch_delay: float = 0.05
+    # Only pods for these schedulers are gated and planned; empty means every pod.
+    scheduler_names: list[str] = field(default_factory=list)

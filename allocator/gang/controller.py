@@ -1,0 +1,614 @@
+"""The gang controller (leader only): plans each gang as a whole and lets its members go only then.
+
+Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`), per gang:
+
+1. Members are the pods naming the gang (PodGroup label, legacy label, Koordinator annotations)
+   for a scheduler we serve; its size is the PodGroup's minMember or Koordinator's min-available,
+   its timeout scheduleTimeoutSeconds or Koordinator's waiting-time (else `defaultTimeout`).
+2. A plan whose member left before it was bound (deleted, re-created, finished) is released whole
+   and made again; so is a plan whose members were not bound within `bindTimeout`.
+3. With at least minMember members, fewer than minMember of them bound or planned: plan every
+   member not yet bound at once (the core's `plan_gang`); if they do not all fit, just enough of
+   them to reach minMember. Found: reserve every placement in the cache, then remove the members'
+   gates. Not found: the members stay gated and hold nothing, the PodGroup status says
+   PreScheduling and an Event says why. Past the timeout: phase Failed, an Event, and the gang
+   is not planned again until its members are replaced.
+4. Members beyond minMember of a gang that has its minimum are planned one by one, near their
+   siblings.
+5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
+
+Waiting gangs are planned oldest first. Plans live in this process only (here and as the cache's
+planned reservations). A new leader, or a restarted allocator, starts without them: gated members
+are planned afresh, members already released but not bound are held by the extender's filter
+until planned again, bound members count as placed. No member is bound against an older plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocator.core.gang_plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.request import PodRequest
+from allocator.gang.config import GangSettings
+from allocator.gang.index import GangIndex, MemberPod
+from allocator.gang.metrics import GangMetrics
+from allocator.gang.taints import admits, tolerations_of
+from allocator.gang.timefmt import format_time, parse_duration, parse_time
+from allocator.service.cache.store import ClusterCache, Reservation
+from allocator.service.events import EventRecorder, PodRef
+from allocator.service.kube import ApiError, KubeApi
+from apis import keys
+from apis import podgroup as pg
+from apis.errors import CodecError
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+Effect = Awaitable[None]
+
+
+@dataclass(frozen=True)
+class Planned:
+    uid: str
+    node: str
+
+
+@dataclass
+class GangState:
+    """What the controller remembers of a gang between passes (lost on restart by design)."""
+
+    plan: dict[str, Planned] = field(default_factory=dict)
+    planned_at: float = 0.0
+    start: float | None = None  # wall clock: when the gang had its minimum of members
+    reason: str = ""  # why the gang waits ("" when it does not)
+    reported: str = ""  # the last note written as Events
+    attempt: tuple[object, ...] | None = None  # what the last fruitless planning attempt saw
+    done: bool | None = None  # minMember bound (None: not looked at yet)
+    failed_reported: bool = False
+    status: JSON | None = None  # the PodGroup status last written
+    nudged: dict[str, str] = field(default_factory=dict)  # pod key -> planned node annotated
+    told: set[str] = field(default_factory=set)  # late members told why they wait
+
+
+@dataclass
+class Gang:
+    """One gang as a pass sees it."""
+
+    key: str
+    namespace: str
+    name: str
+    source: str
+    podgroup: pg.PodGroup | None
+    problem: str  # why it cannot be planned at all (its PodGroup is missing or invalid)
+    min_member: int
+    timeout: float  # seconds, 0 for none
+    members: list[MemberPod]  # oldest first
+
+    @property
+    def active(self) -> list[MemberPod]:
+        return [m for m in self.members if m.active]
+
+    def ref(self) -> PodRef:
+        return PodRef(self.namespace, self.name, "", pg.KIND, pg.API_VERSION)
+
+
+class GangController:
+    def __init__(
+        self,
+        *,
+        api: KubeApi,
+        cache: ClusterCache,
+        index: GangIndex,
+        settings: GangSettings,
+        metrics: GangMetrics,
+        events: EventRecorder | None,
+        is_leader: Callable[[], bool],
+        synced: Callable[[], bool],
+        plan_settings: PlanSettings,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.index = index
+        self.settings = settings
+        self.metrics = metrics
+        self.events = events
+        self.is_leader = is_leader
+        self.synced = synced
+        self.plan_settings = plan_settings
+        self.clock = clock
+        self.wall = wall
+        self.states: dict[str, GangState] = {}
+        self.passes = 0
+        self._wake = asyncio.Event()
+        self._next_deadline = math.inf  # wall clock: the next timeout or bind deadline to look at
+        self._ungating: dict[str, str] = {}  # pod key -> uid of a gate removal sent or in flight
+        self._leading = False
+
+    # -- loop ------------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            wait = min(self.settings.resync_period, max(0.0, self._next_deadline - self.wall()))
+            try:
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
+                await asyncio.sleep(self.settings.batch_delay)  # let a burst of events land
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if not (self.is_leader() and self.synced()):
+                if self._leading:
+                    self.step_down()
+                continue
+            self._leading = True
+            try:
+                await self.reconcile_all()
+            except Exception:  # a bug in one pass must not stop gang scheduling for good
+                log.exception("gang controller pass failed")
+
+    def step_down(self) -> None:
+        """Leadership lost: the next leader plans from scratch, so hold nothing here."""
+        for state in self.states.values():
+            for key in state.plan:
+                self.cache.release_planned(key, force=True)
+        self.states.clear()
+        self._ungating.clear()
+        self._leading = False
+
+    async def reconcile_all(self) -> None:
+        self.passes += 1
+        self._next_deadline = math.inf
+        gangs = [self._view(key) for key in sorted(set(self.index.by_gang) | set(self.states))]
+        gangs.sort(key=self._queue_order)
+        effects: list[Effect] = []
+        waiting = 0
+        for gang in gangs:
+            effects.extend(self._reconcile(gang))
+            if not gang.members:  # written back to Pending if it had failed; forget it now
+                self._release(self.states.pop(gang.key))
+                continue
+            state = self.states.get(gang.key)
+            planned = state.plan if state is not None else {}
+            waiting += sum(1 for m in gang.active if not m.node and m.key not in planned)
+        self.metrics.waiting.set(waiting)
+        for key in [k for k in self._ungating if k not in self.index.pods]:
+            del self._ungating[key]
+        if effects:
+            await asyncio.gather(*effects)
+
+    def _queue_order(self, gang: Gang) -> tuple[float, str]:
+        state = self.states.get(gang.key)
+        start = self._start(gang, state) if state is not None else None
+        return (start if start is not None else math.inf, gang.key)
+
+    # -- one gang ----------------------------------------------------------------------------------
+
+    def _view(self, key: str) -> Gang:
+        names = self.settings.scheduler_names
+        members = [m for m in self.index.members(key) if not names or m.scheduler in names]
+        ref = self.index.ref(key)
+        namespace, _, name = key.partition("/")
+        source = ref.source if ref is not None else "podgroup"
+        group: pg.PodGroup | None = None
+        problem = ""
+        if source != "koordinator":
+            raw = self.cache.podgroups.get(key)
+            if raw is None:
+                problem = f"PodGroup {key} does not exist"
+            else:
+                try:
+                    group = pg.PodGroup.from_dict(raw)
+                except CodecError as exc:
+                    problem = f"PodGroup {key} is invalid: {exc}"
+        if group is not None:
+            min_member = max(1, group.min_member)
+            timeout = group.schedule_timeout_seconds
+        else:
+            min_member = max(1, (ref.min_available if ref is not None else None) or 1)
+            timeout = self._waiting_time(members)
+        if timeout is None:
+            timeout = self.settings.default_timeout
+        return Gang(key, namespace, name, source, group, problem, min_member, float(timeout), members)
+
+    @staticmethod
+    def _waiting_time(members: list[MemberPod]) -> float | None:
+        for m in members:
+            raw = m.annotations.get(keys.GANG_WAITING_TIME)
+            if raw is not None and (seconds := parse_duration(raw)) is not None:
+                return seconds
+        return None
+
+    def _start(self, gang: Gang, state: GangState) -> float | None:
+        """Wall-clock time the gang first had its minimum of members (None: not yet)."""
+        active = gang.active
+        if len(active) < gang.min_member:
+            return None
+        if gang.podgroup is None:
+            # Koordinator gangs keep no status: the creation of the member that completed the
+            # minimum is a time every allocator instance reads the same way.
+            return parse_time(active[gang.min_member - 1].created)
+        if state.start is None:
+            recorded = self._status(gang, state).get("scheduleStartTime")
+            state.start = parse_time(recorded) if isinstance(recorded, str) else None
+            if state.start is None:
+                state.start = self.wall()
+        return state.start
+
+    def _reconcile(self, gang: Gang) -> list[Effect]:
+        state = self.states.setdefault(gang.key, GangState())
+        effects: list[Effect] = []
+        self._check_plan(gang, state)
+        active = gang.active
+        bound = [m for m in active if m.node]
+        pending = [m for m in active if not m.node]
+        scheduled = sum(1 for m in gang.members if m.node)
+        if state.done is None:
+            state.done = scheduled >= gang.min_member  # done before we looked: nothing to time
+        failed = self._failed(gang, state)
+        if failed and not active:
+            # Every member is gone: the next ones start afresh (the status still says Failed, so
+            # it gets written back to Pending).
+            failed = False
+            state = self.states[gang.key] = GangState(done=False)
+            state.status = {"phase": "Failed"} if gang.podgroup is not None else None
+        start = self._start(gang, state)
+        if gang.problem:
+            state.reason = gang.problem
+        elif failed:
+            pass
+        elif len(active) < gang.min_member:
+            state.reason = f"waiting for members: the gang needs at least {gang.min_member}"
+        elif len(bound) + len(state.plan) < gang.min_member:
+            if gang.timeout and start is not None and self.wall() - start >= gang.timeout:
+                self._fail(gang, state)
+                failed = True
+            else:
+                self._plan(gang, state, bound, pending)
+                if gang.timeout and start is not None and not state.plan:
+                    self._next_deadline = min(self._next_deadline, start + gang.timeout)
+        else:
+            state.reason = ""
+            self._plan_late(gang, state, pending)
+        if state.plan:
+            left = state.planned_at + self.settings.bind_timeout - self.clock()
+            self._next_deadline = min(self._next_deadline, self.wall() + max(0.0, left))
+        if not state.done and scheduled >= gang.min_member:
+            state.done = True
+            if start is not None:
+                self.metrics.duration.observe(max(0.0, self.wall() - start))
+            self._report(
+                gang,
+                state,
+                "GangScheduled",
+                f"{scheduled} of {len(gang.members)} members are bound",
+                "Normal",
+            )
+        elif state.reason and not failed:
+            self._report(gang, state, "GangWaiting", state.reason)
+        effects += self._release_gates(gang, state)
+        if gang.podgroup is not None:
+            effects += self._write_status(gang, state, failed, start)
+        return effects
+
+    def _check_plan(self, gang: Gang, state: GangState) -> None:
+        """Drop members the plan did its job for; release the whole plan when one left before it
+        was bound or the plan outlived `bindTimeout`."""
+        by_key = {m.key: m for m in gang.members}
+        lost = []
+        for key, planned in list(state.plan.items()):
+            m = by_key.get(key)
+            if m is not None and m.uid == planned.uid and m.node:
+                del state.plan[key]  # bound: its pod holds the devices now
+                continue
+            res = self.cache.reservations.get(key)
+            if m is None or m.uid != planned.uid or not m.active or res is None or res.uid != planned.uid:
+                lost.append(key)
+        if lost:
+            self._release(state)
+            note = (
+                f"member {', '.join(sorted(lost))} left before it was bound: the gang's reservations "
+                "are released and it is planned again"
+            )
+            self._report(gang, state, "GangPlanReleased", note, force=True)
+            return
+        if state.plan and self.clock() - state.planned_at > self.settings.bind_timeout:
+            self._release(state, force=True)
+            note = (
+                f"planned members were not bound within {self.settings.bind_timeout:g}s (is kube-scheduler "
+                "calling the topoalloc extender for them?): the reservations are released and it is "
+                "planned again"
+            )
+            self._report(gang, state, "GangPlanReleased", note, force=True)
+
+    def _release(self, state: GangState, *, force: bool = False) -> None:
+        for key in state.plan:
+            self.cache.release_planned(key, force=force)
+        state.plan = {}
+        state.attempt = None
+
+    def _failed(self, gang: Gang, state: GangState) -> bool:
+        """A PodGroup keeps Failed in its status. A gang without one failed when we said so; after
+        a restart its timeout (counted from creation times) fails it again at once."""
+        if gang.podgroup is not None:
+            return self._status(gang, state).get("phase") == "Failed"
+        return state.failed_reported
+
+    def _fail(self, gang: Gang, state: GangState) -> None:
+        self._release(state)
+        why = state.reason or "no placement found"
+        state.reason = ""
+        if state.failed_reported:
+            return
+        state.failed_reported = True
+        self.metrics.timeouts.inc()
+        note = f"no placement for the whole gang within its {gang.timeout:g}s timeout: {why}"
+        self._report(gang, state, "GangFailed", note, force=True)
+
+    # -- planning ----------------------------------------------------------------------------------
+
+    def _plan(self, gang: Gang, state: GangState, bound: list[MemberPod], pending: list[MemberPod]) -> None:
+        unplanned = [m for m in pending if m.key not in state.plan]
+        ready = [m for m in unplanned if not m.other_gates]
+        need = gang.min_member - len(bound) - len(state.plan)
+        if len(ready) < need:
+            blocked = Counter(g for m in unplanned for g in m.other_gates)
+            state.reason = (
+                f"{len(unplanned) - len(ready)} member(s) wait for other scheduling gates: "
+                + ", ".join(sorted(blocked))
+            )
+            return
+        seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation)
+        if state.attempt == seen:
+            return  # nothing changed since the last attempt found no room
+        requests = self._requests(ready)
+        if len(requests) < need:
+            return  # the cache has not caught up with a member yet
+        siblings = self._sibling_nodes(gang, ready)
+        cluster = self.cache.core.cluster
+        names = self._admitting(ready)
+        found = plan_gang(cluster, requests, self.plan_settings, siblings=siblings, names=names)
+        if isinstance(found, NoPlan) and len(requests) > need:
+            fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
+            found = fewer if isinstance(fewer, GangPlan) else found
+        if isinstance(found, NoPlan):
+            state.attempt = seen
+            state.reason = f"no placement for {need} more member(s) at once: {found.message}"
+            self.metrics.plans.labels("no_room").inc()
+            return
+        if not self._commit(gang, state, found, ready):
+            return
+        self.metrics.plans.labels("planned").inc()
+        state.reason = ""
+        where = ", ".join(found.nodes) + (f" ({found.domain})" if found.domain else "")
+        note = f"planned {len(found.placements)} member(s) on {where}; releasing them"
+        self._report(gang, state, "GangPlanned", note, "Normal")
+
+    def _plan_late(self, gang: Gang, state: GangState, pending: list[MemberPod]) -> None:
+        """Members beyond the minimum, one at a time: the gang already runs without them."""
+        for m in pending:
+            if m.key in state.plan or m.other_gates:
+                continue
+            requests = self._requests([m])
+            if not requests:
+                continue
+            found = plan_gang(
+                self.cache.core.cluster,
+                requests,
+                self.plan_settings,
+                siblings=self._sibling_nodes(gang, [m]),
+                names=self._admitting([m]),
+            )
+            if isinstance(found, GangPlan) and self._commit(gang, state, found, [m]):
+                continue
+            if isinstance(found, NoPlan) and self.events is not None and m.key not in state.told:
+                state.told.add(m.key)
+                self.events.warn(
+                    PodRef(m.namespace, m.name, m.uid), "GangWaiting", "Scheduling", found.message
+                )
+
+    def _requests(self, members: list[MemberPod]) -> list[PodRequest]:
+        out = []
+        for m in members:
+            entry = self.cache.pods.get(m.key)
+            if entry is not None and entry.raw is not None and entry.uid == m.uid:
+                out.append(self.cache.core.request(entry.raw))
+        return out
+
+    def _admitting(self, members: list[MemberPod]) -> list[str]:
+        """Nodes whose taints and cordon every one of the members tolerates."""
+        kinds: dict[str, list[JSON]] = {}
+        for m in members:
+            entry = self.cache.pods.get(m.key)
+            tolerations = tolerations_of(entry.raw) if entry is not None and entry.raw is not None else []
+            kinds[json.dumps(tolerations, sort_keys=True)] = tolerations
+        core = self.cache.core.cluster.nodes
+        return [
+            name
+            for name, (_, _, spec) in self.cache.nodes.items()
+            if name in core and all(admits(spec, t) for t in kinds.values())
+        ]
+
+    def _sibling_nodes(self, gang: Gang, members: list[MemberPod]) -> dict[str, int]:
+        where = self.cache.core.cluster.pod_node
+        keys_ = set()
+        for m in members:
+            keys_ |= set(self.index.siblings(m.key, gang.key, m.job_key))
+        keys_ -= {m.key for m in members}
+        return dict(Counter(n for n in (where.get(k) for k in keys_) if n))
+
+    def _commit(self, gang: Gang, state: GangState, plan: GangPlan, members: list[MemberPod]) -> bool:
+        """Reserve every placement, or none."""
+        by_key = {m.key: m for m in members}
+        made = []
+        for placement in plan.placements:
+            m = by_key[placement.key]
+            entry = self.cache.pods[m.key]
+            req = self.cache.core.request(entry.raw or {})
+            got = self.cache.reserve_planned(
+                m.key, m.uid, placement.node, placement.allocation.devices, req, gang.key
+            )
+            if not isinstance(got, Reservation):
+                for key in made:
+                    self.cache.release_planned(key)
+                log.warning("gang %s: reserving %s failed: %s", gang.key, m.key, got)
+                return False
+            made.append(m.key)
+        for placement in plan.placements:
+            state.plan[placement.key] = Planned(by_key[placement.key].uid, placement.node)
+        state.planned_at = self.clock()
+        state.attempt = None
+        return True
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def _release_gates(self, gang: Gang, state: GangState) -> list[Effect]:
+        effects: list[Effect] = []
+        for m in gang.members:
+            planned = state.plan.get(m.key)
+            if planned is None or m.node:
+                continue
+            if m.gated:
+                if self._ungating.get(m.key) != m.uid:
+                    self._ungating[m.key] = m.uid
+                    effects.append(self._remove_gate(m))
+            elif (
+                m.annotations.get(keys.GANG_PLANNED_NODE) != planned.node
+                and state.nudged.get(m.key) != planned.node
+            ):
+                # Released earlier (by us before a restart, or never gated): kube-scheduler parked
+                # it after our filter refused it; an update to the pod brings it back at once.
+                state.nudged[m.key] = planned.node
+                effects.append(self._annotate(m, planned.node))
+        return effects
+
+    async def _remove_gate(self, m: MemberPod) -> None:
+        index = m.gates.index(keys.GANG_SCHEDULING_GATE)
+        ops: list[JSON] = [{"op": "test", "path": "/metadata/uid", "value": m.uid}]
+        if len(m.gates) == 1:
+            ops += [
+                {
+                    "op": "test",
+                    "path": "/spec/schedulingGates",
+                    "value": [{"name": keys.GANG_SCHEDULING_GATE}],
+                },
+                {"op": "remove", "path": "/spec/schedulingGates"},
+            ]
+        else:
+            ops += [
+                {
+                    "op": "test",
+                    "path": f"/spec/schedulingGates/{index}/name",
+                    "value": keys.GANG_SCHEDULING_GATE,
+                },
+                {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+            ]
+        try:
+            await self.api.raw("PATCH", _pod_path(m), body=ops, content_type=JSON_PATCH)
+        except ApiError as exc:
+            # The next pass sees the pod as it is now and tries again (or finds it gone).
+            self._ungating.pop(m.key, None)
+            log.warning("removing the gang gate of %s: %s", m.key, exc)
+
+    async def _annotate(self, m: MemberPod, node: str) -> None:
+        patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_PLANNED_NODE: node}}}
+        try:
+            await self.api.raw("PATCH", _pod_path(m), body=patch, content_type=MERGE_PATCH)
+        except ApiError as exc:
+            log.warning("annotating %s with its planned node: %s", m.key, exc)
+
+    def _status(self, gang: Gang, state: GangState) -> JSON:
+        """The PodGroup status as we last wrote it, else as the cache has it."""
+        if state.status is not None:
+            return state.status
+        return gang.podgroup.status.to_dict() if gang.podgroup is not None else {}
+
+    def _write_status(self, gang: Gang, state: GangState, failed: bool, start: float | None) -> list[Effect]:
+        members = gang.members
+        scheduled = sum(1 for m in members if m.node)
+        running = sum(1 for m in members if m.phase == "Running")
+        succeeded = sum(1 for m in members if m.phase == "Succeeded")
+        dead = sum(1 for m in members if m.phase == "Failed")
+        active = gang.active
+        bound = sum(1 for m in active if m.node)
+        if failed:
+            phase = "Failed"
+        elif succeeded >= gang.min_member and not active:
+            phase = "Finished"
+        elif running >= gang.min_member:
+            phase = "Running"
+        elif bound >= gang.min_member:
+            phase = "Scheduled"
+        elif bound + len(state.plan) >= gang.min_member:
+            phase = "Scheduling"
+        elif len(active) >= gang.min_member and not gang.problem:
+            phase = "PreScheduling"
+        else:
+            phase = "Pending"
+        status: JSON = {
+            "phase": phase,
+            "scheduled": scheduled,
+            "running": running,
+            "succeeded": succeeded,
+            "failed": dead,
+            "scheduleStartTime": format_time(start) if start is not None else None,
+        }
+        if phase == "Failed" and self._status(gang, state).get("scheduleStartTime"):
+            status["scheduleStartTime"] = self._status(gang, state)["scheduleStartTime"]
+        wanted = {k: v for k, v in status.items() if v}
+        if wanted == {k: v for k, v in self._status(gang, state).items() if v}:
+            return []
+        state.status = wanted
+        return [self._patch_status(gang, status)]
+
+    async def _patch_status(self, gang: Gang, status: JSON) -> None:
+        path = f"/apis/{pg.GROUP}/{pg.VERSION}/namespaces/{gang.namespace}/{pg.PLURAL}/{gang.name}/status"
+        try:
+            await self.api.raw("PATCH", path, body={"status": status}, content_type=MERGE_PATCH)
+        except ApiError as exc:
+            state = self.states.get(gang.key)
+            if state is not None:
+                state.status = None  # write it again next pass
+            log.warning("updating the status of PodGroup %s: %s", gang.key, exc)
+
+    def _report(
+        self,
+        gang: Gang,
+        state: GangState,
+        reason: str,
+        note: str,
+        type_: str = "Warning",
+        *,
+        force: bool = False,
+    ) -> None:
+        """An Event once per distinct note: on the PodGroup, or on each waiting member of a gang
+        without one (Events are rate-limited: one per member of a 256-pod gang would crowd out
+        every other Event)."""
+        if self.events is None or (note == state.reported and not force):
+            return
+        state.reported = note
+        if gang.podgroup is not None:
+            self.events.record(gang.ref(), type_, reason, "Scheduling", note)
+        else:
+            for m in gang.active:
+                if not m.node:
+                    ref = PodRef(m.namespace, m.name, m.uid)
+                    self.events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")
+
+
+def _pod_path(m: MemberPod) -> str:
+    return f"/api/v1/namespaces/{m.namespace}/pods/{m.name}"

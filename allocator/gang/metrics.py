@@ -1,0 +1,35 @@
+"""Prometheus metrics of gang scheduling, on the allocator's registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# From the moment a gang has its minimum of members to the moment that many are bound: seconds
+# when the cluster has room, up to the gang's timeout when it waits for room.
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class GangMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.duration = Histogram(
+            "topoalloc_podgroup_scheduling_duration_seconds",
+            "Time from a gang having its minimum of members to that many members bound.",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.timeouts = Counter(
+            "topoalloc_podgroup_scheduling_timeout",
+            "Gangs that failed because no placement was found within their timeout.",
+            registry=registry,
+        )
+        self.waiting = Gauge(
+            "topoalloc_podgroup_waiting_pods",
+            "Gang members held back (gated) because their gang has no placement yet.",
+            registry=registry,
+        )
+        self.plans = Counter(
+            "topoalloc_podgroup_plans",
+            "Gang placements reserved, by outcome of the attempt.",
+            ["result"],
+            registry=registry,
+        )

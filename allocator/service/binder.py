@@ -1,0 +1,180 @@
+"""Bind: choose devices, hold them, write `device-allocated`, POST pods/binding.
+
+    reserve (cache, synchronous: the critical section) -> PATCH annotation -> POST binding
+Only the reservation is serialised; the two API calls run concurrently with other binds. Any
+failure before the binding is created rolls the reservation back and removes the annotation
+again, so nothing half-written stays behind. After a successful binding the reservation stays
+until the watch shows the pod bound (then the pod's annotation holds the devices) or its TTL runs
+out. A binding whose outcome is unknown (timeout) keeps the reservation for the same reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.service.cache.store import ClusterCache, Reservation
+from allocator.service.coreadapter import CoreAdapter, Rejection
+from allocator.service.events import EventRecorder, PodRef
+from allocator.service.kube import ApiError, KubeApi
+from apis import keys
+from apis.extender import ExtenderBindingArgs
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BindOutcome:
+    error: str = ""
+    reason: str = "ok"  # metric label: a bounded set of values
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class Binder:
+    def __init__(
+        self,
+        api: KubeApi,
+        cache: ClusterCache,
+        core: CoreAdapter,
+        *,
+        is_leader: Callable[[], bool],
+        events: EventRecorder | None = None,
+        deadline: float = 4.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.core = core
+        self.is_leader = is_leader
+        self.events = events
+        self.deadline = deadline
+        self.clock = clock
+
+    async def bind(self, args: ExtenderBindingArgs) -> BindOutcome:
+        started = self.clock()
+        if not self.is_leader():
+            return BindOutcome("this allocator instance is not the leader", "not_leader")
+        pod = await self._pod(args)
+        if isinstance(pod, BindOutcome):
+            return pod
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            if bound_to == args.node:
+                return BindOutcome()  # a retried bind whose binding already landed (wire fact 9)
+            return BindOutcome(f"pod is already bound to node {bound_to}", "already_bound")
+        req = self.core.request(pod)
+        if req.invalid is not None:
+            self._event(pod, "FailedDeviceAllocation", req.invalid.message)
+            return BindOutcome(req.invalid.message, "invalid_request")
+        if not req.wants_devices:
+            refusal = self.cache.gang_refusal(req, args.node)
+            if refusal is not None:
+                self._event(pod, "FailedBinding", refusal.message)
+                return BindOutcome(refusal.message, "gang")
+            return await self._post_binding(args, None)
+
+        res = self.cache.reserve(pod, req, args.node)
+        if isinstance(res, Rejection):
+            self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.message}")
+            return BindOutcome(f"node {args.node}: {res.message}", "rejected")
+        patch: JSON = {"metadata": {"annotations": {keys.DEVICE_ALLOCATED: res.annotation}}}
+        if res.uid:
+            patch["metadata"]["uid"] = res.uid  # precondition: the API server refuses another uid
+        try:
+            await self.api.patch_pod(args.pod_namespace, args.pod_name, patch)
+        except ApiError as exc:
+            self.cache.release(res)
+            if not exc.status:  # no answer: the patch may have landed
+                await self._clear_annotation(args, res)
+            return self._failed(pod, f"writing {keys.DEVICE_ALLOCATED}: {exc}", "patch_failed")
+        if self.clock() - started > self.deadline or not self.is_leader():
+            # kube-scheduler has given up on this call (or we lost the lease): binding now would
+            # race its retry. Undo instead.
+            self.cache.release(res)
+            await self._clear_annotation(args, res)
+            why = "bind deadline exceeded" if self.is_leader() else "lost leadership during bind"
+            return BindOutcome(why, "deadline" if self.is_leader() else "not_leader")
+        return await self._post_binding(args, res, pod)
+
+    async def _pod(self, args: ExtenderBindingArgs) -> JSON | BindOutcome:
+        entry = self.cache.pod(args.pod_namespace, args.pod_name)
+        if entry is not None and entry.raw is not None and (not args.pod_uid or entry.uid == args.pod_uid):
+            return entry.raw  # pending: the cache has the whole pod
+        # Not in the cache yet (watch lag), or the cache is behind: ask the API server.
+        try:
+            pod = await self.api.get_pod(args.pod_namespace, args.pod_name)
+        except ApiError as exc:
+            if exc.not_found:
+                return BindOutcome(f"pod {args.pod_namespace}/{args.pod_name} not found", "pod_not_found")
+            return BindOutcome(f"reading pod {args.pod_namespace}/{args.pod_name}: {exc}", "api_error")
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        if args.pod_uid and uid != args.pod_uid:
+            return BindOutcome(
+                f"pod {args.pod_namespace}/{args.pod_name} has uid {uid}, not {args.pod_uid}", "pod_not_found"
+            )
+        return pod
+
+    async def _post_binding(
+        self, args: ExtenderBindingArgs, res: Reservation | None, pod: JSON | None = None
+    ) -> BindOutcome:
+        try:
+            await self.api.bind_pod(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except ApiError as exc:
+            if exc.status == 0:
+                # Unknown outcome: keep the reservation; the watch confirms it or the TTL ends it.
+                return BindOutcome(f"binding pod: {exc}", "binding_unknown")
+            if exc.conflict and await self._bound_here(args):
+                return BindOutcome()
+            if res is not None:
+                self.cache.release(res)
+                await self._clear_annotation(args, res)
+            return self._failed(pod, f"binding pod to {args.node}: {exc}", "binding_failed")
+        return BindOutcome()
+
+    async def _bound_here(self, args: ExtenderBindingArgs) -> bool:
+        """After a 409: did an earlier attempt of ours already bind the pod to this node?"""
+        try:
+            pod = await self.api.get_pod(args.pod_namespace, args.pod_name)
+        except ApiError:
+            return False
+        uid_ok = not args.pod_uid or (pod.get("metadata") or {}).get("uid") == args.pod_uid
+        return uid_ok and (pod.get("spec") or {}).get("nodeName") == args.node
+
+    async def _clear_annotation(self, args: ExtenderBindingArgs, res: Reservation) -> None:
+        """Best effort: remove the annotation this bind wrote, if the pod is still unbound."""
+        patch: JSON = {"metadata": {"annotations": {keys.DEVICE_ALLOCATED: None}}}
+        if res.uid:
+            patch["metadata"]["uid"] = res.uid
+        try:
+            pod = await self.api.get_pod(args.pod_namespace, args.pod_name)
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            if (pod.get("spec") or {}).get("nodeName") or annotations.get(
+                keys.DEVICE_ALLOCATED
+            ) != res.annotation:
+                return
+            await self.api.patch_pod(args.pod_namespace, args.pod_name, patch)
+        except ApiError as exc:
+            log.warning(
+                "could not remove %s from %s/%s: %s",
+                keys.DEVICE_ALLOCATED,
+                args.pod_namespace,
+                args.pod_name,
+                exc,
+            )
+
+    def _failed(self, pod: JSON | None, message: str, reason: str) -> BindOutcome:
+        if pod is not None:
+            self._event(pod, "FailedBinding", message)
+        return BindOutcome(message, reason)
+
+    def _event(self, pod: JSON, reason: str, note: str) -> None:
+        if self.events is not None:
+            self.events.warn(PodRef.of(pod), reason, "Binding", note)

@@ -1,0 +1,146 @@
+"""The one place the service touches the allocator core (docs/design/core.md).
+
+Everything the service asks of the core goes through `CoreAdapter`, so a change in the core's
+signatures is a change in this file only. The core is synchronous and pure; the adapter adds no
+I/O either.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from allocator.core.cluster import UNKNOWN_NODE, ClusterState
+from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.reasons import Rejection
+from allocator.core.request import PodRequest, pod_request
+from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
+from apis.annotations import DeviceAllocations
+from apis.errors import CodecError
+
+__all__ = ["NOT_IN_CACHE", "CoreAdapter", "PodRequest", "PodUsage", "Rejection"]
+
+log = logging.getLogger(__name__)
+
+# The core's answer for a node it has never heard of (the watch cache is behind, or the node has
+# no Node object): resolvable, since the node may show up in a moment.
+NOT_IN_CACHE = Rejection(UNKNOWN_NODE.code, "node is not in the allocator's cache yet", unresolvable=False)
+
+
+class CoreAdapter:
+    def __init__(self, scoring: Mapping[str, Any] | None = None) -> None:
+        self.cluster = ClusterState()
+        self.scoring = ScoringConfig.from_dict(scoring or {})  # ValueError on a bad config
+        self.scorer = NodeScorer(self.scoring)
+        # Pods the allocator places (not those replayed from the watch) teach the scorer the
+        # workload mix its fragmentation term plans for.
+        self.cluster.add_observer(self.scorer.observe)
+        self._requests: dict[tuple[Any, Any], PodRequest] = {}
+
+    @staticmethod
+    def check_scoring(scoring: Mapping[str, Any]) -> None:
+        """Raise ValueError naming the bad field of a scoring config."""
+        ScoringConfig.from_dict(scoring)
+
+    # -- parsing (never raises: bad input becomes `invalid` / `error`) ------------------------------
+
+    def request(self, pod: Mapping[str, Any]) -> PodRequest:
+        """The pod's request, parsed once per pod version: kube-scheduler sends the same pod to
+        filter, prioritize and (through the cache) bind."""
+        meta = pod.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"))
+        if not (key[0] and key[1]):
+            return pod_request(pod)
+        req = self._requests.get(key)
+        if req is None:
+            if len(self._requests) >= 1024:
+                self._requests.clear()
+            req = self._requests[key] = pod_request(pod)
+        return req
+
+    @staticmethod
+    def usage(pod: Mapping[str, Any]) -> PodUsage:
+        return pod_usage(pod)
+
+    @staticmethod
+    def usage_of(key: str, node: str, allocations: DeviceAllocations, req: PodRequest) -> PodUsage:
+        """What `pod_usage` would read from a pod bound with these allocations, from the request
+        already parsed at bind time (the pod's own requests, so the same numbers)."""
+        return PodUsage(
+            key, node, allocations, req.cpu_milli, req.memory, req.nonzero_cpu_milli, req.nonzero_memory
+        )
+
+    # -- cluster state ------------------------------------------------------------------------------
+
+    def has_node(self, name: str) -> bool:
+        return name in self.cluster.nodes
+
+    def set_node(self, node: Mapping[str, Any]) -> str | None:
+        """Install a Node's labels and allocatable; a problem string if it does not decode."""
+        try:
+            self.cluster.upsert_node(node)
+        except CodecError as exc:
+            return f"Node is invalid: {exc}"
+        return None
+
+    def remove_node(self, name: str) -> None:
+        self.cluster.remove_node(name)
+
+    def set_device(self, device: Mapping[str, Any]) -> Rejection | None:
+        """Install a Device CR. A malformed one leaves the node with no usable device, and the
+        reason says why (every device pod is then rejected there with it)."""
+        try:
+            self.cluster.set_device(device)
+        except CodecError as exc:
+            name = (device.get("metadata") or {}).get("name") or ""
+            self.cluster.remove_device(name)
+            return Rejection("topoalloc: invalid Device", f"the node's Device CR is invalid: {exc}", True)
+        return None
+
+    def has_inventory(self, name: str) -> bool:
+        state = self.cluster.nodes.get(name)
+        return state is not None and state.inventory is not None
+
+    def remove_device(self, name: str) -> None:
+        self.cluster.remove_device(name)
+
+    def assign_usage(self, key: str, node: str, usage: PodUsage) -> None:
+        self.cluster.assign(
+            key, node, usage.allocations, usage.cpu_milli, usage.memory,
+            nonzero_cpu_milli=usage.nonzero_cpu_milli, nonzero_memory=usage.nonzero_memory,
+        )  # fmt: skip
+
+    def assign_reservation(
+        self, key: str, node: str, allocations: DeviceAllocations, req: PodRequest
+    ) -> None:
+        self.cluster.assign(
+            key, node, allocations, req.cpu_milli, req.memory,
+            nonzero_cpu_milli=req.nonzero_cpu_milli, nonzero_memory=req.nonzero_memory, request=req,
+        )  # fmt: skip
+
+    def unassign(self, key: str) -> None:
+        self.cluster.unassign(key)
+
+    # -- decisions ----------------------------------------------------------------------------------
+
+    def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]]:
+        passed, failed = self.cluster.filter(req, names)
+        for name, rej in failed.items():
+            if rej is UNKNOWN_NODE:
+                failed[name] = NOT_IN_CACHE
+        return passed, failed
+
+    def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
+        """0-10 with the single best-ranked node alone at 10, ties broken by a stable node order,
+        so kube-scheduler follows the core's ranking (docs/design/core.md, ranking)."""
+        return self.cluster.priorities(req, names, self.scorer)
+
+    def allocate(self, req: PodRequest, node: str) -> DeviceAllocations | Rejection:
+        """The bind-time choice, with the configured device scoring (Koordinator's Reserve)."""
+        if node not in self.cluster.nodes:
+            return NOT_IN_CACHE
+        result = self.cluster.allocate(req, node, self.scoring.device_scoring, scorer=self.scorer)
+        if isinstance(result, Rejection):
+            return result
+        return result.devices

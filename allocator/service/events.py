@@ -1,0 +1,218 @@
+"""Pod Events for device allocation failures, in events.k8s.io/v1 like kube-scheduler's own.
+
+kube-scheduler records through the events.k8s.io/v1 API (the recorded scenarios list its
+`FailedScheduling` events from there), so `kubectl events` shows ours beside its: same API, our
+own reportingController. Writing never blocks a request: `warn()` only queues. Repeats are
+aggregated the way client-go's EventSeries does it: the first occurrence of (pod, reason, note)
+is created at once; repeats within the window only bump a counter, flushed as one
+`series.count` PATCH per window. A global token bucket caps the write rate, so a pod retried
+against 5,000 nodes costs one Event, not 5,000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocator.service.kube import ApiError, KubeApi
+from allocator.service.leader import micro_time
+from allocator.service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+CONTROLLER = "topoalloc.io/allocator"
+NOTE_LIMIT = 1024  # events.k8s.io/v1 validation
+
+
+@dataclass
+class PodRef:
+    """The object an Event is about: a Pod unless `kind` says otherwise (gangs report on PodGroups)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    kind: str = "Pod"
+    api_version: str = "v1"
+
+    @classmethod
+    def of(cls, pod: dict[str, Any]) -> PodRef:
+        meta = pod.get("metadata") or {}
+        return cls(meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or "")
+
+
+@dataclass
+class _Series:
+    ref: PodRef
+    reason: str
+    action: str
+    note: str
+    first_at: float
+    type: str = "Warning"
+    event_name: str | None = None
+    count: int = 1  # occurrences so far
+    written_count: int = 1  # what the Event object says
+    last_write: float = 0.0
+
+
+@dataclass
+class _Bucket:
+    rate: float
+    burst: float
+    tokens: float = field(init=False)
+    at: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.tokens = self.burst
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
+class EventRecorder:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        instance: str,
+        window: float = 60.0,
+        metrics: Metrics | None = None,
+        rate: float = 5.0,
+        burst: int = 25,
+        max_queue: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.instance = instance
+        self.window = window
+        self.metrics = metrics
+        self.clock = clock
+        self._queue: asyncio.Queue[tuple[PodRef, str, str, str, str]] = asyncio.Queue(max_queue)
+        self._series: dict[tuple[str, str, str, str, str], _Series] = {}
+        self._bucket = _Bucket(rate, burst)
+        self.written = 0
+
+    def _count(self, result: str) -> None:
+        if self.metrics:
+            self.metrics.events.labels(result).inc()
+
+    def warn(self, pod: dict[str, Any] | PodRef, reason: str, action: str, note: str) -> None:
+        self.record(pod, "Warning", reason, action, note)
+
+    def record(self, pod: dict[str, Any] | PodRef, type_: str, reason: str, action: str, note: str) -> None:
+        """Queue an Event of `type_` (Warning or Normal) about the object."""
+        ref = pod if isinstance(pod, PodRef) else PodRef.of(pod)
+        if not ref.name:
+            return
+        if len(note) > NOTE_LIMIT:
+            note = note[: NOTE_LIMIT - 1] + "…"
+        try:
+            self._queue.put_nowait((ref, type_, reason, action, note))
+        except asyncio.QueueFull:
+            self._count("dropped")
+
+    async def run(self) -> None:
+        flush_every = max(self.window / 4, 0.05)
+        next_flush = self.clock() + flush_every
+        while True:
+            timeout = max(0.0, next_flush - self.clock())
+            try:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose the item a
+                # cancelled get() already took.
+                async with asyncio.timeout(timeout):
+                    item = await self._queue.get()
+            except TimeoutError:
+                item = None
+            if item is not None:
+                try:
+                    await self._record(*item)
+                finally:
+                    self._queue.task_done()
+            if self.clock() >= next_flush:
+                await self._flush()
+                next_flush = self.clock() + flush_every
+
+    async def drain(self) -> None:
+        """Write everything queued and every pending series count (shutdown, tests)."""
+        while not self._queue.empty():
+            try:
+                await self._record(*self._queue.get_nowait())
+            finally:
+                self._queue.task_done()
+        await self._queue.join()  # an item run() took is still being written
+        await self._flush(force=True)
+
+    async def _record(self, ref: PodRef, type_: str, reason: str, action: str, note: str) -> None:
+        now = self.clock()
+        key = (ref.kind, ref.namespace, ref.name, reason, note)
+        series = self._series.get(key)
+        if series is not None and series.ref.uid == ref.uid and now - series.first_at < self.window * 10:
+            series.count += 1
+            self._count("aggregated")
+            return
+        series = _Series(ref, reason, action, note, first_at=now, type=type_)
+        self._series[key] = series
+        await self._create(series, now)
+
+    async def _create(self, series: _Series, now: float) -> None:
+        if not self._bucket.take(now):
+            self._count("dropped")
+            return
+        ref = series.ref
+        regarding = {
+            "apiVersion": ref.api_version,
+            "kind": ref.kind,
+            "namespace": ref.namespace,
+            "name": ref.name,
+        }
+        if ref.uid:
+            regarding["uid"] = ref.uid
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
+            "eventTime": micro_time(),
+            "reportingController": CONTROLLER,
+            "reportingInstance": self.instance[:128],
+            "action": series.action,
+            "reason": series.reason,
+            "type": series.type,
+            "note": series.note,
+            "regarding": regarding,
+        }
+        try:
+            created = await self.api.create_event(ref.namespace, body)
+        except ApiError as exc:
+            self._count("failed")
+            log.debug("event for %s/%s not written: %s", ref.namespace, ref.name, exc)
+            return
+        series.event_name = (created.get("metadata") or {}).get("name")
+        series.last_write = now
+        self.written += 1
+        self._count("written")
+
+    async def _flush(self, force: bool = False) -> None:
+        now = self.clock()
+        for key, series in list(self._series.items()):
+            if series.count > series.written_count and (force or now - series.last_write >= self.window):
+                if series.event_name and self._bucket.take(now):
+                    patch = {"series": {"count": series.count, "lastObservedTime": micro_time()}}
+                    try:
+                        await self.api.patch_event(series.ref.namespace, series.event_name, patch)
+                        series.written_count = series.count
+                        series.last_write = now
+                        self.written += 1
+                        self._count("written")
+                    except ApiError as exc:
+                        self._count("failed")
+                        log.debug("event series update failed: %s", exc)
+            elif now - series.first_at >= self.window * 10 and now - series.last_write >= self.window:
+                del self._series[key]  # forget quiet series so memory stays bounded

@@ -1,0 +1,1 @@
+"""kube-scheduler extender verbs: one module per verb."""

@@ -1,0 +1,27 @@
+"""POST <prefix>/bind: ExtenderBindingArgs -> ExtenderBindingResult.
+
+A failure is an `Error` string in a 200 reply, which kube-scheduler turns into a
+FailedScheduling event and a retry (wire fact 7); only a body that is not an
+ExtenderBindingArgs gets a 400.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from apis.extender import ExtenderBindingArgs
+
+if TYPE_CHECKING:
+    from allocator.service.server import Allocator
+
+
+async def handle(request: web.Request, svc: Allocator) -> web.Response:
+    try:
+        args = await parse_body(request, ExtenderBindingArgs.from_dict)
+    except BadRequest as exc:
+        return bad_request(request, str(exc))
+    outcome = await svc.binder.bind(args)
+    return json_reply(request, {"Error": outcome.error}, outcome.reason)

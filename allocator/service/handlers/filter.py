@@ -1,0 +1,92 @@
+"""POST <prefix>/filter: ExtenderArgs -> ExtenderFilterResult.
+
+The reply's shape follows the request's (wire fact 6): NodeNames in, NodeNames out (`Nodes` null);
+a NodeList in, the passing NodeList items out, unchanged and in the order given (`NodeNames` null,
+which kube-scheduler would otherwise drop silently when nodeCacheCapable is false). Every offered
+node is either passed or listed with a reason; a reason the core marks unresolvable goes to
+FailedAndUnresolvableNodes, so kube-scheduler does not try preemption for it.
+
+Pods that request no device (managedResources can still send them, and an extender configured
+without managedResources sees every pod) pass every offered node: the allocator has nothing to
+add to kube-scheduler's own checks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from apis.extender import ExtenderArgs
+
+if TYPE_CHECKING:
+    from allocator.service.server import Allocator
+
+# At most this many distinct reasons in one Event note.
+EVENT_REASONS = 3
+_code = attrgetter("code")
+
+
+async def handle(request: web.Request, svc: Allocator) -> web.Response:
+    try:
+        args = await parse_body(request, ExtenderArgs.from_dict)
+    except BadRequest as exc:
+        return bad_request(request, str(exc))
+    names = args.names()
+    req = svc.core.request(args.pod)
+    # A gang member's verdict comes from its gang's plan (allocator/gang/extender.py).
+    steered = svc.gang.steering.filter(req, names) if svc.gang is not None else None
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    if req.invalid is not None:
+        passed: list[str] = []
+        unresolvable = dict.fromkeys(names, req.invalid.message)
+        codes = Counter({req.invalid.code: len(names)})
+        result = "invalid_request"
+    elif steered is None and not req.wants_devices:
+        passed, codes, result = names, Counter(), "no_devices"
+    else:
+        passed, rejections = steered if steered is not None else svc.cache.filter(req, names)
+        if any(rej.unresolvable for rej in rejections.values()):
+            for name, rej in rejections.items():
+                (unresolvable if rej.unresolvable else failed)[name] = rej.message
+        else:
+            failed = {name: rej.message for name, rej in rejections.items()}
+        codes = Counter(map(_code, rejections.values()))
+        result = "ok" if passed else "no_fit"
+    for code, count in codes.items():
+        svc.metrics.node_rejections.labels(code).inc(count)
+    if not passed and names and steered is None:  # the gang controller explains a held member
+        _event(svc, args, failed, unresolvable)
+    if args.node_names is not None:
+        nodes_out, names_out = None, passed
+    else:
+        keep = set(passed)
+        items = (args.nodes or {}).get("items") or []
+        nodes_out = {"metadata": {}, "items": [n for n in items if n["metadata"]["name"] in keep]}
+        names_out = None
+    payload = {
+        "Nodes": nodes_out,
+        "NodeNames": names_out,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+    return json_reply(request, payload, result)
+
+
+def _event(svc: Allocator, args: ExtenderArgs, failed: dict[str, str], unresolvable: dict[str, str]) -> None:
+    """One Event per pod attempt that fits nowhere, summarising the reasons by count."""
+    if svc.events is None:
+        return
+    counts = Counter(list(failed.values()) + list(unresolvable.values()))
+    total = len(failed) + len(unresolvable)
+    top = "; ".join(f"{n} {msg}" for msg, n in counts.most_common(EVENT_REASONS))
+    more = len(counts) - EVENT_REASONS
+    note = f"0/{total} nodes can host the pod's devices: {top}" + (
+        f"; and {more} other reasons" if more > 0 else ""
+    )
+    svc.events.warn(args.pod, "FailedDeviceAllocation", "Scheduling", note)

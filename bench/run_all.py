@@ -1,0 +1,60 @@
+"""Run every benchmark in turn (`make bench`); each prints its own table.
+
+`--quick` shortens the long ones (fewer repeats, a shorter agent window, 3 trace seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+FULL: list[tuple[str, list[str]]] = [
+    ("core.py", []),
+    ("gang.py", []),
+    ("agent.py", []),
+    ("extender.py", []),
+    ("trace.py", ["default"]),
+]
+QUICK_ARGS = {
+    "core.py": ["--repeat", "3"],
+    "gang.py": ["--nodes", "1000", "--repeat", "2"],
+    "agent.py": ["--seconds", "20", "--repeat", "5"],
+    "extender.py": [],
+    "trace.py": ["default", "--seeds", "42-44"],
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", nargs="+", help="run only these scripts, e.g. core.py trace.py")
+    args = parser.parse_args()
+    failed = []
+    for script, full_args in FULL:
+        if args.only and script not in args.only:
+            continue
+        path = BENCH / script
+        if not path.exists():
+            print(f"== {script}: not present, skipped", flush=True)
+            continue
+        argv = QUICK_ARGS[script] if args.quick else full_args
+        print(f"\n== {script} {' '.join(argv)}", flush=True)
+        start = time.monotonic()
+        rc = subprocess.call([sys.executable, str(path), *argv])
+        print(f"== {script}: exit {rc} in {time.monotonic() - start:.1f} s", flush=True)
+        if rc:
+            failed.append(script)
+    if failed:
+        print("failed: " + ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

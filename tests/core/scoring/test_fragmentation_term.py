@@ -1,0 +1,162 @@
+"""The production scorer's fragmentation component: pods as task shapes, the learned mix, settings."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from allocator.core.inventory import build_inventory
+from allocator.core.request import pod_request
+from allocator.core.scoring.fragmentation import score_node
+from allocator.core.scoring.fragmentation_term import (
+    FragmentationSettings,
+    FragmentationTerm,
+    required_gpu_models,
+    task_shape,
+)
+from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
+from allocator.core.scoring.workload_mix import TaskShape, WorkloadMix
+from allocator.core.state import NodeState
+from apis import keys
+from tests.core.nodes import CORE, MEM, RATIO, use_gpus
+from tests.core.pods import gpus, pod
+from tests.support.machines import l40s_device
+
+
+def model_affinity(*terms: list[str]) -> dict:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": keys.GPU_MODEL, "operator": "In", "values": t}]}
+                    for t in terms
+                ]
+            }
+        }
+    }
+
+
+def with_spec(p: dict, **spec: object) -> dict:
+    p["spec"].update(spec)
+    return p
+
+
+def test_pods_become_task_shapes() -> None:
+    assert task_shape(pod_request(pod({"cpu": "3"}))) == TaskShape(3000)
+    assert task_shape(pod_request(pod(gpus(4, cpu="16")))) == TaskShape(16_000, 100, 4)
+    assert task_shape(pod_request(pod({CORE: "30", RATIO: "30", "cpu": "2"}))) == TaskShape(2000, 30, 1)
+    # a share needs both compute and memory: the larger of the two is what must be free
+    assert task_shape(pod_request(pod({CORE: "20", RATIO: "50"}))) == TaskShape(0, 50, 1)
+    assert task_shape(pod_request(pod({CORE: "50", MEM: "8Gi"}))) is None  # bytes: node-dependent
+    assert task_shape(pod_request(pod({"koordinator.sh/gpu.shared": "2", CORE: "100", RATIO: "100"}))) is None
+    assert task_shape(pod_request(pod({"nvidia.com/gpu": "1", CORE: "5"}))) is None  # invalid request
+
+
+def test_gpu_models_from_selector_and_required_affinity() -> None:
+    both = with_spec(pod(gpus(1)), affinity=model_affinity(["T4", "A10"], ["V100"]))
+    assert required_gpu_models(pod_request(both)) == ("A10", "T4", "V100")
+    selected = with_spec(
+        pod(gpus(1)), nodeSelector={keys.GPU_MODEL: "T4"}, affinity=model_affinity(["T4", "A10"])
+    )
+    assert task_shape(pod_request(selected)) == TaskShape(0, 100, 1, ("T4",))
+    other_term = model_affinity(["T4"])
+    other_term["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].append(
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    )
+    assert required_gpu_models(pod_request(with_spec(pod(gpus(1)), affinity=other_term))) == ()
+
+
+def test_the_term_is_score_node_on_the_nodes_summaries() -> None:
+    state = NodeState("l1", build_inventory(l40s_device("l1")), {}, {"cpu": 32_000, "memory": 2**40})
+    use_gpus(state, 0, 1, share=100)
+    use_gpus(state, 2, share=60)
+    prior = WorkloadMix((TaskShape(2000, 30, 1), TaskShape(8000, 100, 1)), (0.5, 0.5))
+    term = FragmentationTerm(
+        FragmentationSettings(prior=tuple(zip(prior.shapes, prior.weights, strict=True)))
+    )
+    req = pod_request(pod({CORE: "30", RATIO: "30", "cpu": "2"}))
+    want = score_node((0, 0, 40, 100, 100, 100, 100, 100), 32_000, "L40S", TaskShape(2000, 30, 1), prior)
+    assert term.placement(state, req) == want and want is not None and want.gpus == (2,)
+    assert term.prepare(req)(state) == want.score
+    assert term.preferred_gpus(state, req) == (2,)
+
+
+def test_the_mix_is_learned_from_the_first_placement_and_the_scorer_refreshes() -> None:
+    term = FragmentationTerm(FragmentationSettings(refresh_every=4))
+    scorer = NodeScorer(ScoringConfig(), {"fragmentation": term})
+    req = pod_request(pod(gpus(1, cpu="4")))
+    start = term.version()
+    versions, keys_ = [], []
+    for _ in range(9):
+        scorer.observe(req)
+        scorer.sync()
+        versions.append(term.version() - start)
+        keys_.append(scorer.key)
+    # while its window fills, the online mix rebuilds once half as many placements as it holds
+    # have come since the last build (after 1, 2, 3, 5 placements), then every 4 (after 9)
+    assert versions == [1, 2, 3, 3, 4, 4, 4, 4, 5]
+    assert len(set(keys_)) == 5 and keys_[3] == keys_[2]  # cached scores dropped only on a change
+    assert term.mix().shapes == (TaskShape(4000, 100, 1),)
+
+
+def test_settings_from_config() -> None:
+    text = """
+fragmentation:
+  window: 300
+  refreshEvery: 20
+  prior:
+    - {cpu: "4", gpuShare: 50, gpus: 1, weight: 3}
+    - {cpu: 500m, weight: 1}
+    - {cpu: "16", gpus: 8, models: [H100-80GB-HBM3], weight: 1}
+"""
+    cfg = ScoringConfig.from_yaml(text)
+    s = cfg.fragmentation
+    assert (s.window, s.refresh_every, s.prior_weight) == (300, 20, 500.0)
+    mix = s.prior_mix()
+    assert mix is not None and dict(zip(mix.shapes, mix.weights, strict=True)) == pytest.approx(
+        {
+            TaskShape(4000, 50, 1): 0.6,
+            TaskShape(500): 0.2,
+            TaskShape(16_000, 100, 8, ("H100-80GB-HBM3",)): 0.2,
+        }
+    )
+    assert ScoringConfig.from_dict(cfg.to_dict()) == cfg
+    term = NodeScorer(cfg).components["fragmentation"]
+    assert term.mix().shapes  # seeded by the prior before any pod is seen
+    for bad in (
+        {"window": 0},
+        {"colour": 1},
+        {"prior": [{"gpus": 2, "gpuShare": 50}]},
+        {"prior": [{"cpu": "x"}]},
+        {"prior": [{"cpu": "1", "weight": 0}]},
+    ):
+        with pytest.raises(ValueError):
+            ScoringConfig.from_dict({"fragmentation": bad})
+
+
+def test_memoised_scores_equal_score_node_on_every_state() -> None:
+    """The memo keys free CPU by its position among the mix's CPU requests: exact, never stale."""
+    rng = random.Random(5)
+    shapes = (TaskShape(2000, 30, 1), TaskShape(8000, 100, 1), TaskShape(12_500), TaskShape(16_000, 100, 2))
+    prior = tuple((s, w) for s, w in zip(shapes, (3.0, 2.0, 1.0, 1.0), strict=True))
+    term = FragmentationTerm(FragmentationSettings(prior=prior))
+    mix = term.mix()
+    requests = [
+        pod_request(pod({CORE: "30", RATIO: "30", "cpu": "2"})),
+        pod_request(pod(gpus(1, cpu="8"))),
+        pod_request(pod(gpus(2, cpu="3"))),
+        pod_request(pod({"cpu": "5"})),
+    ]
+    for _ in range(200):
+        cpu = rng.choice([rng.randint(0, 32_000), 7999, 8000, 8001, 10_000, 10_001, 14_500, 32_000])
+        state = NodeState("l1", build_inventory(l40s_device("l1")), {}, {"cpu": 32_000, "memory": 2**40})
+        for minor in rng.sample(range(8), rng.randint(0, 6)):
+            use_gpus(state, minor, share=rng.choice([30, 60, 100]))
+        if cpu < 32_000:
+            state.add_pod("ns/cpu", None, 32_000 - cpu)
+        for req in requests:
+            shape = task_shape(req)
+            assert shape is not None
+            want = score_node(state.gpu_free_core_pct, state.cpu_free_milli, "L40S", shape, mix)
+            assert term.placement(state, req) == want

@@ -1,0 +1,136 @@
+"""Ways of naming a gang: Koordinator's annotations without a PodGroup, a PodGroup that shows up
+late, members beyond minMember; and the settings that steer it all."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from allocator.gang.config import DEFAULT_TOPOLOGY_KEYS
+from allocator.gang.timefmt import format_time, parse_duration, parse_time
+from allocator.service.cli import allocator
+from allocator.service.config import ServiceConfig
+from apis import keys
+from tests.gang.harness import gang_settings, gang_world, gates_of, gpu_node, member, node_of, podgroup
+from tests.service.harness import double_booked, running_allocator, until
+from tests.service.pki import Pki
+from tests.support.fakeapi import FakeApiServer
+
+
+def koordinator(name: str, gang: str, min_available: int, gpus: int) -> dict:
+    notes = {keys.GANG_NAME: gang, keys.GANG_MIN_AVAILABLE: str(min_available)}
+    return member(name, gpus=gpus, annotations=notes)
+
+
+async def test_koordinator_gang_waits_for_min_available_then_runs_and_takes_late_members(
+    fake_api: FakeApiServer, pki: Pki
+) -> None:
+    gpu_node(fake_api, "n1")
+    async with gang_world(fake_api, pki) as w:
+        for i in range(2):
+            await w.admission.create_pod(koordinator(f"k{i}", "kg", 3, gpus=2))
+        await until(lambda: any("needs at least 3" in n for n in w.notes_about("k0")), 5)
+        assert all(gates_of(p) == [keys.GANG_SCHEDULING_GATE] for p in w.pods().values())
+        assert w.service.metrics.registry.get_sample_value("topoalloc_podgroup_waiting_pods") == 2
+        await w.admission.create_pod(koordinator("k2", "kg", 3, gpus=2))
+        await until(lambda: all(node_of(p) for p in w.pods().values()), 10)
+        duration = "topoalloc_podgroup_scheduling_duration_seconds_count"
+        await until(lambda: w.service.metrics.registry.get_sample_value(duration) == 1, 5)
+        assert w.fake.list_objects("podgroups", "default") == []  # nothing to write a status to
+
+        # A fourth member of a gang that already runs is placed on its own, next to the others.
+        await w.admission.create_pod(koordinator("k3", "kg", 3, gpus=2))
+        await until(lambda: node_of(w.pods()["k3"]) == "n1", 10)
+        # A fifth does not fit (8 GPUs are taken): it waits, and says why.
+        await w.admission.create_pod(koordinator("k4", "kg", 3, gpus=2))
+        await until(lambda: any("no room" in n or "fits on none" in n for n in w.notes_about("k4")), 5)
+        assert gates_of(w.pods()["k4"]) == [keys.GANG_SCHEDULING_GATE]
+        assert double_booked(w.pods().values()) == []
+
+
+async def test_a_koordinator_gang_fails_after_its_waiting_time(fake_api: FakeApiServer, pki: Pki) -> None:
+    gpu_node(fake_api, "n1")
+    async with gang_world(fake_api, pki) as w:
+        for i in range(2):  # 2 x 8 GPUs on an 8-GPU node
+            pod = koordinator(f"k{i}", "too-big", 2, gpus=8)
+            pod["metadata"]["annotations"][keys.GANG_WAITING_TIME] = "1s"
+            await w.admission.create_pod(pod)
+        await until(lambda: all(any("1s timeout" in n for n in w.notes_about(f"k{i}")) for i in range(2)), 6)
+        timeouts = "topoalloc_podgroup_scheduling_timeout_total"
+        assert w.service.metrics.registry.get_sample_value(timeouts) == 1
+        assert w.gang_reservations() == {}
+        assert all(gates_of(p) == [keys.GANG_SCHEDULING_GATE] for p in w.pods().values())
+
+
+async def test_members_of_a_missing_podgroup_wait_until_it_exists(fake_api: FakeApiServer, pki: Pki) -> None:
+    gpu_node(fake_api, "n1")
+    async with gang_world(fake_api, pki) as w:
+        for i in range(2):
+            await w.admission.create_pod(member(f"p{i}", group="late", gpus=1))
+        await until(lambda: any("PodGroup default/late does not exist" in n for n in w.notes_about("p0")), 5)
+        assert not any(node_of(p) for p in w.pods().values())
+        await w.admission.create_podgroup(podgroup("late", 2))
+        await until(lambda: all(node_of(p) for p in w.pods().values()), 10)
+        await until(lambda: w.podgroup_status("late").get("phase") == "Scheduled", 5)
+        status = w.podgroup_status("late")
+        assert status["scheduled"] == 2 and parse_time(status["scheduleStartTime"]) is not None
+
+
+async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: Pki) -> None:
+
+    async with running_allocator(fake_api, pki, gang=gang_settings(enabled=False)) as run:
+        assert run.service.gang is None and run.service.webhook_port == 0
+        assert run.service.cache.gang_guard is None
+
+
+def test_settings_from_the_config_file_and_flags() -> None:
+    cfg = ServiceConfig.from_mapping(
+        {
+            "gang": {
+                "webhookPort": 9444,
+                "topologyKeys": ["rack"],
+                "defaultTimeout": 600,
+                "schedulerNames": ["a"],
+            }
+        }
+    )
+    assert cfg.gang.webhook_port == 9444 and cfg.gang.topology_keys == ["rack"]
+    assert cfg.gang.default_timeout == 600.0 and cfg.gang.scheduler_names == ["a"]
+    assert ServiceConfig().gang.topology_keys == list(DEFAULT_TOPOLOGY_KEYS)
+    with pytest.raises(ValueError, match=r"gang\.webhookPorts: unknown setting"):
+        ServiceConfig.from_mapping({"gang": {"webhookPorts": 1}})
+    updated = cfg.updated(gang_enabled=False, gang_webhook_port=1234)
+    assert (
+        not updated.gang.enabled
+        and updated.gang.webhook_port == 1234
+        and updated.gang.topology_keys == ["rack"]
+    )
+    result = CliRunner().invoke(allocator, ["--webhook-port", "70000"])
+    assert result.exit_code == 2 and "70000" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("600s", 600),
+        ("10m", 600),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("250ms", 0.25),
+        ("90", 90),
+        (" 2m ", 120),
+    ],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "ten", "10x", "5s3", "-5s", "s"])
+def test_bad_durations(text: str) -> None:
+    assert parse_duration(text) is None
+
+
+def test_times_round_trip_to_the_second() -> None:
+    assert format_time(1_800_000_000.7) == "2027-01-15T08:00:00Z"
+    assert parse_time("2027-01-15T08:00:00Z") == 1_800_000_000
+    assert parse_time("yesterday") is None

@@ -1,0 +1,69 @@
+"""Pod Events through events.k8s.io/v1 against the fake API server: written once, aggregated,
+rate-limited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from allocator.service.events import CONTROLLER, EventRecorder, PodRef
+from allocator.service.kube import KubeApi
+from allocator.service.metrics import Metrics
+from tests.support.fakeapi import FakeApiServer
+
+
+@pytest.fixture
+async def api(fake_api: FakeApiServer) -> AsyncIterator[KubeApi]:
+    client = await KubeApi.connect(host=fake_api.url)
+    yield client
+    await client.close()
+
+
+POD = PodRef("default", "trainer-0", "0271474f-01cc-4283-9195-2a43de63bcb1")
+
+
+async def test_repeats_are_one_event_with_a_series_count(fake_api: FakeApiServer, api: KubeApi) -> None:
+    metrics = Metrics()
+    rec = EventRecorder(api, instance="allocator-a", window=60, metrics=metrics)
+    for _ in range(500):  # e.g. 500 retries of the same pod, same cause
+        rec.warn(POD, "FailedDeviceAllocation", "Scheduling", "0/5000 nodes can host the pod's devices: …")
+    await rec.drain()
+    events = (await api.raw("GET", "/apis/events.k8s.io/v1/namespaces/default/events"))["items"]
+    assert len(events) == 1
+    ev = events[0]
+    assert ev["reportingController"] == CONTROLLER and ev["reportingInstance"] == "allocator-a"
+    assert ev["type"] == "Warning" and ev["reason"] == "FailedDeviceAllocation"
+    assert ev["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "default",
+                               "name": "trainer-0", "uid": POD.uid}  # fmt: skip
+    assert ev["series"]["count"] == 500
+    assert metrics.registry.get_sample_value("topoalloc_events_total", {"result": "aggregated"}) == 499
+
+
+async def test_distinct_causes_are_distinct_events_and_the_rate_is_capped(
+    fake_api: FakeApiServer, api: KubeApi
+) -> None:
+    rec = EventRecorder(api, instance="allocator-a", rate=1.0, burst=5)
+    for i in range(50):
+        rec.warn(PodRef("default", f"pod-{i}", f"uid-{i}"), "FailedBinding", "Binding", f"cause {i}")
+    await rec.drain()
+    assert rec.written == 5  # the burst; the rest are dropped rather than flood the API server
+    assert len(fake_api.requests(method="POST")) == 5
+
+
+async def test_a_failing_api_never_reaches_the_caller(fake_api: FakeApiServer, api: KubeApi) -> None:
+    metrics = Metrics()
+    rec = EventRecorder(api, instance="allocator-a", metrics=metrics)
+    fake_api.inject_fault("POST", "/events", status=500, times=None)
+    task = asyncio.create_task(rec.run())
+    try:
+        rec.warn(POD, "FailedBinding", "Binding", "boom")
+        for _ in range(100):
+            if metrics.registry.get_sample_value("topoalloc_events_total", {"result": "failed"}):
+                break
+            await asyncio.sleep(0.01)
+        assert metrics.registry.get_sample_value("topoalloc_events_total", {"result": "failed"}) == 1
+        assert not task.done()
+    finally:
+        task.cancel()

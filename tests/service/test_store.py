@@ -1,0 +1,117 @@
+"""The watch cache's rules, fed event by event into the real core (no API server needed)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from allocator.service.cache.store import ClusterCache
+from allocator.service.coreadapter import CoreAdapter
+from allocator.service.kube import DEVICES, NODES, PODS
+from apis import keys
+from tests.service.harness import device, node, pod
+
+_rv = iter(range(1, 10**6))
+
+
+def stamped(obj: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
+    obj["metadata"].update(meta)
+    obj["metadata"]["resourceVersion"] = str(next(_rv))
+    return obj
+
+
+def cache_with(*names: str) -> ClusterCache:
+    cache = ClusterCache(CoreAdapter())
+    for name in names:
+        cache.apply(NODES, "ADDED", stamped(node(name)))
+        cache.apply(DEVICES, "ADDED", stamped(device(name)))
+    return cache
+
+
+def fits(cache: ClusterCache, gpus: int, name: str) -> bool:
+    req = cache.core.request(pod(f"probe-{gpus}", gpus=gpus))
+    return cache.filter(req, [name])[0] == [name]
+
+
+def bound(name: str, node_name: str, gpus: list[int]) -> dict[str, Any]:
+    p = stamped(pod(name, gpus=len(gpus), node_name=node_name))
+    alloc = {"gpu": [{"minor": m, "resources": {"koordinator.sh/gpu-core": "100",
+                                                 "koordinator.sh/gpu-memory-ratio": "100"}} for m in gpus]}  # fmt: skip
+    p["metadata"]["annotations"] = {keys.DEVICE_ALLOCATED: __import__("json").dumps(alloc)}
+    return p
+
+
+def test_node_deleted_and_created_again_gets_its_devices_back() -> None:
+    cache = cache_with("gpu-1")
+    assert fits(cache, 8, "gpu-1")
+    cache.apply(NODES, "DELETED", stamped(node("gpu-1")))
+    assert not fits(cache, 1, "gpu-1")
+    cache.apply(NODES, "ADDED", stamped(node("gpu-1")))  # the Device CR never changed
+    assert fits(cache, 8, "gpu-1")
+
+
+def test_pods_seen_before_their_node_count_once_it_arrives() -> None:
+    cache = ClusterCache(CoreAdapter())
+    cache.apply(PODS, "ADDED", bound("early", "gpu-1", [0, 1, 2, 3]))
+    cache.apply(DEVICES, "ADDED", stamped(device("gpu-1")))
+    cache.apply(NODES, "ADDED", stamped(node("gpu-1")))
+    assert fits(cache, 4, "gpu-1") and not fits(cache, 5, "gpu-1")
+
+
+def test_finished_deleted_and_replaced_pods_release_their_devices() -> None:
+    cache = cache_with("gpu-1")
+    p = bound("job", "gpu-1", list(range(8)))
+    cache.apply(PODS, "ADDED", p)
+    assert not fits(cache, 1, "gpu-1")
+    done = stamped(p)
+    done["status"] = {"phase": "Succeeded"}
+    cache.apply(PODS, "MODIFIED", done)
+    assert fits(cache, 8, "gpu-1")
+    cache.apply(PODS, "MODIFIED", stamped(p))  # (a test-only resurrection) counted again
+    assert not fits(cache, 1, "gpu-1")
+    # Same name, new uid: the old pod is gone and the new one is pending.
+    cache.apply(PODS, "ADDED", stamped(pod("job", gpus=8), uid="another-uid"))
+    assert fits(cache, 8, "gpu-1")
+    assert cache.holdings() == {}
+
+
+def test_malformed_annotation_counts_without_devices() -> None:
+    cache = cache_with("gpu-1")
+    p = bound("odd", "gpu-1", [0])
+    p["metadata"]["annotations"][keys.DEVICE_ALLOCATED] = "{not json"
+    cache.apply(PODS, "ADDED", p)
+    assert fits(cache, 8, "gpu-1")
+    assert cache.pod("default", "odd").usage.error
+
+
+def test_invalid_device_cr_is_a_reason_until_fixed() -> None:
+    cache = cache_with("gpu-1")
+    broken = stamped(device("gpu-1"))
+    broken["spec"]["devices"][0]["minor"] = "zero"
+    cache.apply(DEVICES, "MODIFIED", broken)
+    assert "gpu-1" in cache.device_errors
+    req = cache.core.request(pod("p", gpus=1))
+    passed, failed = cache.filter(req, ["gpu-1"])
+    assert passed == [] and failed["gpu-1"].unresolvable
+    cache.apply(DEVICES, "MODIFIED", stamped(device("gpu-1")))
+    assert "gpu-1" not in cache.device_errors and fits(cache, 8, "gpu-1")
+
+
+def test_reservation_holds_until_the_pod_shows_up_bound() -> None:
+    cache = cache_with("gpu-1")
+    p = stamped(pod("w", gpus=8))
+    cache.apply(PODS, "ADDED", p)
+    res = cache.reserve(p, cache.core.request(p), "gpu-1")
+    assert not isinstance(res, type(None)) and not fits(cache, 1, "gpu-1")
+    annotated = stamped(p)
+    annotated["metadata"]["annotations"] = {keys.DEVICE_ALLOCATED: res.annotation}
+    cache.apply(PODS, "MODIFIED", annotated)  # the PATCH, seen before the binding
+    assert cache.reservations and not fits(cache, 1, "gpu-1")
+    bound_pod = stamped(annotated)
+    bound_pod["spec"]["nodeName"] = "gpu-1"
+    cache.apply(PODS, "MODIFIED", bound_pod)  # the binding: the pod's annotation takes over
+    assert not cache.reservations and not fits(cache, 1, "gpu-1")
+    assert cache.release(res) is False  # a late rollback of a confirmed bind does nothing
+    assert not fits(cache, 1, "gpu-1")
