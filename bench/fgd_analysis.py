@@ -3,10 +3,9 @@
     .venv/bin/python bench/fgd_analysis.py [TRACE] [--seeds 42-46] [--policy fgd]
 
 Replays the trace until arrived GPU demand reaches cluster capacity, then prints (markdown):
-rejected GPU demand by pod kind and cause, idle GPU capacity by kind, and the offline lower bound
-on the unallocated share that any placement (online or offline) must leave (see ``hole_bound``).
-At 100% arrived, idle capacity = rejected demand (allocated = arrived − rejected = capacity −
-rejected), so both tables add up to the same number.
+rejected GPU demand by pod kind and cause and idle GPU capacity by kind. At 100% arrived, idle
+capacity = rejected demand (allocated = arrived − rejected = capacity − rejected), so both tables
+add up to the same number.
 """
 
 from __future__ import annotations
@@ -23,21 +22,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulator.cluster import FULL, ClusterState, Request, to_requests
-from simulator.engine import POLICIES
+from simulator.cluster import FULL, SimCluster, SimRequest
+from simulator.engine import POLICIES, OpenbRequests, openb_cluster
 from simulator.openb import load_nodes, load_pods, resolve_trace
 from simulator.protocol import paper_setup, parse_seeds, target_workload
 
 
-def _policy(name: str, setup, pods, mix):
-    if name in POLICIES:
-        return POLICIES[name](setup, mix)
-    from fgd_experiments import variant  # research variants (bench/fgd_experiments.py)
-
-    return variant(name)(setup, pods, mix)
-
-
-def pod_kind(req: Request) -> str:
+def pod_kind(req: SimRequest) -> str:
     if req.gpu_count == 0:
         return "CPU-only"
     if req.models:
@@ -47,7 +38,7 @@ def pod_kind(req: Request) -> str:
     return f"{req.gpu_count} GPU"
 
 
-def reject_cause(state: ClusterState, req: Request) -> str:
+def reject_cause(state: SimCluster, req: SimRequest) -> str:
     """Why no node takes the pod, checking the GPU shape, then the model, CPU, memory."""
     if req.gpu_count:
         if req.sharing:
@@ -59,7 +50,7 @@ def reject_cause(state: ClusterState, req: Request) -> str:
             if not gpu.any():
                 return f"no node with {req.gpu_count} free GPUs"
         if req.models:
-            gpu = gpu & state.model_mask(req.models)
+            gpu = gpu & np.array([m in req.models for m in state.models])
             if not gpu.any():
                 return "GPU model"
     else:
@@ -81,17 +72,17 @@ class Snapshot:
     unallocated_pct: float = 0.0
 
 
-def _fits(state: ClusterState, node: int, shape_req: Request, gpu_ok: bool) -> bool:
+def _fits(state: SimCluster, node: int, shape_req: SimRequest, gpu_ok: bool) -> bool:
     return (
         gpu_ok
         and state.cpu_free[node] >= shape_req.cpu_milli
-        and state.mem_free[node] >= shape_req.memory_mib
+        and state.mem_free[node] >= shape_req.memory
         and (not shape_req.models or state.models[node] in shape_req.models)
     )
 
 
 def classify_idle(
-    state: ClusterState, contents: dict[tuple[int, int], list[int]], shapes: Sequence[Request]
+    state: SimCluster, contents: dict[tuple[int, int], list[int]], shapes: Sequence[SimRequest]
 ) -> dict[str, float]:
     """Idle GPU share by kind. ``shapes``: one request per distinct (cpu, memory, GPU, models)
     that arrived, the pods that could still have used the capacity."""
@@ -99,7 +90,7 @@ def classify_idle(
     whole_shapes = [s for s in shapes if s.gpu_count and not s.sharing]
     out: dict[str, float] = defaultdict(float)
     for node in range(state.size):
-        gpus = state.gpus[node]
+        gpus = list(state.gpu_rows[node])
         if not any(gpus):
             continue
         model = state.models[node]
@@ -141,32 +132,31 @@ def analyse(trace: str, seed: int, policy: str) -> Snapshot:
     pods = load_pods(resolve_trace(trace))
     mix = target_workload(pods)
     setup = paper_setup(nodes, pods, seed)
-    requests = to_requests(setup.pods)
-    state = ClusterState(nodes)
-    chosen = _policy(policy, setup, pods, mix)
+    to_request = OpenbRequests()
+    requests = [to_request(p) for p in setup.pods]
+    state = openb_cluster(nodes, tie_seed=seed)
+    chosen = POLICIES[policy](setup, mix)
+    chosen.attach(state)
     snap = Snapshot(state.capacity_pct)
     contents: dict[tuple[int, int], list[int]] = defaultdict(list)
     demand = 0
-    arrived: list[Request] = []
+    arrived: list[SimRequest] = []
     for req in requests:
         demand += req.demand_pct
         arrived.append(req)
-        chosen.observe(req)
         feasible = state.feasible(req)
         if feasible.any():
             node, gpus = chosen.select(state, req, feasible)
-            state.place(node, req, gpus)
+            allocation = chosen.place(state, node, req, gpus)
             if req.sharing:
-                contents[(node, gpus[0])].append(req.gpu_pct)
+                contents[(node, allocation.minors("gpu")[0])].append(req.gpu_pct)
         else:
             key = (pod_kind(req), reject_cause(state, req))
             snap.rejected[key] += req.demand_pct
             snap.rejected_pods[key] += 1
         if demand >= state.capacity_pct:
             break
-    distinct = list(
-        {(r.cpu_milli, r.memory_mib, r.gpu_pct, r.gpu_count, r.models): r for r in arrived}.values()
-    )
+    distinct = list({(r.cpu_milli, r.memory, r.gpu_pct, r.gpu_count, r.models): r for r in arrived}.values())
     snap.idle = classify_idle(state, contents, distinct)
     snap.unallocated_pct = (state.capacity_pct - state.allocated_pct) / state.capacity_pct * 100
     return snap

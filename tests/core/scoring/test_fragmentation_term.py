@@ -6,10 +6,13 @@ import random
 
 import pytest
 
+from allocator.core.allocate import Allocation
+from allocator.core.cluster import ClusterState
 from allocator.core.inventory import build_inventory
 from allocator.core.request import pod_request
 from allocator.core.scoring.fragmentation import score_node
 from allocator.core.scoring.fragmentation_term import (
+    PRESSURE_LEVELS,
     FragmentationSettings,
     FragmentationTerm,
     required_gpu_models,
@@ -21,7 +24,7 @@ from allocator.core.state import NodeState
 from apis import keys
 from tests.core.nodes import CORE, MEM, RATIO, use_gpus
 from tests.core.pods import gpus, pod
-from tests.support.machines import l40s_device
+from tests.support.machines import dgx_h100_device, l40s_device
 
 
 def model_affinity(*terms: list[str]) -> dict:
@@ -106,7 +109,7 @@ fragmentation:
   window: 300
   refreshEvery: 20
   prior:
-    - {cpu: "4", gpuShare: 50, gpus: 1, weight: 3}
+    - {cpu: "4", memory: 16Gi, gpuShare: 50, gpus: 1, weight: 3}
     - {cpu: 500m, weight: 1}
     - {cpu: "16", gpus: 8, models: [H100-80GB-HBM3], weight: 1}
 """
@@ -116,7 +119,7 @@ fragmentation:
     mix = s.prior_mix()
     assert mix is not None and dict(zip(mix.shapes, mix.weights, strict=True)) == pytest.approx(
         {
-            TaskShape(4000, 50, 1): 0.6,
+            TaskShape(4000, 50, 1, memory_mib=16 * 1024): 0.6,
             TaskShape(500): 0.2,
             TaskShape(16_000, 100, 8, ("H100-80GB-HBM3",)): 0.2,
         }
@@ -136,27 +139,96 @@ fragmentation:
 
 
 def test_memoised_scores_equal_score_node_on_every_state() -> None:
-    """The memo keys free CPU by its position among the mix's CPU requests: exact, never stale."""
+    """The memo keys free CPU and memory by their positions among the mix's requests: exact,
+    never stale."""
     rng = random.Random(5)
-    shapes = (TaskShape(2000, 30, 1), TaskShape(8000, 100, 1), TaskShape(12_500), TaskShape(16_000, 100, 2))
+    gib = 1024  # MiB
+    shapes = (
+        TaskShape(2000, 30, 1, memory_mib=8 * gib),
+        TaskShape(8000, 100, 1, memory_mib=200 * gib),
+        TaskShape(12_500),
+        TaskShape(16_000, 100, 2, memory_mib=64 * gib),
+    )
     prior = tuple((s, w) for s, w in zip(shapes, (3.0, 2.0, 1.0, 1.0), strict=True))
     term = FragmentationTerm(FragmentationSettings(prior=prior))
     mix = term.mix()
     requests = [
-        pod_request(pod({CORE: "30", RATIO: "30", "cpu": "2"})),
+        pod_request(pod({CORE: "30", RATIO: "30", "cpu": "2", "memory": "8Gi"})),
         pod_request(pod(gpus(1, cpu="8"))),
-        pod_request(pod(gpus(2, cpu="3"))),
-        pod_request(pod({"cpu": "5"})),
+        pod_request(pod(gpus(2, cpu="3", memory="100Gi"))),
+        pod_request(pod({"cpu": "5", "memory": "1500Mi"})),
     ]
     for _ in range(200):
         cpu = rng.choice([rng.randint(0, 32_000), 7999, 8000, 8001, 10_000, 10_001, 14_500, 32_000])
-        state = NodeState("l1", build_inventory(l40s_device("l1")), {}, {"cpu": 32_000, "memory": 2**40})
+        mem_gib = rng.choice([rng.randint(0, 512), 8, 64, 72, 199, 200, 201, 300, 512])
+        state = NodeState(
+            "l1", build_inventory(l40s_device("l1")), {}, {"cpu": 32_000, "memory": 512 * 2**30}
+        )
         for minor in rng.sample(range(8), rng.randint(0, 6)):
             use_gpus(state, minor, share=rng.choice([30, 60, 100]))
-        if cpu < 32_000:
-            state.add_pod("ns/cpu", None, 32_000 - cpu)
+        if cpu < 32_000 or mem_gib < 512:
+            state.add_pod("ns/cpu", None, 32_000 - cpu, (512 - mem_gib) * 2**30 + rng.choice([0, 1, 2**19]))
         for req in requests:
             shape = task_shape(req)
             assert shape is not None
-            want = score_node(state.gpu_free_core_pct, state.cpu_free_milli, "L40S", shape, mix)
+            want = score_node(
+                state.gpu_free_core_pct,
+                state.cpu_free_milli,
+                "L40S",
+                shape,
+                mix,
+                memory_free_mib=state.memory_free // 2**20,
+            )
             assert term.placement(state, req) == want
+
+
+def test_model_pressure_is_kept_from_the_cluster_and_changes_the_version() -> None:
+    """Idle GPU per model is a NodeTable total kept as pods come and go; the term's pressure is
+    the mix's, rounded, and a change of it changes the version (cached scores are dropped)."""
+    h100_only = TaskShape(8000, 100, 1, ("H100-80GB-HBM3",))
+    prior = ((h100_only, 1.0), (TaskShape(8000, 100, 1), 1.0))
+    term = FragmentationTerm(FragmentationSettings(prior=prior))
+    cluster = ClusterState()
+    for name, device in (("h1", dgx_h100_device("h1")), ("l1", l40s_device("l1")), ("l2", l40s_device("l2"))):
+        cluster.upsert_node(
+            {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "64", "memory": "1Ti"}}}
+        )
+        cluster.set_device(device)
+    models = {n: s.gpu_model for n, s in cluster.nodes.items()}
+    assert models == {"h1": "H100-80GB-HBM3", "l1": "L40S", "l2": "L40S"}
+
+    def brute() -> dict[str, float]:
+        idle: dict[str, int] = {}
+        for state in cluster.nodes.values():
+            idle[state.gpu_model] = idle.get(state.gpu_model, 0) + sum(state.gpu_free_core_pct)
+        raw = term.mix().model_pressure(idle)
+        return {m: round(p * PRESSURE_LEVELS) / PRESSURE_LEVELS for m, p in raw.items()}
+
+    # 8 H100 + 16 L40S idle: half the demand (the H100-only shape) wants 12 GPUs' worth of the
+    # idle 24, all of it H100: pressure min(1, 12 / 8) = 1 on H100, 0 on L40S
+    assert term.pressure(cluster.table) == brute() == {"H100-80GB-HBM3": 1.0, "L40S": 0.0}
+    before = term.version(cluster.table)
+    req = pod_request(pod(gpus(4, cpu="8")))
+    for i, node in enumerate(("l1", "l1", "l2", "l2")):
+        got = cluster.allocate(req, node)
+        assert isinstance(got, Allocation)
+        cluster.assign(f"ns/p{i}", node, got.devices, 8000, 2**30)
+        assert term.pressure(cluster.table) == brute()
+    # all 16 L40S busy: 8 idle H100, the H100-only half wants 4 of them
+    assert term.pressure(cluster.table) == {"H100-80GB-HBM3": 0.5, "L40S": 1.0}
+    assert term.version(cluster.table) != before
+    cluster.unassign("ns/p0")
+    assert term.pressure(cluster.table) == brute()
+    # the node's score reads the pressure of its model from its own table
+    shape = task_shape(req)
+    h1 = cluster.nodes["h1"]
+    want = score_node(
+        h1.gpu_free_core_pct,
+        h1.cpu_free_milli,
+        h1.gpu_model,
+        shape,
+        term.mix(),
+        memory_free_mib=h1.memory_free // 2**20,
+        model_pressure=brute()[h1.gpu_model],
+    )
+    assert term.placement(h1, req) == want
