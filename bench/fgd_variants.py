@@ -5,9 +5,9 @@
 Each variant is the production `topoalloc` policy (the core's NodeScorer and ClusterState, as
 `topoalloc simulate` runs it) with one of its constants changed for that run: the hole horizon
 (`fragmentation.HORIZON`), the node-cost step (`NODE_STEP_PCT`), the model-pressure rounding
-(`fragmentation_term.PRESSURE_LEVELS`) or the component weights. Prints unallocated GPU % at 100%
-arrived, mean ± SD over the seeds, and the per-seed values. Two worker processes. Compare means
-over 10 seeds; single seeds differ by more than most of these changes.
+(`fragmentation_term.PRESSURE_LEVELS`), the component weights or the mix's settings. Prints
+unallocated GPU % at 100% arrived, mean ± SD over the seeds, and the per-seed values. Two worker
+processes. Compare means over 10 seeds; single seeds differ by more than most of these changes.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ BASE: dict[str, Any] = {
     "step": frag.NODE_STEP_PCT,
     "levels": term.PRESSURE_LEVELS,
     "weights": None,
+    "fragmentation": None,
+    "arrivals": False,
 }
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
@@ -47,7 +49,31 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "levels10": {"levels": 10},
     "levels1000": {"levels": 1000},
     "frag-only": {"weights": FRAGMENTATION_ONLY},
+    "cov1": {"fragmentation": {"coverage": 1.0}},
+    "cov90": {"fragmentation": {"coverage": 0.9}},
+    "window2000": {"fragmentation": {"window": 2000}},
+    "window500": {"fragmentation": {"window": 500}},
+    "refresh50": {"fragmentation": {"refreshEvery": 50}},
+    "arrivals": {"arrivals": True},
 }
+
+
+class LearnFromArrivals(TopoallocPolicy):
+    """The mix learns every arriving pod (before it is placed, and also when it is rejected)
+    instead of the placed ones only."""
+
+    def attach(self, cluster: Any) -> None:
+        super().attach(cluster)
+        feasible = cluster.feasible
+
+        def observed(req: Any) -> Any:  # replay asks every arriving pod's feasible nodes first
+            self.scorer.observe(req.pod)
+            return feasible(req)
+
+        cluster.feasible = observed
+
+    def place(self, cluster: Any, node: int, req: Any, gpus: Any, *, observe: bool = True) -> Any:
+        return super().place(cluster, node, req, gpus, observe=False)
 
 
 def factory(options: dict[str, Any]) -> PolicyFactory:
@@ -58,8 +84,9 @@ def factory(options: dict[str, Any]) -> PolicyFactory:
         frag.score_node.__kwdefaults__["horizon"] = o["horizon"]
         frag.NODE_STEP_PCT = o["step"]
         term.PRESSURE_LEVELS = o["levels"]
-        config = ScoringConfig.from_dict({"weights": o["weights"]}) if o["weights"] else None
-        return TopoallocPolicy(setup.node_rank, setup.rng, config)
+        config = ScoringConfig.from_dict({k: o[k] for k in ("weights", "fragmentation") if o[k] is not None})
+        kind = LearnFromArrivals if o["arrivals"] else TopoallocPolicy
+        return kind(setup.node_rank, setup.rng, config)
 
     return make
 
