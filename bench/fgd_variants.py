@@ -40,6 +40,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "h8": {"horizon": 8},
     "h16": {"horizon": 16},
+    "h20": {"horizon": 20},
+    "h28": {"horizon": 28},
     "h32": {"horizon": 32},
     "h64": {"horizon": 64},
     "step2": {"step": 2.0},

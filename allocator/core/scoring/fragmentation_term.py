@@ -28,6 +28,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -226,7 +227,7 @@ class FragmentationTerm:
         self._shape_ids: dict[TaskShape, int] = {}
         self._constrained = False  # does the mix hold model-constrained GPU shapes?
         # pressure per table: (table clock, mix version, {model: rounded pressure})
-        self._pressure: dict[int, tuple[int, int, dict[str, float]]] = {}
+        self._pressure: WeakKeyDictionary[NodeTable, tuple[int, int, dict[str, float]]] = WeakKeyDictionary()
         self._seen_pressure: tuple[tuple[str, float], ...] = ()
 
     # -- learning ----------------------------------------------------------------------------
@@ -242,7 +243,7 @@ class FragmentationTerm:
             self._version += 1
             self._memo = {}
             self._cuts = {}
-            self._pressure = {}
+            self._pressure = WeakKeyDictionary()
             self._constrained = any(s.gpu_models and s.gpu_count for s in mix.shapes)
         return mix
 
@@ -262,16 +263,14 @@ class FragmentationTerm:
         mix = self.mix()
         if not self._constrained:
             return {}
-        hit = self._pressure.get(id(table))
+        hit = self._pressure.get(table)
         if hit is not None and hit[0] == table.clock and hit[1] == self._version:
             return hit[2]
         idle = {m: v for m, v in table.totals(GPU_MODEL, GPU_IDLE_PCT).items() if m}
         rounded = {
             m: round(p * PRESSURE_LEVELS) / PRESSURE_LEVELS for m, p in mix.model_pressure(idle).items()
         }
-        if len(self._pressure) > 8:
-            self._pressure.clear()
-        self._pressure[id(table)] = (table.clock, self._version, rounded)
+        self._pressure[table] = (table.clock, self._version, rounded)
         return rounded
 
     def _pressure_of(self, state: NodeState) -> float:
