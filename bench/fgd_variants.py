@@ -35,6 +35,7 @@ BASE: dict[str, Any] = {
     "weights": None,
     "fragmentation": None,
     "arrivals": False,
+    "pressure": True,
 }
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
@@ -60,6 +61,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "window500": {"fragmentation": {"window": 500}},
     "refresh50": {"fragmentation": {"refreshEvery": 50}},
     "arrivals": {"arrivals": True},
+    "nopressure": {"pressure": False},
 }
 
 
@@ -81,6 +83,13 @@ class LearnFromArrivals(TopoallocPolicy):
         return super().place(cluster, node, req, gpus, observe=False)
 
 
+PRESSURE_OF = term.FragmentationTerm._pressure_of
+
+
+def _no_pressure(_term: Any, _state: Any) -> float:
+    return 0.0
+
+
 def factory(options: dict[str, Any]) -> PolicyFactory:
     """Sets the constants in the worker process that runs the policy (one run at a time)."""
 
@@ -89,6 +98,8 @@ def factory(options: dict[str, Any]) -> PolicyFactory:
         frag.score_node.__kwdefaults__["horizon"] = o["horizon"]
         frag.NODE_STEP_PCT = o["step"]
         term.PRESSURE_LEVELS = o["levels"]
+        # without pressure every node sees 0; set on every run, as a worker runs several variants
+        term.FragmentationTerm._pressure_of = PRESSURE_OF if o["pressure"] else _no_pressure  # type: ignore[method-assign]
         config = ScoringConfig.from_dict({k: o[k] for k in ("weights", "fragmentation") if o[k] is not None})
         kind = LearnFromArrivals if o["arrivals"] else TopoallocPolicy
         return kind(setup.node_rank, setup.rng, config)
