@@ -61,13 +61,15 @@ class ExtenderArgs:
 
 
 def _string_list(value: Any) -> bool:
-    """A list of strings. Checked by the set of element types (one C-level pass; a generator
-    over 5,000 names costs a fifth of a millisecond per request); str subclasses take the slow
-    way and pass too."""
+    """A list of strings. `str.join` refuses anything else in one C-level pass (a generator of
+    isinstance checks over 5,000 names costs a fifth of a millisecond per request)."""
     if not isinstance(value, list):
         return False
-    kinds = set(map(type, value))
-    return kinds <= {str} or all(isinstance(n, str) for n in value)
+    try:
+        "".join(value)
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass

@@ -44,8 +44,8 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
     return json_reply(request, host_priority_list(names, scores), result)
 
 
-_SCORE_TAIL = [f"{score}}}" for score in range(MAX_PRIORITY + 1)]  # '0}' .. '10}'
-_HOST_HEAD: dict[str, str] = {}  # node name -> '{"Host":"<name>","Score":'
+_SCORE_TAIL = [f"{score}}}".encode() for score in range(MAX_PRIORITY + 1)]  # b'0}' .. b'10}'
+_HOST_HEAD: dict[str, bytes] = {}  # node name -> b'{"Host":"<name>","Score":'
 _HEADS_KEPT = 100_000  # more distinct names than any cluster has nodes: forget them all
 
 
@@ -61,12 +61,13 @@ def host_priority_list(names: Sequence[str], scores: Sequence[int] | np.ndarray)
         clamped = [min(MAX_PRIORITY, max(0, int(s))) for s in scores]
     heads = _HOST_HEAD
     try:
-        parts = list(map(add, map(heads.__getitem__, names), map(_SCORE_TAIL.__getitem__, clamped)))
+        parts = map(add, map(heads.__getitem__, names), map(_SCORE_TAIL.__getitem__, clamped))
+        return b"[" + b",".join(parts) + b"]"
     except KeyError:  # names never answered before
         if len(heads) > _HEADS_KEPT:
             heads.clear()
         for name in names:
             if name not in heads:
-                heads[name] = '{"Host":' + json.dumps(name) + ',"Score":'
-        parts = list(map(add, map(heads.__getitem__, names), map(_SCORE_TAIL.__getitem__, clamped)))
-    return ("[" + ",".join(parts) + "]").encode()
+                heads[name] = b'{"Host":' + json.dumps(name).encode() + b',"Score":'
+        parts = map(add, map(heads.__getitem__, names), map(_SCORE_TAIL.__getitem__, clamped))
+        return b"[" + b",".join(parts) + b"]"
