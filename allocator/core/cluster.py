@@ -299,18 +299,24 @@ class ClusterState:
         """The extender's prioritize answer: 0..10 per named node, 10 for the best-ranked node
         alone, at most 9 for the others, 0 for unknown nodes."""
         names = _as_list(names)
+        return dict(zip(names, self.priority_column(req, names, scorer).tolist(), strict=True))
+
+    def priority_column(self, req: PodRequest, names: Sequence[str], scorer: NodeScorer) -> np.ndarray:
+        """`priorities` as an int64 array aligned with `names`, for replies written without a
+        per-node dict."""
+        names = _as_list(names)
         known, slots, fine = self._fine(req, scorer, names)
         if not np.isfinite(fine).all():
             fine_map = dict(zip(compress(names, known.tolist()), fine.tolist(), strict=True))
             out_map = extender_priorities(fine_map, self._ties.__getitem__)
-            return {name: out_map.get(name, 0) for name in names}
+            return np.array([out_map.get(name, 0) for name in names], np.int64)
         prios = np.minimum(to_priorities(fine), MAX_PRIORITY - 1)
         if len(fine):
             top = slots[_best_index(fine, self.table.ties[slots])]
             prios[slots == top] = MAX_PRIORITY  # every mention of the best node
         out = np.zeros(len(names), np.int64)
         out[known] = prios
-        return dict(zip(names, out.tolist(), strict=True))
+        return out
 
     def forget_cached(self) -> None:
         """Drop every cached verdict and score (benchmarks measure a never-seen shape this way)."""

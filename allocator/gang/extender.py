@@ -64,6 +64,14 @@ class GangSteering:
             return None
         return [], dict.fromkeys(names, refusal)
 
+    def adjusts(self, req: PodRequest) -> bool:
+        """Whether `prioritize` would change the core's scores for this pod (a planned gang
+        member, or siblings placed already): otherwise the caller keeps the scores as they are."""
+        res = self.cache.reservations.get(req.key)
+        if res is not None and res.gang:
+            return True
+        return self.settings.sibling_weight > 0 and bool(self.sibling_nodes(req))
+
     def prioritize(self, req: PodRequest, names: Sequence[str], scores: Mapping[str, int]) -> dict[str, int]:
         res = self.cache.reservations.get(req.key)
         if res is not None and res.gang:

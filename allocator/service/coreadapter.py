@@ -11,7 +11,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from allocator.core.cluster import UNKNOWN_NODE, ClusterState
+from allocator.core.columns import FilterVerdicts
 from allocator.core.podspec import PodUsage, pod_usage
 from allocator.core.reasons import Rejection
 from allocator.core.request import PodRequest, pod_request
@@ -19,7 +22,7 @@ from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
 
-__all__ = ["NOT_IN_CACHE", "CoreAdapter", "PodRequest", "PodUsage", "Rejection"]
+__all__ = ["NOT_IN_CACHE", "CoreAdapter", "FilterVerdicts", "PodRequest", "PodUsage", "Rejection"]
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +134,18 @@ class CoreAdapter:
                 failed[name] = NOT_IN_CACHE
         return passed, failed
 
+    def filter_verdicts(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
+        """`filter` split the way the extender replies, built from the core's columns."""
+        return self.cluster.filter_verdicts(req, names, unknown=NOT_IN_CACHE)
+
     def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
         """0-10 with the single best-ranked node alone at 10, ties broken by a stable node order,
         so kube-scheduler follows the core's ranking (docs/design/core.md, ranking)."""
         return self.cluster.priorities(req, names, self.scorer)
+
+    def score_column(self, req: PodRequest, names: Sequence[str]) -> np.ndarray:
+        """`score` as an int64 array aligned with `names`."""
+        return self.cluster.priority_column(req, names, self.scorer)
 
     def allocate(self, req: PodRequest, node: str) -> DeviceAllocations | Rejection:
         """The bind-time choice, with the configured device scoring (Koordinator's Reserve)."""

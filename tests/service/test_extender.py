@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from allocator.service.handlers.common import dumps, loads
 from allocator.service.handlers.prioritize import host_priority_list
 from apis import keys
 from tests.service.harness import (
@@ -109,9 +112,47 @@ async def test_malformed_annotation_is_unresolvable_on_every_node(fake_api: Fake
     score=st.integers(-(2**40), 2**40),
 )
 def test_host_priority_list_is_valid_json_in_kube_schedulers_shape(names: list[str], score: int) -> None:
-    text = host_priority_list(names, dict.fromkeys(names[::2], score))
-    decoded = json.loads(text)
-    assert [h["Host"] for h in decoded] == names
-    assert all(list(h) == ["Host", "Score"] and 0 <= h["Score"] <= 10 for h in decoded)
-    expect = {n: min(10, max(0, score)) for n in names[::2]}
-    assert all(h["Score"] == expect.get(h["Host"], 0) for h in decoded if h["Host"] not in names[1::2])
+    scores = [score if i % 2 == 0 else 0 for i in range(len(names))]
+    expect = [{"Host": n, "Score": min(10, max(0, s))} for n, s in zip(names, scores, strict=True)]
+    for column in (scores, np.array(scores, np.int64)):  # the gang path's list, the core's array
+        raw = host_priority_list(names, column)
+        assert json.loads(raw) == expect
+        assert raw == json.dumps(expect, separators=(",", ":")).encode()  # the stdlib's bytes
+
+
+def _json_values(floats: bool) -> st.SearchStrategy[object]:
+    scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text()
+    if floats:
+        scalars = scalars | st.floats(allow_nan=False, allow_infinity=False)
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values(floats=False))
+def test_reply_bytes_are_the_standard_librarys(value: object) -> None:
+    """The fast encoder writes what json.dumps wrote: non-ASCII and DEL escaped, big ints exact."""
+    assert dumps(value) == json.dumps(value, separators=(",", ":")).encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_json_values(floats=True))
+def test_replies_with_floats_decode_to_the_same_value(value: object) -> None:
+    """Floats may be spelled differently (1e-7 for 1e-07), never valued differently."""
+    raw = dumps(value)
+    assert json.loads(raw) == json.loads(json.dumps(value)) == value
+
+
+@given(raw=st.binary(max_size=40) | st.text(max_size=20).map(str.encode))
+def test_bodies_are_accepted_exactly_when_json_accepts_them(raw: bytes) -> None:
+    try:
+        expected = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        with pytest.raises((ValueError, UnicodeDecodeError)):
+            loads(raw)
+        return
+    got = loads(raw)
+    assert got == expected or (got != got and expected != expected)  # NaN

@@ -99,6 +99,29 @@ def test_invalid_device_cr_is_a_reason_until_fixed() -> None:
     assert "gpu-1" not in cache.device_errors and fits(cache, 8, "gpu-1")
 
 
+def test_filter_verdicts_agree_with_the_per_node_filter() -> None:
+    """The extender's column-built answer says what `filter` says, node for node and in order,
+    an invalid Device CR and an unknown node included."""
+    cache = cache_with("gpu-1", "gpu-2", "gpu-3")
+    broken = stamped(device("gpu-2"))
+    broken["spec"]["devices"][0]["minor"] = "zero"
+    cache.apply(DEVICES, "MODIFIED", broken)
+    cache.apply(PODS, "ADDED", bound("busy", "gpu-3", list(range(8))))
+    names = ["gpu-3", "ghost", "gpu-2", "gpu-1"]
+    for gpus in (1, 8):
+        req = cache.core.request(pod(f"p{gpus}", gpus=gpus))
+        passed, rejections = cache.filter(req, names)
+        verdicts = cache.filter_verdicts(req, names)
+        assert verdicts.passed == passed == ["gpu-1"]
+        for part in (verdicts.failed, verdicts.unresolvable):
+            assert list(part) == [name for name in rejections if name in part]  # the order asked
+        both = {**verdicts.failed, **verdicts.unresolvable}
+        assert both == {name: rej.message for name, rej in rejections.items()}
+        assert {n for n, r in rejections.items() if r.unresolvable} == set(verdicts.unresolvable)
+        assert "Device CR is invalid" in verdicts.unresolvable["gpu-2"]
+        assert verdicts.failed["ghost"] == "node is not in the allocator's cache yet"
+
+
 def test_reservation_holds_until_the_pod_shows_up_bound() -> None:
     cache = cache_with("gpu-1")
     p = stamped(pod("w", gpus=8))

@@ -32,7 +32,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.service.coreadapter import NOT_IN_CACHE, CoreAdapter, PodRequest, PodUsage, Rejection
+import numpy as np
+
+from allocator.service.coreadapter import (
+    NOT_IN_CACHE,
+    CoreAdapter,
+    FilterVerdicts,
+    PodRequest,
+    PodUsage,
+    Rejection,
+)
 from allocator.service.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
 from allocator.service.metrics import Metrics
 from apis import keys
@@ -326,9 +335,23 @@ class ClusterCache:
                 failed[name] = problem
         return passed, failed
 
+    def filter_verdicts(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
+        """`filter` as the extender replies it (passed, failed and unresolvable messages, counts
+        per reason code), without a per-node Python loop."""
+        verdicts = self.core.filter_verdicts(req, names)
+        errors = self.device_errors
+        if errors and any(n in verdicts.failed or n in verdicts.unresolvable for n in errors):
+            # Rare (a Device CR that does not decode): the per-node path, which keeps the order.
+            return FilterVerdicts.from_rejections(*self.filter(req, names))
+        return verdicts
+
     def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
         """The core's 0..10 for the names (0 for nodes the cache does not know)."""
         return self.core.score(req, names)
+
+    def score_column(self, req: PodRequest, names: Sequence[str]) -> np.ndarray:
+        """`score` as an int64 array aligned with `names`."""
+        return self.core.score_column(req, names)
 
     def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection:
         """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume").

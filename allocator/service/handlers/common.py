@@ -2,6 +2,13 @@
 
 Bad input is the client's problem and gets a 400 with the reason (kube-scheduler never reads a
 non-200 body, wire fact 1, but a person with curl does). A 500 only ever means a bug here.
+
+Bodies are decoded and encoded with orjson: a 5,000-node filter reply costs ~1 ms in the standard
+library's encoder and ~0.1 ms in orjson. Both fall back to the standard library wherever the two
+could differ, so what is accepted and the bytes written stay those of `json`. The exceptions are
+numbers no Kubernetes object holds (its API has no float fields, and Go writes no NaN): a float is
+written in orjson's shortest form (`1e-7` where `json` wrote `1e-07`, the same value), NaN and
+Infinity (accepted through the fallback) as null, and an integer beyond 64 bits decodes as a float.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import orjson
 from aiohttp import web
 
 from apis.errors import CodecError
@@ -28,7 +36,7 @@ async def parse_body(request: web.Request, decode: Callable[[Any], T]) -> T:
     if not raw:
         raise BadRequest("empty request body")
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from None
     try:
@@ -39,10 +47,38 @@ async def parse_body(request: web.Request, decode: Callable[[Any], T]) -> T:
         raise BadRequest(f"malformed request: {exc!r}") from None
 
 
+def loads(raw: bytes) -> Any:
+    """`json.loads`, fast. orjson refuses what strict JSON refuses (NaN, lone surrogates, UTF-16);
+    `json` then decides, so a body is accepted exactly when it was before."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def dumps(payload: Any) -> bytes:
+    """`json.dumps(payload, separators=(",", ":")).encode()`, fast, byte for byte: orjson writes
+    non-ASCII text and DEL raw where `json` escapes them, and refuses ints beyond 64 bits and
+    non-string keys, so those few payloads go to `json`."""
+    try:
+        out = orjson.dumps(payload)
+    except TypeError:  # orjson.JSONEncodeError
+        out = b""
+    if out and out.isascii() and b"\x7f" not in out:  # json escapes DEL too
+        return out
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
 def json_reply(request: web.Request, payload: Any, result: str = "ok") -> web.Response:
+    """A 200 with `payload` as JSON (a str or bytes payload is already JSON)."""
     request[RESULT] = result
-    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    return web.Response(text=text, content_type="application/json")
+    if isinstance(payload, str):
+        body = payload.encode()
+    elif isinstance(payload, bytes):
+        body = payload
+    else:
+        body = dumps(payload)
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
 def bad_request(request: web.Request, message: str) -> web.Response:

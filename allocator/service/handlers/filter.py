@@ -14,11 +14,11 @@ add to kube-scheduler's own checks.
 from __future__ import annotations
 
 from collections import Counter
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from allocator.service.coreadapter import FilterVerdicts
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
 from apis.extender import ExtenderArgs
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 # At most this many distinct reasons in one Event note.
 EVENT_REASONS = 3
-_code = attrgetter("code")
 
 
 async def handle(request: web.Request, svc: Allocator) -> web.Response:
@@ -39,25 +38,20 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
     req = svc.core.request(args.pod)
     # A gang member's verdict comes from its gang's plan (allocator/gang/extender.py).
     steered = svc.gang.steering.filter(req, names) if svc.gang is not None else None
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
     if req.invalid is not None:
-        passed: list[str] = []
-        unresolvable = dict.fromkeys(names, req.invalid.message)
-        codes = Counter({req.invalid.code: len(names)})
+        verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))
+        verdicts.codes[req.invalid.code] = len(names)
         result = "invalid_request"
     elif steered is None and not req.wants_devices:
-        passed, codes, result = names, Counter(), "no_devices"
+        verdicts, result = FilterVerdicts(names), "no_devices"
     else:
-        passed, rejections = steered if steered is not None else svc.cache.filter(req, names)
-        if any(rej.unresolvable for rej in rejections.values()):
-            for name, rej in rejections.items():
-                (unresolvable if rej.unresolvable else failed)[name] = rej.message
-        else:
-            failed = {name: rej.message for name, rej in rejections.items()}
-        codes = Counter(map(_code, rejections.values()))
-        result = "ok" if passed else "no_fit"
-    for code, count in codes.items():
+        if steered is not None:
+            verdicts = FilterVerdicts.from_rejections(*steered)
+        else:  # the columns' answer, no per-node Python (docs/service.md, performance)
+            verdicts = svc.cache.filter_verdicts(req, names)
+        result = "ok" if verdicts.passed else "no_fit"
+    passed, failed, unresolvable = verdicts.passed, verdicts.failed, verdicts.unresolvable
+    for code, count in verdicts.codes.items():
         svc.metrics.node_rejections.labels(code).inc(count)
     if not passed and names and steered is None:  # the gang controller explains a held member
         _event(svc, args, failed, unresolvable)
