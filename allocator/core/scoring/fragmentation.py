@@ -27,7 +27,7 @@ itself (exact, node-independent: which hole the task completes best); then a sta
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -97,17 +97,31 @@ def placement_options(
     """
     cpu_after = cpu_free_milli - task.cpu_milli
     before = node_fragment(free_pct, cpu_free_milli, mix)
+    return [
+        Placement(gpus, node_fragment(after, cpu_after, mix) - before)
+        for gpus, after in candidate_fills(free_pct, task)
+    ]
+
+
+def candidate_fills(
+    free_pct: Sequence[int], task: TaskShape
+) -> Iterator[tuple[tuple[int, ...], Sequence[int]]]:
+    """The distinct GPU choices for ``task`` on a node, each with the per-GPU free shares after it:
+    nothing for a CPU-only task, the lowest-index fully free GPUs for whole GPUs (none when too
+    few), and for a sharing task each GPU with enough free share (equal free shares give equal
+    results, so the lowest index stands for them). The yielded list is reused: read it before
+    asking for the next."""
     if task.cpu_only:
-        return [Placement((), node_fragment(free_pct, cpu_after, mix) - before)]
-    if task.gpu_pct == 100:
+        yield (), free_pct
+        return
+    if task.gpu_pct == FULL:
         picked = whole_gpu_pick(free_pct, task.gpu_count)
-        if picked is None:
-            return []
-        after = list(free_pct)
-        for i in picked:
-            after[i] = 0
-        return [Placement(picked, node_fragment(after, cpu_after, mix) - before)]
-    options: list[Placement] = []
+        if picked is not None:
+            after = list(free_pct)
+            for i in picked:
+                after[i] = 0
+            yield picked, after
+        return
     seen: set[int] = set()
     after = list(free_pct)
     for i, free in enumerate(free_pct):
@@ -115,9 +129,8 @@ def placement_options(
             continue
         seen.add(free)
         after[i] = free - task.gpu_pct
-        options.append(Placement((i,), node_fragment(after, cpu_after, mix) - before))
+        yield (i,), after
         after[i] = free
-    return options
 
 
 def best_placement(
@@ -302,26 +315,9 @@ def score_node(
         key = rank_key(node_cost, hole)
         return NodeScore(key_value(key), gpus, node_cost, hole, key)
 
-    if task.cpu_only:
-        return scored((), free_pct)
-    if task.gpu_pct == FULL:
-        picked = whole_gpu_pick(free_pct, task.gpu_count)
-        if picked is None:
-            return None
-        after = list(free_pct)
-        for i in picked:
-            after[i] = 0
-        return scored(picked, after)
     best: NodeScore | None = None
-    seen: set[int] = set()
-    after = list(free_pct)
-    for i, free in enumerate(free_pct):
-        if free < task.gpu_pct or free in seen:
-            continue
-        seen.add(free)
-        after[i] = free - task.gpu_pct
-        option = scored((i,), after)
-        after[i] = free
+    for gpus, after in candidate_fills(free_pct, task):
+        option = scored(gpus, after)
         if best is None or option.key > best.key:
             best = option
     return best
