@@ -94,11 +94,16 @@ class Policy:
         *,
         observe: bool = True,
     ) -> Allocation:
-        """Allocate on the chosen node through the core (taking ``gpus`` for a shared pod) and
-        count the pod there."""
-        allocation = cluster.allocate(node, req, gpus)
+        """Allocate on the chosen node through the core (`allocate`) and count the pod there."""
+        allocation = self.allocate(cluster, node, req, gpus)
         cluster.assign(node, req, allocation, observe=observe)
         return allocation
+
+    def allocate(
+        self, cluster: SimCluster, node: int, req: SimRequest, gpus: tuple[int, ...] | None
+    ) -> Allocation:
+        """The core's device choice on the node, taking ``gpus`` for a shared pod."""
+        return cluster.allocate(node, req, gpus)
 
 
 class RandomPolicy(Policy):
@@ -308,18 +313,11 @@ class TopoallocPolicy(Policy):
             raise ValueError(f"{req.key}: no feasible node to rank")
         return cluster.index[best], None
 
-    def place(
-        self,
-        cluster: SimCluster,
-        node: int,
-        req: SimRequest,
-        gpus: tuple[int, ...] | None,
-        *,
-        observe: bool = True,
+    def allocate(
+        self, cluster: SimCluster, node: int, req: SimRequest, gpus: tuple[int, ...] | None
     ) -> Allocation:
-        allocation = cluster.allocate(node, req, scoring=self.config.device_scoring, scorer=self.scorer)
-        cluster.assign(node, req, allocation, observe=observe)
-        return allocation
+        """The production bind path: the GPUs the scorer assumed (``gpus`` is unused)."""
+        return cluster.allocate(node, req, scoring=self.config.device_scoring, scorer=self.scorer)
 
 
 def oracle_config(mix: WorkloadMix, base: ScoringConfig | None = None) -> ScoringConfig:
