@@ -60,6 +60,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "window2000": {"fragmentation": {"window": 2000}},
     "window500": {"fragmentation": {"window": 500}},
     "refresh50": {"fragmentation": {"refreshEvery": 50}},
+    "tol0": {"fragmentation": {"tolerance": 0.0}},
+    "tol02": {"fragmentation": {"tolerance": 0.02}},
+    "tol05": {"fragmentation": {"tolerance": 0.05}},
+    "tol10": {"fragmentation": {"tolerance": 0.10}},
     "arrivals": {"arrivals": True},
     "nopressure": {"pressure": False},
 }

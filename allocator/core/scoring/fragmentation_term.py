@@ -65,6 +65,7 @@ class FragmentationSettings:
       refreshEvery: 200   # rebuild the mix after this many placements
       priorWeight: 500    # the prior counts as this many pods
       coverage: 0.95      # keep the most frequent shapes until they cover this share
+      tolerance: 0.05     # adopt a rebuilt mix only if it moved more than this (total variation)
       prior:              # optional seed mix; gpuShare is percent of one GPU per GPU
         - {cpu: "4", memory: 16Gi, gpuShare: 50, gpus: 1, weight: 3}
         - {cpu: "16", gpuShare: 100, gpus: 8, models: [H100-80GB-HBM3], weight: 1}
@@ -75,6 +76,7 @@ class FragmentationSettings:
     refresh_every: int = 200
     prior_weight: float = 500.0
     coverage: float = DEFAULT_COVERAGE
+    tolerance: float = 0.05
     prior: tuple[tuple[TaskShape, float], ...] = ()
 
     def __post_init__(self) -> None:
@@ -82,12 +84,14 @@ class FragmentationSettings:
             raise ValueError("fragmentation.window and fragmentation.refreshEvery must be positive")
         if self.prior_weight < 0 or not 0 < self.coverage <= 1:
             raise ValueError("fragmentation.priorWeight must be >= 0 and coverage in (0, 1]")
+        if not 0 <= self.tolerance < 1:
+            raise ValueError("fragmentation.tolerance must be in [0, 1)")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> FragmentationSettings:
         """Raises ValueError naming the bad field."""
         data = dict(data or {})
-        unknown = set(data) - {"window", "refreshEvery", "priorWeight", "coverage", "prior"}
+        unknown = set(data) - {"window", "refreshEvery", "priorWeight", "coverage", "tolerance", "prior"}
         if unknown:
             raise ValueError(f"unknown fragmentation settings: {', '.join(sorted(unknown))}")
         prior = []
@@ -114,6 +118,7 @@ class FragmentationSettings:
                 refresh_every=int(data.get("refreshEvery", cls.refresh_every)),
                 prior_weight=float(data.get("priorWeight", cls.prior_weight)),
                 coverage=float(data.get("coverage", cls.coverage)),
+                tolerance=float(data.get("tolerance", cls.tolerance)),
                 prior=tuple(prior),
             )
         except TypeError as exc:
@@ -125,6 +130,7 @@ class FragmentationSettings:
             "refreshEvery": self.refresh_every,
             "priorWeight": self.prior_weight,
             "coverage": self.coverage,
+            "tolerance": self.tolerance,
         }
         if self.prior:
             out["prior"] = [
@@ -220,6 +226,7 @@ class FragmentationTerm:
             prior_weight=s.prior_weight,
             coverage=s.coverage,
             refresh_every=s.refresh_every,
+            tolerance=s.tolerance,
         )
         self._mix: WorkloadMix | None = None
         self._version = 0

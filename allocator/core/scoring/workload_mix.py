@@ -161,6 +161,13 @@ class WorkloadMix:
                 break
         return cls(tuple(s for s, _ in kept), tuple(c / covered for _, c in kept))
 
+    def distance(self, other: WorkloadMix) -> float:
+        """Total variation distance: the probability mass that would have to move to turn one
+        mix into the other (0 for equal mixes, 1 for mixes with no shape in common)."""
+        mine = dict(zip(self.shapes, self.weights, strict=True))
+        theirs = dict(zip(other.shapes, other.weights, strict=True))
+        return 0.5 * sum(abs(mine.get(s, 0.0) - theirs.get(s, 0.0)) for s in mine.keys() | theirs.keys())
+
     @classmethod
     def from_tasks(cls, tasks: Iterable[TaskShape], coverage: float = DEFAULT_COVERAGE) -> WorkloadMix:
         return cls.from_counts(Counter(tasks), coverage)
@@ -244,7 +251,9 @@ class OnlineMix:
     The prior counts as ``prior_weight`` tasks spread by its probabilities, so with a full window
     of ``window`` tasks the prior keeps ``prior_weight / (prior_weight + window)`` of the say. With
     no prior the mix is the window alone. :meth:`mix` is recomputed at most every
-    ``refresh_every`` observations, so a scorer can call it per pod.
+    ``refresh_every`` observations, so a scorer can call it per pod, and a recomputed mix replaces
+    the current one only when it moved more than ``tolerance`` (total variation distance): each
+    replacement makes a scorer rescore every node, and a steady workload's window only wobbles.
     """
 
     def __init__(
@@ -255,9 +264,13 @@ class OnlineMix:
         prior_weight: float = 500.0,
         coverage: float = DEFAULT_COVERAGE,
         refresh_every: int = 50,
+        tolerance: float = 0.0,
     ) -> None:
         if window <= 0 or refresh_every <= 0 or prior_weight < 0:
             raise ValueError("window and refresh_every must be positive, prior_weight non-negative")
+        if not 0 <= tolerance < 1:
+            raise ValueError("tolerance must be in [0, 1)")
+        self._tolerance = tolerance
         self._prior = prior
         self._prior_weight = prior_weight if prior is not None else 0.0
         self._recent: deque[TaskShape] = deque(maxlen=window)
@@ -286,6 +299,8 @@ class OnlineMix:
                     counts[s] += w * self._prior_weight
             for s, c in self._counts.items():
                 counts[s] += c
-            self._mix = WorkloadMix.from_counts(counts, self._coverage)
+            fresh = WorkloadMix.from_counts(counts, self._coverage)
+            if self._mix is None or fresh.distance(self._mix) > self._tolerance:
+                self._mix = fresh
             self._since_refresh = 0
         return self._mix

@@ -86,13 +86,13 @@ def test_the_term_is_score_node_on_the_nodes_summaries() -> None:
 
 
 def test_the_mix_is_learned_from_the_first_placement_and_the_scorer_refreshes() -> None:
-    term = FragmentationTerm(FragmentationSettings(refresh_every=4))
+    term = FragmentationTerm(FragmentationSettings(refresh_every=4, tolerance=0.0))
     scorer = NodeScorer(ScoringConfig(), {"fragmentation": term})
-    req = pod_request(pod(gpus(1, cpu="4")))
+    one, half = pod_request(pod(gpus(1, cpu="4"))), pod_request(pod({CORE: "50", RATIO: "50", "cpu": "2"}))
     start = term.version()
     versions, keys_ = [], []
-    for _ in range(9):
-        scorer.observe(req)
+    for i in range(9):
+        scorer.observe(half if i % 2 else one)  # every rebuilt mix differs from the last
         scorer.sync()
         versions.append(term.version() - start)
         keys_.append(scorer.key)
@@ -100,7 +100,30 @@ def test_the_mix_is_learned_from_the_first_placement_and_the_scorer_refreshes() 
     # have come since the last build (after 1, 2, 3, 5 placements), then every 4 (after 9)
     assert versions == [1, 2, 3, 3, 4, 4, 4, 4, 5]
     assert len(set(keys_)) == 5 and keys_[3] == keys_[2]  # cached scores dropped only on a change
-    assert term.mix().shapes == (TaskShape(4000, 100, 1),)
+    mix = term.mix()
+    assert dict(zip(mix.shapes, mix.weights, strict=True)) == pytest.approx(
+        {TaskShape(4000, 100, 1): 5 / 9, TaskShape(2000, 50, 1): 4 / 9}
+    )
+
+
+def test_a_steady_workload_keeps_the_scores_cached() -> None:
+    """With the default tolerance a rebuilt mix equal to the one in use changes nothing, so the
+    scorer keeps every cached score; a new shape taking over the window does refresh it."""
+    term = FragmentationTerm(FragmentationSettings(refresh_every=4))
+    scorer = NodeScorer(ScoringConfig(), {"fragmentation": term})
+    one, half = pod_request(pod(gpus(1, cpu="4"))), pod_request(pod({CORE: "50", RATIO: "50", "cpu": "2"}))
+    scorer.observe(one)
+    scorer.sync()
+    key = scorer.key
+    for _ in range(12):
+        scorer.observe(one)
+        scorer.sync()
+    assert scorer.key == key
+    for _ in range(8):
+        scorer.observe(half)
+        scorer.sync()
+    assert scorer.key != key
+    assert TaskShape(2000, 50, 1) in term.mix().shapes
 
 
 def test_settings_from_config() -> None:
@@ -108,6 +131,7 @@ def test_settings_from_config() -> None:
 fragmentation:
   window: 300
   refreshEvery: 20
+  tolerance: 0.1
   prior:
     - {cpu: "4", memory: 16Gi, gpuShare: 50, gpus: 1, weight: 3}
     - {cpu: 500m, weight: 1}
@@ -115,7 +139,7 @@ fragmentation:
 """
     cfg = ScoringConfig.from_yaml(text)
     s = cfg.fragmentation
-    assert (s.window, s.refresh_every, s.prior_weight) == (300, 20, 500.0)
+    assert (s.window, s.refresh_every, s.prior_weight, s.tolerance) == (300, 20, 500.0, 0.1)
     mix = s.prior_mix()
     assert mix is not None and dict(zip(mix.shapes, mix.weights, strict=True)) == pytest.approx(
         {
@@ -129,6 +153,7 @@ fragmentation:
     assert term.mix().shapes  # seeded by the prior before any pod is seen
     for bad in (
         {"window": 0},
+        {"tolerance": 1.5},
         {"colour": 1},
         {"prior": [{"gpus": 2, "gpuShare": 50}]},
         {"prior": [{"cpu": "x"}]},

@@ -95,3 +95,35 @@ def test_online_mix_refreshes_geometrically_while_the_window_fills() -> None:
     assert sorted(third.weights) == pytest.approx([1 / 3] * 3)
     online.observe(CPU)  # 1 since the build < 4 // 2: kept
     assert online.mix() is third
+
+
+def test_distance_is_the_probability_mass_that_moved() -> None:
+    a = WorkloadMix((HALF, WHOLE), (0.5, 0.5))
+    assert a.distance(a) == 0.0
+    assert a.distance(WorkloadMix((HALF, WHOLE), (0.8, 0.2))) == pytest.approx(0.3)
+    assert a.distance(WorkloadMix((CPU,), (1.0,))) == pytest.approx(1.0)  # nothing in common
+    assert WorkloadMix((CPU,), (1.0,)).distance(a) == pytest.approx(1.0)
+
+
+def test_online_mix_keeps_its_mix_while_the_workload_only_wobbles() -> None:
+    online = OnlineMix(window=100, refresh_every=10, coverage=1.0, tolerance=0.05)
+    for _ in range(50):
+        online.observe(HALF)
+        online.observe(WHOLE)
+    steady = online.mix()
+    for _ in range(3):  # 51 HALF : 49 WHOLE over the window, 0.01 from the mix in use
+        online.observe(HALF)
+        online.observe(HALF)
+        online.observe(WHOLE)
+        online.observe(WHOLE)
+    online.observe(HALF)
+    for _ in range(9):
+        online.observe(HALF if _ % 2 else WHOLE)
+    assert online.mix() is steady
+    for _ in range(20):  # the window turns towards HALF: 0.1 or more has moved
+        online.observe(HALF)
+    moved = online.mix()
+    assert moved is not steady
+    assert dict(zip(moved.shapes, moved.weights, strict=True))[HALF] > 0.55
+    with pytest.raises(ValueError):
+        OnlineMix(tolerance=1.0)
