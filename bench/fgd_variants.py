@@ -5,7 +5,8 @@
 Each variant is the production `topoalloc` policy (the core's NodeScorer and ClusterState, as
 `topoalloc simulate` runs it) with one of its constants changed for that run: the hole horizon
 (`fragmentation.HORIZON`), the node-cost step (`NODE_STEP_PCT`), the model-pressure rounding
-(`fragmentation_term.PRESSURE_LEVELS`), the component weights or the mix's settings. Prints
+(`fragmentation_term.PRESSURE_LEVELS`), the CPU budget's step (`CPU_BUDGET_STEP_MILLI`; `nobudget`
+leaves the budget out), the component weights or the mix's settings. Prints
 unallocated GPU % at 100% arrived, mean ± SD over the seeds, and the per-seed values. Two worker
 processes. Compare means over 10 seeds; single seeds differ by more than most of these changes.
 """
@@ -36,6 +37,8 @@ BASE: dict[str, Any] = {
     "fragmentation": None,
     "arrivals": False,
     "pressure": True,
+    "cpu_budget": frag.CPU_BUDGET_STEP_MILLI,
+    "budget": True,
 }
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
@@ -64,6 +67,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tol02": {"fragmentation": {"tolerance": 0.02}},
     "tol05": {"fragmentation": {"tolerance": 0.05}},
     "tol10": {"fragmentation": {"tolerance": 0.10}},
+    "budget1000": {"cpu_budget": 1000},
+    "nobudget": {"budget": False},
+    "budget4000": {"cpu_budget": 4000},
     "arrivals": {"arrivals": True},
     "nopressure": {"pressure": False},
 }
@@ -88,6 +94,7 @@ class LearnFromArrivals(TopoallocPolicy):
 
 
 PRESSURE_OF = term.FragmentationTerm._pressure_of
+CPU_STARVED = frag.cpu_starved
 
 
 def _no_pressure(_term: Any, _state: Any) -> float:
@@ -102,6 +109,8 @@ def factory(options: dict[str, Any]) -> PolicyFactory:
         frag.score_node.__kwdefaults__["horizon"] = o["horizon"]
         frag.NODE_STEP_PCT = o["step"]
         term.PRESSURE_LEVELS = o["levels"]
+        frag.CPU_BUDGET_STEP_MILLI = o["cpu_budget"]
+        frag.cpu_starved = CPU_STARVED if o["budget"] else lambda *_args: 0.0
         # without pressure every node sees 0; set on every run, as a worker runs several variants
         term.FragmentationTerm._pressure_of = PRESSURE_OF if o["pressure"] else _no_pressure  # type: ignore[method-assign]
         config = ScoringConfig.from_dict({k: o[k] for k in ("weights", "fragmentation") if o[k] is not None})

@@ -35,7 +35,8 @@ import numpy as np
 from allocator.core.features import CPU_FREE, FREE_PCT, GPU_IDLE_PCT, GPU_MODEL, MEMORY_FREE
 from allocator.core.nodetable import NodeTable, combine_keys
 from allocator.core.request import PodRequest
-from allocator.core.scoring.fragmentation import NodeScore, score_node
+from allocator.core.scoring import fragmentation
+from allocator.core.scoring.fragmentation import NodeScore, cpu_budget_step, score_node
 from allocator.core.scoring.grouped import Group, GroupedScore
 from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, TaskShape, WorkloadMix
 from allocator.core.state import NodeState
@@ -319,9 +320,10 @@ class FragmentationTerm:
         """`score_node` for this pod on a node, remembered per node state until the mix changes.
 
         The measure reads free CPU and free memory only through which of the mix's CPU and
-        memory requests fit in them, before and after the pod's own request is taken, and the
-        model pressure of the node's GPU model; the memo keys exactly those, so nodes of one type
-        whose GPUs are in the same state share the result."""
+        memory requests fit in them, before and after the pod's own request is taken, free CPU
+        also in whole CPU-budget steps (`cpu_budget_step`), and the model pressure of the node's
+        GPU model; the memo keys exactly those, so nodes of one type whose GPUs are in the same
+        state share the result."""
         shape = task_shape(req)
         if shape is None:
             return None
@@ -349,6 +351,8 @@ class FragmentationTerm:
                 bisect_right(cpu_cuts, cpu - need),
                 bisect_right(mem_cuts, mem),
                 bisect_right(mem_cuts, mem - need_mem),
+                cpu_budget_step(cpu),
+                cpu_budget_step(cpu - need),
                 pressure,
             )
             result = memo.get(key, _MISSING)
@@ -375,8 +379,9 @@ class FragmentationTerm:
 
     def _grouping(self, req: PodRequest, mix: WorkloadMix) -> Group:
         """Nodes with one memo key (GPU model, per-GPU free share, free CPU's and free memory's
-        positions among the mix's requests before and after the pod; the pressure is the
-        model's) get one score: found for many nodes at once from the `NodeTable` columns."""
+        positions among the mix's requests before and after the pod, free CPU's budget steps
+        before and after; the pressure is the model's) get one score: found for many nodes at
+        once from the `NodeTable` columns."""
         shape = task_shape(req)
         need = 0 if shape is None else shape.cpu_milli
         need_mem = 0 if shape is None else shape.memory_mib
@@ -386,7 +391,8 @@ class FragmentationTerm:
             free = table.feature(FREE_PCT)[slots]
             cpu = table.feature(CPU_FREE)[slots]
             mem = table.feature(MEMORY_FREE)[slots] // MIB
-            keys_ = [np.zeros(len(slots), np.int64) for _ in range(4)]
+            step = fragmentation.CPU_BUDGET_STEP_MILLI  # cpu_budget_step, on the columns
+            keys_ = [np.zeros(len(slots), np.int64) for _ in range(4)] + [cpu // step, (cpu - need) // step]
             for ident in np.unique(models).tolist():
                 cpu_cuts, mem_cuts = self._cuts_of(table.value(GPU_MODEL, ident), mix)
                 if max(map(abs, (need, need_mem, *cpu_cuts, *mem_cuts)), default=0) >= _EXACT_INT:

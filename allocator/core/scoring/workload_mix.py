@@ -112,6 +112,17 @@ class CompiledMix:
     groups: tuple[ShapeGroup, ...]
 
     @cached_property
+    def cpu_per_gpu_pct(self) -> float:
+        """CPU (milli-cores) the mix's GPU tasks on this model request per GPU percent they take,
+        over all of them (ratio of the weighted sums); 0 without GPU tasks."""
+        cpu = gpu = 0.0
+        for g in self.groups:
+            for c, w in zip(g.cpus, g.weights, strict=True):
+                cpu += w * c
+                gpu += w * g.gpu_pct * g.gpu_count
+        return cpu / gpu if gpu else 0.0
+
+    @cached_property
     def sharing_weights(self) -> tuple[tuple[int, float], ...]:
         """(per-GPU share, total weight) of the GPU-sharing groups, ascending by share."""
         return tuple((g.gpu_pct, g.total_weight) for g in self.groups if g.gpu_pct < 100)

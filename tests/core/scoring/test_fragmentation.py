@@ -8,6 +8,7 @@ from allocator.core.scoring.fragmentation import (
     NODE_STEP_PCT,
     best_of_draws,
     best_placement,
+    cpu_starved,
     hole_waste_table,
     key_value,
     node_fragment,
@@ -102,11 +103,32 @@ def test_node_waste_by_hand_with_cpu_and_memory() -> None:
     assert node_waste([100, 50], 8_000, mix, 200_000, horizon=1) == pytest.approx(85.5)
     # 32 GiB free: the whole-GPU shape (64 GiB) no longer fits, fresh = 0.3·35 + 0.7·100 = 80.5
     assert node_waste([100, 50], 8_000, mix, 32_768, horizon=1) == pytest.approx(35 + 80.5)
-    # 1.5 cores free: the whole-GPU shape (2 cores) does not fit either; memory unchecked (None)
-    assert node_waste([100, 50], 1_500, mix, None, horizon=1) == pytest.approx(35 + 80.5)
-    # half a core: nothing fits, every idle percent is waste
-    assert node_waste([100, 50], 500, mix, None, horizon=1) == pytest.approx(150)
+    # The CPU budget: the mix's GPU tasks ask 0.3·1000 + 0.3·2000 = 900 milli-cores per
+    # 0.3·50 + 0.3·100 = 45 GPU %, 20 per %. 8 cores feed 400 % >= 150 idle: nothing starved.
+    assert mix.cpu_per_gpu_pct == pytest.approx(20)
+    assert cpu_starved([100, 50], 8_000, mix) == 0.0
+    # 2 cores (one 2-core step) feed 100 %: 50 of the 150 idle starve, on top of the holes' 85.5
+    assert cpu_starved([100, 50], 2_000, mix) == pytest.approx(50)
+    assert node_waste([100, 50], 2_000, mix, None, horizon=1) == pytest.approx(85.5 + 50)
+    assert node_waste([100, 50], 3_999, mix, None, horizon=1) == pytest.approx(85.5 + 50)  # same step
+    # 1.5 cores free: the whole-GPU shape (2 cores) does not fit either (holes 35 + 80.5; memory
+    # unchecked, None), and less than one step feeds nothing: all 150 starve
+    assert node_waste([100, 50], 1_500, mix, None, horizon=1) == pytest.approx(35 + 80.5 + 150)
+    # half a core: nothing fits, every idle percent is waste twice over
+    assert node_waste([100, 50], 500, mix, None, horizon=1) == pytest.approx(150 + 150)
     assert node_waste([0, 0], 0, mix) == 0.0
+
+
+def test_a_cpu_hungry_task_goes_where_it_starves_no_gpu() -> None:
+    """3 cores on a node with 6 free leave one step (100 %) for its 200 idle GPU %: 100 starve.
+    On a node with 20 cores free nothing does, so that node ranks better by 100 % (20 steps)."""
+    task = TaskShape(3_000)
+    tight = score_node([100, 100], 6_000, "M", task, SMALL, horizon=1)
+    roomy = score_node([100, 100], 20_000, "M", task, SMALL, horizon=1)
+    assert tight is not None and roomy is not None
+    assert tight.node_cost == pytest.approx(100) and roomy.node_cost == pytest.approx(0)
+    assert tight.key == (-20, 0) and roomy.key == (0, 0)
+    assert roomy.score > tight.score
 
 
 def test_rank_key_rounds_the_node_cost_and_keeps_the_hole_cost_exact() -> None:
