@@ -1,7 +1,7 @@
 """How fast the allocator answers kube-scheduler: filter + prioritize over HTTPS with mutual TLS
 and one kept-alive connection, as kube-scheduler calls an extender with nodeCacheCapable (NodeNames).
 
-For each cluster size the script seeds the fake API server (tests/support/fakeapi, in a thread)
+For each cluster size the script seeds the fake API server (tests/support/fakeapi, in its own process)
 with Nodes, Device CRs (half DGX H100, half 8x L40S) and bound pods holding random load, starts
 `topoalloc allocator` in its own process against it, waits until /readyz, then plays kube-scheduler
 for a stream of pods of mixed shapes: filter with every node name (the worst case:
