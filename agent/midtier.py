@@ -28,7 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from agent.config import MidTierConfig
-from agent.pods import TERMINAL_PHASES, PodInfo
+from agent.pods import PodInfo
 from apis import resources
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class MidTier:
         live = set()
         readable = self.root.is_dir() and os.access(self.root, os.R_OK)
         for pod in pods:
-            if not self.is_prod(pod) or pod.phase in TERMINAL_PHASES:
+            if not self.is_prod(pod) or pod.phase in resources.TERMINAL_POD_PHASES:
                 continue
             live.add(pod.uid)
             sample = read_pod_cgroup(self.root, pod) if readable else None
@@ -191,7 +191,7 @@ class MidTier:
         if allocatable_cpu_milli is None or allocatable_memory is None:
             return MidResult(None, None, "Node allocatable cpu/memory unknown")
         cgroups_ok = self.sample(pods)
-        prod = [p for p in pods if self.is_prod(p) and p.phase not in TERMINAL_PHASES]
+        prod = [p for p in pods if self.is_prod(p) and p.phase not in resources.TERMINAL_POD_PHASES]
         if prod and not cgroups_ok:
             return MidResult(None, None, f"cgroup root {self.root} not readable")
         usage = self.node_usage()

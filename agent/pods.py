@@ -18,8 +18,6 @@ from apis.quantity import Quantity
 
 log = logging.getLogger(__name__)
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
-
 
 @dataclass(frozen=True)
 class PodInfo:

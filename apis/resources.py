@@ -13,6 +13,9 @@ class DeviceType(StrEnum):
 
 KOORD = "koordinator.sh/"
 
+#: Pod phases in which a pod holds no node resources and no devices (it has run to completion).
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+
 NVIDIA_GPU = "nvidia.com/gpu"
 AMD_GPU = "amd.com/gpu"
 HYGON_DCU = "dcu.com/gpu"

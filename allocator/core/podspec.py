@@ -130,7 +130,7 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
     spec = pod.get("spec") or {}
     node = spec.get("nodeName") or ""
     phase = (pod.get("status") or {}).get("phase")
-    if phase in ("Succeeded", "Failed"):
+    if phase in rn.TERMINAL_POD_PHASES:
         return PodUsage(key, node, None, 0, 0, 0, 0)
     error = ""
     try:

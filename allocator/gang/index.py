@@ -15,9 +15,9 @@ from typing import Any
 from apis import keys
 from apis.errors import CodecError
 from apis.podgroup import GangRef, gang_of
+from apis.resources import TERMINAL_POD_PHASES
 
 JSON = dict[str, Any]
-TERMINAL = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class MemberPod:
 
     @property
     def active(self) -> bool:
-        return self.phase not in TERMINAL and not self.deleting
+        return self.phase not in TERMINAL_POD_PHASES and not self.deleting
 
     @property
     def gated(self) -> bool:

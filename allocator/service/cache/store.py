@@ -46,11 +46,11 @@ from allocator.service.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
 from allocator.service.metrics import Metrics
 from apis import keys
 from apis.annotations import DeviceAllocations
+from apis.resources import TERMINAL_POD_PHASES
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-TERMINAL_PHASES = ("Succeeded", "Failed")
 # What the core counts for a pod: (node, reservation token or 0, the pod's usage or None)
 Assigned = tuple[str, int, "PodUsage | None"]
 
@@ -260,7 +260,7 @@ class ClusterCache:
             old = None
         spec = pod.get("spec") or {}
         annotation = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
-        active = (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+        active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
         node = spec.get("nodeName") or ""
         containers = spec.get("containers")
         res = self.reservations.get(key)
