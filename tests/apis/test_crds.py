@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from apis.device import Device
 from apis.podgroup import PodGroup
 from tests.apis import strategies as s
-from tests.apis.paths import PROTOCOL_DOC, REPO
+from tests.apis.paths import PROTOCOL_DOC, REPO, require_shared
 
 CRD_DIR = REPO / "deploy" / "crds"
 JUNCTORS = ("allOf", "anyOf", "oneOf", "not")
@@ -110,6 +110,7 @@ def test_printer_columns_point_at_declared_fields(kind: str) -> None:
 
 
 def test_koordinator_shaped_device_validates_against_ours() -> None:
+    require_shared()
     block = next(
         b for b in re.findall(r"```json\n(.*?)```", PROTOCOL_DOC.read_text(), re.S) if '"kind": "Device"' in b
     )

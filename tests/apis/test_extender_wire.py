@@ -15,7 +15,9 @@ from apis.extender import (
     host_priority_list_json,
     parse_host_priority_list,
 )
-from tests.apis.paths import EXTENDER_WIRE
+from tests.apis.paths import EXTENDER_WIRE, require_shared
+
+require_shared()
 
 REQUESTS = sorted(EXTENDER_WIRE.glob("filter-*.request.json")) + sorted(
     EXTENDER_WIRE.glob("prioritize-*.request.json")

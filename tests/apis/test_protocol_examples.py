@@ -17,8 +17,9 @@ from apis.annotations import (
 )
 from apis.device import Device
 from apis.partitions import parse_gpu_partitions
-from tests.apis.paths import PROTOCOL_DOC
+from tests.apis.paths import PROTOCOL_DOC, require_shared
 
+require_shared()
 DOC = PROTOCOL_DOC.read_text()
 
 

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.apis.paths import require_shared
 from tests.support.fakeapi import FakeApiServer, ServerThread
 
 from .wire import Answer, WatchReader, load, normalise, ordered, replay, send, stream_lines
+
+require_shared()
 
 WATCHES = ("watch-pods", "watch-pods-no-bookmarks")
 

@@ -6,11 +6,11 @@ import http.client
 import json
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-WIRE_DIR = Path(__file__).resolve().parents[3] / "shared" / "wire" / "apiserver"
+from tests.apis.paths import APISERVER_WIRE as WIRE_DIR
+
 VOLATILE_METADATA = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "managedFields")
 
 

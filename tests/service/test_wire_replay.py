@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from apis.extender import ExtenderBindingResult, ExtenderFilterResult, parse_host_priority_list
-from tests.apis.paths import EXTENDER_WIRE
+from tests.apis.paths import EXTENDER_WIRE, require_shared
 from tests.service.harness import allocated, running_allocator
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import dgx_h100_device
 
+require_shared()
 FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
 
 

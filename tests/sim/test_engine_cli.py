@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from simulator.engine import OpenbRequests, openb_cluster, replay
 from simulator.openb import OpenbNode, OpenbPod
 from simulator.policies import BestFitPolicy
+from tests.apis.paths import require_shared
 from topoalloc.cli import main
 
 
@@ -42,6 +43,7 @@ def small_cluster(tmp_path: Path) -> Path:
 
 
 def test_simulate_writes_the_json_schema_and_plots(tmp_path: Path) -> None:
+    require_shared()
     out = tmp_path / "r.json"
     result = CliRunner().invoke(
         main,
@@ -78,6 +80,7 @@ def test_simulate_writes_the_json_schema_and_plots(tmp_path: Path) -> None:
 
 
 def test_simulate_rejects_unknown_policy_and_trace(tmp_path: Path) -> None:
+    require_shared()
     bad = CliRunner().invoke(main, ["simulate", "--paper", "default", "--policies", "nope"])
     assert bad.exit_code == 2 and "unknown policy nope" in bad.output
     missing = CliRunner().invoke(main, ["simulate", "--paper", "nosuchtrace", "--no-progress"])

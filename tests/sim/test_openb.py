@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from simulator.openb import TraceError, load_expected, load_nodes, load_pods, resolve_trace, trace_label
+from tests.apis.paths import require_shared
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -55,6 +56,7 @@ def test_missing_column_is_reported(tmp_path: Path) -> None:
 
 
 def test_the_shared_openb_cluster_and_names() -> None:
+    require_shared()
     nodes = load_nodes()
     assert len(nodes) == 1213 and sum(n.gpu_count for n in nodes) == 6212
     path = resolve_trace("multigpu50")
@@ -64,6 +66,7 @@ def test_the_shared_openb_cluster_and_names() -> None:
 
 
 def test_expected_results_of_the_fgd_artifact() -> None:
+    require_shared()
     fgd = load_expected("default")["fgd"][100]
     assert (fgd.mean, fgd.sd, fgd.median) == (4.773, 0.106, 4.770)
     assert load_expected("gpushare20") == {}  # the paper did not run it
