@@ -124,7 +124,10 @@ async def test_restart_mid_gang_redoes_the_plan_and_binds_nothing_against_the_ol
         assert gates_of(pods["m2"]) == [keys.GANG_SCHEDULING_GATE]
 
         await w.admission.delete_pod("squatter")
-        await until(lambda: all(node_of(w.pods()[m]) for m in members), 10)
+        # The binding reaches the API before the kube-scheduler stand-in records its bind: wait for both.
+        await until(
+            lambda: all(node_of(w.pods()[m]) for m in members) and len(w.scheduler.binds) >= len(members), 10
+        )
         pods = w.pods()
         assert double_booked(pods.values()) == []
         assert sorted(node_of(pods[m]) for m in members) == ["n1", "n1", "n2", "n2"]
