@@ -113,17 +113,14 @@ class FragmentationSettings:
             if weight <= 0:
                 raise ValueError(f"{where}.weight: expected a number > 0")
             prior.append((shape, weight))
-        try:
-            return cls(
-                window=int(data.get("window", cls.window)),
-                refresh_every=int(data.get("refreshEvery", cls.refresh_every)),
-                prior_weight=float(data.get("priorWeight", cls.prior_weight)),
-                coverage=float(data.get("coverage", cls.coverage)),
-                tolerance=float(data.get("tolerance", cls.tolerance)),
-                prior=tuple(prior),
-            )
-        except TypeError as exc:
-            raise ValueError(f"fragmentation: {exc}") from None
+        return cls(
+            window=_number(data, "window", cls.window, int),
+            refresh_every=_number(data, "refreshEvery", cls.refresh_every, int),
+            prior_weight=_number(data, "priorWeight", cls.prior_weight, float),
+            coverage=_number(data, "coverage", cls.coverage, float),
+            tolerance=_number(data, "tolerance", cls.tolerance, float),
+            prior=tuple(prior),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -198,6 +195,15 @@ def task_shape(req: PodRequest) -> TaskShape | None:
     else:
         return None
     return TaskShape(req.cpu_milli, pct, g.count, required_gpu_models(req), mem)
+
+
+def _number(data: Mapping[str, Any], key: str, default: Any, kind: Callable[[Any], Any]) -> Any:
+    """``kind(data[key])`` (or the default), a ValueError naming the setting when it is not a number."""
+    value = data.get(key, default)
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"fragmentation.{key}: expected a number, got {value!r}") from None
 
 
 def _mib_up(memory_bytes: int) -> int:

@@ -161,6 +161,10 @@ fragmentation:
     ):
         with pytest.raises(ValueError):
             ScoringConfig.from_dict({"fragmentation": bad})
+    for key in ("window", "refreshEvery", "priorWeight", "coverage", "tolerance"):
+        for value in ("x", [1]):
+            with pytest.raises(ValueError, match=rf"^fragmentation\.{key}: expected a number"):
+                ScoringConfig.from_dict({"fragmentation": {key: value}})
 
 
 def test_memoised_scores_equal_score_node_on_every_state() -> None:
