@@ -24,7 +24,9 @@ from apis import decode as d
 from apis import keys
 from apis.errors import CodecError
 from apis.gojson import sorted_map
+from apis.podresources import device_quantity
 from apis.quantity import Quantity
+from apis.resources import DeviceType
 
 GROUP = "scheduling.koordinator.sh"
 VERSION = "v1alpha1"
@@ -33,6 +35,8 @@ KIND = "Device"
 PLURAL = "devices"
 
 NUMA_UNKNOWN = -1
+KNOWN_TYPES: tuple[str, ...] = tuple(DeviceType)
+_UNKNOWN_TYPE = f"unknown device type (known: {', '.join(KNOWN_TYPES)})"
 
 
 @dataclass
@@ -239,12 +243,13 @@ class DeviceInfo:
     def from_dict(cls, value: Any, path: str) -> DeviceInfo:
         data = d.struct(value, path, cls.FIELDS)
         dtype = d.string(data, "type", path, required=True)
-        if not dtype:
-            raise CodecError(d.join(path, "type"), "must not be empty", dtype)
+        if dtype not in KNOWN_TYPES:
+            # A typo ('GPU', 'gpus') would otherwise drop the node's devices without a word.
+            raise CodecError(d.join(path, "type"), _UNKNOWN_TYPE, dtype)
         resources = {}
         rpath = d.join(path, "resources")
         for name, qty in d.obj(data.get("resources") or {}, rpath).items():
-            resources[name] = Quantity.parse(qty, d.join(rpath, name))
+            resources[name] = device_quantity(name, qty, d.join(rpath, name))
         topo = data.get("topology")
         nvlink = data.get("nvlink")
         return cls(

@@ -21,3 +21,15 @@ class CodecError(ValueError):
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class InputError(ValueError):
+    """Input a person gave that cannot be used, said as `<what> (<where>): <why>`: `what` names the
+    input (a pod file, a flag), `where` points into it (a path, a path and a field), `why` says what
+    is wrong. The CLI prints it after `error: ` and exits 2."""
+
+    def __init__(self, what: str, where: str, why: str) -> None:
+        self.what = what
+        self.where = where
+        self.why = why
+        super().__init__(f"{what} ({where}): {why}" if where else f"{what}: {why}")

@@ -46,7 +46,10 @@ class Quantity:
 
     # -- construction -------------------------------------------------------------------
     @classmethod
-    def parse(cls, value: Any, field: str = "quantity") -> Quantity:
+    def parse(cls, value: Any, field: str = "quantity", *, clamp: bool = True) -> Quantity:
+        """Parse like apimachinery. With `clamp=False` a magnitude beyond 2^63-1 units is an error
+        instead of being capped (what every request and Device field wants: a capped value is a
+        different number than the one written)."""
         if isinstance(value, Quantity):
             return value
         if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -69,6 +72,8 @@ class Quantity:
         nanos = amount * NANO
         # apimachinery rounds non-zero values up (away from zero) to the nearest nano.
         magnitude = -(-nanos.numerator // nanos.denominator)
+        if magnitude > _MAX * NANO and not clamp:
+            raise CodecError(field, "is too large (the largest quantity is 9223372036854775807)", value)
         magnitude = min(magnitude, _MAX * NANO)
         return cls(-magnitude if sign == "-" else magnitude, fmt)
 

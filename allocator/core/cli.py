@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from allocator.core.allocate import Allocation
 from allocator.core.allocate import allocate as allocate_devices
@@ -21,7 +20,8 @@ from allocator.core.reasons import Rejection
 from allocator.core.request import PodRequest, pod_request
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
 from allocator.core.state import NodeState, fits_free, node_facts
-from apis.errors import CodecError
+from apis.documents import load_documents, single_object
+from apis.errors import CodecError, InputError
 from apis.quantity import Format, Quantity
 
 EXIT_FITS, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
@@ -31,32 +31,27 @@ class BadInput(Exception):
     pass
 
 
-def _load(path: Path, what: str) -> Any:
+def _load(path: Path, what: str) -> list[Any]:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BadInput(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+        return load_documents(path, what)
+    except InputError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _object(docs: list[Any], path: Path, what: str, kind: str) -> dict[str, Any]:
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{what} {path} is not valid YAML or JSON: {exc}") from None
-    if len(docs) == 1:
-        return docs[0]
-    return {"kind": "List", "items": docs}
+        return single_object(docs, what, str(path), kind)
+    except InputError as exc:
+        raise BadInput(str(exc)) from None
 
 
-def _object(value: Any, path: Path, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BadInput(f"{what} {path} must hold one object, not {type(value).__name__}")
-    return value
-
-
-def _pods(value: Any, path: Path) -> list[dict[str, Any]]:
-    items = value.get("items") if isinstance(value, dict) and "items" in value else value
-    if isinstance(items, dict):
-        items = [items]
-    if not isinstance(items, list) or not all(isinstance(p, dict) for p in items):
-        raise BadInput(f"assigned pods {path} must be a List of Pods")
+def _pods(docs: list[Any], path: Path) -> list[dict[str, Any]]:
+    items: list[Any] = []
+    for doc in docs:
+        items.extend(doc.get("items") or [] if isinstance(doc, dict) and doc.get("kind") == "List" else [doc])
+    for item in items:
+        if not isinstance(item, dict) or item.get("kind", "Pod") != "Pod":
+            raise BadInput(f"assigned pods ({path}): expected Pods or a List of Pods")
     return items
 
 
@@ -125,9 +120,9 @@ def allocate(
     the pod does not fit and exits 1; exits 2 when an input cannot be read.
     """
     try:
-        device = _object(_load(device_path, "device"), device_path, "device")
-        pod = _object(_load(pod_path, "pod"), pod_path, "pod")
-        node = _object(_load(node_path, "node"), node_path, "node") if node_path else None
+        device = _object(_load(device_path, "device file"), device_path, "device file", "Device")
+        pod = _object(_load(pod_path, "pod file"), pod_path, "pod file", "Pod")
+        node = _object(_load(node_path, "node file"), node_path, "node file", "Node") if node_path else None
         assigned = _pods(_load(assigned_path, "assigned pods"), assigned_path) if assigned_path else []
         state, warnings = build_state(device, node, assigned)
     except BadInput as exc:
@@ -136,6 +131,10 @@ def allocate(
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     req = pod_request(pod)
+    if req.invalid is not None:
+        # A pod Kubernetes or Koordinator would refuse is bad input, not a node that lacks room.
+        click.echo(f"error: pod file ({pod_path}): {req.invalid.message}", err=True)
+        ctx.exit(EXIT_BAD_INPUT)
     scoring = DeviceScoring(device_scoring)
     notes: list[str] = []
     result = allocate_devices(state, req, scoring=scoring, explain=notes)
@@ -184,6 +183,13 @@ def explanation(
             vfs = f", {state.free_vfs(dtype, slot.minor)} free VFs" if slot.vf_groups else ""
             health = "" if slot.health else " unhealthy"
             verdict = "fits" if ok else "does not fit"
+            # The same exclusions the allocator applies, so a line never says "fits" for a
+            # device the choice could not use.
+            hint = req.hint(dtype)
+            if not slot.health:
+                verdict = "unhealthy, not used"
+            elif hint is not None and hint.selector is not None and not hint.selector.matches(slot.labels):
+                verdict = "excluded by the device selector"
             lines.append(
                 f"  {dtype} {slot.minor}{health}: free {_res(free)}{vfs} ({where}); {verdict}, score {score}"
             )

@@ -11,7 +11,8 @@ from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations, parse_device_allocated
 from apis.errors import CodecError
-from apis.quantity import NANO, Quantity
+from apis.podresources import resource_quantity
+from apis.quantity import NANO
 
 # kube-scheduler's defaults for containers without a cpu / memory request (scoring only).
 DEFAULT_CPU_MILLI = 100
@@ -94,7 +95,7 @@ def _resource_list(value: Any, where: str) -> dict[str, int]:
         return {}
     if not isinstance(value, dict):
         raise CodecError(where, "expected a map of quantities", value)
-    return {str(k): Quantity.parse(v, f"{where}.{k}").nanos for k, v in value.items()}
+    return {str(k): resource_quantity(str(k), v, f"{where}.{k}").nanos for k, v in value.items()}
 
 
 def _nonzero(reqs: Mapping[str, int], name: str) -> int:

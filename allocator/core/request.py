@@ -303,12 +303,10 @@ def _convert(dtype: str, subset: dict[str, int]) -> dict[str, int]:
     rule = _GPU_COMBINATIONS.get(names)
     if rule is None or not _combination_ok(rule, subset):
         listed = " ".join(sorted(names))
-        raise _Invalid(
-            rs.invalid(
-                rs.INVALID_COMBINATION.format(names=listed),
-                f"unsupported combination of GPU resources: {', '.join(sorted(names))}",
-            )
-        )
+        message = f"unsupported combination of GPU resources: {', '.join(sorted(names))}"
+        if rule is not None:  # a valid set of names with an amount out of range: say which
+            message = _amount_problem(rule, subset)
+        raise _Invalid(rs.invalid(rs.INVALID_COMBINATION.format(names=listed), message))
     for whole in rn.WHOLE_GPU_RESOURCES:
         if whole in subset:
             n = subset[whole]
@@ -316,6 +314,28 @@ def _convert(dtype: str, subset: dict[str, int]) -> dict[str, int]:
     if rn.GPU in subset:
         return {rn.GPU_CORE: subset[rn.GPU], rn.GPU_MEMORY_RATIO: subset[rn.GPU]}
     return dict(subset)
+
+
+def _amount_problem(rule: str, req: Mapping[str, int]) -> str:
+    """Why a combination `_combination_ok` refused is out of range, in the user's terms."""
+    if rule == _PERCENT:
+        for name in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO):
+            if name in req and not _percent_ok(req[name]):
+                return (
+                    f"{name} is a percentage of one GPU: at most 100, or a multiple of 100 for whole GPUs"
+                    f" (got {req[name]})"
+                )
+    if rule == _SHARED:
+        shared = req[rn.GPU_SHARED]
+        for name in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO):
+            if name in req and (req[name] % shared != 0 or req[name] // shared > 100):
+                return (
+                    f"{name} must split evenly over the {shared} shared GPUs, at most 100 each"
+                    f" (got {req[name]})"
+                )
+    if rule == _NPU:
+        return f"{rn.GPU_SHARED} must be 1 and {rn.NPU_DVPP} at most 100 for NPU requests"
+    return "unsupported amounts of GPU resources"
 
 
 def _combination_ok(rule: str, req: Mapping[str, int]) -> bool:

@@ -58,6 +58,18 @@ quantities = st.builds(
 )
 resource_names = st.sampled_from([GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA, "example.com/x"])
 resource_lists = st.dictionaries(resource_names, quantities, max_size=3)
+# What one device may advertise: percentage resources stay within 0..100 (apis.podresources).
+_percent = st.integers(0, 100).map(Quantity.of)
+device_resource_lists = st.fixed_dictionaries(
+    {},
+    optional={
+        GPU_CORE: _percent,
+        GPU_MEMORY_RATIO: _percent,
+        RDMA: _percent,
+        GPU_MEMORY: quantities,
+        "example.com/x": quantities,
+    },
+)
 
 requirements = st.one_of(
     st.builds(
@@ -155,7 +167,7 @@ def devices(draw: st.DrawFn) -> Device:
                     id=draw(st.sampled_from(["", f"GPU-{minor}", f"0000:{minor:02x}:00.0"])),
                     labels=draw(labels),
                     module_id=draw(st.none() | st.integers(0, 7)),
-                    resources=draw(resource_lists),
+                    resources=draw(device_resource_lists),
                     topology=draw(st.none() | topologies),
                     vf_groups=draw(st.lists(vf_groups, max_size=2)),
                     conditions=draw(st.lists(conditions, max_size=1)),
