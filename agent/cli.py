@@ -14,6 +14,8 @@ import click
 import yaml
 
 from agent.config import ConfigError, load_config
+from apis.documents import load_documents
+from apis.errors import InputError
 
 log = logging.getLogger("agent")
 
@@ -70,7 +72,13 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 @click.option(
     "--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="Kubeconfig (default: in-cluster)."
 )
-@click.option("--sysfs-root", default="/sys", show_default=True, help="sysfs root when not using --fixture.")
+@click.option(
+    "--sysfs-root",
+    type=click.Path(exists=True, file_okay=False),
+    default="/sys",
+    show_default=True,
+    help="sysfs root when not using --fixture.",
+)
 @click.option("--resync", type=float, help="Seconds between resyncs (default 10, or the config's).")
 @click.option("--once", is_flag=True, help="Run one pass and exit.")
 @click.option(
@@ -203,7 +211,10 @@ def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -
     if (device_file is None) == (node is None):
         raise click.UsageError("give a DEVICE.yaml or --node NAME")
     if device_file is not None:
-        docs = [d for d in yaml.safe_load_all(Path(device_file).read_text()) if isinstance(d, dict)]
+        try:
+            docs = [d for d in load_documents(device_file, "device file") if isinstance(d, dict)]
+        except InputError as exc:
+            raise click.UsageError(str(exc)) from None
         devices = [d for d in docs if d.get("kind") == "Device"] or docs[:1]
         if not devices:
             raise click.ClickException(f"{device_file}: no Device document")

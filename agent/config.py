@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from apis.documents import load_documents
+from apis.errors import InputError
 from apis.partitions import GPUPartitionTable, parse_gpu_partitions
 
 # Application XIDs that say nothing about the GPU's health (the NVIDIA device plugin's default set):
@@ -134,8 +134,13 @@ def load_config(path: str | Path | None) -> AgentConfig:
     cfg = AgentConfig()
     if path is None:
         return cfg
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+    try:
+        docs = load_documents(path, "agent config")
+    except InputError as exc:
+        raise ConfigError(f"{exc.where}: {exc.why}") from None
+    if len(docs) > 1:
+        raise ConfigError(f"{path}: holds {len(docs)} YAML documents: expected one mapping")
+    data = docs[0] if docs else {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     for key, value in data.items():

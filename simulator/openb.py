@@ -98,15 +98,22 @@ def trace_label(path: Path) -> str:
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     try:
-        handle = path.open(newline="")
+        handle = path.open(newline="", encoding="utf-8-sig")
     except OSError as exc:
-        raise TraceError(f"cannot read {path}: {exc}") from exc
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
     with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in required if c not in (reader.fieldnames or ())]
-        if missing:
-            raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
-        yield from enumerate(reader, start=2)
+        try:
+            reader = csv.DictReader(handle)
+            missing = [c for c in required if c not in (reader.fieldnames or ())]
+            if missing:
+                raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
+            yield from enumerate(reader, start=2)
+        except UnicodeDecodeError as exc:
+            raise TraceError(
+                f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a block)"
+            ) from None
+        except csv.Error as exc:
+            raise TraceError(f"{path}: not a CSV file: {exc}") from None
 
 
 def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from allocator.core.scoring.workload_mix import WorkloadMix
 from apis import keys
+from apis.documents import load_documents, single_object
+from apis.errors import InputError
 from simulator.cluster import RequestFactory, SimRequest
 from simulator.engine import Arrival, OpenbRequests
 from simulator.gang_planner import Gang
@@ -119,9 +119,9 @@ def _job(item: Any, i: int) -> Job:
 def load_workload(path: Path | str) -> Workload:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise TraceError(f"cannot read workload {path}: {exc}") from None
+        data = single_object(load_documents(path, "workload"), "workload", str(path))
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
     return parse_workload(data, path.stem)
 
 

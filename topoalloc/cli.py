@@ -7,6 +7,8 @@ import importlib
 
 import click
 
+from topoalloc.errors import EXIT_TABLE, ConventionGroup, enable_debug
+
 # name -> "module:attribute" of a click command or group
 SUBCOMMANDS: dict[str, str] = {
     "agent": "agent.cli:agent",
@@ -19,7 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(ConventionGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
 
@@ -38,8 +40,16 @@ class LazyGroup(click.Group):
         return getattr(module, attr)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_TABLE)
 @click.version_option(package_name="topoalloc")
+@click.option(
+    "--debug",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=enable_debug,
+    help="Show the Python traceback of an internal error.",
+)
 def main() -> None:
     """Topology-aware GPU/RDMA allocation for Kubernetes."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -22,6 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 # kube-scheduler's client identity as recorded on the wire (wire README fact 10).
 SCHEDULER_CLIENT_CN = "kube-scheduler-extender-client"
 SCHEDULER_CLIENT_ORG = "system:kube-scheduler"
+CA_CN = "topoalloc-extender-ca"
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,95 @@ class Issued:
 
     @classmethod
     def load(cls, cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> Issued:
-        cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
-        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+        """A certificate and its key from PEM files; CertError unless the key is the certificate's."""
+        cert = load_certificate(cert_path)
+        key = load_private_key(key_path)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError(f"{key_path}: only ECDSA CA keys are supported")
+            raise CertError("private key", str(key_path), "only ECDSA (P-256) keys are supported")
+        if not keys_match(cert, key):
+            raise CertError(
+                "private key",
+                str(key_path),
+                f"does not belong to the certificate {cert_path} (public keys differ)",
+            )
         return cls(cert, key)
+
+    @classmethod
+    def load_ca(cls, cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> Issued:
+        """A CA to issue from: the pair must match, and the certificate must be a CA that may sign
+        certificates and still be valid; otherwise what it signs verifies nowhere."""
+        ca = cls.load(cert_path, key_path)
+        where = str(cert_path)
+        try:
+            constraints = ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+        except x509.ExtensionNotFound:
+            raise CertError("CA certificate", where, "has no basicConstraints extension: not a CA") from None
+        if not constraints.ca:
+            raise CertError("CA certificate", where, "basicConstraints says CA:FALSE: a leaf, not a CA")
+        try:
+            usage = ca.cert.extensions.get_extension_for_class(x509.KeyUsage).value
+        except x509.ExtensionNotFound:
+            usage = None  # RFC 5280 allows a CA without keyUsage: any use
+        if usage is not None and not usage.key_cert_sign:
+            raise CertError(
+                "CA certificate", where, "keyUsage lacks keyCertSign: it may not sign certificates"
+            )
+        if ca.cert.not_valid_after_utc <= _now():
+            raise CertError("CA certificate", where, f"expired on {ca.cert.not_valid_after_utc:%Y-%m-%d}")
+        return ca
+
+
+class CertError(ValueError):
+    """A certificate or key that cannot be used: `<what> (<where>): <why>`."""
+
+    def __init__(self, what: str, where: str, why: str) -> None:
+        self.what, self.where, self.why = what, where, why
+        super().__init__(f"{what} ({where}): {why}")
+
+
+def _read(path: str | os.PathLike[str], what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CertError(what, str(path), f"cannot read: {exc.strerror or exc}") from None
+
+
+def load_certificate(path: str | os.PathLike[str], what: str = "certificate") -> x509.Certificate:
+    data = _read(path, what)
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise CertError(
+            what, str(path), "not a PEM certificate (expected -----BEGIN CERTIFICATE-----)"
+        ) from None
+
+
+def load_private_key(path: str | os.PathLike[str]) -> serialization.PrivateKeyTypes:
+    data = _read(path, "private key")
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise CertError("private key", str(path), "is encrypted; give an unencrypted key") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise CertError("private key", str(path), "not a PEM private key") from None
+
+
+def keys_match(cert: x509.Certificate, key: serialization.PrivateKeyTypes) -> bool:
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    return cert.public_key().public_bytes(serialization.Encoding.DER, spki) == key.public_key().public_bytes(
+        serialization.Encoding.DER, spki
+    )
+
+
+def check_serving_files(cert_path: str, key_path: str, ca_path: str) -> None:
+    """What the extender needs before it listens: a certificate and the key that belongs to it,
+    and a CA bundle to verify clients with. CertError names the file and the problem."""
+    cert, key = load_certificate(cert_path, "TLS certificate"), load_private_key(key_path)
+    if not keys_match(cert, key):
+        raise CertError(
+            "TLS key", key_path, f"does not belong to the certificate {cert_path} (public keys differ)"
+        )
+    load_certificate(ca_path, "client CA bundle")
 
 
 def _atomic_write(path: Path, data: bytes, mode: int) -> None:
@@ -75,7 +161,7 @@ def _now() -> dt.datetime:
 
 
 def make_ca(
-    common_name: str = "topoalloc-extender-ca",
+    common_name: str = CA_CN,
     *,
     days: int = 3650,
     not_before: dt.datetime | None = None,
@@ -165,9 +251,13 @@ def server_cert(
     extra_dns: Iterable[str] = (),
     ip_addresses: Iterable[str] = (),
     days: int = 365,
+    common_name: str = "",
 ) -> Issued:
+    """The allocator's serving certificate. Its CN is `common_name`, by default the Service's
+    `<service>.<namespace>.svc` (clients verify the SANs; the CN is what people read)."""
     dns = service_dns_names(service, namespace, cluster_domain) + list(extra_dns)
-    return issue(ca, dns[-2], dns_names=dns, ip_addresses=ip_addresses, server=True, days=days)
+    cn = common_name or f"{service}.{namespace}.svc"
+    return issue(ca, cn, dns_names=dns, ip_addresses=ip_addresses, server=True, days=days)
 
 
 def scheduler_client_cert(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import ipaddress
+import re
 from pathlib import Path
 
 import click
@@ -11,6 +13,7 @@ import yaml
 from allocator.gang.config import WEBHOOK_SERVICE
 from allocator.service import certs as pki
 from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
+from topoalloc.errors import BadInput
 
 SERVER_SECRET = "topoalloc-allocator-tls"
 CLIENT_SECRET = "topoalloc-scheduler-client"
@@ -25,9 +28,31 @@ def _secret(name: str, namespace: str, files: dict[str, bytes]) -> dict:
             "namespace": namespace,
             "labels": {"app.kubernetes.io/part-of": "topoalloc"},
         },
-        "type": "Opaque",
+        "type": "kubernetes.io/tls",
         "data": {k: base64.b64encode(v).decode() for k, v in files.items()},
     }
+
+
+_DNS_LABEL = r"(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)"
+_DNS_NAME = re.compile(rf"^{_DNS_LABEL}(\.[a-z0-9]([-a-z0-9]{{0,61}}[a-z0-9])?)*$")
+
+
+def _ip_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not an IPv4 or IPv6 address") from None
+    return values
+
+
+def _dns_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        if len(value) > 253 or not _DNS_NAME.match(value):
+            raise click.BadParameter(
+                f"{value!r} is not a DNS name (lowercase labels, e.g. allocator.example.com)"
+            )
+    return values
 
 
 @click.command("certs")
@@ -41,24 +66,73 @@ def _secret(name: str, namespace: str, files: dict[str, bytes]) -> dict:
 )
 @click.option("--service", default=DEFAULT_SERVICE, show_default=True, help="The allocator's Service name.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="The allocator's namespace.")
-@click.option("--cluster-domain", default="cluster.local", show_default=True)
-@click.option("--dns", "extra_dns", multiple=True, help="Extra DNS SAN for the server cert (repeatable).")
-@click.option("--ip", "ips", multiple=True, help="IP SAN for the server cert (repeatable), e.g. 127.0.0.1.")
+@click.option(
+    "--cluster-domain",
+    default="cluster.local",
+    show_default=True,
+    help="The cluster's DNS domain (server SANs).",
+)
+@click.option(
+    "--dns",
+    "extra_dns",
+    multiple=True,
+    callback=_dns_list,
+    help="Extra DNS SAN for the server cert (repeatable).",
+)
+@click.option(
+    "--ip",
+    "ips",
+    multiple=True,
+    callback=_ip_list,
+    help="IP SAN for the server cert (repeatable), e.g. 127.0.0.1.",
+)
+@click.option(
+    "--server-cn",
+    default="",
+    help="Common name of the server certificate.  [default: SERVICE.NAMESPACE.svc]",
+)
+@click.option(
+    "--ca-cn",
+    default=pki.CA_CN,
+    show_default=True,
+    help="Common name of a new CA (ignored with --ca-cert).",
+)
 @click.option(
     "--client-cn",
     default=pki.SCHEDULER_CLIENT_CN,
     show_default=True,
     help="Common name of the scheduler's client certificate (put it in --allow-client).",
 )
-@click.option("--client-org", default=pki.SCHEDULER_CLIENT_ORG, show_default=True)
-@click.option("--days", type=click.IntRange(1), default=365, show_default=True, help="Leaf validity.")
-@click.option("--ca-days", type=click.IntRange(1), default=3650, show_default=True)
+@click.option(
+    "--client-org",
+    default=pki.SCHEDULER_CLIENT_ORG,
+    show_default=True,
+    help="Organization (O) of the scheduler's client certificate; empty for none.",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(1),
+    default=365,
+    show_default=True,
+    help="Validity of the server and client certificates, in days.",
+)
+@click.option(
+    "--ca-days",
+    type=click.IntRange(1),
+    default=3650,
+    show_default=True,
+    help="Validity of a new CA, in days.",
+)
 @click.option(
     "--ca-cert",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Reuse this CA (with --ca-key) instead of creating one, e.g. to rotate leaves.",
 )
-@click.option("--ca-key", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--ca-key",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The private key of --ca-cert (PEM, unencrypted ECDSA); it must match the certificate.",
+)
 @click.option(
     "--scheduler-namespace",
     default=DEFAULT_NAMESPACE,
@@ -78,6 +152,8 @@ def certs(
     cluster_domain: str,
     extra_dns: tuple[str, ...],
     ips: tuple[str, ...],
+    server_cn: str,
+    ca_cn: str,
     client_cn: str,
     client_org: str,
     days: int,
@@ -100,7 +176,10 @@ def certs(
     clash = [n for n in names if (out_dir / n).exists()]
     if clash and not force:
         raise click.ClickException(f"{out_dir}: {', '.join(clash)} already exist (use --force)")
-    ca = pki.Issued.load(ca_cert, ca_key) if ca_cert and ca_key else pki.make_ca(days=ca_days)
+    try:
+        ca = pki.Issued.load_ca(ca_cert, ca_key) if ca_cert and ca_key else pki.make_ca(ca_cn, days=ca_days)
+    except pki.CertError as exc:
+        raise BadInput(exc.what, exc.where, exc.why) from None
     if not ca_cert:
         ca.write(out_dir / "ca.crt", out_dir / "ca.key")
     # The same certificate serves the gang admission webhook behind its own Service.
@@ -114,6 +193,7 @@ def certs(
         extra_dns=extra_dns,
         ip_addresses=ips,
         days=days,
+        common_name=server_cn,
     )
     server.write(out_dir / "tls.crt", out_dir / "tls.key")
     client = pki.scheduler_client_cert(ca, common_name=client_cn, organization=client_org or None, days=days)
@@ -135,7 +215,9 @@ def certs(
         secrets_yaml.chmod(0o600)
     sans = ", ".join(pki.service_dns_names(service, namespace, cluster_domain) + list(extra_dns) + list(ips))
     click.echo(f"CA          {out_dir / 'ca.crt'}{' (reused)' if ca_cert else ''}")
-    click.echo(f"server      {out_dir / 'tls.crt'}  SANs: {sans}")
+    click.echo(
+        f"server      {out_dir / 'tls.crt'}  subject: {server.cert.subject.rfc4514_string()}  SANs: {sans}"
+    )
     click.echo(f"scheduler   {out_dir / 'client.crt'}  subject: O={client_org}, CN={client_cn}")
     if secrets_yaml:
         where = f"{namespace}/{SERVER_SECRET}, {scheduler_namespace}/{CLIENT_SECRET}"

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from allocator.service.config import ServiceConfig
+from topoalloc.errors import BadInput
 
 
 def _weights(values: tuple[str, ...]) -> dict[str, float]:
@@ -36,7 +37,9 @@ def _weights(values: tuple[str, ...]) -> dict[str, float]:
     help="YAML/JSON settings file; flags given on the command line override it.",
 )
 @click.option(
-    "--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: ~/.kube/config)."
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, exists=True),
+    help="kubeconfig file (default: ~/.kube/config).",
 )
 @click.option("--context", help="kubeconfig context.")
 @click.option("--in-cluster/--no-in-cluster", default=None, help="Use the pod's service account.")
@@ -162,20 +165,33 @@ def allocator(
         CoreAdapter.check_scoring(scoring)
     except (ValueError, TypeError, KeyError) as exc:
         raise click.UsageError(f"scoring: {exc}") from None
+    from allocator.service.certs import CertError, check_serving_files
+
+    try:  # before anything listens or connects: a bad file is the user's to fix, said in one line
+        check_serving_files(cfg.tls_cert, cfg.tls_key, cfg.client_ca)
+    except CertError as exc:
+        raise BadInput(exc.what, exc.where, exc.why) from None
     asyncio.run(serve(cfg, api_host=api_host))
 
 
 async def serve(cfg: ServiceConfig, *, api_host: str | None = None) -> None:
+    from kubernetes.aio.config import ConfigException
+
     from allocator.service.kube import KubeApi
     from allocator.service.server import Allocator
 
-    api = await KubeApi.connect(
-        host=api_host,
-        kubeconfig=cfg.kubeconfig,
-        context=cfg.context,
-        in_cluster=cfg.in_cluster,
-        timeout=cfg.api_timeout,
-    )
+    try:
+        api = await KubeApi.connect(
+            host=api_host,
+            kubeconfig=cfg.kubeconfig,
+            context=cfg.context,
+            in_cluster=cfg.in_cluster,
+            timeout=cfg.api_timeout,
+        )
+    except ConfigException as exc:
+        where = "in-cluster service account" if cfg.in_cluster else cfg.kubeconfig or "~/.kube/config"
+        hint = "" if cfg.in_cluster or cfg.kubeconfig else "; pass --kubeconfig FILE or --in-cluster"
+        raise BadInput("kubeconfig", where, f"{exc}{hint}") from None
     service = Allocator(cfg, api)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
