@@ -16,6 +16,7 @@ import yaml
 from agent.config import ConfigError, load_config
 from apis.documents import load_documents
 from apis.errors import InputError
+from topoalloc.errors import BadInput, Failure
 
 log = logging.getLogger("agent")
 
@@ -115,7 +116,7 @@ def agent(
     try:
         cfg = load_config(config_file)
     except (ConfigError, OSError, yaml.YAMLError) as exc:
-        raise click.ClickException(f"config: {exc}") from None
+        raise BadInput("agent config", str(config_file), str(exc).removeprefix(f"{config_file}: ")) from None
     if resync is not None:
         cfg.resync_seconds = resync
     if health_port is not None:
@@ -124,7 +125,7 @@ def agent(
         try:
             fx = Fixture.load(fixture)
         except FixtureError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise BadInput("fixture", fixture, str(exc)) from None
         nvml: Any = fx.nvml
         root: Path = fx.sys_root
         node_name = node_name or Path(fixture).resolve().name
@@ -133,9 +134,9 @@ def agent(
 
         nvml, root = pynvml, Path(sysfs_root)
     if not node_name:
-        raise click.ClickException("no node name: pass --node-name or set NODE_NAME")
+        raise click.UsageError("no node name: pass --node-name or set NODE_NAME")
     if print_only and not once:
-        raise click.ClickException("--print needs --once")
+        raise click.UsageError("--print needs --once")
 
     if print_only:
         runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg)
@@ -214,10 +215,10 @@ def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -
         try:
             docs = [d for d in load_documents(device_file, "device file") if isinstance(d, dict)]
         except InputError as exc:
-            raise click.UsageError(str(exc)) from None
+            raise BadInput(exc.what, exc.where, exc.why) from None
         devices = [d for d in docs if d.get("kind") == "Device"] or docs[:1]
         if not devices:
-            raise click.ClickException(f"{device_file}: no Device document")
+            raise BadInput("device file", device_file, "holds no Device document")
         raw = devices[0]
     else:
         from agent.kube import TRANSPORT_ERRORS, Kube, short_error
@@ -225,9 +226,9 @@ def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -
         try:
             raw = Kube(_api_client(kubeconfig)).get_device(node)
         except TRANSPORT_ERRORS as exc:
-            raise click.ClickException(f"Device {node}: {short_error(exc)}") from None
+            raise Failure("Device", node, short_error(exc)) from None
     try:
         device = Device.from_dict(raw)
     except ValueError as exc:
-        raise click.ClickException(f"not a valid Device: {exc}") from None
+        raise BadInput("Device", device_file or node or "", f"not a valid Device: {exc}") from None
     click.echo(render(device), nl=False)

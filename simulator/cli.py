@@ -16,6 +16,7 @@ from simulator.openb import TraceError, load_expected, resolve_trace, trace_labe
 from simulator.protocol import parse_seeds
 from simulator.runner import REPORT_AT, TraceRuns, mean_sd, run_trace, run_workload
 from simulator.workload import load_workload
+from topoalloc.errors import BadInput
 
 DEFAULT_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "topoalloc")
 WORKLOAD_POLICIES = ("random", "dotprod", "gpupacking", "bestfit", "fgd", "topoalloc")
@@ -224,7 +225,7 @@ def simulate(
                 workload_file, nodes, replicas, seed_list, names, json_out, out, not no_progress
             )
     except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
 
 
 @click.command()
@@ -256,4 +257,4 @@ def demo(out_dir: Path, seeds: str, policies: str, nodes: str, no_progress: bool
             DEMO_WORKLOAD, nodes, 0, seed_list, _policies(policies), None, out_dir, not no_progress
         )
     except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None

@@ -76,6 +76,17 @@ def _usage_message(exc: click.UsageError) -> str:
 def run(command: click.Command, args: Sequence[str] | None = None, **extra: Any) -> int:
     """Invoke `command` the way its console script does, applying the convention. Returns the
     exit status (the console script passes it to sys.exit)."""
+    saved = os.environ.get("TOPOALLOC_DEBUG")
+    try:
+        return _run(command, args, **extra)
+    finally:  # --debug lasts one invocation (tests run many in one process)
+        if saved is None:
+            os.environ.pop("TOPOALLOC_DEBUG", None)
+        else:
+            os.environ["TOPOALLOC_DEBUG"] = saved
+
+
+def _run(command: click.Command, args: Sequence[str] | None, **extra: Any) -> int:
     try:
         result = command.main(args=args, standalone_mode=False, **extra)
     except click.UsageError as exc:

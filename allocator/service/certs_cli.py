@@ -175,7 +175,7 @@ def certs(
     names = ["tls.crt", "tls.key", "client.crt", "client.key"] + ([] if ca_cert else ["ca.crt", "ca.key"])
     clash = [n for n in names if (out_dir / n).exists()]
     if clash and not force:
-        raise click.ClickException(f"{out_dir}: {', '.join(clash)} already exist (use --force)")
+        raise BadInput("output folder", str(out_dir), f"{', '.join(clash)} already exist (use --force)")
     try:
         ca = pki.Issued.load_ca(ca_cert, ca_key) if ca_cert and ca_key else pki.make_ca(ca_cn, days=ca_days)
     except pki.CertError as exc:

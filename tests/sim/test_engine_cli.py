@@ -84,4 +84,4 @@ def test_simulate_rejects_unknown_policy_and_trace(tmp_path: Path) -> None:
     bad = CliRunner().invoke(main, ["simulate", "--paper", "default", "--policies", "nope"])
     assert bad.exit_code == 2 and "unknown policy nope" in bad.output
     missing = CliRunner().invoke(main, ["simulate", "--paper", "nosuchtrace", "--no-progress"])
-    assert missing.exit_code == 1 and "unknown trace" in missing.output
+    assert missing.exit_code == 2 and "unknown trace" in missing.stderr  # bad input (issue 18)

@@ -1,0 +1,41 @@
+"""Pods whose amounts Kubernetes would refuse (issue 18) get the same clear reason from the
+extender as from `topoalloc allocate`: every offered node, unresolvable, and one pod Event; never
+a 5xx and never a rounded or capped allocation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.service.harness import allocated, pod, running_allocator, seed_nodes
+from tests.service.pki import Pki
+from tests.support.fakeapi import FakeApiServer
+
+
+@pytest.mark.parametrize(
+    ("amount", "words"),
+    [
+        ("1.5", "must be a whole number: nvidia.com/gpu is an extended resource"),
+        ("-1", "must not be negative"),
+        ("1e21", "too large"),
+    ],
+)
+async def test_bad_gpu_amount_is_a_reason_and_an_event(
+    fake_api: FakeApiServer, pki: Pki, amount: str, words: str
+) -> None:
+    names = seed_nodes(fake_api, ["gpu-1", "gpu-2"])
+    bad = fake_api.put(pod("odd", requests={"nvidia.com/gpu": amount}))
+    async with running_allocator(fake_api, pki) as run:
+        status, body = await run.client.post("filter", {"Pod": bad, "NodeNames": names})
+        assert status == 200, body
+        assert body["NodeNames"] == [] and body["FailedNodes"] == {}
+        reasons = body["FailedAndUnresolvableNodes"]
+        assert set(reasons) == set(names)
+        assert all("nvidia.com/gpu" in r and words in r for r in reasons.values()), reasons
+        await run.service.events.drain()
+        events = (await run.api.raw("GET", "/apis/events.k8s.io/v1/namespaces/default/events"))["items"]
+        assert len(events) == 1 and events[0]["regarding"]["name"] == "odd"
+        assert words in events[0]["note"]
+        error = await run.client.bind(bad, "gpu-1")
+        assert words in error
+        stored = fake_api.get("pods", "odd", "default")
+        assert stored["spec"].get("nodeName") is None and allocated(stored) is None
