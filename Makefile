@@ -4,7 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint venv clean
+.PHONY: run test bench fuzz lint venv clean image image-push
+
+# The container image: one for the agent and the allocator, tagged with the package version (the tag
+# the manifests in daemonset/ and deploy/ use). ENGINE: podman if installed, else docker.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= topoalloc
+TAG ?= $(VERSION)
+ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +29,15 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+image:
+	@test -n "$(ENGINE)" || { echo "make image: neither podman nor docker found on PATH; install one or pass ENGINE=/path/to/it" >&2; exit 1; }
+	$(ENGINE) build -f Containerfile -t $(IMAGE):$(TAG) .
+	@echo "built $(IMAGE):$(TAG); to use a registry: make image-push IMAGE=registry.example.com/topoalloc,"
+	@echo "then set newName: registry.example.com/topoalloc under images: in daemonset/ and deploy/allocator/kustomization.yaml"
+
+image-push: image
+	$(ENGINE) push $(IMAGE):$(TAG)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

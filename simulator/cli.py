@@ -70,7 +70,9 @@ def format_workload_table(runs: TraceRuns, arrived: int = REPORT_AT) -> str:
             f"{policy:<12} {mean:10.2f} ± {sd:4.2f} {end_mean:7.2f} ± {end_sd:4.2f} "
             f"{failed:6.1f} / {pods:<4} {gangs:7.1f} / {total:<3} {secs:6.2f}"
         )
-    return "\n".join(lines)
+    from simulator.caption import caption
+
+    return "\n".join(lines + caption(runs))
 
 
 def write_outputs(runs: TraceRuns, json_out: Path | None, plots_dir: Path | None, *, paper: bool) -> None:

@@ -40,7 +40,7 @@ def test_kustomization_lists_every_manifest() -> None:
     assert sorted(kust["resources"]) == sorted(
         p.name for p in DIR.glob("*.yaml") if p.name != "kustomization.yaml"
     )
-    assert (DIR / "Dockerfile").read_text().count("ENTRYPOINT") == 1
+    assert (REPO / "Containerfile").read_text().count("ENTRYPOINT") == 1
 
 
 def test_daemonset_wiring(tmp_path: Path) -> None:
