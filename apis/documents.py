@@ -43,8 +43,26 @@ def read_text(path: str | os.PathLike[str], what: str) -> str:
     return decode_text(data, what, where)
 
 
+#: Deeper flow nesting than any Kubernetes object has; PyYAML's scanner slows down quadratically
+#: with it, so deeper input is refused before parsing.
+MAX_NESTING = 200
+
+
+def _flow_depth(text: str) -> int:
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def parse_yaml_documents(text: str, what: str, where: str) -> list[Any]:
     """Every non-empty YAML (or JSON) document in `text`."""
+    if text.count("[") + text.count("{") > MAX_NESTING and _flow_depth(text) > MAX_NESTING:
+        raise InputError(what, where, f"not valid YAML or JSON: nested deeper than {MAX_NESTING} levels")
     try:
         return [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:

@@ -36,3 +36,5 @@ def loads(text: str | bytes, field: str) -> Any:
         return json.loads(text)
     except (ValueError, TypeError) as exc:
         raise CodecError(field, f"invalid JSON: {exc}", text) from None
+    except RecursionError:  # json recurses per nesting level; '[' * 5000 must be an error, not a crash
+        raise CodecError(field, "invalid JSON: nested too deeply", text) from None

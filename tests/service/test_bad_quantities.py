@@ -39,3 +39,18 @@ async def test_bad_gpu_amount_is_a_reason_and_an_event(
         assert words in error
         stored = fake_api.get("pods", "odd", "default")
         assert stored["spec"].get("nodeName") is None and allocated(stored) is None
+
+
+async def test_deep_nesting_is_a_400_or_a_reason_never_a_500(fake_api: FakeApiServer, pki: Pki) -> None:
+    # Found by bench/fuzz.py: `json` recursed past Python's limit (orjson stops at 1024 levels and
+    # hands over to it), so such a body or annotation was a 500.
+    names = seed_nodes(fake_api, ["gpu-1"])
+    deep = fake_api.put(
+        pod("deep", gpus=1, annotations={"scheduling.koordinator.sh/device-allocate-hint": "[" * 5000})
+    )
+    async with running_allocator(fake_api, pki) as run:
+        status, text = await run.client.post("filter", b"[" * 100_000)
+        assert status == 400 and "nested too deeply" in text
+        status, body = await run.client.post("filter", {"Pod": deep, "NodeNames": names})
+        assert status == 200, body
+        assert "nested too deeply" in body["FailedAndUnresolvableNodes"]["gpu-1"]

@@ -39,6 +39,8 @@ async def parse_body(request: web.Request, decode: Callable[[Any], T]) -> T:
         data = loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from None
+    except RecursionError:  # beyond orjson's depth limit, `json` recurses per level
+        raise BadRequest("request body is not JSON: nested too deeply") from None
     try:
         return decode(data)
     except CodecError as exc:
