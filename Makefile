@@ -30,6 +30,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
+# 100,000 generated calls to a running extender (HTTPS + mTLS) and 100,000 decoder inputs: ~10 min.
+fuzz: $(STAMP)
+	$(BIN)/python bench/fuzz.py
+
 image:
 	@test -n "$(ENGINE)" || { echo "make image: neither podman nor docker found on PATH; install one or pass ENGINE=/path/to/it" >&2; exit 1; }
 	$(ENGINE) build -f Containerfile -t $(IMAGE):$(TAG) .

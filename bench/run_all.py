@@ -19,6 +19,8 @@ FULL: list[tuple[str, list[str]]] = [
     ("agent.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
+    # The full campaign (100,000 calls to the extender and 100,000 decoder inputs) is `make fuzz`.
+    ("fuzz.py", ["--http", "10000", "--decoders", "30000"]),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
@@ -26,6 +28,7 @@ QUICK_ARGS = {
     "agent.py": ["--seconds", "20", "--repeat", "5"],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
+    "fuzz.py": ["--http", "2000", "--decoders", "10000"],
 }
 
 

@@ -445,12 +445,16 @@ def _hint_error(exc: CodecError) -> Rejection:
         if field_path.startswith(prefix + "selector"):
             code = rs.INVALID_SELECTOR.format(type=dtype, err=text)
             return rs.invalid(
-                code, f"invalid device selector for {dtype}: {_problem(exc, prefix + 'selector')}"
+                code,
+                f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} selector: "
+                f"{_problem(exc, prefix + 'selector')}",
             )
         if field_path.startswith(prefix + "vfSelector"):
             code = rs.INVALID_VF_SELECTOR.format(type=dtype, err=text)
             return rs.invalid(
-                code, f"invalid VF selector for {dtype}: {_problem(exc, prefix + 'vfSelector')}"
+                code,
+                f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} vfSelector: "
+                f"{_problem(exc, prefix + 'vfSelector')}",
             )
     return rs.invalid(rs.INVALID_HINT.format(err=text), annotation_problem(keys.DEVICE_ALLOCATE_HINT, exc))
 

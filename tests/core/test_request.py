@@ -193,12 +193,12 @@ def test_joint_list_is_cleaned() -> None:
         (
             hint(gpu={"selector": {"matchExpressions": [{"key": "a", "operator": "Bogus"}]}}),
             "invalid Selector of DeviceHint, deviceType: gpu, err:",
-            "selector for gpu",
+            "device-allocate-hint annotation: gpu selector",
         ),
         (
             hint(rdma={"vfSelector": {"matchLabels": {"bad key!": "x"}}}),
             "invalid VFSelector of DeviceHint, deviceType: rdma, err:",
-            "VF selector for rdma",
+            "device-allocate-hint annotation: rdma vfSelector",
         ),
         (
             hint(gpu={"requiredTopologyScope": "Rack"}),
