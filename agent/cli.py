@@ -89,7 +89,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 @click.option(
     "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
 )
-@click.option("-v", "--verbose", count=True)
+@click.option("-v", "--verbose", count=True, help="-v info, -vv debug logging on stderr.")
 @click.pass_context
 def agent(
     ctx: click.Context,
@@ -203,7 +203,11 @@ def record_fixture(directory: str, sysfs_root: str, machine: str, from_fixture: 
 @click.command()
 @click.argument("device_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--node", help="Read the Device of this node from the cluster.")
-@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Kubeconfig for --node (default: in-cluster).",
+)
 def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -> None:
     """Print a Device CR as the `nvidia-smi topo -m` matrix (GPU x GPU, GPU x NIC) with NUMA."""
     from agent.inspect_matrix import render

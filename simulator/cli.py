@@ -240,7 +240,12 @@ def simulate(
     help="Folder for unallocated.png and fragmentation.png.",
 )
 @click.option("--seeds", default=DEMO_SEEDS, show_default=True, help="Seeds, e.g. 1-5.")
-@click.option("--policies", default=",".join(WORKLOAD_POLICIES), show_default=True)
+@click.option(
+    "--policies",
+    default=",".join(WORKLOAD_POLICIES),
+    show_default=True,
+    help="Comma-separated policies to compare.",
+)
 @click.option(
     "--nodes", default=DEMO_NODES, show_default=True, help="The demo cluster (see simulate --nodes)."
 )

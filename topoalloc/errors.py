@@ -67,6 +67,7 @@ def _usage_message(exc: click.UsageError) -> str:
         text = "invalid value for " + text[len("Invalid value for ") :]
     elif text[:1].isupper() and not text[1:2].isupper():
         text = text[0].lower() + text[1:]
+    text = text.rstrip(".")
     ctx = exc.ctx
     if ctx is not None:
         text += f" (see '{ctx.command_path} --help')"

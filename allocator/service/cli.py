@@ -73,12 +73,31 @@ def _weights(values: tuple[str, ...]) -> dict[str, float]:
     default=None,
     help="Lease-based leader election (on by default).",
 )
-@click.option("--lease-name", "leader_lease_name")
-@click.option("--lease-namespace", "leader_namespace")
+@click.option(
+    "--lease-name",
+    "leader_lease_name",
+    help="Name of the leader-election Lease.  [default: topoalloc-allocator]",
+)
+@click.option("--lease-namespace", "leader_namespace", help="Namespace of the Lease (default: the pod's).")
 @click.option("--identity", "leader_identity", help="Leader election identity (default: the pod name).")
-@click.option("--lease-duration", "leader_lease_duration", type=click.FloatRange(0, min_open=True))
-@click.option("--renew-deadline", "leader_renew_deadline", type=click.FloatRange(0, min_open=True))
-@click.option("--retry-period", "leader_retry_period", type=click.FloatRange(0, min_open=True))
+@click.option(
+    "--lease-duration",
+    "leader_lease_duration",
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds a lease holds before others may take it over.  [default: 15]",
+)
+@click.option(
+    "--renew-deadline",
+    "leader_renew_deadline",
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds the leader keeps trying to renew before it steps down.  [default: 10]",
+)
+@click.option(
+    "--retry-period",
+    "leader_retry_period",
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds between attempts to acquire or renew the lease.  [default: 2]",
+)
 @click.option(
     "--bind-deadline",
     type=click.FloatRange(0, min_open=True),
