@@ -17,6 +17,7 @@ from agent.config import ConfigError, load_config
 from apis.documents import load_documents
 from apis.errors import InputError
 from topoalloc.errors import BadInput, Failure
+from topoalloc.output import dump, output_option
 
 log = logging.getLogger("agent")
 
@@ -85,6 +86,14 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 @click.option(
     "--print", "print_only", is_flag=True, help="With --once: print the Device and Node patch, no cluster."
 )
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="With --print: the Device and the Node patch as YAML documents, or as a JSON List.",
+)
 @click.option("--no-hotplug", is_flag=True, help="Do not listen for udev events.")
 @click.option(
     "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
@@ -101,6 +110,7 @@ def agent(
     resync: float | None,
     once: bool,
     print_only: bool,
+    output: str,
     no_hotplug: bool,
     health_port: int | None,
     verbose: int,
@@ -142,12 +152,11 @@ def agent(
         runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg)
         result = runner.run_once()
         runner.shutdown()
-        click.echo(
-            _dump(
-                [device_object(result.device), node_patch_document(node_name, result.labels, result.extended)]
-            ),
-            nl=False,
-        )
+        docs = [device_object(result.device), node_patch_document(node_name, result.labels, result.extended)]
+        if output == "json":
+            click.echo(dump({"apiVersion": "v1", "kind": "List", "items": docs}, "json"), nl=False)
+        else:
+            click.echo(_dump(docs), nl=False)
         return
 
     from agent.kube import Kube
@@ -203,12 +212,13 @@ def record_fixture(directory: str, sysfs_root: str, machine: str, from_fixture: 
 @click.command()
 @click.argument("device_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--node", help="Read the Device of this node from the cluster.")
+@output_option("matrix", "the connectivity matrix")
 @click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
     help="Kubeconfig for --node (default: in-cluster).",
 )
-def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -> None:
+def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: str | None) -> None:
     """Print a Device CR as the `nvidia-smi topo -m` matrix (GPU x GPU, GPU x NIC) with NUMA."""
     from agent.inspect_matrix import render
     from apis.device import Device
@@ -235,4 +245,9 @@ def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -
         device = Device.from_dict(raw)
     except ValueError as exc:
         raise BadInput("Device", device_file or node or "", f"not a valid Device: {exc}") from None
-    click.echo(render(device), nl=False)
+    if output == "matrix":
+        click.echo(render(device), nl=False)
+    else:
+        from agent.inspect_matrix import matrix_data
+
+        click.echo(dump(matrix_data(device), output), nl=False)

@@ -13,6 +13,8 @@ pcieSwitchID then counts as PIX).
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.pci import parse_bdf
 from apis.device import Device, DeviceInfo, DeviceTopology
 
@@ -94,3 +96,30 @@ def render(device: Device) -> str:
             name = dev.labels.get("ibdev") or dev.labels.get("netdev") or dev.id
             lines.append(f"  NIC{i}: {name} ({dev.id}){health}")
     return "\n".join(lines) + "\n"
+
+
+def matrix_data(device: Device) -> dict[str, Any]:
+    """The matrix `render` prints, as data: the devices (name, minor, id, NUMA node, socket, health)
+    and each pair's relation by name."""
+    gpus = sorted(device.of_type("gpu"), key=lambda d: d.minor)
+    nics = sorted(device.of_type("rdma"), key=lambda d: d.minor)
+    rows = [(f"GPU{d.minor}", d) for d in gpus] + [(f"NIC{i}", d) for i, d in enumerate(nics)]
+    devices = []
+    for name, dev in rows:
+        topo = dev.topology
+        devices.append(
+            {
+                "name": name,
+                "type": dev.type,
+                "minor": dev.minor,
+                "id": dev.id,
+                "numa": None if topo is None or topo.node_id < 0 else topo.node_id,
+                "socket": None if topo is None or topo.socket_id < 0 else topo.socket_id,
+                "healthy": dev.health,
+            }
+        )
+    matrix = {
+        name: {other_name: relation(dev, other).strip() for other_name, other in rows if other is not dev}
+        for name, dev in rows
+    }
+    return {"node": device.name, "devices": devices, "matrix": matrix}

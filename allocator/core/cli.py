@@ -7,6 +7,7 @@ candidate devices, their scores and the allocator's choices to stderr.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from allocator.core.reasons import Rejection
 from allocator.core.request import PodRequest, pod_request
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
 from allocator.core.state import NodeState, fits_free, node_facts
+from apis import keys
 from apis.documents import load_documents, single_object
 from apis.errors import CodecError, InputError
 from apis.quantity import Format, Quantity
+from topoalloc.output import dump, output_option
 
 EXIT_FITS, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -104,6 +107,7 @@ def build_state(
     help="Device-level strategy (DeviceShareArgs.scoringStrategy.type).",
 )
 @click.option("--explain", is_flag=True, help="Show the candidates, their scores and the choices on stderr.")
+@output_option("annotation", "the device-allocated annotation (or the reason)")
 @click.pass_context
 def allocate(
     ctx: click.Context,
@@ -113,6 +117,7 @@ def allocate(
     node_path: Path | None,
     device_scoring: str,
     explain: bool,
+    output: str,
 ) -> None:
     """Choose the GPUs and RDMA VFs for POD on the node of DEVICE, Koordinator-compatible.
 
@@ -141,10 +146,25 @@ def allocate(
     if explain:
         for line in explanation(state, req, scoring, result, notes):
             click.echo(line, err=True)
-    if isinstance(result, Rejection):
+    if output != "annotation":
+        click.echo(dump(_result_data(state, result), output), nl=False)
+    elif isinstance(result, Rejection):
         click.echo(result.message)
-        ctx.exit(EXIT_REJECTED)
-    click.echo(result.to_json())
+    else:
+        click.echo(result.to_json())
+    ctx.exit(EXIT_REJECTED if isinstance(result, Rejection) else EXIT_FITS)
+
+
+def _result_data(state: NodeState, result: Allocation | Rejection) -> dict[str, Any]:
+    """What -o json|yaml prints: whether the pod fits, and the annotation or the reason."""
+    if isinstance(result, Rejection):
+        return {"node": state.name, "fits": False, "reason": result.message, "code": result.code}
+    return {
+        "node": state.name,
+        "fits": True,
+        "annotations": {keys.DEVICE_ALLOCATED: result.to_json()},
+        "allocation": json.loads(result.to_json()),
+    }
 
 
 def explanation(
