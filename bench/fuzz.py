@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -120,11 +121,11 @@ def decoder_targets(rng: random.Random) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-def fuzz_decoders(count: int, seed: int) -> dict[str, Tally]:
+def fuzz_decoders(count: int, seed: int, progress: bool = True) -> dict[str, Tally]:
     rng = random.Random(seed)
     targets = decoder_targets(rng)
     tallies = {name: Tally() for name, _ in targets}
-    for i in range(count):
+    for i in tqdm(range(count), desc="decoders", unit="input", disable=not progress, mininterval=1):
         name, fn = targets[i % len(targets)]
         tally = tallies[name]
         tally.inputs += 1
@@ -148,7 +149,7 @@ def fuzz_decoders(count: int, seed: int) -> dict[str, Tally]:
 
 
 async def fuzz_extender(
-    count: int, seed: int, nodes: int, connections: int, timeout: float
+    count: int, seed: int, nodes: int, connections: int, timeout: float, progress: bool = True
 ) -> tuple[dict[str, Tally], bool]:
     parent, child = multiprocessing.Pipe()
     fake = multiprocessing.Process(target=ext.serve_fake, args=(nodes, seed, child), daemon=True)
@@ -160,7 +161,11 @@ async def fuzz_extender(
             proc, port, health = ext.start_allocator(url, Path(tmp))
             try:
                 await ext.wait_ready(health)
-                tallies = await _campaign(count, seed, ext.names_of(nodes), port, ctx, connections, timeout)
+                bar = tqdm(total=count, desc="extender", unit="call", disable=not progress, mininterval=1)
+                with bar:
+                    tallies = await _campaign(
+                        count, seed, ext.names_of(nodes), port, ctx, connections, timeout, bar.update
+                    )
                 alive = proc.poll() is None and await _still_answers(port, health, ctx, ext.names_of(nodes))
             finally:
                 proc.terminate()
@@ -172,7 +177,14 @@ async def fuzz_extender(
 
 
 async def _campaign(
-    count: int, seed: int, names: list[str], port: int, ctx: ssl.SSLContext, connections: int, timeout: float
+    count: int,
+    seed: int,
+    names: list[str],
+    port: int,
+    ctx: ssl.SSLContext,
+    connections: int,
+    timeout: float,
+    tick: Callable[[int], object],
 ) -> dict[str, Tally]:
     tallies = {f"extender {verb} (HTTPS)": Tally() for verb in ("filter", "prioritize", "bind")}
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -190,6 +202,7 @@ async def _campaign(
                 verb, body = fz.extender_body(rng, pod, names)
                 tally = tallies[f"extender {verb} (HTTPS)"]
                 tally.inputs += 1
+                tick(1)
                 start = time.perf_counter()
                 try:
                     async with asyncio.timeout(timeout):
@@ -277,17 +290,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=4, help="concurrent mTLS connections")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds before a call counts as a hang")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONHASHSEED", "0")
     wall: dict[str, float] = {}
     start = time.perf_counter()
-    tallies = fuzz_decoders(args.decoders, args.seed)
+    tallies = fuzz_decoders(args.decoders, args.seed, not args.no_progress)
     wall["decoders"] = time.perf_counter() - start
     alive = True
     if args.http:
         start = time.perf_counter()
         http, alive = asyncio.run(
-            fuzz_extender(args.http, args.seed, args.nodes, args.connections, args.timeout)
+            fuzz_extender(
+                args.http, args.seed, args.nodes, args.connections, args.timeout, not args.no_progress
+            )
         )
         wall["extender"] = time.perf_counter() - start
         tallies = {**http, **tallies}
