@@ -63,7 +63,7 @@ class Quantity:
         if suffix in _BINARY_SUFFIX_POW:
             fmt = Format.BINARY_SI
             amount *= 1024 ** _BINARY_SUFFIX_POW[suffix]
-        elif suffix[:1] in ("e", "E"):
+        elif suffix[:1] in ("e", "E") and len(suffix) > 1:  # a lone "E" is exa, not an exponent
             fmt = Format.DECIMAL_EXPONENT
             amount *= Fraction(10) ** int(suffix[1:])
         else:

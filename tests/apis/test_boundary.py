@@ -159,3 +159,10 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 
 def test_object_without_kind_is_taken_as_the_expected_one() -> None:
     assert single_object([{"spec": {}}], "pod file", "p.yaml", "Pod") == {"spec": {}}
+
+
+def test_a_lone_E_is_the_exa_suffix_not_an_exponent() -> None:
+    # Found by bench/fuzz.py: "1E" crashed the parser (ValueError from int('')), a 500 in the extender.
+    assert Quantity.parse("1E").value() == 10**18
+    assert str(Quantity.parse("2E")) == "2E"
+    assert Quantity.parse("1e3").value() == 1000

@@ -54,3 +54,27 @@ async def test_deep_nesting_is_a_400_or_a_reason_never_a_500(fake_api: FakeApiSe
         status, body = await run.client.post("filter", {"Pod": deep, "NodeNames": names})
         assert status == 200, body
         assert "nested too deeply" in body["FailedAndUnresolvableNodes"]["gpu-1"]
+
+
+async def test_odd_pod_metadata_is_never_a_500(fake_api: FakeApiServer, pki: Pki) -> None:
+    # Found by bench/fuzz.py (1 in 100,000 calls): the quantity "1E" (1 exa) crashed the
+    # quantity parser, and the filter answered 500.
+    names = seed_nodes(fake_api, ["gpu-1", "gpu-2"])
+    body = {
+        "Pod": {
+            "apiVersion": "v1",
+            "kind": [],
+            "metadata": {"name": "odd", "namespace": "default", "uid": {"deviceTypes": {}},
+                         "annotations": {"scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdm'}},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {}}}],
+                     "overhead": {"x" * 300: "1E"}},
+        },
+        "Nodes": None,
+        "NodeNames": names,
+    }  # fmt: skip
+    async with running_allocator(fake_api, pki) as run:
+        status, reply = await run.client.post("filter", body)
+        assert status == 200, reply
+        # No device requested: every node passes (an overhead of 1E, exa, of an odd resource is
+        # kube-scheduler's business).
+        assert reply["NodeNames"] == names
