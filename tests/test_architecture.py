@@ -23,7 +23,7 @@ FORBIDDEN = {
         "allocator.service.server",
         "allocator.service.app",
         "allocator.service.handlers",
-        "allocator.service.cli",
+        "topoalloc",
     ),
     "simulator": ("agent", "allocator.service", "allocator.gang", "kubernetes", "aiohttp"),
 }

@@ -12,8 +12,8 @@ SUBCOMMANDS: dict[str, str] = {
     "agent": "agent.cli:agent",
     "inspect": "agent.cli:inspect",
     "allocate": "allocator.core.cli:allocate",
-    "allocator": "allocator.service.cli:allocator",
-    "certs": "allocator.service.certs_cli:certs",
+    "allocator": "topoalloc.commands.allocator:allocator",
+    "certs": "topoalloc.commands.certs:certs",
     "simulate": "simulator.cli:simulate",
     "demo": "simulator.cli:demo",
 }

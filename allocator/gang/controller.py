@@ -37,13 +37,13 @@ from typing import Any
 
 from allocator.core.gang_plan import GangPlan, NoPlan, PlanSettings, plan_gang
 from allocator.core.request import PodRequest
-from allocator.gang.config import GangSettings
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import format_time, parse_duration, parse_time
 from allocator.service.cache.store import ClusterCache, Reservation
 from allocator.service.events import EventRecorder, PodRef
+from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import ApiError, KubeApi
 from apis import keys
 from apis import podgroup as pg

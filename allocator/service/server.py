@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from allocator.gang.scheduling import GangScheduling
+from allocator.gang.hooks import GangScheduling
 from allocator.service.app import extender_app, health_app
 from allocator.service.binder import Binder
 from allocator.service.cache.reflector import Backoff, Reflector

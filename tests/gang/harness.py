@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from allocator.gang.config import GangSettings
+from allocator.service.gang_settings import GangSettings
 from allocator.service.server import Allocator
 from apis import keys
 from apis import resources as rn

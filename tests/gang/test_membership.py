@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from allocator.gang.config import DEFAULT_TOPOLOGY_KEYS
 from allocator.gang.timefmt import format_time, parse_duration, parse_time
-from allocator.service.cli import allocator
 from allocator.service.config import ServiceConfig
+from allocator.service.gang_settings import DEFAULT_TOPOLOGY_KEYS
 from apis import keys
 from tests.gang.harness import gang_settings, gang_world, gates_of, gpu_node, member, node_of, podgroup
 from tests.service.harness import double_booked, running_allocator, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from topoalloc.commands.allocator import allocator
 
 
 def koordinator(name: str, gang: str, min_available: int, gpus: int) -> dict:

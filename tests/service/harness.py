@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from allocator.gang.config import GangSettings
 from allocator.service.config import LeaderElection, ServiceConfig
 from allocator.service.coreadapter import CoreAdapter
+from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import KubeApi
 from allocator.service.server import Allocator
 from apis import keys

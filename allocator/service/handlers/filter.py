@@ -36,7 +36,7 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan (allocator/gang/extender.py).
+    # A gang member's verdict comes from its gang's plan (allocator/gang/steering.py).
     steered = svc.gang.steering.filter(req, names) if svc.gang is not None else None
     if req.invalid is not None:
         verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))

@@ -12,14 +12,14 @@ from prometheus_client import CollectorRegistry
 
 from allocator.core.gang_plan import PlanSettings
 from allocator.gang.cabundle import CaBundleInjector
-from allocator.gang.config import WEBHOOK_SERVICE, GangSettings
 from allocator.gang.controller import GangController
-from allocator.gang.extender import GangSteering
 from allocator.gang.index import GangIndex
 from allocator.gang.metrics import GangMetrics
+from allocator.gang.steering import GangSteering
 from allocator.gang.webhook import webhook_app
 from allocator.service.cache.store import ClusterCache
 from allocator.service.events import EventRecorder
+from allocator.service.gang_settings import WEBHOOK_SERVICE, GangSettings
 from allocator.service.kube import KubeApi
 from allocator.service.tls import ReloadingTLS, TLSFiles
 

@@ -19,9 +19,9 @@ from allocator.core.reasons import Rejection
 from allocator.core.request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.core.scoring.siblings import sibling_priorities
-from allocator.gang.config import GangSettings
 from allocator.gang.index import GangIndex
 from allocator.service.cache.store import GANG_PLAN, ClusterCache
+from allocator.service.gang_settings import GangSettings
 
 HELD = "topoalloc: held for gang"
 
