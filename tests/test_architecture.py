@@ -1,4 +1,5 @@
-"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.service / gang / simulator."""
+"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.service <- allocator.gang;
+allocator.core <- simulator; allocator.assembly wires service and gang."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ FORBIDDEN = {
     "apis": ("agent", "allocator", "simulator", "topoalloc"),
     "agent": ("allocator", "simulator"),
     "allocator/core": ("agent", "allocator.service", "allocator.gang", "simulator", "kubernetes", "aiohttp"),
-    "allocator/service": ("agent", "simulator"),
-    # Gang scheduling builds on the service's parts (cache, API client, events) and is wired in by
-    # the service's server; it never reaches for the wiring itself.
+    # The service defines the gang seam (allocator/service/gang_hooks.py) and never imports the
+    # gang package; allocator/assembly.py is the one module that imports both.
+    "allocator/service": ("agent", "simulator", "allocator.gang", "allocator.assembly", "topoalloc"),
+    # Gang scheduling builds on the service's parts (cache, API client, events, TLS, settings) and
+    # is plugged in by allocator/assembly.py; it never reaches for the wiring itself.
     "allocator/gang": (
         "agent",
         "simulator",
+        "allocator.assembly",
         "allocator.service.server",
         "allocator.service.app",
         "allocator.service.handlers",

@@ -80,7 +80,7 @@ async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: P
 
     async with running_allocator(fake_api, pki, gang=gang_settings(enabled=False)) as run:
         assert run.service.gang is None and run.service.webhook_port == 0
-        assert run.service.cache.gang_guard is None
+        assert run.service.cache.gang is None
 
 
 def test_settings_from_the_config_file_and_flags() -> None:

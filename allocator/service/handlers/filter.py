@@ -36,8 +36,8 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan (allocator/gang/steering.py).
-    steered = svc.gang.steering.filter(req, names) if svc.gang is not None else None
+    # A gang member's verdict comes from its gang's plan (the gang hooks, service/gang_hooks.py).
+    steered = svc.gang.steer_filter(req, names) if svc.gang is not None else None
     if req.invalid is not None:
         verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))
         verdicts.codes[req.invalid.code] = len(names)
@@ -45,10 +45,8 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
     elif steered is None and not req.wants_devices:
         verdicts, result = FilterVerdicts(names), "no_devices"
     else:
-        if steered is not None:
-            verdicts = FilterVerdicts.from_rejections(*steered)
-        else:  # the columns' answer, no per-node Python (docs/service.md, performance)
-            verdicts = svc.cache.filter_verdicts(req, names)
+        # Else the columns' answer, no per-node Python (docs/service.md, performance).
+        verdicts = steered if steered is not None else svc.core.filter_nodes(req, names)
         result = "ok" if verdicts.passed else "no_fit"
     passed, failed, unresolvable = verdicts.passed, verdicts.failed, verdicts.unresolvable
     for code, count in verdicts.codes.items():

@@ -36,10 +36,10 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         scores = np.zeros(len(names), np.int64)
         result = "invalid_request" if req.invalid is not None else "no_devices"
     else:
-        scores = svc.cache.score_column(req, names)
-        if svc.gang is not None and svc.gang.steering.adjusts(req):  # planned members, siblings
-            by_name = svc.gang.steering.prioritize(req, names, dict(zip(names, scores.tolist(), strict=True)))
-            scores = [by_name.get(name, 0) for name in names]
+        scores = svc.core.score_nodes(req, names)
+        steered = svc.gang.steer_scores(req, names, scores) if svc.gang is not None else None
+        if steered is not None:  # planned members, siblings
+            scores = steered
         result = "ok"
     return json_reply(request, host_priority_list(names, scores), result)
 
