@@ -38,8 +38,8 @@ from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
+from allocator.gang.podgroup_status import podgroup_status
 from allocator.gang.state import Gang, GangState, Planned
-from allocator.gang.status import podgroup_status
 from allocator.gang.timefmt import parse_duration, parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate
 from allocator.service.cache.records import Reservation
