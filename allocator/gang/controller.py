@@ -34,12 +34,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from allocator.core.gang_plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.gang.controller_state import Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
 from allocator.gang.podgroup_status import podgroup_status
-from allocator.gang.state import Gang, GangState, Planned
 from allocator.gang.timefmt import parse_duration, parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate
 from allocator.service.cache.records import Reservation

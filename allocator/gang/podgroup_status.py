@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.gang.state import Gang
+from allocator.gang.controller_state import Gang
 from allocator.gang.timefmt import format_time
 
 JSON = dict[str, Any]
