@@ -18,7 +18,7 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
 
 Waiting gangs are planned oldest first. Plans live in this process only (here and as the cache's
-planned reservations). A new leader, or a restarted allocator, starts without them: gated members
+holds, gang/holds.py). A new leader, or a restarted allocator, starts without them: gated members
 are planned afresh, members already released but not bound are held by the extender's filter
 until planned again, bound members count as placed. No member is bound against an older plan.
 """

@@ -98,7 +98,7 @@ class GangScheduling:
         return webhook_app(self.settings.scheduler_names), self.tls.context
 
     def start(self, spawn: Spawn, reload_interval: float) -> None:
-        """The background work; the server listens for the webhook (`webhook_app`, `tls`)."""
+        """The background work; the server listens for the webhook (`webhook`)."""
         spawn("gang controller", self.controller.run())
         spawn("webhook TLS reload", self.tls.watch(reload_interval))
         if self.ca_bundle is not None:
