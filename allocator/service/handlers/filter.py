@@ -14,22 +14,19 @@ add to kube-scheduler's own checks.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from allocator.service.coreadapter import FilterVerdicts
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.service.handlers.service_view import ServiceView
 from apis.extender import ExtenderArgs
-
-if TYPE_CHECKING:
-    from allocator.service.server import Allocator
 
 # At most this many distinct reasons in one Event note.
 EVENT_REASONS = 3
 
 
-async def handle(request: web.Request, svc: Allocator) -> web.Response:
+async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     try:
         args = await parse_body(request, ExtenderArgs.from_dict)
     except BadRequest as exc:
@@ -70,7 +67,9 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
     return json_reply(request, payload, result)
 
 
-def _event(svc: Allocator, args: ExtenderArgs, failed: dict[str, str], unresolvable: dict[str, str]) -> None:
+def _event(
+    svc: ServiceView, args: ExtenderArgs, failed: dict[str, str], unresolvable: dict[str, str]
+) -> None:
     """One Event per pod attempt that fits nowhere, summarising the reasons by count."""
     if svc.events is None:
         return

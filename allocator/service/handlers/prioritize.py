@@ -12,19 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from operator import add
-from typing import TYPE_CHECKING
 
 import numpy as np
 from aiohttp import web
 
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.service.handlers.service_view import ServiceView
 from apis.extender import MAX_PRIORITY, ExtenderArgs
 
-if TYPE_CHECKING:
-    from allocator.service.server import Allocator
 
-
-async def handle(request: web.Request, svc: Allocator) -> web.Response:
+async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     try:
         args = await parse_body(request, ExtenderArgs.from_dict)
     except BadRequest as exc:
