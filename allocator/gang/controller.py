@@ -35,8 +35,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.core.gang_plan import GangPlan, NoPlan, PlanSettings, plan_gang
-from allocator.core.request import PodRequest
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.request.pod_request import PodRequest
 from allocator.gang.config import GangSettings
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from allocator.core.gang_plan import PlanSettings
+from allocator.core.gang.plan import PlanSettings
 from allocator.gang.cabundle import CaBundleInjector
 from allocator.gang.config import WEBHOOK_SERVICE, GangSettings
 from allocator.gang.controller import GangController

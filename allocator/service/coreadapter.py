@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from allocator.core.cluster import UNKNOWN_NODE, ClusterState
-from allocator.core.columns import FilterVerdicts
-from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.cluster.columns import FilterVerdicts
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from allocator.core import reasons as rs
-from allocator.core.allocate import Allocation
-from allocator.core.cluster import UNKNOWN_NODE, ClusterState, affinity_matches, resources_fit
-from allocator.core.request import pod_request
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState, affinity_matches, resources_fit
+from allocator.core.devices.allocate import Allocation
+from allocator.core.request.parse import pod_request
 from allocator.core.scoring.scorer import NodeScorer
 from apis import keys
 from tests.core.nodes import plain_example_device

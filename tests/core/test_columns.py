@@ -15,9 +15,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator.core.allocate import Allocation, fits
-from allocator.core.cluster import UNKNOWN_NODE, ClusterState
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
+from allocator.core.devices.allocate import Allocation, fits
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig, to_priority
 from tests.core.test_properties import devices, pods
 

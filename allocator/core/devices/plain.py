@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from allocator.core import reasons as rs
-from allocator.core.inventory import VF, DeviceSlot, NodeInventory
-from allocator.core.messages import (
+from allocator.core.devices.messages import (
     type_shortage,
 )
+from allocator.core.devices.view import Ctx, Pick, device_score
+from allocator.core.node.inventory import VF, DeviceSlot, NodeInventory
+from allocator.core.node.state import all_zero, fits_free
 from allocator.core.reasons import Rejection
-from allocator.core.request import Resources
-from allocator.core.state import all_zero, fits_free
-from allocator.core.view import Ctx, Pick, device_score
+from allocator.core.request.pod_request import Resources
 from apis import resources as rn
 from apis.selector import LabelSelector
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from allocator.core import reasons as rs
-from allocator.core.inventory import LEVEL_DEVICE, NodeInventory, Scope
-from allocator.core.messages import (
+from allocator.core.devices.messages import (
     gpu_shortage,
     partition_shortage,
     scope_label,
     scope_shortage,
 )
+from allocator.core.devices.plain import select_plain
+from allocator.core.devices.view import Ctx, Pick, device_score, minor_list
+from allocator.core.node.inventory import LEVEL_DEVICE, NodeInventory, Scope
 from allocator.core.reasons import Rejection
-from allocator.core.request import GPURequirement
-from allocator.core.select import select_plain
-from allocator.core.view import Ctx, Pick, device_score, minor_list
+from allocator.core.request.pod_request import GPURequirement
 from apis import resources as rn
 
 GPU = rn.DeviceType.GPU

@@ -19,10 +19,10 @@ from itertools import compress
 
 import numpy as np
 
-from allocator.core.allocate import fits, fits_grouping
-from allocator.core.nodetable import NodeTable
+from allocator.core.devices.allocate import fits, fits_grouping
+from allocator.core.node.table import NodeTable
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest
+from allocator.core.request.pod_request import PodRequest
 
 PASS, UNKNOWN = 0, 1  # codes every verdict column shares; rejections follow
 _NOT_DECIDED = -1

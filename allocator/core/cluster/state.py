@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from allocator.core.allocate import Allocation, allocate
-from allocator.core.columns import (
+from allocator.core.cluster.columns import (
     PASS,
     FilterVerdicts,
     ScoreColumn,
@@ -33,15 +32,16 @@ from allocator.core.columns import (
     rejection_map,
     verdicts_of,
 )
-from allocator.core.inventory import NodeInventory, build_inventory, node_partition_choice
-from allocator.core.nodetable import NodeTable
-from allocator.core.podspec import PodUsage, pod_usage
-from allocator.core.ranking import best, extender_priorities, ranked, tie_key
+from allocator.core.cluster.ranking import best, extender_priorities, ranked, tie_key
+from allocator.core.devices.allocate import Allocation, allocate
+from allocator.core.node.inventory import NodeInventory, build_inventory, node_partition_choice
+from allocator.core.node.state import NodeState, node_facts
+from allocator.core.node.table import NodeTable
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, SelectorTerm
+from allocator.core.request.pod_request import PodRequest, SelectorTerm
+from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.scorer import MAX_PRIORITY, NodeScorer, to_priorities, to_priority
-from allocator.core.state import NodeState, node_facts
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.device import Device

@@ -12,18 +12,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from allocator.core import reasons as rs
-from allocator.core.features import FITS_EXACT, FITS_SHARE, FITS_WHOLE, Feature
-from allocator.core.gpus import allocate_gpu, feasible_partitions
-from allocator.core.inventory import LEVEL_DEVICE, NodeInventory
-from allocator.core.messages import (
+from allocator.core.devices.gpu import allocate_gpu, feasible_partitions
+from allocator.core.devices.messages import (
     gpu_shortage,
 )
+from allocator.core.devices.plain import pcie_scopes, select_plain
+from allocator.core.devices.view import Bounds, Ctx, Pick, View, noun
+from allocator.core.node.features import FITS_EXACT, FITS_SHARE, FITS_WHOLE, Feature
+from allocator.core.node.inventory import LEVEL_DEVICE, NodeInventory
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
-from allocator.core.request import TYPE_ORDER, GPURequirement, PodRequest
+from allocator.core.request.pod_request import TYPE_ORDER, GPURequirement, PodRequest
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.select import pcie_scopes, select_plain
-from allocator.core.state import NodeState
-from allocator.core.view import Bounds, Ctx, Pick, View, noun
 from apis import keys
 from apis import resources as rn
 from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
