@@ -131,7 +131,7 @@ def _cycle(
 ) -> tuple[float, list[str]]:
     gc.collect()  # time the pod, not the collection of the previous round's garbage
     start = time.perf_counter()
-    passed, _ = cluster.filter(req, names)
+    passed, _ = cluster.feasible(req, names)
     scores = cluster.priorities(req, passed, scorer)  # the extender's prioritize answer
     elapsed = time.perf_counter() - start
     ranked = sorted(passed, key=lambda n: -scores[n])  # the one 10 first

@@ -220,7 +220,7 @@ class SimCluster:
         wanted = [names[i] for i in candidates]
         if not req.pod.wants_devices:
             return Feasible(mask, wanted)
-        passed, _ = self.core.filter(req.pod, wanted)
+        passed, _ = self.core.feasible(req.pod, wanted)
         if len(passed) != len(wanted):
             mask = np.zeros(self.size, dtype=bool)
             index = self.index

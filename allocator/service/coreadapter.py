@@ -129,7 +129,7 @@ class CoreAdapter:
     # -- decisions ----------------------------------------------------------------------------------
 
     def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]]:
-        passed, failed = self.cluster.filter(req, names)
+        passed, failed = self.cluster.feasible(req, names)
         for name, rej in failed.items():
             if rej is UNKNOWN_NODE:
                 failed[name] = NOT_IN_CACHE
@@ -137,7 +137,7 @@ class CoreAdapter:
 
     def filter_verdicts(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
         """`filter` split the way the extender replies, built from the core's columns."""
-        return self.cluster.filter_verdicts(req, names, unknown=NOT_IN_CACHE)
+        return self.cluster.verdicts(req, names, unknown=NOT_IN_CACHE)
 
     def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
         """0-10 with the single best-ranked node alone at 10, ties broken by a stable node order,

@@ -135,7 +135,7 @@ class FilterVerdicts:
 
     @classmethod
     def from_rejections(cls, passed: list[str], rejections: Mapping[str, Rejection]) -> FilterVerdicts:
-        """From `ClusterState.filter`'s answer shape (any source of per-node rejections)."""
+        """From `ClusterState.feasible`'s answer shape (any source of per-node rejections)."""
         out = cls(passed)
         for name, rej in rejections.items():
             (out.unresolvable if rej.unresolvable else out.failed)[name] = rej.message

@@ -211,13 +211,13 @@ class ClusterState:
         return state.remove_pod(pod_key) if state is not None else False
 
     # -- questions ---------------------------------------------------------------------------------
-    def filter(
+    def feasible(
         self, req: PodRequest, names: Iterable[str] | None = None, *, unknown: Rejection = UNKNOWN_NODE
     ) -> tuple[list[str], dict[str, Rejection]]:
         """Nodes where the pod's devices fit (in the order named), and a rejection for every other
         named node (`unknown` for names the cluster does not have)."""
         names = _as_list(self.nodes if names is None else names)
-        slots, codes = self._codes(req, names)
+        slots, codes = self._verdict_codes(req, names)
         rejected = codes != PASS
         passed = list(compress(names, (~rejected).tolist()))
         self.table.remember(passed, slots[~rejected])  # what prioritize will be asked about
@@ -226,18 +226,18 @@ class ClusterState:
         objects = self._verdicts[signature_id(req)].arrays(unknown)[0]
         return passed, rejection_map(names, codes, rejected, objects)
 
-    def filter_verdicts(
+    def verdicts(
         self, req: PodRequest, names: Sequence[str], *, unknown: Rejection = UNKNOWN_NODE
     ) -> FilterVerdicts:
-        """`filter` as the extender replies it: messages split by whether preemption could cure
+        """`feasible` as the extender replies it: messages split by whether preemption could cure
         them and counts per reason code, built without a per-node Python loop."""
         names = _as_list(names)
-        slots, codes = self._codes(req, names)
+        slots, codes = self._verdict_codes(req, names)
         verdicts = verdicts_of(names, codes, self._verdicts[signature_id(req)], unknown)
         self.table.remember(verdicts.passed, slots[codes == PASS])
         return verdicts
 
-    def _codes(self, req: PodRequest, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _verdict_codes(self, req: PodRequest, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         slots = self.table.slots_of(names)
         return slots, _lru(self._verdicts, signature_id(req), lambda: VerdictColumn(req)).codes_for(
             self.table, slots

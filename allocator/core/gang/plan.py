@@ -377,7 +377,7 @@ def _fits(state: NodeState, m: PodRequest) -> Rejection | None:
 
 def _candidates(cluster: ClusterState, m: PodRequest, pool: list[str]) -> frozenset[str] | NoPlan:
     """Nodes that could host the member now (devices, cpu/memory/pods, node affinity)."""
-    passed, failed = cluster.filter(m, pool)
+    passed, failed = cluster.feasible(m, pool)
     reasons: dict[str, Rejection] = dict(failed)
     ok = []
     for name in passed:
