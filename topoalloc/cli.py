@@ -11,11 +11,11 @@ import click
 SUBCOMMANDS: dict[str, str] = {
     "agent": "agent.cli:agent",
     "inspect": "agent.cli:inspect",
-    "allocate": "allocator.core.cli:allocate",
+    "allocate": "topoalloc.commands.allocate:allocate",
     "allocator": "topoalloc.commands.allocator:allocator",
     "certs": "topoalloc.commands.certs:certs",
-    "simulate": "simulator.cli:simulate",
-    "demo": "simulator.cli:demo",
+    "simulate": "topoalloc.commands.simulate:simulate",
+    "demo": "topoalloc.commands.simulate:demo",
 }
 
 

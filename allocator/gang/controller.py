@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from allocator.core.gang_plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
 from allocator.gang.controller_state import Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod

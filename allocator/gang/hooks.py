@@ -14,7 +14,7 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from allocator.core.gang_plan import PlanSettings
+from allocator.core.gang.plan import PlanSettings
 from allocator.gang.cabundle import CaBundleInjector
 from allocator.gang.controller import GangController
 from allocator.gang.holds import PlanHolds

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from allocator.core.gang.siblings import sibling_priorities
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
-from allocator.core.scoring.siblings import sibling_priorities
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
 from allocator.service.cache.store import ClusterCache

@@ -4,7 +4,7 @@ Everything the service asks of the core goes through `CoreAdapter`, so a change 
 signatures is a change in this file only. The core is synchronous and pure; the adapter adds no
 I/O either. The verbs read top to bottom, one name per step:
 
-    filter:     handlers/filter.py     -> `CoreAdapter.filter_nodes` -> `ClusterState.filter_verdicts`
+    filter:     handlers/filter.py     -> `CoreAdapter.filter_nodes` -> `ClusterState.verdicts`
     prioritize: handlers/prioritize.py -> `CoreAdapter.score_nodes`  -> `ClusterState.priority_column`
     bind:       handlers/bind.py -> `Binder.bind` -> `ClusterCache.reserve` -> `CoreAdapter.allocate`
                 -> `ClusterState.allocate`
@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from allocator.core.cluster import UNKNOWN_NODE, ClusterState
-from allocator.core.columns import FilterVerdicts
-from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.cluster.columns import FilterVerdicts
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
@@ -142,7 +143,7 @@ class CoreAdapter:
     def filter_nodes(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
         """The filter verb's answer: passed, failed and unresolvable messages and counts per
         reason code, built from the core's columns without a per-node Python loop."""
-        verdicts = self.cluster.filter_verdicts(req, names, unknown=NOT_IN_CACHE)
+        verdicts = self.cluster.verdicts(req, names, unknown=NOT_IN_CACHE)
         errors = self.device_errors
         if errors and any(n in verdicts.failed or n in verdicts.unresolvable for n in errors):
             # Rare (a Device CR that does not decode): the per-node path, which keeps the order.
@@ -153,7 +154,7 @@ class CoreAdapter:
         """`filter_nodes` node by node: the names that can host the pod's devices, in the order
         given, and a reason for each other. A node whose Device CR does not decode says so rather
         than "no free GPU"."""
-        passed, failed = self.cluster.filter(req, names)
+        passed, failed = self.cluster.feasible(req, names)
         for name, rej in failed.items():
             if rej is UNKNOWN_NODE:
                 failed[name] = NOT_IN_CACHE

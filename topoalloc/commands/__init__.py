@@ -1,0 +1,1 @@
+"""`topoalloc` subcommands that belong to no runtime package (files in, text out)."""
