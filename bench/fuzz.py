@@ -42,8 +42,8 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from allocator.core.inventory import build_inventory  # noqa: E402
-from allocator.core.request import pod_request  # noqa: E402
+from allocator.core.node.inventory import build_inventory  # noqa: E402
+from allocator.core.request.parse import pod_request  # noqa: E402
 from apis import annotations as ann  # noqa: E402
 from apis.device import Device  # noqa: E402
 from apis.documents import decode_text, parse_yaml_documents, single_object  # noqa: E402

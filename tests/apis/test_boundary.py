@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from allocator.core.request import pod_request
+from allocator.core.request.parse import pod_request
 from apis.device import Device
 from apis.documents import load_documents, load_object, single_object
 from apis.errors import CodecError, InputError

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator.core.inventory import build_inventory
-from allocator.core.request import pod_request
+from allocator.core.node.inventory import build_inventory
+from allocator.core.request.parse import pod_request
 from apis import annotations as ann
 from apis import keys
 from apis.device import Device

@@ -1,0 +1,52 @@
+"""`topoalloc inspect`: a Device CR, from a file or the cluster, as the `nvidia-smi topo -m` matrix."""
+
+from __future__ import annotations
+
+import click
+
+from apis.documents import load_documents
+from apis.errors import InputError
+from topoalloc.errors import BadInput, Failure
+from topoalloc.output import dump, output_option
+
+
+@click.command()
+@click.argument("device_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--node", help="Read the Device of this node from the cluster.")
+@output_option("matrix", "the connectivity matrix")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Kubeconfig for --node (default: in-cluster).",
+)
+def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: str | None) -> None:
+    """Print a Device CR as the `nvidia-smi topo -m` matrix (GPU x GPU, GPU x NIC) with NUMA."""
+    from agent.fixtures.topo_matrix import matrix_data, render
+    from apis.device import Device
+
+    if (device_file is None) == (node is None):
+        raise click.UsageError("give a DEVICE.yaml or --node NAME")
+    if device_file is not None:
+        try:
+            docs = [d for d in load_documents(device_file, "device file") if isinstance(d, dict)]
+        except InputError as exc:
+            raise BadInput(exc.what, exc.where, exc.why) from None
+        devices = [d for d in docs if d.get("kind") == "Device"] or docs[:1]
+        if not devices:
+            raise BadInput("device file", device_file, "holds no Device document")
+        raw = devices[0]
+    else:
+        from agent.kube import TRANSPORT_ERRORS, Kube, api_client, short_error
+
+        try:
+            raw = Kube(api_client(kubeconfig)).get_device(node)
+        except TRANSPORT_ERRORS as exc:
+            raise Failure("Device", node or "", short_error(exc)) from None
+    try:
+        device = Device.from_dict(raw)
+    except ValueError as exc:
+        raise BadInput("Device", device_file or node or "", f"not a valid Device: {exc}") from None
+    if output == "matrix":
+        click.echo(render(device), nl=False)
+    else:
+        click.echo(dump(matrix_data(device), output), nl=False)
