@@ -152,7 +152,7 @@ async def fuzz_extender(
     count: int, seed: int, nodes: int, connections: int, timeout: float, progress: bool = True
 ) -> tuple[dict[str, Tally], bool]:
     parent, child = multiprocessing.Pipe()
-    fake = multiprocessing.Process(target=ext.serve_fake, args=(nodes, seed, child), daemon=True)
+    fake = multiprocessing.Process(target=_serve_fake_quietly, args=(nodes, seed, child), daemon=True)
     fake.start()
     try:
         url, _seeded = parent.recv()
@@ -174,6 +174,15 @@ async def fuzz_extender(
         fake.terminate()
         fake.join(10)
     return tallies, alive
+
+
+def _serve_fake_quietly(nodes: int, seed: int, conn: Any) -> None:
+    """The fake API server, without aiohttp's log of the odd URLs the fuzzed pod names make (a
+    real kube-apiserver refuses them too; the allocator reports that as the bind's error)."""
+    import logging
+
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    ext.serve_fake(nodes, seed, conn)
 
 
 async def _campaign(

@@ -78,3 +78,14 @@ async def test_odd_pod_metadata_is_never_a_500(fake_api: FakeApiServer, pki: Pki
         # No device requested: every node passes (an overhead of 1E, exa, of an odd resource is
         # kube-scheduler's business).
         assert reply["NodeNames"] == names
+
+
+async def test_a_lone_surrogate_in_a_bind_is_decoded_as_go_does(fake_api: FakeApiServer, pki: Pki) -> None:
+    # Found by bench/fuzz.py: a pod name holding an escaped lone surrogate made bind answer 500
+    # (the name could not be encoded into the pod's URL). Go's decoder reads it as U+FFFD.
+    seed_nodes(fake_api, ["gpu-1"])
+    body = b'{"PodName": "\\ud800", "PodNamespace": "default", "PodUID": "u", "Node": "gpu-1"}'
+    async with running_allocator(fake_api, pki) as run:
+        status, reply = await run.client.post("bind", body)
+        assert status == 200, reply
+        assert reply["Error"] and "\ufffd" in reply["Error"]
