@@ -105,7 +105,7 @@ def test_file_bytes_decode_or_refuse_with_an_input_error(rng: random.Random) -> 
         assert exc.what == "pod file" and exc.why
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rng=st.randoms(use_true_random=False))
 def test_allocate_answers_any_pod_file_by_the_convention(
     rng: random.Random, tmp_path_factory: pytest.TempPathFactory
