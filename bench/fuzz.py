@@ -250,7 +250,7 @@ def _check_filter(tally: Tally, body: bytes, raw: bytes) -> None:
     reply = json.loads(raw)
     explained = set(reply.get("NodeNames") or []) | set(reply.get("FailedNodes") or {})
     explained |= set(reply.get("FailedAndUnresolvableNodes") or {})
-    missing = set(offered) - explained
+    missing = fz.as_go_reads(offered) - explained
     if missing:
         tally.unexplained += 1
         tally.bad(f"filter left {sorted(missing)[:3]} unexplained")

@@ -39,4 +39,4 @@ async def test_generated_calls_are_answered_and_explained(run, rng: random.Rando
                 | set(reply["FailedNodes"])
                 | set(reply["FailedAndUnresolvableNodes"])
             )
-            assert set(offered) <= explained, reply
+            assert fz.as_go_reads(offered) <= explained, reply

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,11 @@ ODD_STRINGS = [
     "{" * 200,
     "[" * 5000,
 ]
+
+
+def as_go_reads(names: list[Any]) -> set[Any]:
+    """Names as Go's decoder (and so the extender) reads them: a lone surrogate becomes U+FFFD."""
+    return {re.sub("[\ud800-\udfff]", "\ufffd", n) if isinstance(n, str) else n for n in names}
 
 
 def json_value(rng: random.Random, depth: int = 0) -> Any:
