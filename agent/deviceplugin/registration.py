@@ -55,8 +55,13 @@ class Registrar(threading.Thread):
             if not server.alive():
                 if server.inode:
                     log.warning("plugin socket %s is gone (kubelet restarted?): serving again", server.path)
-                server.start()
                 self._registered_with.pop(resource, None)
+                try:
+                    server.start()
+                except (RuntimeError, OSError) as exc:  # grpc cannot bind: the directory is not usable
+                    self.error = f"cannot serve {server.path}: {exc}"
+                    log.warning("%s", self.error)
+                    continue
             if kubelet and self._registered_with.get(resource) != kubelet:
                 try:
                     register(self.kubelet_socket, server.path.name, resource)
@@ -74,18 +79,20 @@ class Registrar(threading.Thread):
         return set(self._registered_with)
 
     def run(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         while not self._halt.is_set():
             try:
+                self.directory.mkdir(parents=True, exist_ok=True)
                 self.step()
             except OSError as exc:  # the directory itself is unusable: say so, keep trying
                 self.error = f"device plugin directory {self.directory}: {exc}"
                 log.warning("%s", self.error)
+            except Exception:  # never let the registrar die: kubelet would lose the plugins for good
+                log.exception("device plugin registration step failed")
             self._halt.wait(self.check_seconds)
 
     def stop(self) -> None:
         self._halt.set()
         if self.is_alive() and threading.current_thread() is not self:
-            self.join(5.0)
+            self.join(10.0)  # a registration in flight gives up after its 5 s timeout
         for server in self.servers.values():
             server.stop()
