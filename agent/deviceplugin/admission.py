@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -151,25 +151,25 @@ class Admission:
                 del self.served[uid]  # finished or deleted: its devices are free again
         return self._pods
 
-    def _candidates(self, resource: str, pods: list[dict[str, Any]]) -> list[_Candidate]:
-        out = []
+    def _candidates(self, resource: str, pods: list[dict[str, Any]]) -> Iterator[_Candidate]:
+        """Pending pods with a container not yet served `resource`, oldest first; each annotation is
+        read only when the caller gets that far."""
         for pod in sorted((p for p in pods if _pending(p)), key=_order):
             served = self.served.get(_uid(pod))
             done = len(served.resources.get(resource, [])) if served else 0
             try:
                 requests = container_requests(pod, resource)
             except ExpectationError as exc:
-                out.append(_Candidate(pod, 0, 0, None, str(exc)))
+                yield _Candidate(pod, 0, 0, None, str(exc))
                 continue
             if done >= len(requests):
                 continue
             count = requests[done][1]
             try:
                 exps = expectations(pod, resource, self.inventory)
-                out.append(_Candidate(pod, done, count, exps[done]))
+                yield _Candidate(pod, done, count, exps[done])
             except ExpectationError as exc:
-                out.append(_Candidate(pod, done, count, None, str(exc)))
-        return out
+                yield _Candidate(pod, done, count, None, str(exc))
 
     # -- the two calls ----------------------------------------------------------------------
     def preferred(self, resource: str, available: list[str], must: list[str], size: int) -> list[str]:
@@ -192,16 +192,20 @@ class Admission:
     def allocate(self, resource: str, ids: list[str]) -> Grant:
         """Serve the pod whose annotation names exactly `ids`, or raise Refused."""
         with self._lock:
-            cands: list[_Candidate] = []
+            pods: list[dict[str, Any]] = []
             refusal: Refused | None = None
             for fresh in (False, True):
                 try:
-                    cands = self._candidates(resource, self._pod_list(fresh))
+                    pods = self._pod_list(fresh)
                 except Refused as exc:
                     refusal = exc
                     break
                 match = next(
-                    (c for c in cands if c.expectation is not None and c.expectation.accepts(resource, ids)),
+                    (
+                        c
+                        for c in self._candidates(resource, pods)
+                        if c.expectation is not None and c.expectation.accepts(resource, ids)
+                    ),
                     None,
                 )
                 if match is not None:
@@ -211,7 +215,7 @@ class Admission:
                         refusal = exc
                         break
             if refusal is None:
-                refusal = self._refusal(resource, ids, cands)
+                refusal = self._refusal(resource, ids, list(self._candidates(resource, pods)))
         self.refusals += 1
         REFUSALS.labels(resource).inc()
         if refusal.pod is not None and self.events is not None:
@@ -221,15 +225,12 @@ class Admission:
     def _serve(self, resource: str, cand: _Candidate, ids: list[str]) -> Grant:
         exp = cand.expectation
         assert exp is not None
-        taken = {
-            i
-            for uid, s in self.served.items()
-            if uid != _uid(cand.pod)
-            for got in s.resources.get(resource, [])
-            for i in got
-        }
-        if taken.intersection(ids):
-            raise Refused(f"{resource} {sorted(taken.intersection(ids))} already serve another pod", cand.pod)
+        clash = self._held_elsewhere(resource, cand.pod, ids)
+        if clash:
+            self._pod_list(fresh=True)  # the holder may have finished since the cached list
+            clash = self._held_elsewhere(resource, cand.pod, ids)
+        if clash:
+            raise Refused(f"{resource} {clash} already serve another pod", cand.pod)
         try:
             grant = self.grants.build(resource, exp, self.inventory)
         except ExpectationError as exc:
@@ -243,6 +244,18 @@ class Admission:
         if self.on_served is not None:
             self.on_served()
         return grant
+
+    def _held_elsewhere(self, resource: str, pod: dict[str, Any], ids: list[str]) -> list[str]:
+        """Those of `ids` that an unfinished pod other than `pod` was served."""
+        uid = _uid(pod)
+        held = {
+            i
+            for u, s in self.served.items()
+            if u != uid
+            for got in s.resources.get(resource, [])
+            for i in got
+        }
+        return sorted(held.intersection(ids))
 
     def _refusal(self, resource: str, ids: list[str], cands: list[_Candidate]) -> Refused:
         fitting = [c for c in cands if c.count == len(ids) or (c.expectation is None and c.count == 0)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ class StandInKubelet:
         self._reg_server: grpc.Server | None = None
         self._pr_server: grpc.Server | None = None
         self.calls: list[tuple[str, str]] = []  # (rpc, resource)
+        self.latencies: dict[str, list[float]] = {"GetPreferredAllocation": [], "Allocate": []}  # seconds
 
     # -- servers ----------------------------------------------------------------------------
     def start(self) -> StandInKubelet:
@@ -201,6 +203,7 @@ class StandInKubelet:
         chosen: list[str] = []
         if plugin.preferred:
             self.calls.append(("GetPreferredAllocation", plugin.resource))
+            started = time.perf_counter()
             reply = plugin.stub.GetPreferredAllocation(
                 pb.PreferredAllocationRequest(
                     container_requests=[
@@ -211,9 +214,11 @@ class StandInKubelet:
                 ),
                 timeout=10,
             )
+            self.latencies["GetPreferredAllocation"].append(time.perf_counter() - started)
             chosen = [i for i in reply.container_responses[0].deviceIDs if i in available][:n]
         chosen += [i for i in available if i not in chosen][: n - len(chosen)]
         self.calls.append(("Allocate", plugin.resource))
+        started = time.perf_counter()
         try:
             reply = plugin.stub.Allocate(
                 pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=chosen)]),
@@ -221,6 +226,7 @@ class StandInKubelet:
             )
         except grpc.RpcError as exc:
             raise AdmissionError(f"Allocate failed due to {exc.details()}, which is unexpected") from None
+        self.latencies["Allocate"].append(time.perf_counter() - started)
         c = reply.container_responses[0]
         return Granted(
             chosen,
