@@ -176,3 +176,27 @@ class Rig:
         if self.kubelet is not None:
             self.kubelet.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def exercise_device_plugins(server: FakeApiServer, api_client: Any) -> None:
+    """Drive every API call the device plugins make (for the RBAC test): list pods, post a refusal
+    Event, patch an annotation after a PodResources mismatch."""
+    from tests.support.kubelet import AdmissionError
+
+    rig = Rig(server, api_client, "dgx-h100")
+    try:
+        kubelet = rig.start_kubelet()
+        rig.start_agent(resources=("nvidia.com/gpu",))
+        bad = rig.put_pod("rbac-bad", {"main": {"nvidia.com/gpu": "1"}}, None)
+        try:
+            kubelet.admit(bad)
+        except AdmissionError:
+            pass
+        else:
+            raise AssertionError("a pod without annotation was admitted")
+        rig.server.remove("pods", "rbac-bad", "default")
+        kubelet.allocations["default/rbac-moved"] = {"main": {"nvidia.com/gpu": [rig.uuid(1)]}}
+        rig.put_pod("rbac-moved", {"main": {"nvidia.com/gpu": "1"}}, allocated([gpu_entry(0)]))
+        assert len(rig.plugins.checker.check()) == 1
+    finally:
+        rig.close()
