@@ -76,7 +76,7 @@ def run(scenario: str, pods: int) -> dict[str, list[float]]:
         rig = Rig(server, client, "dgx-h100")
         try:
             rig.start_kubelet()
-            rig.start_agent(resources=("nvidia.com/gpu", "koordinator.sh/gpu-core"))
+            rig.start_agent(wait_for=("nvidia.com/gpu", "koordinator.sh/gpu-core"))
             return whole(rig, pods) if scenario == "whole" else shared(rig)
         finally:
             rig.close()

@@ -112,7 +112,8 @@ class Rig:
         self.kubelet = StandInKubelet(self.plugin_dir, self.pr_socket).start()
         return self.kubelet
 
-    def start_agent(self, *, wait: bool = True, resources: tuple[str, ...] = SERVED_RESOURCES) -> Agent:
+    def start_agent(self, *, wait: bool = True, wait_for: tuple[str, ...] = SERVED_RESOURCES) -> Agent:
+        """Start the agent (it serves every resource); wait until kubelet has `wait_for` registered."""
         config = AgentConfig(resync_seconds=30)
         config.mid_tier.enabled = False
         config.health.event_wait_ms = 50
@@ -142,7 +143,7 @@ class Rig:
         self._loop = threading.Thread(target=self.agent.run, args=(self._stop,), kwargs={"hotplug": False})
         self._loop.start()
         if wait and self.kubelet is not None:
-            self.kubelet.wait_registered(list(resources))
+            self.kubelet.wait_registered(list(wait_for))
         return self.agent
 
     def stop_agent(self) -> None:
@@ -186,7 +187,7 @@ def exercise_device_plugins(server: FakeApiServer, api_client: Any) -> None:
     rig = Rig(server, api_client, "dgx-h100")
     try:
         kubelet = rig.start_kubelet()
-        rig.start_agent(resources=("nvidia.com/gpu",))
+        rig.start_agent(wait_for=("nvidia.com/gpu",))
         bad = rig.put_pod("rbac-bad", {"main": {"nvidia.com/gpu": "1"}}, None)
         try:
             kubelet.admit(bad)

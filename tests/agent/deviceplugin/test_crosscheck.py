@@ -3,12 +3,14 @@ holding other devices than annotated is an Event, a metric, and for GPUs a corre
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import REGISTRY
 
 from apis import keys
 from apis.annotations import parse_device_allocated
 from tests.agent.deviceplugin.rig import allocated, gpu_entry, rdma_entry
-from tests.agent.deviceplugin.test_kubelet_flow import H100
+from tests.agent.deviceplugin.test_kubelet_flow import H100, _wait
 
 
 def _metric(resource: str) -> float:
@@ -70,7 +72,42 @@ def test_podresources_cross_check(make_rig) -> None:
 def test_cross_check_without_kubelet_reports_the_error(make_rig) -> None:
     rig = make_rig("dgx-h100")
     kubelet = rig.start_kubelet()
-    rig.start_agent(resources=("nvidia.com/gpu",))
+    rig.start_agent(wait_for=("nvidia.com/gpu",))
     kubelet.stop()
     assert rig.plugins.checker.check() == []
     assert rig.plugins.checker.error.startswith(f"PodResources {rig.pr_socket}: UNAVAILABLE")
+
+
+def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
+    import json
+    import urllib.request
+
+    from agent.healthz import HealthServer
+    from tests.support.kubelet import AdmissionError
+
+    rig = make_rig("dgx-h100")
+    kubelet = rig.start_kubelet()
+    rig.start_agent()
+    assert rig.agent is not None
+    assert _wait(lambda: len(rig.plugins.registrar.registered()) == 3)  # Register() has returned
+    health = HealthServer("127.0.0.1", 0, rig.agent.health_state)
+    health.start()
+    try:
+        bad = rig.put_pod("no-annotation", {"main": {"nvidia.com/gpu": "1"}}, None)
+        with contextlib.suppress(AdmissionError):
+            kubelet.admit(bad)
+        with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        assert 'topoalloc_agent_allocate_refusals_total{resource="nvidia.com/gpu"}' in text
+        assert "topoalloc_agent_device_mismatches_total" in text
+        with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/status", timeout=5) as resp:
+            status = json.loads(resp.read())
+        assert status["devicePlugin"] == {
+            "registered": ["koordinator.sh/gpu-core", "koordinator.sh/rdma", "nvidia.com/gpu"],
+            "error": "",
+            "served": 0,
+            "refusals": 1,
+            "mismatches": 0,
+        }
+    finally:
+        health.stop()

@@ -73,7 +73,7 @@ def test_whole_gpu(make_rig) -> None:
 def test_nvlink_pair(make_rig) -> None:
     rig = make_rig("a100-pcie-4x-nvlink-pairs")
     kubelet = rig.start_kubelet()
-    rig.start_agent(resources=("nvidia.com/gpu", "koordinator.sh/gpu-core"))
+    rig.start_agent(wait_for=("nvidia.com/gpu", "koordinator.sh/gpu-core"))
     entries = [gpu_entry(2, memory="80Gi"), gpu_entry(3, memory="80Gi")]  # no `id`: before PreBind fills it
     pod = rig.put_pod("pair", {"main": {"nvidia.com/gpu": "2"}}, allocated(entries))
     got = kubelet.admit(pod)["main"]["nvidia.com/gpu"]
@@ -241,7 +241,7 @@ def test_two_containers_split_the_annotation(make_rig) -> None:
 def test_bad_annotation_is_refused_with_an_event(make_rig, annotation, reason) -> None:
     rig = make_rig("dgx-h100")
     kubelet = rig.start_kubelet()
-    rig.start_agent(resources=("nvidia.com/gpu",))
+    rig.start_agent(wait_for=("nvidia.com/gpu",))
     pod = rig.put_pod("bad", {"main": {"nvidia.com/gpu": "1"}}, annotation)
     with pytest.raises(AdmissionError) as err:
         kubelet.admit(pod)

@@ -154,7 +154,7 @@ def test_allocate_without_a_pod_fails_closed_over_grpc(make_rig) -> None:
     """A direct Allocate (no pending pod wants this) is FAILED_PRECONDITION with the reason."""
     rig = make_rig("dgx-h100")
     rig.start_kubelet()
-    rig.start_agent(resources=("nvidia.com/gpu",))
+    rig.start_agent(wait_for=("nvidia.com/gpu",))
     channel = grpc.insecure_channel(f"unix://{rig.plugin_dir / 'topoalloc-nvidia.com-gpu.sock'}")
     stub = pb_grpc.DevicePluginStub(channel)
     with pytest.raises(grpc.RpcError) as err:
