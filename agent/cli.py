@@ -82,10 +82,10 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 )
 @click.option(
     "--device-plugin/--no-device-plugin",
-    default=True,
-    show_default=True,
+    default=None,
     help="Serve the kubelet device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/rdma) "
-    "and hand containers exactly the devices in their device-allocated annotation.",
+    "and hand containers exactly the devices in their device-allocated annotation. Default: on, "
+    "except with --fixture (no kubelet there unless a test brings one).",
 )
 @click.option(
     "--device-plugin-dir",
@@ -131,7 +131,7 @@ def agent(
     print_only: bool,
     no_hotplug: bool,
     health_port: int | None,
-    device_plugin: bool,
+    device_plugin: bool | None,
     device_plugin_dir: str,
     pod_resources_socket: str,
     cdi_roots: tuple[str, ...],
@@ -188,6 +188,8 @@ def agent(
 
     kube = Kube(_api_client(kubeconfig))
     plugins = None
+    if device_plugin is None:
+        device_plugin = fixture is None
     if device_plugin and not once:
         from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS
         from agent.deviceplugin.service import DevicePluginService, DevicePluginSettings
