@@ -86,6 +86,7 @@ class Rig:
     agent: Agent | None = None
     fx: Fixture | None = None
     kubelet: StandInKubelet | None = None
+    fixture_dir: Path | None = None  # a private copy to change; default hw-fixtures/<fixture_name>
     _stop: threading.Event | None = None
     _loop: threading.Thread | None = None
 
@@ -117,7 +118,7 @@ class Rig:
         config = AgentConfig(resync_seconds=30)
         config.mid_tier.enabled = False
         config.health.event_wait_ms = 50
-        self.fx = Fixture.load(FIXTURES / self.fixture_name)
+        self.fx = Fixture.load(self.fixture_dir or FIXTURES / self.fixture_name)
         kube = Kube(self.api_client)
         settings = DevicePluginSettings(
             plugin_dir=str(self.plugin_dir),

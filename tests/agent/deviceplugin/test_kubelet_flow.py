@@ -298,3 +298,32 @@ def _wait(predicate, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def test_lost_gpu_and_nic_port_down_stream_as_unhealthy(make_rig, tmp_path) -> None:
+    from tests.agent.support import copy_fixture
+
+    rig = make_rig("dgx-h100")
+    rig.fixture_dir = copy_fixture("dgx-h100", tmp_path)
+    kubelet = rig.start_kubelet()
+    agent = rig.start_agent()
+    assert rig.fx is not None
+
+    def down(devices) -> set[str]:
+        return {i.rsplit("-u", 1)[0] for i, (h, _) in devices.items() if h != "Healthy"}
+
+    # the fixture's two storage NICs (ports not cabled, as recorded) are unhealthy from the start
+    already = down(kubelet.plugins["koordinator.sh/rdma"].devices)
+    assert already == {"0000:29:00.0", "0000:29:00.1", "0000:aa:00.0", "0000:aa:00.1"}
+    rig.fx.nvml.lose(2)  # GPU 2 fell off the bus
+    state = next(rig.fixture_dir.glob("sys/devices/**/0000:18:00.0/infiniband/mlx5_0/ports/1/state"))
+    state.write_text("1: DOWN\n")
+    agent.request_resync()
+    gpus = kubelet.wait_devices("nvidia.com/gpu", lambda d: d[H100[2]][0] == "Unhealthy", timeout=5)
+    assert [u for u, (h, _) in gpus.items() if h != "Healthy"] == [H100[2]]
+    nics = kubelet.wait_devices("koordinator.sh/rdma", lambda d: d["0000:18:00.0-u00"][0] == "Unhealthy", 5)
+    assert down(nics) == already | {"0000:18:00.0"}
+    # and back: the port comes up, the NIC is healthy again without a restart
+    state.write_text("4: ACTIVE\n")
+    agent.request_resync()
+    kubelet.wait_devices("koordinator.sh/rdma", lambda d: d["0000:18:00.0-u00"][0] == "Healthy", 5)
