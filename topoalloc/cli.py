@@ -9,8 +9,8 @@ import click
 
 # name -> "module:attribute" of a click command or group
 SUBCOMMANDS: dict[str, str] = {
-    "agent": "agent.cli:agent",
-    "inspect": "agent.cli:inspect",
+    "agent": "topoalloc.commands.agent:agent",
+    "inspect": "topoalloc.commands.inspect:inspect",
     "allocate": "allocator.core.cli:allocate",
     "allocator": "allocator.service.cli:allocator",
     "certs": "allocator.service.certs_cli:certs",

@@ -19,7 +19,7 @@ from pathlib import Path
 from agent.deviceplugin.cdi import CdiRegistry
 from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError
 from agent.deviceplugin.inventory import Inventory
-from agent.sysfs import Sysfs
+from agent.discovery.sysfs import Sysfs
 from apis import resources as rn
 
 GPU_CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")

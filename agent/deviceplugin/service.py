@@ -20,9 +20,9 @@ from agent.deviceplugin.grants import GrantBuilder
 from agent.deviceplugin.inventory import SERVED_RESOURCES, inventory_from_device
 from agent.deviceplugin.plugin import DeviceList
 from agent.deviceplugin.registration import Registrar
-from agent.health import HealthBook
+from agent.discovery.device_health import HealthBook
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error
-from agent.midtier import MidTier
+from agent.midtier.reclaimable import MidTier
 from apis import keys
 from apis.device import Device
 

@@ -13,9 +13,9 @@ from typing import Any
 from agent.config import AgentConfig
 from agent.deviceplugin.inventory import SERVED_RESOURCES
 from agent.deviceplugin.service import DevicePluginService, DevicePluginSettings
-from agent.fixture import Fixture
+from agent.fixtures.loader import Fixture
 from agent.kube import Kube
-from agent.runner import Agent
+from agent.main_loop import Agent
 from apis import keys
 from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
 from apis.quantity import Format, Quantity

@@ -14,9 +14,9 @@ from agent.deviceplugin import checkpoint
 from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2 as pb
 from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from agent.deviceplugin.service import DevicePluginService, DevicePluginSettings
-from agent.health import HealthBook
-from agent.midtier import MidTier
-from agent.pods import PodInfo
+from agent.discovery.device_health import HealthBook
+from agent.midtier.pod_watch import PodInfo
+from agent.midtier.reclaimable import MidTier
 from tests.agent.deviceplugin.rig import allocated, gpu_entry
 from tests.agent.deviceplugin.test_kubelet_flow import H100, _wait
 from tests.agent.test_midtier import GI, Clock, _write_cgroup
