@@ -14,8 +14,8 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.core.inventory import DeviceSlot, NodeInventory, Scope
-from allocator.core.state import NodeState
+from allocator.core.node.inventory import DeviceSlot, NodeInventory, Scope
+from allocator.core.node.state import NodeState
 from apis import keys
 
 

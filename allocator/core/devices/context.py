@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from allocator.core.inventory import VF, NodeInventory
-from allocator.core.request import GPURequirement, PodRequest, Resources
+from allocator.core.node.inventory import VF, NodeInventory
+from allocator.core.node.state import NodeState, all_zero, fits_free
+from allocator.core.request.pod_request import GPURequirement, PodRequest, Resources
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.state import NodeState, all_zero, fits_free
 from apis import resources as rn
 
 GPU, RDMA, FPGA = rn.DeviceType.GPU, rn.DeviceType.RDMA, rn.DeviceType.FPGA

@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from allocator.core import reasons as rs
-from allocator.core.inventory import LEVEL_DEVICE, NodeInventory, Scope
-from allocator.core.messages import (
+from allocator.core.devices.context import Ctx, Pick, device_score, minor_list
+from allocator.core.devices.messages import (
     gpu_shortage,
     partition_shortage,
     scope_label,
     scope_shortage,
 )
+from allocator.core.devices.plain import select_plain
+from allocator.core.node.inventory import LEVEL_DEVICE, DeviceSlot, NodeInventory, Scope
 from allocator.core.reasons import Rejection
-from allocator.core.request import GPURequirement
-from allocator.core.select import select_plain
-from allocator.core.view import Ctx, Pick, device_score, minor_list
+from allocator.core.request.pod_request import GPURequirement, Resources
 from apis import resources as rn
 
 GPU = rn.DeviceType.GPU
@@ -268,3 +268,37 @@ def _walk(
     if best_minor < 0:
         return None
     return scope.level, not_empty, best_score, scope, (best_minor,)
+
+
+class GPUHandler:
+    """GPUs: one requirement for the pod (`req.gpu`), chosen by `allocate_gpu`."""
+
+    def demand(self, ctx: Ctx, resources: Resources) -> tuple[Resources, int] | Rejection:
+        g = ctx.req.gpu
+        assert g is not None
+        if g.scope_level == LEVEL_DEVICE and g.count > 1:
+            return Rejection(
+                rs.UNSATISFIABLE_DEVICE_SCOPE,
+                f"requiredTopologyScope Device holds one GPU; the pod asks for {g.count}",
+                True,
+            )
+        return g.per_gpu, g.count
+
+    def choose(
+        self, ctx: Ctx, per: Resources, desired: int, pcies: frozenset[str], *, need_picks: bool
+    ) -> tuple[list[Pick], str] | Rejection:
+        return allocate_gpu(ctx, desired, desired, need_picks=need_picks)
+
+    def resources(self, chosen: dict[str, int], slot: DeviceSlot) -> dict[str, int]:
+        return with_gpu_memory(chosen, slot.total.get(rn.GPU_MEMORY, 0))
+
+
+def with_gpu_memory(res: dict[str, int], total_memory: int) -> dict[str, int]:
+    """fillGPUTotalMem: derive the missing one of gpu-memory and gpu-memory-ratio from the GPU's size."""
+    has_mem, has_ratio = rn.GPU_MEMORY in res, rn.GPU_MEMORY_RATIO in res
+    if has_mem and has_ratio:
+        return res
+    if has_mem:
+        ratio = int(res[rn.GPU_MEMORY] / total_memory * 100) if total_memory else 0
+        return {**res, rn.GPU_MEMORY_RATIO: ratio}
+    return {**res, rn.GPU_MEMORY: res.get(rn.GPU_MEMORY_RATIO, 0) * total_memory // 100}

@@ -30,14 +30,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from allocator.core.allocate import Allocation, allocate
-from allocator.core.cluster import ClusterState, affinity_matches, resources_fit
+from allocator.core.cluster.state import ClusterState, affinity_matches, resources_fit
+from allocator.core.devices.allocate import Allocation, allocate
+from allocator.core.gang.siblings import domain_values, shared_domain
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection, plural
-from allocator.core.request import PodRequest
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.scoring.siblings import domain_values, shared_domain
 from allocator.core.scoring.topology import NVLINK, best_tier, gpu_set_tier
-from allocator.core.state import NodeState
 from apis import resources as rn
 
 AFFINITY = Rejection("NodeAffinity", "node(s) didn't match Pod's node affinity/selector", unresolvable=True)
@@ -377,7 +377,7 @@ def _fits(state: NodeState, m: PodRequest) -> Rejection | None:
 
 def _candidates(cluster: ClusterState, m: PodRequest, pool: list[str]) -> frozenset[str] | NoPlan:
     """Nodes that could host the member now (devices, cpu/memory/pods, node affinity)."""
-    passed, failed = cluster.filter(m, pool)
+    passed, failed = cluster.feasible(m, pool)
     reasons: dict[str, Rejection] = dict(failed)
     ok = []
     for name in passed:

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from allocator.core.cli import allocate
 from apis import keys
 from tests.core.pods import gpus, pod
 from tests.support.machines import koordinator_example_device
+from topoalloc.commands.allocate import allocate
 
 DATA = Path(__file__).parent / "data"
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from allocator.core import reasons as rs
-from allocator.core.inventory import VF, DeviceSlot, NodeInventory
-from allocator.core.messages import (
+from allocator.core.devices.context import Ctx, Pick, device_score, noun
+from allocator.core.devices.messages import (
     type_shortage,
 )
+from allocator.core.node.inventory import VF, DeviceSlot, NodeInventory
+from allocator.core.node.state import all_zero, fits_free
 from allocator.core.reasons import Rejection
-from allocator.core.request import Resources
-from allocator.core.state import all_zero, fits_free
-from allocator.core.view import Ctx, Pick, device_score
+from allocator.core.request.pod_request import Resources
 from apis import resources as rn
 from apis.selector import LabelSelector
 
@@ -98,3 +98,46 @@ def pcie_scopes(inv: NodeInventory, dtype: str, picks: list[Pick]) -> frozenset[
         if slot is not None and slot.has_topology:
             out.add(slot.pcie_scope)
     return frozenset(out)
+
+
+class PerDeviceHandler:
+    """Device types chosen device by device (RDMA NICs, FPGAs): `resource` counts percent of a
+    device (100 = one whole device) unless a hint says otherwise."""
+
+    def __init__(self, dtype: str, resource: str) -> None:
+        self.dtype, self.resource = dtype, resource
+
+    def demand(self, ctx: Ctx, resources: Resources) -> tuple[Resources, int] | Rejection:
+        dtype, name = self.dtype, self.resource
+        q = dict(resources).get(name, 0)
+        hint = ctx.req.hint(dtype)
+        count, per = 1, resources
+        if q > 100 and q % 100 == 0:
+            count, per = q // 100, ((name, 100),)
+        elif hint is not None and hint.allocate_strategy == "ApplyForAll":
+            slots = ctx.inv.slots(dtype)
+            if hint.selector is not None:
+                slots = tuple(s for s in slots if hint.selector.matches(s.labels))
+            count = len(slots)
+            if count == 0:
+                return Rejection(
+                    rs.INSUFFICIENT_DEVICES.format(type=dtype),
+                    f"no {noun(dtype)} on the node matches the selector",
+                    True,
+                )
+        elif hint is not None and hint.allocate_strategy == "RequestsAsCount":
+            count = q
+            per = ((name, 100 if hint.exclusive_policy == "DeviceLevel" else 1),)
+        return per, count
+
+    def choose(
+        self, ctx: Ctx, per: Resources, desired: int, pcies: frozenset[str], *, need_picks: bool
+    ) -> tuple[list[Pick], str] | Rejection:
+        max_count = max(desired, len(pcies))
+        picks = select_plain(ctx, self.dtype, per, desired, max_count, pcies)
+        if isinstance(picks, Rejection):
+            return picks
+        return picks, ""
+
+    def resources(self, chosen: dict[str, int], slot: DeviceSlot) -> dict[str, int]:
+        return chosen

@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from allocator.core.allocate import Allocation, allocate
-from allocator.core.columns import (
+from allocator.core.cluster.columns import (
     PASS,
     FilterVerdicts,
     ScoreColumn,
@@ -33,15 +32,16 @@ from allocator.core.columns import (
     rejection_map,
     verdicts_of,
 )
-from allocator.core.inventory import NodeInventory, build_inventory, node_partition_choice
-from allocator.core.nodetable import NodeTable
-from allocator.core.podspec import PodUsage, pod_usage
-from allocator.core.ranking import best, extender_priorities, ranked, tie_key
+from allocator.core.cluster.ranking import best, extender_priorities, ranked, tie_key
+from allocator.core.devices.allocate import Allocation, allocate
+from allocator.core.node.inventory import NodeInventory, build_inventory, node_partition_choice
+from allocator.core.node.state import NodeState, node_facts
+from allocator.core.node.table import NodeTable
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, SelectorTerm
+from allocator.core.request.pod_request import PodRequest, SelectorTerm
+from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.scorer import MAX_PRIORITY, NodeScorer, to_priorities, to_priority
-from allocator.core.state import NodeState, node_facts
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.device import Device
@@ -211,13 +211,13 @@ class ClusterState:
         return state.remove_pod(pod_key) if state is not None else False
 
     # -- questions ---------------------------------------------------------------------------------
-    def filter(
+    def feasible(
         self, req: PodRequest, names: Iterable[str] | None = None, *, unknown: Rejection = UNKNOWN_NODE
     ) -> tuple[list[str], dict[str, Rejection]]:
         """Nodes where the pod's devices fit (in the order named), and a rejection for every other
         named node (`unknown` for names the cluster does not have)."""
         names = _as_list(self.nodes if names is None else names)
-        slots, codes = self._codes(req, names)
+        slots, codes = self._verdict_codes(req, names)
         rejected = codes != PASS
         passed = list(compress(names, (~rejected).tolist()))
         self.table.remember(passed, slots[~rejected])  # what prioritize will be asked about
@@ -226,18 +226,18 @@ class ClusterState:
         objects = self._verdicts[signature_id(req)].arrays(unknown)[0]
         return passed, rejection_map(names, codes, rejected, objects)
 
-    def filter_verdicts(
+    def verdicts(
         self, req: PodRequest, names: Sequence[str], *, unknown: Rejection = UNKNOWN_NODE
     ) -> FilterVerdicts:
-        """`filter` as the extender replies it: messages split by whether preemption could cure
+        """`feasible` as the extender replies it: messages split by whether preemption could cure
         them and counts per reason code, built without a per-node Python loop."""
         names = _as_list(names)
-        slots, codes = self._codes(req, names)
+        slots, codes = self._verdict_codes(req, names)
         verdicts = verdicts_of(names, codes, self._verdicts[signature_id(req)], unknown)
         self.table.remember(verdicts.passed, slots[codes == PASS])
         return verdicts
 
-    def _codes(self, req: PodRequest, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _verdict_codes(self, req: PodRequest, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         slots = self.table.slots_of(names)
         return slots, _lru(self._verdicts, signature_id(req), lambda: VerdictColumn(req)).codes_for(
             self.table, slots

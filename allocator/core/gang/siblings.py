@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from allocator.core.cluster import ClusterState
-from allocator.core.ranking import extender_priorities
-from allocator.core.request import PodRequest
+from allocator.core.cluster.ranking import extender_priorities
+from allocator.core.cluster.state import ClusterState
+from allocator.core.node.state import NodeState
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import NodeScorer
-from allocator.core.state import NodeState
 
 SAME_NODE = 100.0
 

@@ -19,10 +19,10 @@ from itertools import compress
 
 import numpy as np
 
-from allocator.core.allocate import fits, fits_grouping
-from allocator.core.nodetable import NodeTable
+from allocator.core.devices.allocate import fits, fits_grouping
+from allocator.core.node.table import NodeTable
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest
+from allocator.core.request.pod_request import PodRequest
 
 PASS, UNKNOWN = 0, 1  # codes every verdict column shares; rejections follow
 _NOT_DECIDED = -1
@@ -135,7 +135,7 @@ class FilterVerdicts:
 
     @classmethod
     def from_rejections(cls, passed: list[str], rejections: Mapping[str, Rejection]) -> FilterVerdicts:
-        """From `ClusterState.filter`'s answer shape (any source of per-node rejections)."""
+        """From `ClusterState.feasible`'s answer shape (any source of per-node rejections)."""
         out = cls(passed)
         for name, rej in rejections.items():
             (out.unresolvable if rej.unresolvable else out.failed)[name] = rej.message

@@ -13,14 +13,15 @@ from typing import Any
 import click
 import yaml
 
-from allocator.core.allocate import Allocation
-from allocator.core.allocate import allocate as allocate_devices
-from allocator.core.inventory import build_inventory
-from allocator.core.podspec import pod_usage
+from allocator.core.devices.allocate import Allocation
+from allocator.core.devices.allocate import allocate as allocate_devices
+from allocator.core.node.inventory import build_inventory
+from allocator.core.node.state import NodeState, fits_free, node_facts
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.usage import pod_usage
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
-from allocator.core.state import NodeState, fits_free, node_facts
 from apis.errors import CodecError
 from apis.quantity import Format, Quantity
 

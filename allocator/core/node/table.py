@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from allocator.core.features import Feature
-    from allocator.core.state import NodeState
+    from allocator.core.node.features import Feature
+    from allocator.core.node.state import NodeState
 
 Extract = Callable[["NodeState"], Any]
 _RAW_LIMIT = 2**62  # raw int features are clamped into int64 (see `feature`)

@@ -12,25 +12,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from allocator.core import reasons as rs
-from allocator.core.features import FITS_EXACT, FITS_SHARE, FITS_WHOLE, Feature
-from allocator.core.gpus import allocate_gpu, feasible_partitions
-from allocator.core.inventory import LEVEL_DEVICE, NodeInventory
-from allocator.core.messages import (
+from allocator.core.devices.context import Bounds, Ctx, Pick, View, noun
+from allocator.core.devices.gpu import feasible_partitions
+from allocator.core.devices.messages import (
     gpu_shortage,
 )
+from allocator.core.devices.plain import pcie_scopes
+from allocator.core.devices.registry import HANDLERS
+from allocator.core.node.features import FITS_EXACT, FITS_SHARE, FITS_WHOLE, Feature
+from allocator.core.node.inventory import NodeInventory
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
-from allocator.core.request import TYPE_ORDER, GPURequirement, PodRequest
+from allocator.core.request.pod_request import TYPE_ORDER, GPURequirement, PodRequest
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.select import pcie_scopes, select_plain
-from allocator.core.state import NodeState
-from allocator.core.view import Bounds, Ctx, Pick, View, noun
 from apis import keys
 from apis import resources as rn
 from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
 from apis.quantity import Format, Quantity
 
 GPU, RDMA, FPGA = rn.DeviceType.GPU, rn.DeviceType.RDMA, rn.DeviceType.FPGA
-_TYPE_RESOURCE = {RDMA: rn.RDMA, FPGA: rn.FPGA}
 
 
 @dataclass(frozen=True)
@@ -244,38 +244,10 @@ def _prepare(ctx: Ctx) -> Rejection | None:
             return Rejection(
                 rs.INSUFFICIENT_DEVICES.format(type=dtype), f"node has no {noun(dtype, 2)}", True
             )
-        if dtype == GPU:
-            g = req.gpu
-            assert g is not None
-            if g.scope_level == LEVEL_DEVICE and g.count > 1:
-                return Rejection(
-                    rs.UNSATISFIABLE_DEVICE_SCOPE,
-                    f"requiredTopologyScope Device holds one GPU; the pod asks for {g.count}",
-                    True,
-                )
-            ctx.per_type[GPU] = (g.per_gpu, g.count)
-            continue
-        name = _TYPE_RESOURCE[dtype]
-        q = dict(resources).get(name, 0)
-        hint = req.hint(dtype)
-        count, per = 1, resources
-        if q > 100 and q % 100 == 0:
-            count, per = q // 100, ((name, 100),)
-        elif hint is not None and hint.allocate_strategy == "ApplyForAll":
-            slots = inv.slots(dtype)
-            if hint.selector is not None:
-                slots = tuple(s for s in slots if hint.selector.matches(s.labels))
-            count = len(slots)
-            if count == 0:
-                return Rejection(
-                    rs.INSUFFICIENT_DEVICES.format(type=dtype),
-                    f"no {noun(dtype)} on the node matches the selector",
-                    True,
-                )
-        elif hint is not None and hint.allocate_strategy == "RequestsAsCount":
-            count = q
-            per = ((name, 100 if hint.exclusive_policy == "DeviceLevel" else 1),)
-        ctx.per_type[dtype] = (per, count)
+        demand = HANDLERS[dtype].demand(ctx, resources)
+        if isinstance(demand, Rejection):
+            return demand
+        ctx.per_type[dtype] = demand
     for dtype in ctx.per_type:
         hint = req.hint(dtype)
         if (
@@ -296,13 +268,7 @@ def _allocate_type(
 ) -> Rejection | tuple[list[Pick], str]:
     per, _ = ctx.per_type[dtype]
     desired = max(desired, 1)
-    if dtype == GPU:
-        return allocate_gpu(ctx, desired, desired, need_picks=need_picks)
-    max_count = max(desired, len(pcies))
-    picks = select_plain(ctx, dtype, per, desired, max_count, pcies)
-    if isinstance(picks, Rejection):
-        return picks
-    return picks, ""
+    return HANDLERS[dtype].choose(ctx, per, desired, pcies, need_picks=need_picks)
 
 
 def _joint_violation(primary: str, dtype: str, want: frozenset[str], got: frozenset[str]) -> Rejection:
@@ -327,8 +293,8 @@ def _annotation(inv: NodeInventory, plan: Mapping[str, list[Pick]]) -> DeviceAll
         for p in picks:
             slot = inv.slot(dtype, p.minor)
             res = dict(p.resources)
-            if dtype == GPU and slot is not None:
-                res = _with_gpu_memory(res, slot.total.get(rn.GPU_MEMORY, 0))
+            if slot is not None:
+                res = HANDLERS[dtype].resources(res, slot)
             entry = DeviceAllocation(
                 minor=p.minor,
                 resources={
@@ -342,14 +308,3 @@ def _annotation(inv: NodeInventory, plan: Mapping[str, list[Pick]]) -> DeviceAll
             entries.append(entry)
         out[dtype] = entries
     return DeviceAllocations(out)
-
-
-def _with_gpu_memory(res: dict[str, int], total_memory: int) -> dict[str, int]:
-    """fillGPUTotalMem: derive the missing one of gpu-memory and gpu-memory-ratio from the GPU's size."""
-    has_mem, has_ratio = rn.GPU_MEMORY in res, rn.GPU_MEMORY_RATIO in res
-    if has_mem and has_ratio:
-        return res
-    if has_mem:
-        ratio = int(res[rn.GPU_MEMORY] / total_memory * 100) if total_memory else 0
-        return {**res, rn.GPU_MEMORY_RATIO: ratio}
-    return {**res, rn.GPU_MEMORY: res.get(rn.GPU_MEMORY_RATIO, 0) * total_memory // 100}

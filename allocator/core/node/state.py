@@ -11,20 +11,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from allocator.core.inventory import NodeInventory, build_inventory, summed_totals
-from allocator.core.podspec import PodUsage, pod_usage
-from allocator.core.request import WHOLE_GPU, Resources
+from allocator.core.node.inventory import NodeInventory, build_inventory, summed_totals
+from allocator.core.request.pod_request import WHOLE_GPU, Resources
+from allocator.core.request.usage import PodUsage, pod_usage
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.quantity import Quantity
 
-if TYPE_CHECKING:
-    from allocator.core.nodetable import NodeTable
-
 GPU = rn.DeviceType.GPU
+
+
+class ChangeLog(Protocol):
+    """Where a node reports its changes: the node table (`node.table.NodeTable`) of the ClusterState
+    it belongs to. A Protocol, so this module never imports the table, which reads NodeStates."""
+
+    def touch(self, slot: int) -> None: ...
 
 
 def fits_free(request: Resources, free: Mapping[str, int]) -> bool:
@@ -115,7 +119,7 @@ class NodeState:
         self._derived: dict[Any, Any] = {}
         # The ClusterState's node table and this node's slot there: every change stamps the slot,
         # which is how the cluster's column caches (filter verdicts, scores) see it.
-        self._table: NodeTable | None = None
+        self._table: ChangeLog | None = None
         self._slot = -1
         self.set_inventory(inventory)
 
@@ -286,11 +290,11 @@ class NodeState:
             self._table.touch(self._slot)
 
     @property
-    def table(self) -> NodeTable | None:
+    def table(self) -> ChangeLog | None:
         """The node table of the ClusterState this node belongs to (None: standalone)."""
         return self._table
 
-    def attach(self, table: NodeTable | None, slot: int) -> None:
+    def attach(self, table: ChangeLog | None, slot: int) -> None:
         """Report every change to `table` as a change of `slot` (None: to no table)."""
         self._table, self._slot = table, slot
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 
 from allocator.core import reasons as rs
-from allocator.core.inventory import LEVEL_NODE, LEVEL_NUMA, LEVEL_PCIE, Scope
+from allocator.core.node.inventory import LEVEL_NODE, LEVEL_NUMA, LEVEL_PCIE, Scope
 from allocator.core.reasons import Rejection, plural
-from allocator.core.request import GPURequirement
+from allocator.core.request.pod_request import GPURequirement
 from apis import resources as rn
 from apis.annotations import DeviceHint
 from apis.quantity import Format, Quantity

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+import simulator
 from simulator.engine import POLICIES
 from simulator.nodes import nodes_from_spec
 from simulator.openb import TraceError, load_expected, resolve_trace, trace_label
@@ -25,7 +26,7 @@ DEMO_NODES = (
     "hw-fixtures:dgx-h100=6,l40s-8x-pcie=8,a100-pcie-4x-no-rdma=8,"
     "l20-4x-vm-numa-unknown=6,rtx-a6000-nvlink-bridge=4,cpu-only=4"
 )
-DEMO_WORKLOAD = Path(__file__).resolve().parent / "data" / "demo-workload.yaml"
+DEMO_WORKLOAD = Path(simulator.__file__).resolve().parent / "data" / "demo-workload.yaml"
 DEMO_OUT = Path("out/demo")
 DEMO_SEEDS = "1-10"
 
