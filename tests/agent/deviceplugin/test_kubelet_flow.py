@@ -277,10 +277,10 @@ def test_device_turned_unhealthy(make_rig) -> None:
     assert rig.agent is not None and rig.fx is not None
     assert _wait(lambda: rig.agent.events is not None and rig.agent.events.ready.is_set())
     rig.fx.nvml.emit(6, 48)  # double-bit ECC Xid on GPU 6
-    devices = kubelet.wait_devices("nvidia.com/gpu", lambda d: d[H100[6]][0] == "Unhealthy", timeout=3)
+    devices = kubelet.wait_devices("nvidia.com/gpu", lambda d: d[H100[6]][0] == "Unhealthy", timeout=10)
     assert [u for u, (h, _) in devices.items() if h != "Healthy"] == [H100[6]]
     cores = kubelet.wait_devices(
-        "koordinator.sh/gpu-core", lambda d: d[H100[6] + "-u00"][0] == "Unhealthy", 3
+        "koordinator.sh/gpu-core", lambda d: d[H100[6] + "-u00"][0] == "Unhealthy", 10
     )
     assert sum(1 for h, _ in cores.values() if h == "Unhealthy") == 100
     # a pod the allocator placed on GPU 6 before it failed is refused, not moved to another GPU
@@ -319,11 +319,11 @@ def test_lost_gpu_and_nic_port_down_stream_as_unhealthy(make_rig, tmp_path) -> N
     state = next(rig.fixture_dir.glob("sys/devices/**/0000:18:00.0/infiniband/mlx5_0/ports/1/state"))
     state.write_text("1: DOWN\n")
     agent.request_resync()
-    gpus = kubelet.wait_devices("nvidia.com/gpu", lambda d: d[H100[2]][0] == "Unhealthy", timeout=5)
+    gpus = kubelet.wait_devices("nvidia.com/gpu", lambda d: d[H100[2]][0] == "Unhealthy", timeout=10)
     assert [u for u, (h, _) in gpus.items() if h != "Healthy"] == [H100[2]]
-    nics = kubelet.wait_devices("koordinator.sh/rdma", lambda d: d["0000:18:00.0-u00"][0] == "Unhealthy", 5)
+    nics = kubelet.wait_devices("koordinator.sh/rdma", lambda d: d["0000:18:00.0-u00"][0] == "Unhealthy", 10)
     assert down(nics) == already | {"0000:18:00.0"}
     # and back: the port comes up, the NIC is healthy again without a restart
     state.write_text("4: ACTIVE\n")
     agent.request_resync()
-    kubelet.wait_devices("koordinator.sh/rdma", lambda d: d["0000:18:00.0-u00"][0] == "Healthy", 5)
+    kubelet.wait_devices("koordinator.sh/rdma", lambda d: d["0000:18:00.0-u00"][0] == "Healthy", 10)
