@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench fuzz lint venv clean image image-push
+.PHONY: run test bench fuzz lint venv clean image image-push protos
 
 # The container image: one for the agent and the allocator, tagged with the package version (the tag
 # the manifests in daemonset/ and deploy/ use). ENGINE: podman if installed, else docker.
@@ -42,6 +42,10 @@ image:
 
 image-push: image
 	$(ENGINE) push $(IMAGE):$(TAG)
+
+# Regenerate the kubelet gRPC stubs from agent/deviceplugin/proto/*.proto (a test checks they match).
+protos: $(STAMP)
+	$(BIN)/python -m agent.deviceplugin.proto.generate
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -17,6 +17,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("core.py", []),
     ("gang.py", []),
     ("agent.py", []),
+    ("deviceplugin.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
     # The full campaign (100,000 calls to the extender and 100,000 decoder inputs) is `make fuzz`.
@@ -26,6 +27,7 @@ QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
+    "deviceplugin.py": [],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
     "fuzz.py": ["--http", "2000", "--decoders", "10000"],
