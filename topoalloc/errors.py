@@ -9,6 +9,7 @@ and `topoalloc --debug ...` (or TOPOALLOC_DEBUG=1) shows the traceback instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -102,6 +103,11 @@ def _run(command: click.Command, args: Sequence[str] | None, **extra: Any) -> in
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
+    except BrokenPipeError:
+        # The reader went away (`topoalloc ... | head`): nothing to tell it; no noise at exit.
+        with contextlib.suppress(OSError, ValueError):  # stdout may be no real file (tests)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
     except (InputError, CodecError) as exc:
         if debug_enabled():
             raise
