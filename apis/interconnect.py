@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import combinations
 
 # Host relation tiers, closest first.
 SAME_SWITCH, SAME_ROOT, SAME_NUMA, SAME_SOCKET, CROSS_SOCKET = 4, 3, 2, 1, 0
@@ -63,10 +64,16 @@ DEFAULT_NVLINK_GBPS = 25.0  # one rate for every pair of a node: only the link c
 
 def nvlink_gbps(model: str, version: int = 0) -> float:
     """GB/s per link per direction for GPUs named `model` (NVML name or the Device label)."""
+    known = known_nvlink_gbps(model, version)
+    return DEFAULT_NVLINK_GBPS if known is None else known
+
+
+def known_nvlink_gbps(model: str, version: int = 0) -> float | None:
+    """As `nvlink_gbps`, but None when neither the model nor the NVLink version says."""
     for marker, gbps in NVLINK_GBPS_BY_MODEL:
         if marker in model:
             return gbps
-    return NVLINK_GBPS_BY_VERSION.get(version, DEFAULT_NVLINK_GBPS)
+    return NVLINK_GBPS_BY_VERSION.get(version)
 
 
 @dataclass(frozen=True)
@@ -165,3 +172,42 @@ def build_interconnect(places: Iterable[GpuPlace], link_gbps: float) -> Intercon
         tiers=tuple(tuple(r) for r in tiers),
         values=tuple(tuple(r) for r in values),
     )
+
+
+EXACT_GROUPING = 8  # members up to which `best_groups` tries every grouping
+
+
+def best_groups(ic: Interconnect, members: tuple[int, ...], size: int) -> list[tuple[int, ...]]:
+    """`len(members) // size` disjoint groups of `size` GPUs from `members` (minors, in the order
+    ties should follow) that maximise the weakest group's bottleneck pair, then the sum of all
+    pair values; among equals the first in `members` order. Beyond EXACT_GROUPING members, or for
+    single GPUs, consecutive runs of `members`."""
+    count = len(members) // size
+    if size < 2 or count == 0 or len(members) > EXACT_GROUPING:
+        return [tuple(members[i * size : (i + 1) * size]) for i in range(count)]
+    pos = {m: ic.index(m) for m in members}
+    best: tuple[tuple[int, int], list[tuple[int, ...]]] | None = None
+    for grouping in _groupings(list(members), size, count):
+        low, total = 1 << 62, 0
+        for group in grouping:
+            vals = [ic.values[pos[a]][pos[b]] for a, b in combinations(group, 2)]
+            low, total = min(low, min(vals)), total + sum(vals)
+        if best is None or (low, total) > best[0]:
+            best = ((low, total), grouping)
+    assert best is not None
+    return best[1]
+
+
+def _groupings(members: list[int], size: int, count: int) -> list[list[tuple[int, ...]]]:
+    """Every choice of `count` disjoint `size`-groups from `members`, earliest members first."""
+    if count == 0:
+        return [[]]
+    out: list[list[tuple[int, ...]]] = []
+    first, rest = members[0], members[1:]
+    for others in combinations(rest, size - 1):
+        group = (first, *others)
+        remaining = [m for m in rest if m not in others]
+        out.extend([group, *tail] for tail in _groupings(remaining, size, count - 1))
+    if len(rest) >= count * size:  # the first member left out of every group
+        out.extend(_groupings(rest, size, count))
+    return out
