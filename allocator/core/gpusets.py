@@ -40,12 +40,20 @@ class Objective:
     tie: tuple[int, ...]  # minus the minors: the lowest minors win
 
     def terms(self) -> str:
-        """The decisive numbers, readable: bottlenecks as bandwidth and host relation."""
-        left = describe_value(self.leftover_min) if self.leftover_sum else "-"
-        return (
-            f"bottleneck {describe_value(self.quality_min)} (sum {self.quality_sum}), "
-            f"leaves {left} (sum {self.leftover_sum}), nic {self.nic_aligned}, binpack {self.binpack}"
-        )
+        """The decisive numbers, readable: bottlenecks as bandwidth and host relation, totals as
+        summed NVLink bandwidth over all pairs."""
+        if len(self.tie) < 2:
+            quality = "one GPU"
+        else:
+            quality = f"bottleneck {describe_value(self.quality_min)}, total {_total(self.quality_sum)}"
+        left = "nothing to pack"
+        if self.leftover_sum or self.leftover_min:
+            left = f"{describe_value(self.leftover_min)}, total {_total(self.leftover_sum)}"
+        return f"{quality}; leaves {left}; nic {self.nic_aligned}; binpack {self.binpack}"
+
+
+def _total(value: int) -> str:
+    return f"{value // 8 / 1000:g} GB/s"
 
 
 @dataclass(frozen=True)

@@ -112,8 +112,15 @@ def test_a_link_reported_down_moves_the_choice(one_link_down: dict) -> None:
     assert '"minors":[0,3]' not in table  # nor is it a best-connected pair any more
     state = state_of(doc)
     got = _take(state, 2, "a")
-    assert got != [0, 3] and _links(doc)[frozenset(got)] == 2
+    assert got == [2, 3] and _links(doc)[frozenset(got)] == 2
     assert len({_sockets(doc)[m] for m in got}) == 1
+
+
+def test_single_gpus_leave_the_double_linked_pairs_whole() -> None:
+    """Two 1-GPU pods take GPUs 0 and 1 (one switch, bin-packed); the next 2-GPU pod gets 2-3 on
+    the same socket, where the table's first free partition (4-7) would break the other quad."""
+    state = state_of(_golden())
+    assert [_take(state, 1, "a"), _take(state, 1, "b"), _take(state, 2, "c")] == [[0], [1], [2, 3]]
 
 
 def test_explain_lists_the_candidate_sets_and_their_objective() -> None:
@@ -123,5 +130,5 @@ def test_explain_lists_the_candidate_sets_and_their_objective() -> None:
     assert isinstance(result, Allocation) and result.gpu_path == "topology"
     text = "\n".join(notes)
     assert "GPU sets by interconnect (every set compared)" in text
-    assert "GPUs 0, 3: bottleneck 50 GB/s NODE" in text
+    assert "GPUs 0, 3: bottleneck 50 GB/s NODE, total 50 GB/s; leaves 50 GB/s NODE, total 150 GB/s" in text
     assert "GPUs 0, 3 chosen by interconnect" in text
