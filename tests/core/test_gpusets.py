@@ -186,3 +186,26 @@ def test_per_link_rates_by_generation() -> None:
     assert nvlink_gbps("NVIDIA H100 80GB HBM3") == 25.0
     assert nvlink_gbps("RTX-A6000") == 14.0625
     assert nvlink_gbps("some future GPU", 5) == 50.0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(9, 14), st.data())
+def test_beyond_eight_free_gpus_the_bounded_search_never_loses_to_the_lowest_minors(
+    n: int, data: st.DataObject
+) -> None:
+    """Beyond the exact limit the search is greedy, but it always holds the set the scope walk
+    would take (the lowest free minors) among its candidates, so it is never worse than that."""
+    places = []
+    for m in range(n):
+        peers = {o: data.draw(st.integers(0, 3)) for o in range(n) if o != m}
+        places.append(
+            GpuPlace(m, numa=m * 2 // n, socket=m * 2 // n, pcie_switch=f"s{m // 2}", nvlinks=peers)
+        )
+    ic = build_interconnect(places, 25.0)
+    count = data.draw(st.integers(2, 6))
+    req = SetRequest(count=count, candidates=(1 << n) - 1, pool=(1 << n) - 1)
+    choice = choose(ic, req)
+    assert choice is not None and not choice.exact and len(choice.minors) == count
+    lowest = tuple(range(count))
+    vals = [_value(ic, a, b) for a, b in combinations(lowest, 2)]
+    assert (choice.objective.quality_min, choice.objective.quality_sum) >= (min(vals), sum(vals))
