@@ -92,7 +92,7 @@ def seed(
     names = []
     for i in range(nodes):
         kind = mix[i % len(mix)]
-        name = f"{kind}-{i:05d}"
+        name = f"{kind}-{i:05d}"  # as names_of() spells it
         device = machine_device(kind, name)
         node = {
             "apiVersion": "v1",
@@ -183,8 +183,8 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def names_of(nodes: int) -> list[str]:
-    return [f"{'dgx-h100' if i % 2 == 0 else 'l40s'}-{i:05d}" for i in range(nodes)]
+def names_of(nodes: int, mix: tuple[str, ...] = DEFAULT_MIX) -> list[str]:
+    return [f"{mix[i % len(mix)]}-{i:05d}" for i in range(nodes)]
 
 
 async def play_scheduler(
@@ -296,9 +296,9 @@ async def run(
                     f"{nodes} nodes: seeded in {seeded:.1f} s, allocator ready in {synced:.1f} s", flush=True
                 )
                 # Warm-up: the first pod of each shape fills the core's per-node caches.
-                await play_scheduler(url, port, ctx, names_of(nodes), len(SHAPES) * 2, rng, "warm")
+                await play_scheduler(url, port, ctx, names_of(nodes, mix), len(SHAPES) * 2, rng, "warm")
                 start = time.perf_counter()
-                timings = await play_scheduler(url, port, ctx, names_of(nodes), pods, rng, "p")
+                timings = await play_scheduler(url, port, ctx, names_of(nodes, mix), pods, rng, "p")
                 wall = time.perf_counter() - start
                 rss = rss_mib(proc.pid)
             finally:

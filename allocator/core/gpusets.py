@@ -217,8 +217,23 @@ def _mask(minors: Sequence[int]) -> int:
     return out
 
 
+_CHOICES: dict[tuple, Choice | None] = {}
+
+
 def choose(ic: Interconnect, req: SetRequest, *, keep: int = 8) -> Choice | None:
-    """The best set of `req.count` GPUs among `req.candidates`, or None when there is none."""
+    """The best set of `req.count` GPUs among `req.candidates`, or None when there is none.
+    Remembered per (matrix, request): nodes of one machine type in one state share the answer."""
+    key = (ic.signature(), req, keep)
+    if key in _CHOICES:
+        return _CHOICES[key]
+    found = _choose(ic, req, keep)
+    if len(_CHOICES) > _CACHE_MAX:
+        _CHOICES.clear()
+    _CHOICES[key] = found
+    return found
+
+
+def _choose(ic: Interconnect, req: SetRequest, keep: int) -> Choice | None:
     mx = matrix_for(ic)
     regions = [req.candidates] if req.within is None else [req.candidates & s for s in req.within]
     found: set[int] = set()
