@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.fixture_compose import compose
-from allocator.core.allocate import Allocation, allocate
-from allocator.core.request import pod_request
-from allocator.core.state import NodeState
+from agent.fixtures.composer import compose
+from allocator.core.devices.allocate import Allocation, allocate
+from allocator.core.node.state import NodeState
+from allocator.core.request.parse import pod_request
 from apis import keys
 from tests.agent.support import FIXTURES, device_doc
 from tests.core.nodes import state_of
