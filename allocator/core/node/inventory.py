@@ -301,22 +301,36 @@ def build_inventory(
     return inv
 
 
+_INTERCONNECTS: dict[tuple[Any, ...], Interconnect] = {}
+
+
 def node_interconnect(gpus: tuple[DeviceSlot, ...], model: str) -> Interconnect | None:
-    """The node's pairwise interconnect matrix from its GPU slots (None without GPUs)."""
+    """The node's pairwise interconnect matrix from its GPU slots (None without GPUs); one shared
+    instance per distinct matrix, so a thousand nodes of one machine type hold one."""
     if not gpus:
         return None
-    places = [
-        GpuPlace(
-            minor=g.minor,
-            numa=g.numa,
-            socket=g.socket,
-            pcie_root=g.pcie_root,
-            pcie_switch=g.pcie_scope if g.pcie_scope != g.pcie_root else "",
-            nvlinks=dict(g.nvlink_peers),
-        )
-        for g in gpus
-    ]
-    return build_interconnect(places, nvlink_gbps(model))
+    speed = nvlink_gbps(model)
+    key = (
+        speed,
+        tuple((g.minor, g.numa, g.socket, g.pcie_root, g.pcie_scope, g.nvlink_peers) for g in gpus),
+    )
+    found = _INTERCONNECTS.get(key)
+    if found is None:
+        places = [
+            GpuPlace(
+                minor=g.minor,
+                numa=g.numa,
+                socket=g.socket,
+                pcie_root=g.pcie_root,
+                pcie_switch=g.pcie_scope if g.pcie_scope != g.pcie_root else "",
+                nvlinks=dict(g.nvlink_peers),
+            )
+            for g in gpus
+        ]
+        if len(_INTERCONNECTS) > 4096:
+            _INTERCONNECTS.clear()
+        found = _INTERCONNECTS[key] = build_interconnect(places, speed)
+    return found
 
 
 def summed_totals(devices: Mapping[str, tuple[DeviceSlot, ...]]) -> Mapping[str, Mapping[str, int]]:
