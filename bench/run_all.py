@@ -18,6 +18,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("gpu_sets.py", []),
     ("gang.py", []),
     ("agent.py", []),
+    ("deviceplugin.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
 ]
@@ -26,6 +27,7 @@ QUICK_ARGS = {
     "gpu_sets.py": ["--repeat", "3"],
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
+    "deviceplugin.py": [],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
 }
