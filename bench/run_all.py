@@ -19,6 +19,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("agent.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
+    ("quality.py", []),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
@@ -26,6 +27,7 @@ QUICK_ARGS = {
     "agent.py": ["--seconds", "20", "--repeat", "5"],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
+    "quality.py": ["--seeds", "1-3"],
 }
 
 

@@ -143,16 +143,16 @@ def test_simulate_a_workload_from_the_cli(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "cluster: 2 nodes" in result.output and "12 GPUs" in result.output
-    rows = {
-        line.split()[0]: line
-        for line in result.output.splitlines()
-        if line.startswith(("bestfit", "topoalloc"))
-    }
+    rows: dict[str, str] = {}
+    for line in result.output.splitlines():
+        if line.startswith(("bestfit", "topoalloc")):
+            rows.setdefault(line.split()[0], line)  # the first table: packing and gangs
     for row in rows.values():
         assert "1.0 / 2" in row  # one of the two gangs placed, every seed
+    assert "8-GPU pods: interconnect of the GPU set" in result.output  # then the quality tables
     data = json.loads(out.read_text())
     assert data["trace"] == "jobs" and set(data["policies"]) == {"bestfit", "topoalloc"}
-    for png in ("unallocated.png", "fragmentation.png"):
+    for png in ("unallocated.png", "fragmentation.png", "topology-vs-load.png"):
         assert (tmp_path / "plots" / "jobs" / png).read_bytes().startswith(b"\x89PNG")
 
 
@@ -171,7 +171,7 @@ def test_demo_prints_the_table_and_writes_its_plots(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "at 100% arrived" in result.output and "gangs placed" in result.output
     assert any(line.startswith("topoalloc ") for line in result.output.splitlines())
-    for png in ("unallocated.png", "fragmentation.png"):
+    for png in ("unallocated.png", "fragmentation.png", "topology-vs-load.png"):
         data = (tmp_path / png).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000
 
