@@ -68,12 +68,10 @@ def test_gangs_are_placed_whole_or_not_at_all(tmp_path: Path) -> None:
     policy = POLICIES["topoalloc"](workload_setup(cluster.size, 3), None)
     policy.attach(cluster)
     assert place_gang(cluster, pair.members, policy)
-    assert {cluster.core.pod_node[m.key] for m in pair.members} == {
-        "l40s-8x-pcie-00",
-        "a100-pcie-4x-no-rdma-00",
-    }
+    # both on the L40S, one NUMA node each (the A100 board would split a member across sockets)
+    assert [cluster.core.pod_node[m.key] for m in pair.members] == ["l40s-8x-pcie-00"] * 2
     before = [s.gpu_free_core_pct for s in cluster.states]
-    # 8 GPUs per member: the first fits nowhere now (4 + 0 free whole GPUs left)... and nothing stays held
+    # 8 GPUs per member: the first fits nowhere now (0 + 4 free whole GPUs left)... and nothing stays held
     assert not place_gang(cluster, huge.members, policy)
     assert all(m.key not in cluster.core.pod_node for m in huge.members)
     assert [s.gpu_free_core_pct for s in cluster.states] == before
