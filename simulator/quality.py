@@ -165,6 +165,7 @@ class QualityStats:
     load_multi: list[int] = field(default_factory=lambda: [0] * len(LOAD_BINS))
     load_at_best: list[int] = field(default_factory=lambda: [0] * len(LOAD_BINS))
     load_nvlink: list[int] = field(default_factory=lambda: [0] * len(LOAD_BINS))
+    load_arrived: list[int] = field(default_factory=lambda: [0] * len(LOAD_BINS))
 
     def add(self, p: Placement) -> None:
         if p.gpus >= 2:
@@ -228,15 +229,17 @@ class QualityStats:
         self.nic = [a + b for a, b in zip(self.nic, other.nic, strict=True)]
         self.nic_possible += other.nic_possible
         self.nic_possible_same += other.nic_possible_same
-        for name in ("load_multi", "load_at_best", "load_nvlink"):
+        for name in ("load_multi", "load_at_best", "load_nvlink", "load_arrived"):
             setattr(
                 self, name, [a + b for a, b in zip(getattr(self, name), getattr(other, name), strict=True)]
             )
 
-    def load_curve(self, *, nvlink: bool = False) -> list[float]:
-        """Per load bin: % of the multi-GPU pods placed then that got their best level (or NVLink)."""
+    def load_curve(self, *, nvlink: bool = False, of_arrived: bool = False) -> list[float]:
+        """Per load bin: % of the multi-GPU pods placed then (or arrived then) that got their best
+        level (or one NVLink domain)."""
         hits = self.load_nvlink if nvlink else self.load_at_best
-        return [_pct(a, n) for a, n in zip(hits, self.load_multi, strict=True)]
+        whole = self.load_arrived if of_arrived else self.load_multi
+        return [_pct(a, n) for a, n in zip(hits, whole, strict=True)]
 
 
 def load_bin(arrived_pct: float) -> int:
@@ -267,6 +270,7 @@ def record(stats: QualityStats, cluster: SimCluster, req: SimRequest, arrived_pc
         return
     if req.gpu_count >= 2 and not req.sharing:
         stats.arrived[req.gpu_count] = stats.arrived.get(req.gpu_count, 0) + 1
+        stats.load_arrived[load_bin(arrived_pct)] += 1
     node = cluster.node_of(req)
     if node is None:
         return

@@ -140,8 +140,9 @@ def pooled(results: Sequence[RunResult]) -> QualityStats:
 
 def plot_quality(runs: TraceRuns, out_dir: Path) -> Path:
     """topology-vs-load.png: per policy and load bin (arrived GPU demand, % of capacity), the share
-    of the multi-GPU pods placed then that got one NVLink domain, and that got the best level
-    their node type allows (pods pooled over seeds)."""
+    of the multi-GPU pods placed then that got one NVLink domain, and the same share of the
+    multi-GPU pods that arrived then (a pod never placed counts as not in one); pods pooled over
+    seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,15 +155,15 @@ def plot_quality(runs: TraceRuns, out_dir: Path) -> Path:
         stats = pooled(results)
         color = plt.get_cmap("tab10")(i % 10)
         left.plot(xs, stats.load_curve(nvlink=True), marker="o", label=policy, color=color)
-        right.plot(xs, stats.load_curve(), marker="o", label=policy, color=color)
-    left.set_title("multi-GPU pods in one NVLink domain (%)")
-    right.set_title("multi-GPU pods at the best level of their node type (%)")
+        right.plot(xs, stats.load_curve(nvlink=True, of_arrived=True), marker="o", label=policy, color=color)
+    left.set_title("placed multi-GPU pods in one NVLink domain (%)")
+    right.set_title("arrived multi-GPU pods placed in one NVLink domain (%)")
     for axis in (left, right):
         axis.set_xlabel("load when placed: arrived GPU demand (% of capacity)")
-        axis.set_xlim(0, 130)
+        axis.set_xlim(0, 110)
         axis.set_ylim(-3, 103)
         axis.grid(alpha=0.3)
-    left.set_ylabel("% of the multi-GPU pods placed in that 10% load bin")
+    left.set_ylabel("% of the multi-GPU pods of that 10% load bin")
     left.legend(fontsize=8)
     fig.suptitle(f"{runs.trace}: topology level vs load ({len(runs.seeds)} seeds pooled)")
     path = out_dir / "topology-vs-load.png"

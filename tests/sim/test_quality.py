@@ -185,6 +185,7 @@ def test_record_reads_placements_back_from_the_cluster() -> None:
     assert stats.nic == [1, 0, 0, 1, 0] and stats.nic_pct(PCIE) == 50.0
     assert stats.nic_possible_pct() == 50.0
     assert stats.load_multi[5] == 3 and stats.load_nvlink[5] == 2  # the (50, 60] load bin
+    assert stats.load_arrived[5] == 4 and stats.load_curve(nvlink=True, of_arrived=True)[5] == 50.0
     assert math.isnan(stats.at_best_pct(4))
 
 
