@@ -31,7 +31,6 @@ GPU, RDMA = rn.DeviceType.GPU, rn.DeviceType.RDMA
 
 CROSS, SOCKET, NUMA, PCIE, NVLINK = range(5)
 LEVEL_NAMES = ("cross", "socket", "numa", "pcie", "nvlink")
-NIC_LEVELS = (CROSS, NUMA, PCIE)
 LOAD_BINS = tuple(range(10, 140, 10))  # arrived % upper edges: (0, 10], (10, 20], ..., (120, 130]
 
 
@@ -156,7 +155,7 @@ class QualityStats:
 
     multi: dict[int, list[int]] = field(default_factory=dict)  # GPUs -> pods per level (5 counters)
     multi_at_best: dict[int, int] = field(default_factory=dict)  # GPUs -> pods at their best level
-    multi_no_topology: int = 0  # multi-GPU pods on nodes without topology facts
+    multi_no_topology: dict[int, int] = field(default_factory=dict)  # GPUs -> pods on nodes without topology
     arrived: dict[int, int] = field(default_factory=dict)  # GPUs -> multi-GPU pods that arrived
     nic: list[int] = field(default_factory=lambda: [0] * len(LEVEL_NAMES))  # joint pods per NIC level
     nic_possible: int = 0  # joint pods on nodes where SamePCIe was possible for every GPU
@@ -170,7 +169,7 @@ class QualityStats:
     def add(self, p: Placement) -> None:
         if p.gpus >= 2:
             if p.level is None or p.best is None:
-                self.multi_no_topology += 1
+                self.multi_no_topology[p.gpus] = self.multi_no_topology.get(p.gpus, 0) + 1
             else:
                 self.multi.setdefault(p.gpus, [0] * len(LEVEL_NAMES))[p.level] += 1
                 at_best = p.level >= p.best
@@ -206,8 +205,9 @@ class QualityStats:
 
     def arrived_level_pct(self, level: int, gpus: int) -> float:
         """% of the arrived multi-GPU pods of ``gpus`` GPUs placed at ``level`` or better (a pod
-        never placed counts as below every level)."""
-        return _pct(sum(self.multi.get(gpus, [0] * len(LEVEL_NAMES))[level:]), self.arrived.get(gpus, 0))
+        never placed counts as below every level; pods placed where no level is known are left out)."""
+        whole = self.arrived.get(gpus, 0) - self.multi_no_topology.get(gpus, 0)
+        return _pct(sum(self.multi.get(gpus, [0] * len(LEVEL_NAMES))[level:]), whole)
 
     def nic_pct(self, level: int) -> float:
         return _pct(self.nic[level], sum(self.nic))
@@ -223,7 +223,8 @@ class QualityStats:
                 mine[i] += c
         for gpus, n in other.multi_at_best.items():
             self.multi_at_best[gpus] = self.multi_at_best.get(gpus, 0) + n
-        self.multi_no_topology += other.multi_no_topology
+        for gpus, n in other.multi_no_topology.items():
+            self.multi_no_topology[gpus] = self.multi_no_topology.get(gpus, 0) + n
         for gpus, n in other.arrived.items():
             self.arrived[gpus] = self.arrived.get(gpus, 0) + n
         self.nic = [a + b for a, b in zip(self.nic, other.nic, strict=True)]

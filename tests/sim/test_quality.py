@@ -14,7 +14,8 @@ from allocator.core.inventory import build_inventory
 from apis.annotations import parse_device_allocated
 from simulator.cluster import RequestFactory, SimCluster
 from simulator.nodes import _fixture_device, fixture_objects
-from simulator.objects import node_object, pod_object
+from simulator.objects import node_object, openb_node_objects, pod_object
+from simulator.openb import OpenbNode
 from simulator.quality import (
     CROSS,
     NUMA,
@@ -208,3 +209,14 @@ def test_merge_adds_counts() -> None:
     b.arrived[2] = 3
     a.merge(b)
     assert a.multi[2] == [0, 0, 1, 0, 3] and a.at_best_pct(2) == 75.0 and a.arrived == {2: 3}
+
+
+def test_pods_on_nodes_without_topology_are_left_out() -> None:
+    """openb nodes carry no topology: a 2-GPU pod there has no level and no share of one."""
+    cluster = SimCluster([openb_node_objects(OpenbNode("o", 32_000, 65_536, 4, "T4"))])
+    pod = RequestFactory().request(pod_object("two", {"cpu": "1", "nvidia.com/gpu": "2"}))
+    cluster.assign(0, pod, cluster.allocate(0, pod))
+    stats = QualityStats()
+    record(stats, cluster, pod, arrived_pct=10.0)
+    assert stats.arrived == {2: 1} and stats.multi_no_topology == {2: 1} and stats.multi == {}
+    assert math.isnan(stats.arrived_level_pct(CROSS, 2)) and math.isnan(stats.level_pct(CROSS, 2))
