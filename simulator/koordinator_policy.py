@@ -31,12 +31,12 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from allocator.core.allocate import Allocation
-from allocator.core.allocate import allocate as core_allocate
-from allocator.core.inventory import NodeInventory, build_inventory
+from allocator.core.devices.allocate import Allocation
+from allocator.core.devices.allocate import allocate as core_allocate
+from allocator.core.node.inventory import NodeInventory, build_inventory
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
 from allocator.core.scoring.device import DeviceScoring, least_requested
-from allocator.core.state import NodeState
 from simulator.cluster import Feasible, SimCluster, SimRequest
 from simulator.policies import Choice, Policy
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from allocator.core.inventory import NodeInventory
+from allocator.core.node.inventory import NodeInventory
 from apis import resources as rn
 from apis.device import NUMA_UNKNOWN
 from simulator.cluster import SimCluster, SimRequest

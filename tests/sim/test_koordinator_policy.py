@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import random
 
-from allocator.core.allocate import Allocation
-from allocator.core.inventory import build_inventory
+from allocator.core.devices.allocate import Allocation
+from allocator.core.node.inventory import build_inventory
 from allocator.core.scoring.device import DeviceScoring
 from apis.annotations import parse_device_allocated
 from simulator.cluster import RequestFactory, SimCluster, SimRequest

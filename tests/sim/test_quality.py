@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from allocator.core.allocate import Allocation
-from allocator.core.inventory import build_inventory
+from allocator.core.devices.allocate import Allocation
+from allocator.core.node.inventory import build_inventory
 from apis.annotations import parse_device_allocated
 from simulator.cluster import RequestFactory, SimCluster
 from simulator.nodes import _fixture_device, fixture_objects
