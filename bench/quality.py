@@ -6,7 +6,8 @@ on the mixed hw-fixture cluster, every policy, mean ± SD over seeds.
 Prints the table (unallocated GPU % at 100% arrived, pods failed, gangs never placed, multi-GPU pods
 placed and at their node type's best level, NVLink and ≥NUMA shares per pod size, joint NIC
 pairing), writes the JSON and out/quality/topology-vs-load.png. `--markdown` prints the table as
-Markdown too (docs/simulator.md).
+Markdown too (docs/simulator.md). Then the same arrivals again with departures and a gang queue
+(`--lifetime`, mean lifetime in arrivals; 0 skips it): gang wait p50/p99 and gangs never placed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from simulator.gang_wait import format_gang_waits, run_gang_waits
 from simulator.nodes import nodes_from_spec
 from simulator.protocol import parse_seeds
 from simulator.quality_report import (
@@ -45,13 +47,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("results/quality.json"))
     parser.add_argument("--plots", type=Path, default=Path("out/quality"))
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--lifetime", type=float, default=600.0, help="mean pod lifetime for gang wait")
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     started = time.perf_counter()
+    workload, node_objects = load_workload(args.workload), nodes_from_spec(args.nodes)
     runs = run_workload(
-        load_workload(args.workload),
-        nodes_from_spec(args.nodes),
+        workload,
+        node_objects,
         policies,
         seeds,
         show_progress=sys.stderr.isatty(),
@@ -61,14 +65,21 @@ def main() -> None:
     if args.markdown:
         print()
         print(format_markdown(runs))
-    print(f"{len(policies) * len(seeds)} runs in {time.perf_counter() - started:.1f} s wall")
+    report = {"workload": runs.trace, "nodes": args.nodes, "seeds": seeds, "policies": summary(runs)}
+    if args.lifetime > 0:
+        waits = run_gang_waits(workload, node_objects, policies, seeds, args.lifetime)
+        print()
+        print(format_gang_waits(waits, args.lifetime))
+        report["gang_wait"] = {
+            "mean_lifetime": args.lifetime,
+            "policies": {
+                p: {"waits": [r.waits for r in rs], "never_placed": [r.never for r in rs]}
+                for p, rs in waits.items()
+            },
+        }
+    print(f"{len(policies) * len(seeds)} × 2 runs in {time.perf_counter() - started:.1f} s wall")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {"workload": runs.trace, "nodes": args.nodes, "seeds": seeds, "policies": summary(runs)}, indent=2
-        )
-        + "\n"
-    )
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(f"results: {args.json}")
     print(f"plot: {plot_quality(runs, args.plots)}")
 
