@@ -21,6 +21,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("deviceplugin.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
+    ("quality.py", []),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
@@ -30,6 +31,7 @@ QUICK_ARGS = {
     "deviceplugin.py": [],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
+    "quality.py": ["--seeds", "1-3"],
 }
 
 
