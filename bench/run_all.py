@@ -15,21 +15,25 @@ BENCH = Path(__file__).resolve().parent
 
 FULL: list[tuple[str, list[str]]] = [
     ("core.py", []),
+    ("gpu_sets.py", []),
     ("gang.py", []),
     ("agent.py", []),
     ("deviceplugin.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
+    ("quality.py", []),
     # The full campaign (100,000 calls to the extender and 100,000 decoder inputs) is `make fuzz`.
     ("fuzz.py", ["--http", "10000", "--decoders", "30000"]),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
+    "gpu_sets.py": ["--repeat", "3"],
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
     "deviceplugin.py": [],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
+    "quality.py": ["--seeds", "1-3"],
     "fuzz.py": ["--http", "2000", "--decoders", "10000"],
 }
 
