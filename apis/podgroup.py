@@ -159,3 +159,15 @@ def gang_of(pod: dict[str, Any]) -> GangRef | None:
         if min_available <= 0:
             raise CodecError(keys.GANG_MIN_AVAILABLE, "must be a positive integer", raw)
     return GangRef(namespace, name, "koordinator", min_available)
+
+
+def spec_priority(spec: Any) -> int:
+    """A pod's `spec.priority`: the value of its PriorityClass, filled in by the API server's
+    Priority admission (0 without a class and without a global default, as kube-scheduler reads
+    it). Anything but an integer counts as 0."""
+    value = spec.get("priority") if isinstance(spec, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def pod_priority(pod: Any) -> int:
+    return spec_priority(pod.get("spec") if isinstance(pod, dict) else None)
