@@ -9,11 +9,11 @@ import click
 
 # name -> "module:attribute" of a click command or group
 SUBCOMMANDS: dict[str, str] = {
-    "agent": "agent.cli:agent",
-    "inspect": "agent.cli:inspect",
+    "agent": "topoalloc.commands.agent:agent",
+    "inspect": "topoalloc.commands.inspect:inspect",
     "allocate": "topoalloc.commands.allocate:allocate",
-    "allocator": "allocator.service.cli:allocator",
-    "certs": "allocator.service.certs_cli:certs",
+    "allocator": "topoalloc.commands.allocator:allocator",
+    "certs": "topoalloc.commands.certs:certs",
     "simulate": "topoalloc.commands.simulate:simulate",
     "demo": "topoalloc.commands.simulate:demo",
 }

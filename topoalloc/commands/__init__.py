@@ -1,1 +1,1 @@
-"""`topoalloc` subcommands that belong to no runtime package (files in, text out)."""
+"""The `topoalloc` subcommands, one module each, loaded lazily by `topoalloc.cli`."""

@@ -6,8 +6,8 @@
   allocator restarted after releasing some of them).
 * prioritize: a planned member scores 10 on its node; any pod with siblings (its gang, its
   `rl-job-group`) gets the sibling affinity blended into the core's score.
-* bind: the store's `gang_guard` refuses a member without a plan; a planned member is bound with
-  its planned devices (`ClusterCache.reserve`).
+* bind (`bind_refusal`, asked by the cache and the binder): a member without a plan is refused,
+  a planned member only goes to its planned node, with its planned devices (`ClusterCache.reserve`).
 """
 
 from __future__ import annotations
@@ -19,16 +19,20 @@ from allocator.core.gang.siblings import sibling_priorities
 from allocator.core.reasons import Rejection
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
-from allocator.gang.config import GangSettings
+from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
-from allocator.service.cache.store import GANG_PLAN, ClusterCache
+from allocator.service.cache.store import ClusterCache
+from allocator.service.gang_settings import GangSettings
 
 HELD = "topoalloc: held for gang"
 
 
 class GangSteering:
-    def __init__(self, cache: ClusterCache, index: GangIndex, settings: GangSettings) -> None:
+    def __init__(
+        self, cache: ClusterCache, holds: PlanHolds, index: GangIndex, settings: GangSettings
+    ) -> None:
         self.cache = cache
+        self.holds = holds
         self.index = index
         self.settings = settings
 
@@ -49,14 +53,22 @@ class GangSteering:
         assert req.gang is not None
         return Rejection(HELD, f"held for gang {req.gang.key} until the whole gang is placed")
 
+    def bind_refusal(self, req: PodRequest, node: str) -> Rejection | None:
+        """Why the pod may not be bound to `node`: a plan holds it elsewhere (or for an older pod of
+        its name), or it is a gang member without a plan. None: go ahead."""
+        res = self.holds.planned(req.key)
+        if res is not None:
+            return plan_refusal(res, req, node)
+        return self.guard(req)
+
     def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]] | None:
         """The verdict for a gang member (None: not one, the normal filter decides)."""
-        res = self.cache.reservations.get(req.key)
-        if res is not None and res.gang:
-            refusal = self.cache.gang_refusal(req, res.node)
+        res = self.holds.planned(req.key)
+        if res is not None:
+            refusal = plan_refusal(res, req, res.node)
             if refusal is not None:
                 return [], dict.fromkeys(names, refusal)
-            elsewhere = Rejection(GANG_PLAN, f"gang {res.gang} planned this pod for node {res.node}")
+            elsewhere = planned_elsewhere(res)
             passed = [n for n in names if n == res.node]
             return passed, {n: elsewhere for n in names if n != res.node}
         refusal = self.guard(req)
@@ -67,14 +79,13 @@ class GangSteering:
     def adjusts(self, req: PodRequest) -> bool:
         """Whether `prioritize` would change the core's scores for this pod (a planned gang
         member, or siblings placed already): otherwise the caller keeps the scores as they are."""
-        res = self.cache.reservations.get(req.key)
-        if res is not None and res.gang:
+        if self.holds.planned(req.key) is not None:
             return True
         return self.settings.sibling_weight > 0 and bool(self.sibling_nodes(req))
 
     def prioritize(self, req: PodRequest, names: Sequence[str], scores: Mapping[str, int]) -> dict[str, int]:
-        res = self.cache.reservations.get(req.key)
-        if res is not None and res.gang:
+        res = self.holds.planned(req.key)
+        if res is not None:
             return {n: MAX_PRIORITY if n == res.node else 0 for n in names}
         siblings = self.sibling_nodes(req)
         if not siblings or self.settings.sibling_weight <= 0:

@@ -12,8 +12,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from agent.gpus import REMOTE_GPU, REMOTE_SWITCH, GpuFacts
-from agent.sysfs import NUMA_UNKNOWN, PciLocation, RdmaDevice, Sysfs
+from agent.discovery.gpu_facts import REMOTE_GPU, REMOTE_SWITCH, GpuFacts
+from agent.discovery.sysfs import NUMA_UNKNOWN, PciLocation, RdmaDevice, Sysfs
 
 
 @dataclass

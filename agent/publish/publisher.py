@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.device_builder import device_object, rfc3339
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from agent.publish.device_builder import device_object, rfc3339
 from apis.device import Device
 
 log = logging.getLogger(__name__)

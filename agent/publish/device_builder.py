@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.discovery import Snapshot
-from agent.health import Verdict
-from agent.partitions import partitions_for
-from agent.sysfs import PciLocation
-from agent.topology import GpuNode, NicNode
+from agent.discovery.device_health import Verdict
+from agent.discovery.discoverer import Snapshot
+from agent.discovery.node_topology import GpuNode, NicNode
+from agent.discovery.sysfs import PciLocation
+from agent.publish.partition_table import partitions_for
 from apis import keys, resources
 from apis.device import (
     API_VERSION,

@@ -21,7 +21,7 @@ the GPU model overrides the policy, the table, or both.
 from __future__ import annotations
 
 from agent.config import AgentConfig
-from agent.topology import GpuNode
+from agent.discovery.node_topology import GpuNode
 from apis.partitions import GPUPartition, GPUPartitionTable
 from apis.quantity import Quantity
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pynvml
 
-from agent.pci import normalize_bdf, parse_bdf
+from agent.discovery.pci_address import normalize_bdf, parse_bdf
 
 log = logging.getLogger(__name__)
 

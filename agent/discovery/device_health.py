@@ -22,7 +22,7 @@ from typing import Any
 
 import pynvml
 
-from agent.gpus import describe
+from agent.discovery.gpu_facts import describe
 
 log = logging.getLogger(__name__)
 

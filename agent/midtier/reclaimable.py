@@ -28,7 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from agent.config import MidTierConfig
-from agent.pods import PodInfo
+from agent.midtier.pod_watch import PodInfo
 from apis import resources
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.device_builder import (
+from agent.discovery.device_health import NVML_UNAVAILABLE, EventWatcher, HealthBook
+from agent.discovery.discoverer import Discoverer, Snapshot
+from agent.discovery.hotplug import HotplugMonitor
+from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from agent.midtier.pod_watch import PodWatcher
+from agent.midtier.reclaimable import MidTier
+from agent.publish.device_builder import (
     HEALTHY_CONDITION,
     NODE_LABELS,
     NodeRef,
@@ -26,13 +32,7 @@ from agent.device_builder import (
     node_resources,
     rfc3339,
 )
-from agent.discovery import Discoverer, Snapshot
-from agent.health import NVML_UNAVAILABLE, EventWatcher, HealthBook
-from agent.hotplug import HotplugMonitor
-from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
-from agent.midtier import MidTier
-from agent.pods import PodWatcher
-from agent.publish import Publisher
+from agent.publish.publisher import Publisher
 from apis import keys, resources
 from apis.device import Condition, Device
 

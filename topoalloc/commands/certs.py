@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 import yaml
 
-from allocator.gang.config import WEBHOOK_SERVICE
 from allocator.service import certs as pki
 from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
+from allocator.service.gang_settings import WEBHOOK_SERVICE
 
 SERVER_SECRET = "topoalloc-allocator-tls"
 CLIENT_SECRET = "topoalloc-scheduler-client"

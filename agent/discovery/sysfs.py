@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.pci import ROOT_BUS, parse_bdf
+from agent.discovery.pci_address import ROOT_BUS, parse_bdf
 
 NUMA_UNKNOWN = -1
 _MAX_VFS = 65536  # the SR-IOV capability's 16-bit VF count bounds the probe

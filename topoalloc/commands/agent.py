@@ -1,9 +1,9 @@
-"""`topoalloc agent` (run, print once, record a fixture) and `topoalloc inspect`."""
+"""`topoalloc agent`: run the node agent, or one pass printed (`--once --print`), on this machine or a
+fixture. Its `record-fixture` subcommand lives in `topoalloc.commands.record_fixture`."""
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
@@ -14,6 +14,7 @@ import click
 import yaml
 
 from agent.config import ConfigError, load_config
+from topoalloc.commands.record_fixture import record_fixture
 
 log = logging.getLogger("agent")
 
@@ -23,19 +24,6 @@ def _logging(verbose: int) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-
-
-def _api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
 
 
 def node_patch_document(name: str, labels: dict[str, Any], extended: dict[str, Any]) -> dict[str, Any]:
@@ -100,9 +88,9 @@ def agent(
     if ctx.invoked_subcommand is not None:
         return
     _logging(verbose)
-    from agent.device_builder import device_object
-    from agent.fixture import Fixture, FixtureError
-    from agent.runner import Agent
+    from agent.fixtures.loader import Fixture, FixtureError
+    from agent.main_loop import Agent
+    from agent.publish.device_builder import device_object
 
     try:
         cfg = load_config(config_file)
@@ -141,9 +129,9 @@ def agent(
         )
         return
 
-    from agent.kube import Kube
+    from agent.kube import Kube, api_client
 
-    kube = Kube(_api_client(kubeconfig))
+    kube = Kube(api_client(kubeconfig))
     runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg, kube=kube)
     if once:
         result = runner.run_once()
@@ -166,57 +154,4 @@ def agent(
         server.stop()
 
 
-@agent.command("record-fixture")
-@click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--sysfs-root", default="/sys", show_default=True, help="sysfs to copy from.")
-@click.option("--machine", default="", help="What this machine is (goes into nvml.json and the README).")
-@click.option(
-    "--from-fixture", type=click.Path(exists=True, file_okay=False), help="Record a fixture's replay (tests)."
-)
-def record_fixture(directory: str, sysfs_root: str, machine: str, from_fixture: str | None) -> None:
-    """Record this machine (NVML through pynvml, the sysfs files the agent reads) as a fixture."""
-    from agent.record import record
-
-    if from_fixture:
-        from agent.fixture import Fixture
-
-        fx = Fixture.load(from_fixture)
-        nvml: Any = fx.nvml
-        sysfs_root = str(fx.sys_root)
-    else:
-        import pynvml
-
-        nvml = pynvml
-    summary = record(nvml, sysfs_root, directory, machine=machine)
-    click.echo(summary)
-
-
-@click.command()
-@click.argument("device_file", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--node", help="Read the Device of this node from the cluster.")
-@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False))
-def inspect(device_file: str | None, node: str | None, kubeconfig: str | None) -> None:
-    """Print a Device CR as the `nvidia-smi topo -m` matrix (GPU x GPU, GPU x NIC) with NUMA."""
-    from agent.inspect_matrix import render
-    from apis.device import Device
-
-    if (device_file is None) == (node is None):
-        raise click.UsageError("give a DEVICE.yaml or --node NAME")
-    if device_file is not None:
-        docs = [d for d in yaml.safe_load_all(Path(device_file).read_text()) if isinstance(d, dict)]
-        devices = [d for d in docs if d.get("kind") == "Device"] or docs[:1]
-        if not devices:
-            raise click.ClickException(f"{device_file}: no Device document")
-        raw = devices[0]
-    else:
-        from agent.kube import TRANSPORT_ERRORS, Kube, short_error
-
-        try:
-            raw = Kube(_api_client(kubeconfig)).get_device(node)
-        except TRANSPORT_ERRORS as exc:
-            raise click.ClickException(f"Device {node}: {short_error(exc)}") from None
-    try:
-        device = Device.from_dict(raw)
-    except ValueError as exc:
-        raise click.ClickException(f"not a valid Device: {exc}") from None
-    click.echo(render(device), nl=False)
+agent.add_command(record_fixture)

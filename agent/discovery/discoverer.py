@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent import gpus as nv
 from agent.config import AgentConfig
-from agent.gpus import GpuFacts, GpuLoad
-from agent.health import (
+from agent.discovery import gpu_facts as nv
+from agent.discovery.device_health import (
     MISSING,
     NVML_ERROR,
     NVML_UNAVAILABLE,
@@ -30,8 +29,9 @@ from agent.health import (
     HealthBook,
     Verdict,
 )
-from agent.sysfs import RdmaDevice, Sysfs
-from agent.topology import GpuNode, NicNode, NodeTopology, build_topology
+from agent.discovery.gpu_facts import GpuFacts, GpuLoad
+from agent.discovery.node_topology import GpuNode, NicNode, NodeTopology, build_topology
+from agent.discovery.sysfs import RdmaDevice, Sysfs
 
 log = logging.getLogger(__name__)
 

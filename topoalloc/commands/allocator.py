@@ -166,8 +166,8 @@ def allocator(
 
 
 async def serve(cfg: ServiceConfig, *, api_host: str | None = None) -> None:
+    from allocator.assembly import build_allocator
     from allocator.service.kube import KubeApi
-    from allocator.service.server import Allocator
 
     api = await KubeApi.connect(
         host=api_host,
@@ -176,7 +176,7 @@ async def serve(cfg: ServiceConfig, *, api_host: str | None = None) -> None:
         in_cluster=cfg.in_cluster,
         timeout=cfg.api_timeout,
     )
-    service = Allocator(cfg, api)
+    service = build_allocator(cfg, api)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
