@@ -17,8 +17,8 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
    siblings.
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
 
-Waiting gangs are planned oldest first. Plans live in this process only (here and as the cache's
-holds, gang/holds.py). A new leader, or a restarted allocator, starts without them: gated members
+Waiting gangs are planned by priority (their lowest member's), then oldest first. Plans live in
+this process only (here and as the cache's holds, gang/holds.py). A new leader, or a restarted allocator, starts without them: gated members
 are planned afresh, members already released but not bound are held by the extender's filter
 until planned again, bound members count as placed. No member is bound against an older plan.
 """
@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.priority import gang_priority, queue_key
 from allocator.gang.controller_state import Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
@@ -148,10 +149,13 @@ class GangController:
         if effects:
             await asyncio.gather(*effects)
 
-    def _queue_order(self, gang: Gang) -> tuple[float, str]:
+    def _queue_order(self, gang: Gang) -> tuple[object, ...]:
+        """Higher priority first (the lowest of its members'), then the earliest to have its
+        minimum of members (core/gang/priority.py)."""
         state = self.states.get(gang.key)
         start = self._start(gang, state) if state is not None else None
-        return (start if start is not None else math.inf, gang.key)
+        priority = gang_priority(m.priority for m in gang.active)
+        return queue_key(priority, start if start is not None else math.inf, gang.key)
 
     # -- one gang ----------------------------------------------------------------------------------
 
@@ -320,7 +324,8 @@ class GangController:
 
     def _plan(self, gang: Gang, state: GangState, bound: list[MemberPod], pending: list[MemberPod]) -> None:
         unplanned = [m for m in pending if m.key not in state.plan]
-        ready = [m for m in unplanned if not m.other_gates]
+        # Higher priority first, then oldest: who goes first when only the minimum fits.
+        ready = sorted((m for m in unplanned if not m.other_gates), key=lambda m: -m.priority)
         need = gang.min_member - len(bound) - len(state.plan)
         if len(ready) < need:
             blocked = Counter(g for m in unplanned for g in m.other_gates)
@@ -356,8 +361,9 @@ class GangController:
         self._report(gang, state, "GangPlanned", note, "Normal")
 
     def _plan_late(self, gang: Gang, state: GangState, pending: list[MemberPod]) -> None:
-        """Members beyond the minimum, one at a time: the gang already runs without them."""
-        for m in pending:
+        """Members beyond the minimum, one at a time (higher priority first): the gang already runs
+        without them."""
+        for m in sorted(pending, key=lambda m: -m.priority):
             if m.key in state.plan or m.other_gates:
                 continue
             requests = member_requests(self.cache, [m])
