@@ -18,9 +18,10 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
 
 Waiting gangs are planned by priority (their lowest member's), then oldest first. Plans live in
-this process only (here and as the cache's holds, gang/holds.py). A new leader, or a restarted allocator, starts without them: gated members
-are planned afresh, members already released but not bound are held by the extender's filter
-until planned again, bound members count as placed. No member is bound against an older plan.
+this process only (here and as the cache's holds, gang/holds.py). A new leader, or a restarted
+allocator, starts without them: gated members are planned afresh, members already released but
+not bound are held by the extender's filter until planned again, bound members count as placed.
+No member is bound against an older plan.
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ from typing import Any
 
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
 from allocator.core.gang.priority import gang_priority, queue_key
+from allocator.core.request.pod_request import PodRequest
 from allocator.gang.controller_state import Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
-from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
+from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_requests, sibling_nodes
 from allocator.gang.podgroup_status import podgroup_status
-from allocator.gang.timefmt import parse_duration, parse_time
+from allocator.gang.preempting import GangPreemptor
+from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate
 from allocator.service.cache.records import Reservation
 from allocator.service.cache.store import ClusterCache
@@ -49,8 +52,6 @@ from allocator.service.events import EventRecorder, PodRef
 from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import KubeApi
 from apis import keys
-from apis import podgroup as pg
-from apis.errors import CodecError
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class GangController:
         self.plan_settings = plan_settings
         self.clock = clock
         self.wall = wall
+        self.preemptor = GangPreemptor(api, cache, metrics, settings, plan_settings, clock)
         self.states: dict[str, GangState] = {}
         self.passes = 0
         self._wake = asyncio.Event()
@@ -160,39 +162,7 @@ class GangController:
     # -- one gang ----------------------------------------------------------------------------------
 
     def _view(self, key: str) -> Gang:
-        names = self.settings.scheduler_names
-        members = [m for m in self.index.members(key) if not names or m.scheduler in names]
-        ref = self.index.ref(key)
-        namespace, _, name = key.partition("/")
-        source = ref.source if ref is not None else "podgroup"
-        group: pg.PodGroup | None = None
-        problem = ""
-        if source != "koordinator":
-            raw = self.cache.podgroups.get(key)
-            if raw is None:
-                problem = f"PodGroup {key} does not exist"
-            else:
-                try:
-                    group = pg.PodGroup.from_dict(raw)
-                except CodecError as exc:
-                    problem = f"PodGroup {key} is invalid: {exc}"
-        if group is not None:
-            min_member = max(1, group.min_member)
-            timeout = group.schedule_timeout_seconds
-        else:
-            min_member = max(1, (ref.min_available if ref is not None else None) or 1)
-            timeout = self._waiting_time(members)
-        if timeout is None:
-            timeout = self.settings.default_timeout
-        return Gang(key, namespace, name, source, group, problem, min_member, float(timeout), members)
-
-    @staticmethod
-    def _waiting_time(members: list[MemberPod]) -> float | None:
-        for m in members:
-            raw = m.annotations.get(keys.GANG_WAITING_TIME)
-            if raw is not None and (seconds := parse_duration(raw)) is not None:
-                return seconds
-        return None
+        return gang_view(self.index, self.cache, self.settings, key)
 
     def _start(self, gang: Gang, state: GangState) -> float | None:
         """Wall-clock time the gang first had its minimum of members (None: not yet)."""
@@ -261,6 +231,7 @@ class GangController:
             )
         elif state.reason and not failed:
             self._report(gang, state, "GangWaiting", state.reason)
+        effects += self._advance_preemption(gang, state)
         effects += self._release_gates(gang, state)
         if gang.podgroup is not None:
             effects += self._write_status(gang, state, failed, start)
@@ -287,7 +258,8 @@ class GangController:
             )
             self._report(gang, state, "GangPlanReleased", note, force=True)
             return
-        if state.plan and self.clock() - state.planned_at > self.settings.bind_timeout:
+        late = self.clock() - state.planned_at > self.settings.bind_timeout
+        if state.plan and not state.preempting and late:
             self._release(state, force=True)
             note = (
                 f"planned members were not bound within {self.settings.bind_timeout:g}s (is kube-scheduler "
@@ -301,6 +273,7 @@ class GangController:
             self.holds.release(key, force=force)
         state.plan = {}
         state.attempt = None
+        state.preempting = None
 
     def _failed(self, gang: Gang, state: GangState) -> bool:
         """A PodGroup keeps Failed in its status. A gang without one failed when we said so; after
@@ -347,6 +320,9 @@ class GangController:
         if isinstance(found, NoPlan) and len(requests) > need:
             fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
             found = fewer if isinstance(fewer, GangPlan) else found
+        preempt = isinstance(found, NoPlan) and self.settings.preemption
+        if preempt and self._preempt(gang, state, ready, requests, names, siblings):
+            return
         if isinstance(found, NoPlan):
             state.attempt = seen
             state.reason = f"no placement for {need} more member(s) at once: {found.message}"
@@ -359,6 +335,30 @@ class GangController:
         where = ", ".join(found.nodes) + (f" ({found.domain})" if found.domain else "")
         note = f"planned {len(found.placements)} member(s) on {where}; releasing them"
         self._report(gang, state, "GangPlanned", note, "Normal")
+
+    def _preempt(
+        self,
+        gang: Gang,
+        state: GangState,
+        ready: list[MemberPod],
+        requests: list[PodRequest],
+        names: list[str],
+        siblings: dict[str, int],
+    ) -> bool:
+        """Plan with victims (gang/preempting.py); True once the plan holds and evictions start."""
+        found = self.preemptor.plan(requests, names, siblings)
+        if found is None or not self._commit(gang, state, found.plan, ready):
+            return False
+        note = self.preemptor.started(state, found)
+        self._report(gang, state, "GangPreempting", note, "Normal")
+        return True
+
+    def _advance_preemption(self, gang: Gang, state: GangState) -> list[Effect]:
+        effects, report = self.preemptor.advance(state, lambda: self._release(state, force=True))
+        if report is not None:
+            reason, note, type_ = report
+            self._report(gang, state, reason, note, type_, force=reason != "GangPlanned")
+        return effects
 
     def _plan_late(self, gang: Gang, state: GangState, pending: list[MemberPod]) -> None:
         """Members beyond the minimum, one at a time (higher priority first): the gang already runs
@@ -411,6 +411,8 @@ class GangController:
 
     def _release_gates(self, gang: Gang, state: GangState) -> list[Effect]:
         effects: list[Effect] = []
+        if state.preempting is not None:
+            return effects  # the room is not free yet
         for m in gang.members:
             planned = state.plan.get(m.key)
             if planned is None or m.node:
@@ -437,7 +439,8 @@ class GangController:
 
     def _write_status(self, gang: Gang, state: GangState, failed: bool, start: float | None) -> list[Effect]:
         recorded = self._status(gang, state)
-        status = podgroup_status(gang, len(state.plan), failed, start, recorded)
+        planned = 0 if state.preempting is not None else len(state.plan)  # not released yet
+        status = podgroup_status(gang, planned, failed, start, recorded)
         wanted = {k: v for k, v in status.items() if v}
         if wanted == {k: v for k, v in recorded.items() if v}:
             return []

@@ -33,3 +33,19 @@ class GangMetrics:
             ["result"],
             registry=registry,
         )
+        self.preemptions = Counter(
+            "topoalloc_gang_preemptions",
+            "Gangs that evicted lower-priority pods to make room, by outcome.",
+            ["result"],
+            registry=registry,
+        )
+        self.victims = Counter(
+            "topoalloc_gang_preemption_victims",
+            "Pods planned as victims to make room for a waiting gang.",
+            registry=registry,
+        )
+        self.held_devices = Gauge(
+            "topoalloc_gang_held_devices",
+            "Devices held for gangs that wait for their victims to leave.",
+            registry=registry,
+        )

@@ -36,5 +36,10 @@ class GangSettings:
     # burst of watch events into one pass.
     resync_period: float = 5.0
     batch_delay: float = 0.05
+    # A waiting gang that fits nowhere evicts the cheapest lower-priority pods that make room for
+    # all its members (Eviction API, so PodDisruptionBudgets hold), holding the room meanwhile; the
+    # hold is given up when the victims are not gone within `preemption_timeout` seconds.
+    preemption: bool = True
+    preemption_timeout: float = 300.0
     # Only pods for these schedulers are gated and planned; empty means every pod.
     scheduler_names: list[str] = field(default_factory=list)

@@ -21,7 +21,8 @@ async def test_the_younger_higher_priority_gang_goes_first_when_room_frees(
     fake_api: FakeApiServer, pki: Pki
 ) -> None:
     gpu_node(fake_api, "n1")
-    async with gang_world(fake_api, pki) as w:
+    # Without preemption, so both gangs wait for the filler to leave on its own.
+    async with gang_world(fake_api, pki, preemption=False) as w:
         await w.admission.create_pod(member("filler", gpus=8))
         await until(lambda: node_of(w.pods()["filler"]) == "n1", 10)
         # "old" (priority 10) has waited longer than "new" (priority 1000); each needs 6 GPUs.

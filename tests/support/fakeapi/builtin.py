@@ -86,7 +86,7 @@ def _pod_type() -> ResourceType:
         field_getters=field_getters(True, extra),
         merge_schema=POD_SCHEMA,
         bookmark_body={"spec": {"containers": None}, "status": {}},
-        extra_subresources={"binding": ("Binding", ("create",))},
+        extra_subresources={"binding": ("Binding", ("create",)), "eviction": ("Eviction", ("create",))},
     )
 
 
@@ -188,6 +188,19 @@ def builtin_types() -> list[ResourceType]:
             field_getters=field_getters(True),
             merge_schema=METADATA_ONLY_SCHEMA,
             bookmark_body={"spec": {}},
+        ),
+        ResourceType(
+            group="policy",
+            version="v1",
+            plural="poddisruptionbudgets",
+            kind="PodDisruptionBudget",
+            namespaced=True,
+            behaviour=DEFAULT_BEHAVIOUR,
+            singular="poddisruptionbudget",
+            short_names=("pdb",),
+            field_getters=field_getters(True),
+            merge_schema=METADATA_ONLY_SCHEMA,
+            bookmark_body={"spec": {}, "status": {}},
         ),
         custom_resource_type("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", namespaced=False),
         custom_resource_type(

@@ -1,0 +1,138 @@
+"""Making room for a waiting gang: the cluster-wide victim plan, the evictions, and the wait.
+
+When a gang fits nowhere, `plan_with_preemption` (core/gang/preemption.py) finds the cheapest set
+of lower-priority pods (a running gang only whole) whose removal makes room for all its members
+at once. The controller then holds the planned devices for the members (the plan's holds, which
+every other pod's filter counts as taken, so a small pod cannot take the room being freed), keeps
+the members gated, and evicts the victims through the Eviction API: a PodDisruptionBudget that
+allows no disruption answers 429 and the eviction is retried on the next pass. Once every victim
+is gone the members are released as for any plan; if they are not gone within
+`preemption_timeout`, the holds are released and the gang waits (and may plan again).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from allocator.core.gang.plan import PlanSettings
+from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
+from allocator.core.gang.victims import Candidate
+from allocator.core.request.pod_request import PodRequest
+from allocator.gang.controller_state import GangState, Preempting
+from allocator.gang.metrics import GangMetrics
+from allocator.service.cache.store import ClusterCache
+from allocator.service.gang_settings import GangSettings
+from allocator.service.kube import ApiError, KubeApi
+from allocator.service.victims import all_candidates
+
+Report = tuple[str, str, str]  # Event reason, note, type
+
+log = logging.getLogger(__name__)
+
+
+async def evict(api: KubeApi, victim: Candidate) -> str:
+    """Evict one pod (uid precondition); "" when done or already gone, else why not."""
+    namespace, _, name = victim.key.partition("/")
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": {"preconditions": {"uid": victim.uid}},
+    }
+    try:
+        await api.raw("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body=body)
+    except ApiError as exc:
+        if exc.status in (404, 409):  # gone, or another pod of that name now
+            return ""
+        if exc.status == 429:
+            return "a PodDisruptionBudget allows no disruption now"
+        log.warning("evicting %s: %s", victim.key, exc)
+        return str(exc)
+    return ""
+
+
+async def evict_into(api: KubeApi, p: Preempting, victim: Candidate) -> None:
+    """Evict and record the outcome in `p` (refusals are retried on a later pass)."""
+    p.evicting.add(victim.key)
+    try:
+        why = await evict(api, victim)
+    finally:
+        p.evicting.discard(victim.key)
+    if why:
+        p.blocked[victim.key] = why
+    else:
+        p.blocked.pop(victim.key, None)
+        p.evicted.add(victim.key)
+
+
+class GangPreemptor:
+    """The controller's preemption steps for one gang at a time (the controller reports)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        cache: ClusterCache,
+        metrics: GangMetrics,
+        settings: GangSettings,
+        plan_settings: PlanSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.metrics = metrics
+        self.settings = settings
+        self.plan_settings = plan_settings
+        self.clock = clock
+
+    def plan(
+        self, requests: list[PodRequest], names: list[str], siblings: dict[str, int]
+    ) -> PreemptionPlan | None:
+        """A placement with the cheapest victims, or None (no victims help, or none needed)."""
+        found = plan_with_preemption(
+            self.cache.core.cluster,
+            requests,
+            all_candidates(self.cache),
+            self.plan_settings,
+            names=names,
+            siblings=siblings,
+        )
+        return found if isinstance(found, PreemptionPlan) and found.victims else None
+
+    def started(self, state: GangState, found: PreemptionPlan) -> str:
+        """The plan holds: remember the victims; the Event note."""
+        state.preempting = Preempting({v.key: v for v in found.victims}, self.clock())
+        state.reason = ""
+        self.metrics.preemptions.labels("started").inc()
+        self.metrics.victims.inc(len(found.victims))
+        return (
+            f"preempting {len(found.victims)} lower-priority pod(s) on {', '.join(found.victim_nodes)} "
+            f"for {len(found.plan.placements)} member(s); the freed devices are held for the gang"
+        )
+
+    def advance(
+        self, state: GangState, release: Callable[[], None]
+    ) -> tuple[list[Awaitable[None]], Report | None]:
+        """Evict what is due; once every victim is gone the members may go (the plan's bind timeout
+        counts from then); past `preemption_timeout` the hold is given up (`release`)."""
+        p = state.preempting
+        if p is None:
+            return [], None
+        left = p.left(self.cache)
+        if not left:
+            state.preempting = None
+            state.planned_at = self.clock()
+            self.metrics.preemptions.labels("room_made").inc()
+            return [], ("GangPlanned", "the victims are gone; releasing the members", "Normal")
+        if self.clock() - p.since > self.settings.preemption_timeout:
+            release()
+            self.metrics.preemptions.labels("timed_out").inc()
+            why = "; ".join(sorted(set(p.blocked.values()))) or "they are still terminating"
+            note = (
+                f"{len(left)} victim(s) did not leave within {self.settings.preemption_timeout:g}s "
+                f"({why}): the held devices are released"
+            )
+            return [], ("GangPreemptionTimedOut", note, "Warning")
+        if p.blocked:
+            state.reason = "preempting: eviction refused: " + "; ".join(sorted(set(p.blocked.values())))
+        return [evict_into(self.api, p, v) for v in p.due(left)], None
