@@ -43,7 +43,7 @@ from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_requests, sibling_nodes
 from allocator.gang.podgroup_status import podgroup_status
-from allocator.gang.preempting import GangPreemptor
+from allocator.gang.preempting import GangPreemptor, shortage_code
 from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate
 from allocator.service.cache.records import Reservation
@@ -199,11 +199,12 @@ class GangController:
             state.status = {"phase": "Failed"} if gang.podgroup is not None else None
         start = self._start(gang, state)
         if gang.problem:
-            state.reason = gang.problem
+            state.reason, state.wait_code = gang.problem, "InvalidPodGroup"
         elif failed:
             pass
         elif len(active) < gang.min_member:
             state.reason = f"waiting for members: the gang needs at least {gang.min_member}"
+            state.wait_code = "WaitingForMembers"
         elif len(bound) + len(state.plan) < gang.min_member:
             if gang.timeout and start is not None and self.wall() - start >= gang.timeout:
                 self._fail(gang, state)
@@ -306,6 +307,7 @@ class GangController:
                 f"{len(unplanned) - len(ready)} member(s) wait for other scheduling gates: "
                 + ", ".join(sorted(blocked))
             )
+            state.wait_code = "OtherSchedulingGates"
             return
         seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation)
         if state.attempt == seen:
@@ -326,6 +328,7 @@ class GangController:
         if isinstance(found, NoPlan):
             state.attempt = seen
             state.reason = f"no placement for {need} more member(s) at once: {found.message}"
+            state.wait_code = shortage_code(cluster, requests[:need], names)
             self.metrics.plans.labels("no_room").inc()
             return
         if not self._commit(gang, state, found, ready):
@@ -440,7 +443,17 @@ class GangController:
     def _write_status(self, gang: Gang, state: GangState, failed: bool, start: float | None) -> list[Effect]:
         recorded = self._status(gang, state)
         planned = 0 if state.preempting is not None else len(state.plan)  # not released yet
-        status = podgroup_status(gang, planned, failed, start, recorded)
+        p = state.preempting
+        status = podgroup_status(
+            gang,
+            planned,
+            failed,
+            start,
+            recorded,
+            waiting=(state.wait_code, state.reason) if state.reason else None,
+            preempting=f"{len(p.victims)} lower-priority pod(s) evicted for the gang" if p else "",
+            now=self.wall(),
+        )
         wanted = {k: v for k, v in status.items() if v}
         if wanted == {k: v for k, v in recorded.items() if v}:
             return []

@@ -52,6 +52,7 @@ class GangState:
     planned_at: float = 0.0
     start: float | None = None  # wall clock: when the gang had its minimum of members
     reason: str = ""  # why the gang waits ("" when it does not)
+    wait_code: str = ""  # the reason's kind, the Waiting condition's reason (InsufficientTopology...)
     reported: str = ""  # the last note written as Events
     attempt: tuple[object, ...] | None = None  # what the last fruitless planning attempt saw
     done: bool | None = None  # minMember bound (None: not looked at yet)

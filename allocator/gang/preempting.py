@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from allocator.core.cluster.state import ClusterState
 from allocator.core.gang.plan import PlanSettings
-from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
+from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption, whole_gpus_wanted
 from allocator.core.gang.victims import Candidate
 from allocator.core.request.pod_request import PodRequest
 from allocator.gang.controller_state import GangState, Preempting
@@ -135,4 +136,14 @@ class GangPreemptor:
             return [], ("GangPreemptionTimedOut", note, "Warning")
         if p.blocked:
             state.reason = "preempting: eviction refused: " + "; ".join(sorted(set(p.blocked.values())))
+            state.wait_code = "Preempting"
         return [evict_into(self.api, p, v) for v in p.due(left)], None
+
+
+def shortage_code(cluster: ClusterState, requests: list[PodRequest], names: list[str]) -> str:
+    """Why no placement, in one word for the Waiting condition: enough whole GPUs are free on the
+    nodes the gang may use but not in a shape that holds it (InsufficientTopology), or not even
+    that many (InsufficientResources)."""
+    wanted = sum(whole_gpus_wanted(r) for r in requests)
+    free = sum(cluster.nodes[n].whole_gpus_free for n in names if n in cluster.nodes)
+    return "InsufficientTopology" if wanted and free >= wanted else "InsufficientResources"
