@@ -146,6 +146,7 @@ class GangController:
             planned = state.plan if state is not None else {}
             waiting += sum(1 for m in gang.active if not m.node and m.key not in planned)
         self.metrics.waiting.set(waiting)
+        self.metrics.observe_pass(*self.preemptor.pass_summary(self.states))
         for key in [k for k in self._ungating if k not in self.index.pods]:
             del self._ungating[key]
         if effects:

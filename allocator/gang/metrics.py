@@ -49,3 +49,16 @@ class GangMetrics:
             "Devices held for gangs that wait for their victims to leave.",
             registry=registry,
         )
+        self.waiting_gangs = Gauge(
+            "topoalloc_gangs_waiting",
+            "Gangs waiting for a placement, by the reason of their Waiting condition.",
+            ["reason"],
+            registry=registry,
+        )
+
+    def observe_pass(self, waiting_reasons: list[str], held_devices: int) -> None:
+        """What one controller pass saw: why each waiting gang waits, devices held while preempting."""
+        self.waiting_gangs.clear()
+        for reason in set(waiting_reasons):
+            self.waiting_gangs.labels(reason).set(waiting_reasons.count(reason))
+        self.held_devices.set(held_devices)

@@ -13,7 +13,7 @@ is gone the members are released as for any plan; if they are not gone within
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.gang.plan import PlanSettings
@@ -85,6 +85,19 @@ class GangPreemptor:
         self.settings = settings
         self.plan_settings = plan_settings
         self.clock = clock
+
+    def pass_summary(self, states: Mapping[str, GangState]) -> tuple[list[str], int]:
+        """(the wait reason of every waiting gang, devices held for gangs that are preempting)."""
+        reasons = [s.wait_code or "Waiting" for s in states.values() if s.reason]
+        held = 0
+        for state in states.values():
+            if state.preempting is None:
+                continue
+            for key in state.plan:
+                res = self.cache.reservations.get(key)
+                if res is not None:
+                    held += sum(len(entries) for entries in res.allocations.by_type.values())
+        return reasons, held
 
     def plan(
         self, requests: list[PodRequest], names: list[str], siblings: dict[str, int]

@@ -148,6 +148,15 @@ async def test_a_pdb_holds_the_eviction_and_the_held_room_is_not_taken(
             await until(lambda: bool(w.gang_reservations()), 10)  # the room on n1 is held
             await asyncio.sleep(1.2)
             assert gone == set() and not node_of(w.pods()["train0"])  # the budget allows nothing
+            registry = w.service.metrics.registry
+            assert registry.get_sample_value("topoalloc_gang_held_devices") == 8
+            assert registry.get_sample_value("topoalloc_gangs_waiting", {"reason": "Preempting"}) == 1
+            waiting = next(c for c in w.podgroup_status("train")["conditions"] if c["type"] == "Waiting")
+            assert waiting["reason"] == "Preempting" and "PodDisruptionBudget" in waiting["message"]
+            preempting = next(
+                c for c in w.podgroup_status("train")["conditions"] if c["type"] == "Preempting"
+            )
+            assert preempting["status"] == "True"
             # A budget that allows everything: the evictions go through and n1 is empty...
             pdb["status"] = {"disruptionsAllowed": 8}
             fake_api.put(pdb)
