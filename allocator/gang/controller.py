@@ -45,7 +45,7 @@ from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_reques
 from allocator.gang.podgroup_status import podgroup_status
 from allocator.gang.preempting import GangPreemptor, shortage_code
 from allocator.gang.timefmt import parse_time
-from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate
+from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
 from allocator.service.cache.records import Reservation
 from allocator.service.cache.store import ClusterCache
 from allocator.service.events import EventRecorder, PodRef
@@ -95,6 +95,7 @@ class GangController:
         self._next_deadline = math.inf  # wall clock: the next timeout or bind deadline to look at
         self._ungating: dict[str, str] = {}  # pod key -> uid of a gate removal sent or in flight
         self._leading = False
+        self._head_open = True  # no waiting gang seen yet in this pass (starvation goes to the first)
 
     # -- loop ------------------------------------------------------------------------------------
 
@@ -132,6 +133,7 @@ class GangController:
 
     async def reconcile_all(self) -> None:
         self.passes += 1
+        self._head_open = True
         self._next_deadline = math.inf
         gangs = [self._view(key) for key in sorted(set(self.index.by_gang) | set(self.states))]
         gangs.sort(key=self._queue_order)
@@ -310,7 +312,9 @@ class GangController:
             )
             state.wait_code = "OtherSchedulingGates"
             return
-        seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation)
+        head, self._head_open = self._head_open, False  # the first gang in queue order to wait
+        starving = self.preemptor.starving(head, self._start(gang, state), self.wall())
+        seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation, starving)
         if state.attempt == seen:
             return  # nothing changed since the last attempt found no room
         requests = member_requests(self.cache, ready)
@@ -323,8 +327,7 @@ class GangController:
         if isinstance(found, NoPlan) and len(requests) > need:
             fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
             found = fewer if isinstance(fewer, GangPlan) else found
-        preempt = isinstance(found, NoPlan) and self.settings.preemption
-        if preempt and self._preempt(gang, state, ready, requests, names, siblings):
+        if isinstance(found, NoPlan) and self._make_room(gang, state, ready, requests, names, starving):
             return
         if isinstance(found, NoPlan):
             state.attempt = seen
@@ -340,21 +343,24 @@ class GangController:
         note = f"planned {len(found.placements)} member(s) on {where}; releasing them"
         self._report(gang, state, "GangPlanned", note, "Normal")
 
-    def _preempt(
+    def _make_room(
         self,
         gang: Gang,
         state: GangState,
         ready: list[MemberPod],
         requests: list[PodRequest],
         names: list[str],
-        siblings: dict[str, int],
+        starving: bool,
     ) -> bool:
-        """Plan with victims (gang/preempting.py); True once the plan holds and evictions start."""
-        found = self.preemptor.plan(requests, names, siblings)
-        if found is None or not self._commit(gang, state, found.plan, ready):
+        """Evict lower-priority pods, or (starving) hold the room others free; see preempting.py."""
+        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
+        found = self.settings.preemption and self.preemptor.plan(requests, names, siblings)
+        evict = bool(found)
+        found = found or (starving and self.preemptor.plan(requests, names, siblings, wait=True))
+        if not found or not self._commit(gang, state, found.plan, ready):
             return False
-        note = self.preemptor.started(state, found)
-        self._report(gang, state, "GangPreempting", note, "Normal")
+        note = self.preemptor.started(state, found, evict=evict)
+        self._report(gang, state, "GangPreempting" if evict else "GangHoldingRoom", note, "Normal")
         return True
 
     def _advance_preemption(self, gang: Gang, state: GangState) -> list[Effect]:
@@ -485,16 +491,7 @@ class GangController:
         *,
         force: bool = False,
     ) -> None:
-        """An Event once per distinct note: on the PodGroup, or on each waiting member of a gang
-        without one (Events are rate-limited: one per member of a 256-pod gang would crowd out
-        every other Event)."""
-        if self.events is None or (note == state.reported and not force):
-            return
-        state.reported = note
-        if gang.podgroup is not None:
-            self.events.record(gang.ref(), type_, reason, "Scheduling", note)
-        else:
-            for m in gang.active:
-                if not m.node:
-                    ref = PodRef(m.namespace, m.name, m.uid)
-                    self.events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")
+        """An Event once per distinct note (writes.report_event)."""
+        if self.events is not None and (note != state.reported or force):
+            state.reported = note
+            report_event(self.events, gang, type_, reason, note)

@@ -29,6 +29,7 @@ class Preempting:
     blocked: dict[str, str] = field(default_factory=dict)  # pod key -> why its eviction was refused
     evicting: set[str] = field(default_factory=set)  # evictions in flight
     evicted: set[str] = field(default_factory=set)  # accepted: the pod is on its way out
+    evict: bool = True  # False: a starvation hold, waiting for the pods to finish on their own
 
     def due(self, left: list[Candidate]) -> list[Candidate]:
         """Victims to evict now: not accepted yet and not in flight."""

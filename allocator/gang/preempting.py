@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.gang.plan import PlanSettings
@@ -28,6 +29,7 @@ from allocator.service.kube import ApiError, KubeApi
 from allocator.service.victims import all_candidates
 
 Report = tuple[str, str, str]  # Event reason, note, type
+LOWEST = -(2**31)  # a starvation hold waits for any pod, whatever its priority
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,14 @@ class GangPreemptor:
         self.plan_settings = plan_settings
         self.clock = clock
 
+    @staticmethod
+    def _holding(p: Preempting) -> str:
+        nodes = sorted({v.node for v in p.victims.values()})
+        return (
+            f"holding the room on {', '.join(nodes)} as {len(p.victims)} pod(s) there finish; "
+            "other pods backfill only devices the gang does not need"
+        )
+
     def pass_summary(self, states: Mapping[str, GangState]) -> tuple[list[str], int]:
         """(the wait reason of every waiting gang, devices held for gangs that are preempting)."""
         reasons = [s.wait_code or "Waiting" for s in states.values() if s.reason]
@@ -99,24 +109,36 @@ class GangPreemptor:
                     held += sum(len(entries) for entries in res.allocations.by_type.values())
         return reasons, held
 
+    def starving(self, head: bool, start: float | None, now: float) -> bool:
+        """The first waiting gang in queue order, waiting longer than the starvation bound."""
+        bound = self.settings.starvation_bound
+        return head and bound > 0 and start is not None and now - start >= bound
+
     def plan(
-        self, requests: list[PodRequest], names: list[str], siblings: dict[str, int]
+        self, requests: list[PodRequest], names: list[str], siblings: dict[str, int], *, wait: bool = False
     ) -> PreemptionPlan | None:
-        """A placement with the cheapest victims, or None (no victims help, or none needed)."""
+        """A placement with the cheapest victims, or None (no victims help, or none needed).
+        `wait`: every running pod counts (a starvation hold waits for them instead of evicting)."""
+        candidates = all_candidates(self.cache)
+        if wait:
+            candidates = [replace(c, priority=LOWEST) for c in candidates]
         found = plan_with_preemption(
             self.cache.core.cluster,
             requests,
-            all_candidates(self.cache),
+            candidates,
             self.plan_settings,
             names=names,
             siblings=siblings,
         )
         return found if isinstance(found, PreemptionPlan) and found.victims else None
 
-    def started(self, state: GangState, found: PreemptionPlan) -> str:
+    def started(self, state: GangState, found: PreemptionPlan, *, evict: bool = True) -> str:
         """The plan holds: remember the victims; the Event note."""
-        state.preempting = Preempting({v.key: v for v in found.victims}, self.clock())
+        state.preempting = Preempting({v.key: v for v in found.victims}, self.clock(), evict=evict)
         state.reason = ""
+        if not evict:
+            state.reason, state.wait_code = self._holding(state.preempting), "HoldingRoom"
+            return f"waited longer than {self.settings.starvation_bound:g}s: {state.reason}"
         self.metrics.preemptions.labels("started").inc()
         self.metrics.victims.inc(len(found.victims))
         return (
@@ -138,6 +160,9 @@ class GangPreemptor:
             state.planned_at = self.clock()
             self.metrics.preemptions.labels("room_made").inc()
             return [], ("GangPlanned", "the victims are gone; releasing the members", "Normal")
+        if not p.evict:  # a starvation hold: no evictions, released with the gang's timeout
+            state.reason, state.wait_code = self._holding(p), "HoldingRoom"
+            return [], None
         if self.clock() - p.since > self.settings.preemption_timeout:
             release()
             self.metrics.preemptions.labels("timed_out").inc()

@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from allocator.gang.controller_state import Gang
 from allocator.gang.index import MemberPod
+from allocator.service.events import EventRecorder, PodRef
 from allocator.service.kube import ApiError, KubeApi
 from apis import keys
 from apis import podgroup as pg
@@ -71,3 +73,15 @@ async def patch_podgroup_status(api: KubeApi, namespace: str, name: str, status:
         log.warning("updating the status of PodGroup %s/%s: %s", namespace, name, exc)
         return False
     return True
+
+
+def report_event(events: EventRecorder, gang: Gang, type_: str, reason: str, note: str) -> None:
+    """An Event on the PodGroup, or on each waiting member of a gang without one (Events are
+    rate-limited: one per member of a 256-pod gang would crowd out every other Event)."""
+    if gang.podgroup is not None:
+        events.record(gang.ref(), type_, reason, "Scheduling", note)
+        return
+    for m in gang.active:
+        if not m.node:
+            ref = PodRef(m.namespace, m.name, m.uid)
+            events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")

@@ -41,5 +41,9 @@ class GangSettings:
     # hold is given up when the victims are not gone within `preemption_timeout` seconds.
     preemption: bool = True
     preemption_timeout: float = 300.0
+    # No starvation: once the first waiting gang in priority order has waited this many seconds
+    # without room, the devices of the nodes it needs fewest pods to leave are held for it as they
+    # free up (other pods backfill only elsewhere), until it runs or its timeout; 0 turns it off.
+    starvation_bound: float = 600.0
     # Only pods for these schedulers are gated and planned; empty means every pod.
     scheduler_names: list[str] = field(default_factory=list)
