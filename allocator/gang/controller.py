@@ -151,6 +151,7 @@ class GangController:
         self.metrics.observe_pass(*self.preemptor.pass_summary(self.states))
         for key in [k for k in self._ungating if k not in self.index.pods]:
             del self._ungating[key]
+        effects.extend(self.preemptor.drain())
         if effects:
             await asyncio.gather(*effects)
 
@@ -273,6 +274,7 @@ class GangController:
             self._report(gang, state, "GangPlanReleased", note, force=True)
 
     def _release(self, state: GangState, *, force: bool = False) -> None:
+        self.preemptor.forget(state)  # its hold records, if any
         for key in state.plan:
             self.holds.release(key, force=force)
         state.plan = {}
@@ -320,6 +322,9 @@ class GangController:
         requests = member_requests(self.cache, ready)
         if len(requests) < need:
             return  # the cache has not caught up with a member yet
+        restored = self.preemptor.restore(state, ready, lambda p: self._commit(gang, state, p, ready))
+        if restored is not None:  # a hold recorded by an earlier leader (gang/hold_record.py)
+            return self._report(gang, state, *restored)
         siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
         cluster = self.cache.core.cluster
         names = admitting_nodes(self.cache, ready)
@@ -354,14 +359,12 @@ class GangController:
     ) -> bool:
         """Evict lower-priority pods, or (starving) hold the room others free; see preempting.py."""
         siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
-        found = self.settings.preemption and self.preemptor.plan(requests, names, siblings)
-        evict = bool(found)
-        found = found or (starving and self.preemptor.plan(requests, names, siblings, wait=True))
-        if not found or not self._commit(gang, state, found.plan, ready):
-            return False
-        note = self.preemptor.started(state, found, evict=evict)
-        self._report(gang, state, "GangPreempting" if evict else "GangHoldingRoom", note, "Normal")
-        return True
+        report = self.preemptor.make_room(
+            state, ready, requests, names, siblings, starving, lambda p: self._commit(gang, state, p, ready)
+        )
+        if report is not None:
+            self._report(gang, state, *report)
+        return report is not None
 
     def _advance_preemption(self, gang: Gang, state: GangState) -> list[Effect]:
         effects, report = self.preemptor.advance(state, lambda: self._release(state, force=True))

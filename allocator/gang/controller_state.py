@@ -62,6 +62,7 @@ class GangState:
     nudged: dict[str, str] = field(default_factory=dict)  # pod key -> planned node annotated
     told: set[str] = field(default_factory=set)  # late members told why they wait
     preempting: Preempting | None = None  # victims being evicted for the plan (gates kept)
+    record: str = ""  # id of the hold recorded on the members (gang/hold_record.py)
 
 
 @dataclass

@@ -13,16 +13,20 @@ is gone the members are released as for any plan; if they are not gone within
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from allocator.core.cluster.state import ClusterState
-from allocator.core.gang.plan import PlanSettings
+from allocator.core.gang.plan import GangPlan, PlanSettings
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption, whole_gpus_wanted
 from allocator.core.gang.victims import Candidate
 from allocator.core.request.pod_request import PodRequest
 from allocator.gang.controller_state import GangState, Preempting
+from allocator.gang.hold_record import HoldRecord, restorable, victims_of
+from allocator.gang.index import MemberPod
 from allocator.gang.metrics import GangMetrics
+from allocator.gang.writes import annotate_hold, clear_hold
 from allocator.service.cache.store import ClusterCache
 from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import ApiError, KubeApi
@@ -87,6 +91,67 @@ class GangPreemptor:
         self.settings = settings
         self.plan_settings = plan_settings
         self.clock = clock
+        self.writes: list[Awaitable[None]] = []  # hold records to write or clear, next pass
+
+    def drain(self) -> list[Awaitable[None]]:
+        out, self.writes = self.writes, []
+        return out
+
+    def make_room(
+        self,
+        state: GangState,
+        ready: list[MemberPod],
+        requests: list[PodRequest],
+        names: list[str],
+        siblings: dict[str, int],
+        starving: bool,
+        commit: Callable[[GangPlan], bool],
+    ) -> Report | None:
+        """Preempt (when allowed and some victims help), else hold room for a starving gang; the
+        Event to report once the plan is committed and recorded on the members."""
+        found = self.plan(requests, names, siblings) if self.settings.preemption else None
+        evict = found is not None
+        if found is None and starving:
+            found = self.plan(requests, names, siblings, wait=True)
+        if found is None or not commit(found.plan):
+            return None
+        note = self.started(state, found, evict=evict)
+        self._record(state, ready, found.plan, evict)
+        return ("GangPreempting" if evict else "GangHoldingRoom", note, "Normal")
+
+    def restore(
+        self, state: GangState, ready: list[MemberPod], commit: Callable[[GangPlan], bool]
+    ) -> Report | None:
+        """Continue a hold an earlier leader recorded on these members (gang/hold_record.py)."""
+        found = restorable(ready)
+        if found is None:
+            return None
+        plan, record = found
+        node_of = {k: e.node for k, e in self.cache.pods.items() if k in record.victims}
+        victims = [v for v in victims_of(record, node_of) if v.node]  # gone ones are done
+        if not commit(plan):
+            return None
+        state.preempting = Preempting({v.key: v for v in victims}, self.clock(), evict=record.evict)
+        state.record = record.plan
+        nodes = ", ".join(plan.nodes)
+        return ("GangHoldRestored", f"continuing the hold on {nodes} recorded by an earlier leader", "Normal")
+
+    def _record(self, state: GangState, ready: list[MemberPod], plan: GangPlan, evict: bool) -> None:
+        p = state.preempting
+        assert p is not None
+        state.record = uuid.uuid4().hex[:12]
+        victims = {v.key: v.uid for v in p.victims.values()}
+        by_key = {m.key: m for m in ready}
+        for placement in plan.placements:
+            record = HoldRecord(state.record, placement.node, placement.allocation.devices, victims, evict)
+            self.writes.append(annotate_hold(self.api, by_key[placement.key], record.to_json()))
+
+    def forget(self, state: GangState) -> None:
+        """The hold ended: its records go (members that left need none)."""
+        if state.record:
+            for key, planned in state.plan.items():
+                self.writes.append(clear_hold(self.api, key, planned.uid))
+        state.record = ""
 
     @staticmethod
     def _holding(p: Preempting) -> str:
@@ -156,6 +221,7 @@ class GangPreemptor:
             return [], None
         left = p.left(self.cache)
         if not left:
+            self.forget(state)
             state.preempting = None
             state.planned_at = self.clock()
             self.metrics.preemptions.labels("room_made").inc()
@@ -164,6 +230,7 @@ class GangPreemptor:
             state.reason, state.wait_code = self._holding(p), "HoldingRoom"
             return [], None
         if self.clock() - p.since > self.settings.preemption_timeout:
+            self.forget(state)
             release()
             self.metrics.preemptions.labels("timed_out").inc()
             why = "; ".join(sorted(set(p.blocked.values()))) or "they are still terminating"

@@ -85,3 +85,23 @@ def report_event(events: EventRecorder, gang: Gang, type_: str, reason: str, not
         if not m.node:
             ref = PodRef(m.namespace, m.name, m.uid)
             events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")
+
+
+async def annotate_hold(api: KubeApi, m: MemberPod, record: str) -> None:
+    """Record a held room on a member (gang/hold_record.py); uid precondition."""
+    patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_HOLD: record}}}
+    try:
+        await api.raw("PATCH", pod_path(m), body=patch, content_type=MERGE_PATCH)
+    except ApiError as exc:
+        log.warning("recording the gang hold on %s: %s", m.key, exc)
+
+
+async def clear_hold(api: KubeApi, key: str, uid: str) -> None:
+    namespace, _, name = key.partition("/")
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    patch = {"metadata": {"uid": uid, "annotations": {keys.GANG_HOLD: None}}}
+    try:
+        await api.raw("PATCH", path, body=patch, content_type=MERGE_PATCH)
+    except ApiError as exc:
+        if exc.status != 404:
+            log.warning("clearing the gang hold of %s: %s", key, exc)

@@ -169,3 +169,42 @@ async def test_a_pdb_holds_the_eviction_and_the_held_room_is_not_taken(
             await until(lambda: node_of(w.pods().get("train0", {})) == "n1", 15)
         assert not node_of(w.pods()["sneak"])  # 8 GPUs of n1 went to the gang
         assert double_booked(w.fake.list_objects("pods", "default")) == []
+
+
+async def test_a_restarted_allocator_continues_the_recorded_hold(fake_api: FakeApiServer, pki: Pki) -> None:
+    # n1 and n2 full of priority-0 pods; a budget keeps n1's from leaving. The first allocator
+    # holds n1 for the gang (equal costs: by name) and records the hold on the member.
+    gpu_node(fake_api, "n1")
+    gpu_node(fake_api, "n2")
+    fill(fake_api, "n1", 0, labels={"app": "batch"})
+    fill(fake_api, "n2", 0)
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "batch", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "batch"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    fake_api.put(pdb)
+    async with gang_world(fake_api, pki) as w:
+        await w.admission.create_podgroup(podgroup("train", 1))
+        await w.admission.create_pod(high_member("train0", "train", 8))
+        await until(lambda: keys.GANG_HOLD in (w.pods()["train0"]["metadata"].get("annotations") or {}), 10)
+        assert w.gang_reservations() == {"default/train0": "n1"}
+    # While no allocator runs, half of n2 finishes: a fresh plan would now evict only 4 pods there.
+    for m in range(4):
+        fake_api.remove("pods", f"f-n2-{m}", "default")
+    async with gang_world(fake_api, pki) as w:
+        gone: set[str] = set()
+        async with kubelet(w, gone):
+            await until(lambda: w.gang_reservations() == {"default/train0": "n1"}, 10)
+            assert any("continuing the hold on n1" in n for n in w.notes_about("train", "PodGroup"))
+            pdb["status"] = {"disruptionsAllowed": 8}
+            fake_api.put(pdb)
+            await until(lambda: node_of(w.pods().get("train0", {})) == "n1", 15)
+        assert gone == {f"f-n1-{m}" for m in range(8)}  # nothing on n2
+        annotations = w.pods()["train0"]["metadata"].get("annotations") or {}
+        await until(
+            lambda: keys.GANG_HOLD not in (w.pods()["train0"]["metadata"].get("annotations") or {}), 5
+        )
+        assert keys.DEVICE_ALLOCATED in annotations
