@@ -20,6 +20,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("deviceplugin.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
+    ("quality.py", []),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
@@ -28,6 +29,7 @@ QUICK_ARGS = {
     "deviceplugin.py": [],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
+    "quality.py": ["--seeds", "1-3"],
 }
 
 
