@@ -178,7 +178,9 @@ class EventRecorder:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
+            # A name prefix must itself be a valid name up to a trailing "-": kube-apiserver
+            # refuses "pod." with 422 (real-cluster fact), whatever a fake accepts.
+            "metadata": {"generateName": f"{ref.name}-", "namespace": ref.namespace},
             "eventTime": micro_time(),
             "reportingController": CONTROLLER,
             "reportingInstance": self.instance[:128],

@@ -141,7 +141,16 @@ class Operations:
                 {},
             )
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = generated_name(meta["generateName"])
+            prefix = str(meta["generateName"])
+            # kube-apiserver validates the prefix as a name, forgiving only a trailing "-".
+            prefix_errors = validate_name(prefix[:-1] if prefix.endswith("-") else prefix)
+            if prefix_errors:
+                raise errors.invalid(
+                    rt,
+                    prefix,
+                    [FieldError("Invalid", "metadata.generateName", e.detail, prefix) for e in prefix_errors],
+                )
+            meta["name"] = generated_name(prefix)
         name = meta.get("name") or ""
         name_errors = validate_name(name, label=srt.behaviour.dns_label_names)
         if name_errors:
