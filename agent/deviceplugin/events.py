@@ -44,7 +44,7 @@ class PodEvents:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "metadata": {"generateName": f"{name}-", "namespace": namespace},  # "NAME." is refused (422)
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Pod",
