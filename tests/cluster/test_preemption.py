@@ -57,7 +57,10 @@ def test_kube_scheduler_preempts_the_pods_that_free_one_nvlink_pair(
     def deleted() -> set[str]:
         return {name for name in fillers if cluster.pod(ns, name)["metadata"].get("deletionTimestamp")}
 
-    victims = wait_until(lambda: deleted() or None, timeout=60, what="kube-scheduler preempting")
+    # kube-scheduler deletes its victims one after another: wait for both.
+    victims = wait_until(
+        lambda: d if len(d := deleted()) >= 2 else None, timeout=60, what="two victims deleted"
+    )
     freed = {fillers[name] for name in victims}
     assert freed in PAIRS, (victims, fillers)  # exactly one NVLink pair, nothing else
     # The choice went through the allocator's preempt verb, not kube-scheduler's count alone.
