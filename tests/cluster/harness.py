@@ -26,7 +26,7 @@ from tests.support.cluster_product import (
     scheduler_config,
     service_account_token,
 )
-from tests.support.controlplane import REPO, ApiStatus, ControlPlane, Process, wait_until
+from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, Process, wait_until
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 AGENT_SA = "topoalloc-agent"
@@ -190,11 +190,20 @@ class ClusterEnv:
         return self.cp.admin.post(f"/api/v1/namespaces/{ns}/pods", body)
 
     def wait_bound(self, ns: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
-        return wait_until(
-            lambda: (p := self.pod(ns, name))["spec"].get("nodeName") and p,
-            timeout=timeout,
-            what=f"pod {ns}/{name} bound",
-        )
+        try:
+            return wait_until(
+                lambda: (p := self.pod(ns, name))["spec"].get("nodeName") and p,
+                timeout=timeout,
+                what=f"pod {ns}/{name} bound",
+            )
+        except ControlPlaneError as exc:
+            raise ControlPlaneError(f"{exc}; its conditions: {self.conditions(ns, name)}") from None
+
+    def conditions(self, ns: str, name: str) -> list[Any]:
+        try:
+            return list((self.pod(ns, name).get("status") or {}).get("conditions") or [])
+        except ApiStatus as exc:
+            return [str(exc)]
 
     def wait_pending_reason(self, ns: str, name: str, pattern: str, timeout: float = 60.0) -> str:
         """Until the pod's PodScheduled=False condition message matches `pattern`; returns it."""
