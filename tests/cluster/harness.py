@@ -69,7 +69,14 @@ class ClusterEnv:
         )
         self.cp.start()
         self.apply_manifests()
-        self.start_allocator("alloc-a").wait_ready()
+        self.start_allocator("alloc-a").wait_ready("/readyz")
+
+    def leader(self) -> AllocatorReplica:
+        """The replica holding the Lease (and alive)."""
+        holder = lease_holder(self.cp)
+        replica = self.replicas.get(holder or "")
+        assert replica is not None and replica.process.alive(), f"no live leader (Lease holder {holder!r})"
+        return replica
 
     def _leader_port(self) -> int | None:
         holder = lease_holder(self.cp)

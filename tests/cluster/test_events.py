@@ -52,7 +52,7 @@ def test_failed_allocation_event_in_kubectl(cluster: ClusterEnv, ns: str) -> Non
     ).stdout
     assert "FailedDeviceAllocation" in table
     # Nothing refused along the way: a refused Event is logged at WARNING by the allocator.
-    assert "not written" not in cluster.replicas["alloc-a"].process.text()
+    assert all("not written" not in r.process.text() for r in cluster.replicas.values())
 
 
 def test_failed_binding_event_in_kubectl(cluster: ClusterEnv, ns: str) -> None:

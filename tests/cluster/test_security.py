@@ -174,7 +174,7 @@ def test_rbac_refuses_what_the_agent_never_needs(agent: Rest) -> None:
 
 
 def _filter(cluster: ClusterEnv, context: ssl.SSLContext) -> int:
-    replica = cluster.replicas["alloc-a"]
+    replica = cluster.leader()
     http = urllib3.PoolManager(
         ssl_context=context, retries=False, timeout=10, assert_hostname=ALLOCATOR_SERVICE_DNS
     )

@@ -653,9 +653,11 @@ class ControlPlane:
 
     # -- operations -----------------------------------------------------------------------------
 
-    def restart_apiserver(self, *, between: Callable[[], None] | None = None) -> None:
-        """Stop kube-apiserver (SIGTERM), run `between` while it is down, start it on the same port."""
-        self.processes["kube-apiserver"].stop()
+    def restart_apiserver(self, *, grace: float = 5.0, between: Callable[[], None] | None = None) -> None:
+        """Stop kube-apiserver (SIGTERM; SIGKILL after `grace` seconds, as a kubelet would after the
+        grace period: it stops listening at once but keeps open watches alive while it drains),
+        run `between` while it is down, and start it again on the same port."""
+        self.processes["kube-apiserver"].stop(timeout=grace)
         if between is not None:
             between()
         self._start_apiserver()
