@@ -315,24 +315,26 @@ class Rest:
     def __init__(
         self,
         url: str,
-        ca_file: Path,
+        ca_file: Path | None = None,
         cert: tuple[Path, Path] | None = None,
         *,
         token: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        """`ca_file` verifies an https `url`; without it the URL is plain http (the fake API server)."""
         self.url = url
         self.headers = dict(headers or {})
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
-        self.pool = urllib3.PoolManager(
-            ca_certs=str(ca_file),
-            cert_file=str(cert[0]) if cert else None,
-            key_file=str(cert[1]) if cert else None,
-            cert_reqs="CERT_REQUIRED",
-            retries=False,
-            timeout=urllib3.Timeout(connect=5, read=30),
-        )
+        tls: dict[str, Any] = {}
+        if ca_file is not None:
+            tls = {
+                "ca_certs": str(ca_file),
+                "cert_file": str(cert[0]) if cert else None,
+                "key_file": str(cert[1]) if cert else None,
+                "cert_reqs": "CERT_REQUIRED",
+            }
+        self.pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30), **tls)
 
     def impersonating(
         self, user: str, *, groups: tuple[str, ...] = (), extra: Mapping[str, str] = {}
