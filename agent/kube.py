@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,20 @@ MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = (5.0, 20.0)  # connect, read
 # What a failed request looks like: an HTTP error status, or no answer at all.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def api_client(kubeconfig: str | None) -> ApiClient:
+    """A client for the cluster: the given kubeconfig, else in-cluster, else the default kubeconfig."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
 
 
 def status_of(exc: BaseException) -> int:

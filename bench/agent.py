@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agent.config import AgentConfig  # noqa: E402
-from agent.device_builder import NodeRef, build_device  # noqa: E402
-from agent.discovery import Discoverer  # noqa: E402
-from agent.fixture import Fixture  # noqa: E402
+from agent.discovery.discoverer import Discoverer  # noqa: E402
+from agent.fixtures.loader import Fixture  # noqa: E402
+from agent.publish.device_builder import NodeRef, build_device  # noqa: E402
 
 FIXTURES = REPO / "hw-fixtures"
 

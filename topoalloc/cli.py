@@ -9,13 +9,13 @@ import click
 
 # name -> "module:attribute" of a click command or group
 SUBCOMMANDS: dict[str, str] = {
-    "agent": "agent.cli:agent",
-    "inspect": "agent.cli:inspect",
-    "allocate": "allocator.core.cli:allocate",
-    "allocator": "allocator.service.cli:allocator",
-    "certs": "allocator.service.certs_cli:certs",
-    "simulate": "simulator.cli:simulate",
-    "demo": "simulator.cli:demo",
+    "agent": "topoalloc.commands.agent:agent",
+    "inspect": "topoalloc.commands.inspect:inspect",
+    "allocate": "topoalloc.commands.allocate:allocate",
+    "allocator": "topoalloc.commands.allocator:allocator",
+    "certs": "topoalloc.commands.certs:certs",
+    "simulate": "topoalloc.commands.simulate:simulate",
+    "demo": "topoalloc.commands.simulate:demo",
 }
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import yaml
 
 from agent.config import AgentConfig
-from agent.device_builder import device_object
-from agent.fixture import Fixture
-from agent.runner import Agent, PassResult
+from agent.fixtures.loader import Fixture
+from agent.main_loop import Agent, PassResult
+from agent.publish.device_builder import device_object
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "hw-fixtures"

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from agent.config import ConfigError, load_config
-from agent.device_builder import device_object
+from agent.publish.device_builder import device_object
 from apis import keys
 from tests.agent.support import FIXTURES, REPO, one_pass
 from topoalloc.cli import main

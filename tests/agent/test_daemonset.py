@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from agent.config import load_config
-from agent.fixture import Fixture
+from agent.fixtures.loader import Fixture
 from agent.kube import Kube
-from agent.runner import Agent
+from agent.main_loop import Agent
 from tests.agent.support import FIXTURES, REPO
 
 DIR = REPO / "daemonset"

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
-from agent.fixture_compose import compose
-from agent.inspect_matrix import render
+from agent.fixtures.composer import compose
+from agent.fixtures.topo_matrix import render
 from apis.device import Device
 from tests.agent.support import FIXTURE_NAMES, FIXTURES, REPO, device_doc, golden, one_pass
 

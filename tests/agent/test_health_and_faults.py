@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from agent.config import AgentConfig
-from agent.device_builder import build_device, device_object, node_resources
-from agent.discovery import Discoverer
-from agent.fixture import Fixture
-from agent.health import EventWatcher, HealthBook
-from agent.runner import Agent, carry_over
-from agent.sysfs import Sysfs
+from agent.discovery.device_health import EventWatcher, HealthBook
+from agent.discovery.discoverer import Discoverer
+from agent.discovery.sysfs import Sysfs
+from agent.fixtures.loader import Fixture
+from agent.main_loop import Agent, carry_over
+from agent.publish.device_builder import build_device, device_object, node_resources
 from apis.device import Device
 from tests.agent.support import FIXTURES, copy_fixture
 
@@ -165,7 +165,7 @@ def test_no_nvml_library_keeps_running_and_never_empties_a_good_device() -> None
 
 
 def agent_ref(name: str):
-    from agent.device_builder import NodeRef
+    from agent.publish.device_builder import NodeRef
 
     return NodeRef(name)
 

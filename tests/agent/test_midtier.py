@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agent.config import MidTierConfig
-from agent.midtier import MidInputs, MidTier, mid_allocatable, pod_cgroup_dirs
-from agent.pods import PodInfo, pod_requests
+from agent.midtier.pod_watch import PodInfo, pod_requests
+from agent.midtier.reclaimable import MidInputs, MidTier, mid_allocatable, pod_cgroup_dirs
 
 GI = 1 << 30
 

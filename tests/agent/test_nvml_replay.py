@@ -7,8 +7,8 @@ import threading
 import pynvml
 import pytest
 
-from agent import gpus as nv
-from agent.nvml_replay import NvmlReplay
+from agent.discovery import gpu_facts as nv
+from agent.fixtures.nvml_replay import NvmlReplay
 from tests.agent.support import FIXTURES
 
 

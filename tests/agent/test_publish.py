@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from agent.config import AgentConfig
-from agent.fixture import Fixture
+from agent.fixtures.loader import Fixture
 from agent.kube import Kube
-from agent.midtier import MidTier, pod_cgroup_dirs
-from agent.runner import Agent
+from agent.main_loop import Agent
+from agent.midtier.reclaimable import MidTier, pod_cgroup_dirs
 from tests.agent.support import FIXTURES
 
 NODE = "gpu-node-1"

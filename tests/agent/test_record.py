@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.device_builder import device_object
-from agent.fixture import Fixture
-from agent.record import record
+from agent.fixtures.loader import Fixture
+from agent.fixtures.recorder import record
+from agent.publish.device_builder import device_object
 from tests.agent.support import FIXTURES, copy_fixture, one_pass
 
 PF = "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"

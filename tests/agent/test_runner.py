@@ -10,10 +10,10 @@ import urllib.error
 import urllib.request
 
 from agent.config import AgentConfig
-from agent.fixture import Fixture
+from agent.fixtures.loader import Fixture
 from agent.healthz import HealthServer
 from agent.kube import Kube
-from agent.runner import Agent
+from agent.main_loop import Agent
 from tests.agent.support import FIXTURES
 
 NODE = "loop-node"

@@ -1,0 +1,285 @@
+"""The agent's main loop: discover, build, publish; again on every resync tick or hot-plug event.
+
+Threads: the main loop (this), NVML's blocking event wait, the udev monitor, the pod watch (for
+mid-tier) and the health endpoint. They only ever set the loop's trigger; all discovery and
+publishing happens on the main loop, one pass at a time.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.config import AgentConfig
+from agent.discovery.device_health import NVML_UNAVAILABLE, EventWatcher, HealthBook
+from agent.discovery.discoverer import Discoverer, Snapshot
+from agent.discovery.hotplug import HotplugMonitor
+from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from agent.midtier.pod_watch import PodWatcher
+from agent.midtier.reclaimable import MidTier
+from agent.publish.device_builder import (
+    HEALTHY_CONDITION,
+    NODE_LABELS,
+    NodeRef,
+    build_device,
+    node_labels,
+    node_resources,
+    rfc3339,
+)
+from agent.publish.publisher import Publisher
+from apis import keys, resources
+from apis.device import Condition, Device
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_SECONDS = 0.1
+
+
+@dataclass
+class PassResult:
+    snapshot: Snapshot
+    device: Device
+    labels: dict[str, str | None]
+    extended: dict[str, str | None]
+    errors: list[str] = field(default_factory=list)
+    wrote: bool = False
+
+
+def carry_over(previous: Device | None, device: Device, snap: Snapshot, now: float) -> Device:
+    """Keep the previous Device's GPUs (unhealthy) when NVML cannot be read at all, so a restart
+    during a driver problem does not publish an empty Device over a good one."""
+    if previous is None or snap.nvml_available:
+        return device
+    have = {(d.type, d.minor) for d in device.devices}
+    kept = []
+    for dev in previous.devices:
+        if dev.type != resources.DeviceType.GPU.value or (dev.type, dev.minor) in have:
+            continue
+        dev = copy.deepcopy(dev)
+        if dev.health or not dev.conditions or dev.conditions[0].reason != NVML_UNAVAILABLE:
+            dev.conditions = [
+                Condition(HEALTHY_CONDITION, "False", NVML_UNAVAILABLE, snap.nvml_reason, rfc3339(now))
+            ]
+        dev.health = False
+        kept.append(dev)
+    if not kept:
+        return device
+    out = copy.deepcopy(device)
+    out.devices = kept + out.devices
+    for key in (keys.GPU_VENDOR, keys.GPU_MODEL, keys.GPU_DRIVER_VERSION, keys.GPU_PARTITION_POLICY):
+        if key in previous.labels and key not in out.labels:
+            out.metadata.setdefault("labels", {})[key] = previous.labels[key]
+    if keys.GPU_PARTITIONS in previous.annotations:
+        out.metadata.setdefault("annotations", {}).setdefault(
+            keys.GPU_PARTITIONS, previous.annotations[keys.GPU_PARTITIONS]
+        )
+    return out
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        nvml: Any | None,
+        sysfs_root: str | Path,
+        config: AgentConfig,
+        kube: Kube | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node_name = node_name
+        self.config = config
+        self.kube = kube
+        self.clock = clock
+        self.book = HealthBook(xid_hold_seconds=config.health.xid_hold_seconds, clock=clock)
+        self.discoverer = Discoverer(nvml, sysfs_root, config, self.book, clock)
+        self.publisher = (
+            Publisher(
+                kube,
+                node_name,
+                owned_labels=NODE_LABELS,
+                owned_annotations=(keys.GPU_PARTITIONS,),
+                status_min_interval=config.status_min_interval_seconds,
+                clock=clock,
+            )
+            if kube is not None
+            else None
+        )
+        self.mid = MidTier(config.mid_tier) if kube is not None and config.mid_tier.enabled else None
+        self.pods: PodWatcher | None = None
+        self.events: EventWatcher | None = None
+        self.hotplug: HotplugMonitor | None = None
+        self.trigger = threading.Event()
+        self.stopping = threading.Event()
+        self._previous: Device | None = None
+        self._previous_loaded = False
+        self.last_pass: PassResult | None = None
+        self.last_pass_at = 0.0
+        self.passes = 0
+        self.published_once = False
+
+    # -- triggers ---------------------------------------------------------------------------
+    def request_resync(self, action: str = "", subsystem: str = "", path: str = "") -> None:
+        if subsystem == "pci":
+            self.discoverer.rescan_requested = True  # a GPU may have come or gone
+        self.trigger.set()
+
+    # -- one pass ---------------------------------------------------------------------------
+    def _load_previous(self) -> None:
+        if self._previous_loaded or self.kube is None:
+            return
+        try:
+            self._previous = Device.from_dict(self.kube.get_device(self.node_name))
+            self._previous_loaded = True
+        except TRANSPORT_ERRORS as exc:
+            if status_of(exc) == 404:
+                self._previous_loaded = True
+            else:
+                log.warning("cannot read the existing Device: %s", short_error(exc))
+        except ValueError as exc:
+            log.warning("existing Device %s is malformed (%s); it will be replaced", self.node_name, exc)
+            self._previous_loaded = True
+
+    def run_once(self) -> PassResult:
+        now = self.clock()
+        snap = self.discoverer.discover()
+        uid = ""
+        if self.publisher is not None:
+            self.publisher.read_node()
+            uid = self.publisher.node_uid()
+            self._load_previous()
+        device = build_device(snap, NodeRef(self.node_name, uid), self.config)
+        device = carry_over(self._previous, device, snap, now)
+        labels = node_labels(device)
+        extended = node_resources(device)
+        result = PassResult(snap, device, labels, extended)
+        if self.publisher is not None:
+            if not uid:
+                result.errors.append(f"Node {self.node_name} not readable: Device not written (no owner UID)")
+            else:
+                out = self.publisher.publish_device(device)
+                result.wrote |= out.wrote
+                if out.error:
+                    result.errors.append(out.error)
+                else:
+                    self._previous = device
+                    self.published_once = True
+            extended.update(self._mid_tier())
+            out = self.publisher.publish_node(labels, extended)
+            result.wrote |= out.wrote
+            if out.error:
+                result.errors.append(out.error)
+        self.passes += 1
+        self.last_pass = result
+        self.last_pass_at = self.clock()
+        log.debug("pass %d took %.1f ms", self.passes, snap.took_seconds * 1000)
+        return result
+
+    def _mid_tier(self) -> dict[str, str | None]:
+        removed: dict[str, str | None] = {resources.MID_CPU: None, resources.MID_MEMORY: None}
+        if self.mid is None or self.publisher is None or self.kube is None:
+            return {}
+        if self.pods is None:
+            self.pods = PodWatcher(self.kube, self.node_name)
+            self.pods.start()
+        if not self.pods.synced.is_set():
+            return removed
+        node = self.publisher.node or {}
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        try:
+            from apis.quantity import Quantity
+
+            cpu = Quantity.parse(alloc["cpu"], "allocatable.cpu").milli_value() if "cpu" in alloc else None
+            mem = Quantity.parse(alloc["memory"], "allocatable.memory").value() if "memory" in alloc else None
+        except ValueError:
+            cpu = mem = None
+        result = self.mid.compute(self.pods.pods(), cpu, mem)
+        if result.cpu_milli is None or result.memory is None:
+            log.info("mid-tier: nothing published (%s)", result.reason)
+            return removed
+        return {resources.MID_CPU: str(result.cpu_milli), resources.MID_MEMORY: str(result.memory)}
+
+    def _ensure_event_watcher(self) -> None:
+        if self.events is not None or not self.discoverer.nvml_ready or self.stopping.is_set():
+            return
+        self.events = EventWatcher(
+            self.discoverer.nvml,
+            self.discoverer.gpu_indices,
+            self.book,
+            ignored_xids=self.config.health.ignored_xids,
+            wait_ms=self.config.health.event_wait_ms,
+        )
+        self.events.start()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def start_background(self, *, hotplug: bool = True) -> None:
+        if hotplug and self.hotplug is None:
+            self.hotplug = HotplugMonitor(self.request_resync, source=self.config.udev_source)
+            self.hotplug.start()
+
+    def run(self, stop: threading.Event | None = None, *, hotplug: bool = True) -> None:
+        stop = stop or self.stopping
+        self.start_background(hotplug=hotplug)
+        self.book.changed.clear()
+        while not stop.is_set():
+            self.trigger.clear()
+            try:
+                result = self.run_once()
+                self._ensure_event_watcher()
+                for error in result.errors:
+                    log.warning("%s", error)
+            except Exception:  # one bad pass must not kill the agent; the next pass retries
+                log.exception("discovery/publish pass failed")
+            deadline = time.monotonic() + self.config.resync_seconds
+            while not stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if self.trigger.wait(min(remaining, 0.5)) or self.book.changed.is_set():
+                    self.book.changed.clear()
+                    stop.wait(DEBOUNCE_SECONDS)  # let a burst of uevents settle
+                    break
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        for worker in (self.events, self.hotplug, self.pods):
+            if worker is not None:
+                worker.stop()
+        if self.events is not None and self.events.is_alive():
+            self.events.join(timeout=2.0)
+        self.discoverer.stop()
+
+    # -- health endpoint --------------------------------------------------------------------
+    def health_state(self) -> dict[str, Any]:
+        now = self.clock()
+        last = self.last_pass
+        live = self.passes > 0 and now - self.last_pass_at < 3 * max(self.config.resync_seconds, 1.0) + 30
+        if self.passes == 0:
+            live = True  # starting up: the first pass has not finished yet
+        ready = last is not None and (self.publisher is None or self.published_once)
+        reason = (
+            ""
+            if ready
+            else ("first pass not done" if last is None else "; ".join(last.errors) or "not published")
+        )
+        snap = last.snapshot if last is not None else None
+        return {
+            "live": live,
+            "ready": ready,
+            "notReadyReason": reason,
+            "passes": self.passes,
+            "lastPassAt": rfc3339(self.last_pass_at) if self.last_pass_at else None,
+            "lastPassMillis": round(snap.took_seconds * 1000, 1) if snap else None,
+            "errors": last.errors if last else [],
+            "nvml": "ok" if snap and snap.nvml_available else (snap.nvml_reason if snap else "unknown"),
+            "gpus": len(snap.topology.gpus) if snap else 0,
+            "rdma": len(snap.topology.nics) if snap else 0,
+            "hotplug": (self.hotplug.error or "listening") if self.hotplug else "off",
+        }

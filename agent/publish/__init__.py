@@ -1,0 +1,1 @@
+"""What the node tells the cluster: the Device CR, the partition table, the Node's labels and resources."""

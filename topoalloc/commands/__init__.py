@@ -1,0 +1,1 @@
+"""The `topoalloc` subcommands, one module each, loaded lazily by `topoalloc.cli`."""

@@ -1,0 +1,157 @@
+"""`topoalloc agent`: run the node agent, or one pass printed (`--once --print`), on this machine or a
+fixture. Its `record-fixture` subcommand lives in `topoalloc.commands.record_fixture`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from agent.config import ConfigError, load_config
+from topoalloc.commands.record_fixture import record_fixture
+
+log = logging.getLogger("agent")
+
+
+def _logging(verbose: int) -> None:
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+def node_patch_document(name: str, labels: dict[str, Any], extended: dict[str, Any]) -> dict[str, Any]:
+    """The Node change the agent would make, as a merge-patch-shaped Node document."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {k: v for k, v in labels.items() if v is not None}},
+        "status": {
+            "capacity": {k: v for k, v in extended.items() if v is not None},
+            "allocatable": {k: v for k, v in extended.items() if v is not None},
+        },
+    }
+
+
+def _dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=1000)
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--fixture",
+    type=click.Path(exists=True, file_okay=False),
+    help="Read a hardware fixture, not the machine.",
+)
+@click.option(
+    "--node-name", envvar="NODE_NAME", help="Node to publish for (default: $NODE_NAME; the fixture's name)."
+)
+@click.option(
+    "--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Agent config YAML."
+)
+@click.option(
+    "--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="Kubeconfig (default: in-cluster)."
+)
+@click.option("--sysfs-root", default="/sys", show_default=True, help="sysfs root when not using --fixture.")
+@click.option("--resync", type=float, help="Seconds between resyncs (default 10, or the config's).")
+@click.option("--once", is_flag=True, help="Run one pass and exit.")
+@click.option(
+    "--print", "print_only", is_flag=True, help="With --once: print the Device and Node patch, no cluster."
+)
+@click.option("--no-hotplug", is_flag=True, help="Do not listen for udev events.")
+@click.option(
+    "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
+)
+@click.option("-v", "--verbose", count=True)
+@click.pass_context
+def agent(
+    ctx: click.Context,
+    fixture: str | None,
+    node_name: str | None,
+    config_file: str | None,
+    kubeconfig: str | None,
+    sysfs_root: str,
+    resync: float | None,
+    once: bool,
+    print_only: bool,
+    no_hotplug: bool,
+    health_port: int | None,
+    verbose: int,
+) -> None:
+    """Run the node agent: discover GPUs, NVLink, PCIe, NUMA, RDMA; publish the Device CR."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _logging(verbose)
+    from agent.fixtures.loader import Fixture, FixtureError
+    from agent.main_loop import Agent
+    from agent.publish.device_builder import device_object
+
+    try:
+        cfg = load_config(config_file)
+    except (ConfigError, OSError, yaml.YAMLError) as exc:
+        raise click.ClickException(f"config: {exc}") from None
+    if resync is not None:
+        cfg.resync_seconds = resync
+    if health_port is not None:
+        cfg.health_port = health_port
+    if fixture is not None:
+        try:
+            fx = Fixture.load(fixture)
+        except FixtureError as exc:
+            raise click.ClickException(str(exc)) from None
+        nvml: Any = fx.nvml
+        root: Path = fx.sys_root
+        node_name = node_name or Path(fixture).resolve().name
+    else:
+        import pynvml
+
+        nvml, root = pynvml, Path(sysfs_root)
+    if not node_name:
+        raise click.ClickException("no node name: pass --node-name or set NODE_NAME")
+    if print_only and not once:
+        raise click.ClickException("--print needs --once")
+
+    if print_only:
+        runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg)
+        result = runner.run_once()
+        runner.shutdown()
+        click.echo(
+            _dump(
+                [device_object(result.device), node_patch_document(node_name, result.labels, result.extended)]
+            ),
+            nl=False,
+        )
+        return
+
+    from agent.kube import Kube, api_client
+
+    kube = Kube(api_client(kubeconfig))
+    runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg, kube=kube)
+    if once:
+        result = runner.run_once()
+        runner.shutdown()
+        for error in result.errors:
+            click.echo(f"error: {error}", err=True)
+        sys.exit(1 if result.errors else 0)
+
+    from agent.healthz import HealthServer
+
+    server = HealthServer(cfg.health_address, cfg.health_port, runner.health_state)
+    server.start()
+    log.warning("agent for node %s; health on :%d", node_name, server.port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        runner.run(stop, hotplug=not no_hotplug)
+    finally:
+        server.stop()
+
+
+agent.add_command(record_fixture)
