@@ -169,10 +169,11 @@ class ClusterEnv:
 
     def wait_device(self, node: str, timeout: float = 90.0) -> dict[str, Any]:
         agent = next((a.process for a in self.agents if a.node == node), None)
+        # The agent creates the Device, then writes its status: wait for both.
         return wait_until(
-            lambda: self.cp.admin.get(f"{DEVICES}/{node}"),
+            lambda: (d := self.cp.admin.get(f"{DEVICES}/{node}")).get("status") and d,
             timeout=timeout,
-            what=f"Device {node}",
+            what=f"Device {node} with its status",
             process=agent,
         )
 
