@@ -41,7 +41,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 REPO = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO.parent / "shared" / "k8s"
 ETCD = Path(os.environ.get("TOPOALLOC_ETCD", "/usr/bin/etcd"))
-KUBECTL = Path(os.environ.get("TOPOALLOC_KUBECTL", "/usr/bin/kubectl"))
+KUBECTL = Path(os.environ.get("TOPOALLOC_KUBECTL") or shutil.which("kubectl") or "/usr/bin/kubectl")
 K8S_VERSION = "v1.35.6"
 BIN_CACHE = Path(
     os.environ.get("TOPOALLOC_K8S_BIN", str(Path.home() / ".cache" / "topoalloc" / f"k8s-{K8S_VERSION}"))
@@ -62,7 +62,7 @@ def missing_parts() -> list[str]:
     if not os.access(ETCD, os.X_OK):
         out.append(f"{ETCD} (Debian package etcd-server)")
     if not os.access(KUBECTL, os.X_OK):
-        out.append(f"{KUBECTL} (Debian package kubectl)")
+        out.append(f"{KUBECTL} (Debian package kubectl or kubernetes-client)")
     return out
 
 
