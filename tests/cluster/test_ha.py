@@ -82,3 +82,25 @@ def test_leader_killed_during_a_burst(cluster: ClusterEnv, ns: str, standby: str
         assert sorted(minors) == sorted(set(minors)), f"a GPU of {node} given twice: {sorted(minors)}"
     assert sum(len(m) for m in per_node.values()) == BURST
     print(f"takeover after SIGKILL: {takeover:.1f}s (lease {LEASE_DURATION:.0f}s)")
+
+
+def test_binds_follow_leadership_to_a_live_replica(cluster: ClusterEnv, ns: str, standby: str) -> None:
+    """Leadership moves while the old leader lives on as a standby (here: the Lease handed over by
+    an admin). kube-scheduler's kept-alive connection still reaches the old leader, whose binds
+    answer "not the leader": it must close that connection so the retry reaches the new one."""
+    old = cluster.leader()
+    new = cluster.replicas[standby]
+    cluster.create_pod(ns, gpu_pod("first", resources={"koordinator.sh/gpu": "100"}, node_selector=POOL))
+    cluster.wait_bound(ns, "first")  # kube-scheduler now holds a connection to the old leader
+
+    lease_path = "/apis/coordination.k8s.io/v1/namespaces/topoalloc-system/leases/topoalloc-allocator"
+    lease = cluster.cp.admin.get(lease_path)
+    lease["spec"]["holderIdentity"] = standby
+    cluster.cp.admin.put(lease_path, lease)
+    wait_until(lambda: new.health("/readyz")[0] == 200, timeout=30, what=f"{standby} leading")
+    wait_until(lambda: old.health("/readyz")[0] == 503, timeout=30, what=f"{old.identity} standing by")
+    assert old.process.alive()
+
+    cluster.create_pod(ns, gpu_pod("second", resources={"koordinator.sh/gpu": "100"}, node_selector=POOL))
+    pod = cluster.wait_bound(ns, "second", timeout=60)
+    assert len(gpu_minors(pod)) == 1
