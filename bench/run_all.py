@@ -17,15 +17,19 @@ FULL: list[tuple[str, list[str]]] = [
     ("core.py", []),
     ("gang.py", []),
     ("agent.py", []),
+    ("deviceplugin.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
+    ("quality.py", []),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
+    "deviceplugin.py": [],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
+    "quality.py": ["--seeds", "1-3"],
 }
 
 

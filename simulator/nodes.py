@@ -44,6 +44,8 @@ FIXTURE_SIZES: dict[str, NodeSize] = {
     "l40s-8x-pcie": NodeSize(180_000, 1007 * 1024),
     # CPU lists not published: 64 CPUs and 512 GiB assumed for a 4-GPU PCIe server.
     "a100-pcie-4x-no-rdma": NodeSize(64_000, 503 * 1024),
+    # 208 CPUs (2x Xeon 8470, the fixture's CPU affinity lists); 1 TiB of memory assumed.
+    "a100-pcie-4x-nvlink-pairs": NodeSize(208_000, 1007 * 1024),
     # A cloud VM with 4 GPUs: 64 vCPUs and 512 GiB assumed.
     "l20-4x-vm-numa-unknown": NodeSize(64_000, 503 * 1024),
     # A 3-GPU workstation: 64 CPUs and 256 GiB assumed.

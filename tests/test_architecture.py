@@ -34,15 +34,27 @@ FORBIDDEN = {
         "agent.kube",
         "kubernetes",
         "agent.fixtures",
+        "agent.deviceplugin",
     ),
-    "agent/publish": ("agent.midtier", "agent.main_loop", "agent.healthz", "agent.fixtures"),
+    "agent/publish": (
+        "agent.midtier",
+        "agent.main_loop",
+        "agent.healthz",
+        "agent.fixtures",
+        "agent.deviceplugin",
+    ),
     "agent/midtier": (
         "agent.discovery",
         "agent.publish",
         "agent.main_loop",
         "agent.healthz",
         "agent.fixtures",
+        "agent.deviceplugin",
     ),
+    # The device plugins take the Device the main loop built and the health book / mid-tier it owns
+    # (for the checkpoint); they never drive discovery or publishing. Discovery, publishing and
+    # mid-tier know nothing of them (main_loop names them only for type checking).
+    "agent/deviceplugin": ("agent.main_loop", "agent.healthz", "agent.publish", "agent.fixtures"),
     "allocator/core": (
         "agent",
         "allocator.service",
