@@ -30,6 +30,8 @@ STATUS_RULE = (
     "on the Node's status the agent may only change koordinator.sh/ and kubernetes.io/mid- resources"
 )
 UNBOUND = "the agent's token is not bound to a node"
+POD_RULE = "on a pod the agent may only change the device-allocated annotation of a pod bound to its node"
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -156,6 +158,24 @@ def test_token_without_node_denied(cluster: ClusterEnv) -> None:
             unbound, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": {"node.koordinator.sh/gpu-model": "x"}}}
         ),
         UNBOUND,
+    )
+
+
+def test_pods_only_the_annotation_of_its_own_nodes_pods(cluster: ClusterEnv, agent: Rest, ns: str) -> None:
+    for name, node in (("mine", OWN), ("theirs", OTHER)):
+        cluster.create_pod(
+            ns,
+            {
+                "metadata": {"name": name, "annotations": {ALLOCATED: '{"gpu":[{"minor":0}]}'}},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.example/x:1"}]},
+            },
+        )
+    fixed = {"metadata": {"annotations": {ALLOCATED: '{"gpu":[{"minor":1}]}'}}}
+    merge(agent, f"/api/v1/namespaces/{ns}/pods/mine", fixed)  # the device plugin's correction
+    denied_by_policy(lambda: merge(agent, f"/api/v1/namespaces/{ns}/pods/theirs", fixed), POD_RULE)
+    denied_by_policy(
+        lambda: merge(agent, f"/api/v1/namespaces/{ns}/pods/mine", {"metadata": {"labels": {"a": "b"}}}),
+        POD_RULE,
     )
 
 
