@@ -15,6 +15,7 @@ BENCH = Path(__file__).resolve().parent
 
 FULL: list[tuple[str, list[str]]] = [
     ("core.py", []),
+    ("gpu_sets.py", []),
     ("gang.py", []),
     ("agent.py", []),
     ("deviceplugin.py", []),
@@ -24,6 +25,7 @@ FULL: list[tuple[str, list[str]]] = [
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
+    "gpu_sets.py": ["--repeat", "3"],
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
     "deviceplugin.py": [],
