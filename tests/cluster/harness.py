@@ -53,6 +53,8 @@ class ClusterEnv:
     replicas: dict[str, AllocatorReplica] = field(default_factory=dict)
     agents: list[AgentProcess] = field(default_factory=list)
     extra: list[Process] = field(default_factory=list)
+    # Every topoalloc process ever started, so that stop() ends them all, whatever the tests did.
+    started: list[Process] = field(default_factory=list)
 
     # -- set-up -----------------------------------------------------------------------------------
 
@@ -104,10 +106,14 @@ class ClusterEnv:
 
     def start_allocator(self, identity: str, **kwargs: Any) -> AllocatorReplica:
         """A replica running as the allocator's ServiceAccount (deploy/allocator/rbac.yaml)."""
+        previous = self.replicas.get(identity)
+        if previous is not None:  # never leave a process running untracked
+            previous.process.stop()
         token = service_account_token(self.cp, SYSTEM_NAMESPACE, ALLOCATOR_SA)
         kubeconfig = self.cp.write_kubeconfig(f"allocator-{identity}", token=token)
         replica = AllocatorReplica(kubeconfig, self.certs, self.workdir, identity, **kwargs).start()
         self.replicas[identity] = replica
+        self.started.append(replica.process)
         return replica
 
     def stop(self) -> None:
@@ -115,7 +121,7 @@ class ClusterEnv:
             agent.process.stop()
         for replica in self.replicas.values():
             replica.process.stop()
-        for proc in self.extra:
+        for proc in self.extra + self.started:
             proc.stop()
         with contextlib.suppress(AttributeError):
             self.extender.close()
@@ -165,6 +171,7 @@ class ClusterEnv:
             return None
         proc = AgentProcess(fixture, name, self.agent_identity(name), self.workdir).start()
         self.agents.append(proc)
+        self.started.append(proc.process)
         return proc
 
     def wait_device(self, node: str, timeout: float = 90.0) -> dict[str, Any]:

@@ -38,7 +38,10 @@ def standby(cluster: ClusterEnv) -> Iterator[str]:
     the session keeps a leader and a standby."""
     leader = cluster.leader().identity
     other = "alloc-b" if leader != "alloc-b" else "alloc-a"
-    cluster.start_allocator(other).wait_ready()
+    replica = cluster.replicas.get(other)
+    if replica is None or not replica.process.alive():
+        replica = cluster.start_allocator(other)
+    replica.wait_ready()
     assert lease_holder(cluster.cp) == leader
     yield other
     for identity, replica in list(cluster.replicas.items()):
