@@ -13,6 +13,7 @@ from .kinds import (
     v1_event_to_core,
 )
 from .pods import PodBehaviour
+from .pruning import PrunedCustomResource, crd_schema
 from .resources import METADATA_FIELDS, FieldGetter, Registry, ResourceType, ViewConversion, path_getter
 from .strategic import MergeList, Schema
 
@@ -227,8 +228,13 @@ def custom_resource_type(
     selectable_fields: tuple[str, ...] = (),
     behaviour: KindBehaviour = DEFAULT_BEHAVIOUR,
 ) -> ResourceType:
-    """A CRD's resource: served like the apiextensions apiserver serves custom resources."""
+    """A CRD's resource: served like the apiextensions apiserver serves custom resources, pruned by
+    the schema of the project's CRD in deploy/crds when there is one."""
     extra = {f: path_getter(*f.split(".")) for f in selectable_fields}
+    if behaviour is DEFAULT_BEHAVIOUR:
+        schema = crd_schema(plural, group, version)
+        if schema is not None:
+            behaviour = PrunedCustomResource(schema)
     return ResourceType(
         group=group,
         version=version,

@@ -15,7 +15,15 @@ from typing import Any
 
 from . import errors, pods
 from .errors import FieldError, GoValue
-from .objects import SERVER_MANAGED, canonical_metadata, generated_name, new_uid, timestamp, validate_name
+from .objects import (
+    SERVER_MANAGED,
+    canonical_metadata,
+    generated_name,
+    new_uid,
+    timestamp,
+    validate_generate_name,
+    validate_name,
+)
 from .patching import apply_patch
 from .resources import Registry, ResourceType
 from .selectors import FieldSelector, LabelSelector
@@ -153,6 +161,8 @@ class Operations:
             meta["name"] = generated_name(prefix)
         name = meta.get("name") or ""
         name_errors = validate_name(name, label=srt.behaviour.dns_label_names)
+        if meta.get("generateName"):
+            name_errors += validate_generate_name(meta["generateName"], label=srt.behaviour.dns_label_names)
         if name_errors:
             raise errors.invalid(rt, name, name_errors)
         if rt.view is not None:
