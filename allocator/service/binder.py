@@ -87,8 +87,8 @@ class Binder:
 
         res = self.cache.reserve(pod, req, args.node)
         if isinstance(res, Rejection):
-            self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.message}")
-            return BindOutcome(f"node {args.node}: {res.message}", "rejected")
+            self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.explained}")
+            return BindOutcome(f"node {args.node}: {res.explained}", "rejected")
         patch: JSON = {"metadata": {"annotations": {keys.DEVICE_ALLOCATED: res.annotation}}}
         if res.uid:
             patch["metadata"]["uid"] = res.uid  # precondition: the API server refuses another uid

@@ -150,7 +150,7 @@ def allocate(
     if output != "annotation":
         click.echo(dump(_result_data(state, result), output), nl=False)
     elif isinstance(result, Rejection):
-        click.echo(result.message)
+        click.echo(result.explained)
     else:
         click.echo(result.to_json())
     ctx.exit(EXIT_REJECTED if isinstance(result, Rejection) else EXIT_FITS)
@@ -159,7 +159,7 @@ def allocate(
 def _result_data(state: NodeState, result: Allocation | Rejection) -> dict[str, Any]:
     """What -o json|yaml prints: whether the pod fits, and the annotation or the reason."""
     if isinstance(result, Rejection):
-        return {"node": state.name, "fits": False, "reason": result.message, "code": result.code}
+        return {"node": state.name, "fits": False, "reason": result.explained, "code": result.code}
     return {
         "node": state.name,
         "fits": True,
@@ -216,7 +216,7 @@ def explanation(
             )
     lines.extend(f"choice: {n}" for n in notes)
     if isinstance(result, Rejection):
-        lines.append(f"rejected: {result.message} [{result.code}]")
+        lines.append(f"rejected: {result.explained} [{result.code}]")
     else:
         lines.append(f"allocated via {result.gpu_path or 'per-device selection'}")
     return lines
