@@ -27,7 +27,7 @@ def format_mix(results: list[MixResult]) -> str:
 @click.option("--days", default=7.0, show_default=True, help="Simulated days.")
 @click.option("--racks", default=4, show_default=True, help="Racks of 4 DGX H100 nodes.")
 @click.option("--load", default=0.85, show_default=True, help="Batch GPU demand as a share of the cluster.")
-@click.option("--seed", default=1, show_default=True)
+@click.option("--seed", default=1, show_default=True, help="Random seed of the workload.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def priority_mix(days: float, racks: int, load: float, seed: int, no_progress: bool) -> None:
     """Gang wait and GPU-hours lost to preemption: low-priority batch pods and high-priority
