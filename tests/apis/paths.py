@@ -18,10 +18,19 @@ APISERVER_WIRE = SHARED / "wire" / "apiserver"
 REQUIRE_ENV = "TOPOALLOC_REQUIRE_SHARED"
 
 
-def require_shared() -> None:
+def require_shared(missing: list[str] | None = None) -> None:
     """Skip the calling test (or, at import, the whole module) when ../shared is absent, unless
-    TOPOALLOC_REQUIRE_SHARED=1 asks for it to be there."""
-    if SHARED.is_dir() or os.environ.get(REQUIRE_ENV) == "1":
+    TOPOALLOC_REQUIRE_SHARED=1 asks for it to be there.
+
+    `missing` names further things the test needs (binaries, packages) that are absent: skipped
+    as well, or failed under TOPOALLOC_REQUIRE_SHARED=1, where a skip would hide them."""
+    required = os.environ.get(REQUIRE_ENV) == "1"
+    if missing:
+        text = f"not found: {'; '.join(missing)}"
+        if required:
+            pytest.fail(f"{text} ({REQUIRE_ENV}=1 requires them)", pytrace=False)
+        pytest.skip(text, allow_module_level=True)
+    if SHARED.is_dir() or required:
         return
     pytest.skip(
         f"reference material not found at {SHARED}: clone topoalloc beside shared/ to run this",

@@ -1,0 +1,67 @@
+"""The real-cluster tier (marker `cluster`): one control plane for the whole session, a fresh
+namespace per test, the logs of every process attached to a failing test's report.
+
+Runs whenever ../shared/k8s, etcd and kubectl are present; under .ci/run
+(TOPOALLOC_REQUIRE_SHARED=1) their absence fails the tier instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apis.paths import require_shared
+from tests.cluster.harness import ClusterEnv
+from tests.support.controlplane import missing_parts
+
+_names = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterEnv]:
+    require_shared(missing_parts())
+    env = ClusterEnv(tmp_path_factory.mktemp("cluster"))
+    try:
+        env.start()
+    except BaseException:
+        print(_logs(env))
+        env.stop()
+        raise
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture
+def ns(cluster: ClusterEnv) -> Iterator[str]:
+    """A fresh namespace; its pods are deleted with grace period 0 afterwards (no kubelet)."""
+    name = f"t{next(_names)}"
+    cluster.cp.create_namespace(name)
+    yield name
+    cluster.delete_pods(name)
+    cluster.cp.admin.delete(f"/api/v1/namespaces/{name}")
+
+
+def _logs(env: ClusterEnv, lines: int = 60) -> str:
+    return "\n".join(p.tail(lines) for p in env.processes())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    env = getattr(item, "funcargs", {}).get("cluster")
+    if report.failed and isinstance(env, ClusterEnv):
+        report.sections.append(("process logs", _logs(env)))

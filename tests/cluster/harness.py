@@ -1,0 +1,268 @@
+"""The real-cluster tier's world: one control plane per session (etcd, kube-apiserver,
+kube-scheduler with the project's extender configuration, kube-controller-manager), the project's
+manifests applied with kubectl, the allocator running as its own ServiceAccount, and helpers for
+nodes, agents, pods and waits."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.cluster_product import (
+    SYSTEM_NAMESPACE,
+    AgentProcess,
+    AllocatorReplica,
+    Forwarder,
+    lease_holder,
+    make_certs,
+    scheduler_config,
+    service_account_token,
+)
+from tests.support.controlplane import REPO, ApiStatus, ControlPlane, Process, wait_until
+
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
+AGENT_SA = "topoalloc-agent"
+ALLOCATOR_SA = "topoalloc-allocator"
+DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
+
+
+def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
+    """deploy/allocator/webhook.yaml's MutatingWebhookConfiguration, calling `url` (the forwarder in
+    front of the replicas) instead of the in-cluster Service."""
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "allocator" / "webhook.yaml").read_text()))
+    config = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
+    for hook in config["webhooks"]:
+        path = hook["clientConfig"]["service"].get("path", "/")
+        hook["clientConfig"] = {"url": url + path, "caBundle": base64.b64encode(ca_pem).decode()}
+    return config
+
+
+@dataclass
+class ClusterEnv:
+    workdir: Path
+    cp: ControlPlane = field(init=False)
+    certs: Path = field(init=False)
+    replicas: dict[str, AllocatorReplica] = field(default_factory=dict)
+    agents: list[AgentProcess] = field(default_factory=list)
+    extra: list[Process] = field(default_factory=list)
+
+    # -- set-up -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.certs = make_certs(self.workdir / "extender-pki")
+        # The Services in front of the allocator: the extender reaches the Lease holder only, the
+        # admission webhook any live replica.
+        self.extender = Forwarder(self._leader_port)
+        self.webhook = Forwarder(self._any_webhook_port)
+        self.cp = ControlPlane(
+            self.workdir / "k8s",
+            scheduler_config=scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs),
+            controller_manager=True,
+        )
+        self.cp.start()
+        self.apply_manifests()
+        self.start_allocator("alloc-a").wait_ready()
+
+    def _leader_port(self) -> int | None:
+        holder = lease_holder(self.cp)
+        replica = self.replicas.get(holder or "")
+        return replica.port if replica and replica.process.alive() else None
+
+    def _any_webhook_port(self) -> int | None:
+        for replica in self.replicas.values():
+            if replica.process.alive():
+                return replica.webhook_port
+        return None
+
+    def apply_manifests(self) -> None:
+        kubectl = self.cp.kubectl
+        kubectl("apply", "-k", str(REPO / "deploy" / "crds"))
+        kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        for path in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
+            kubectl("apply", "-f", str(REPO / "daemonset" / path))
+        for path in ("namespace.yaml", "rbac.yaml"):
+            kubectl("apply", "-f", str(REPO / "deploy" / "allocator" / path))
+        config = webhook_configuration(
+            f"https://127.0.0.1:{self.webhook.port}", (self.certs / "ca.crt").read_bytes()
+        )
+        kubectl("apply", "-f", "-", input=yaml.safe_dump(config))
+
+    def start_allocator(self, identity: str, **kwargs: Any) -> AllocatorReplica:
+        """A replica running as the allocator's ServiceAccount (deploy/allocator/rbac.yaml)."""
+        token = service_account_token(self.cp, SYSTEM_NAMESPACE, ALLOCATOR_SA)
+        kubeconfig = self.cp.write_kubeconfig(f"allocator-{identity}", token=token)
+        replica = AllocatorReplica(kubeconfig, self.certs, self.workdir, identity, **kwargs).start()
+        self.replicas[identity] = replica
+        return replica
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.process.stop()
+        for replica in self.replicas.values():
+            replica.process.stop()
+        for proc in self.extra:
+            proc.stop()
+        with contextlib.suppress(AttributeError):
+            self.extender.close()
+            self.webhook.close()
+        with contextlib.suppress(AttributeError):
+            self.cp.stop()
+
+    def processes(self) -> list[Process]:
+        procs = list(self.cp.processes.values()) if hasattr(self, "cp") else []
+        procs += [r.process for r in self.replicas.values()]
+        procs += [a.process for a in self.agents] + self.extra
+        return procs
+
+    # -- nodes and agents -------------------------------------------------------------------------
+
+    def agent_identity(self, node: str) -> Path:
+        """A kubeconfig with the agent's ServiceAccount token bound to a pod on `node`: what the
+        DaemonSet pod's projected token is (it carries the node name the policy checks)."""
+        pod = self.cp.admin.post(
+            f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/pods",
+            {
+                "metadata": {"name": f"agent-{node}", "labels": {"app": "topoalloc-agent-test"}},
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": AGENT_SA,
+                    "containers": [{"name": "agent", "image": "topoalloc:test"}],
+                },
+            },
+        )
+        token = service_account_token(self.cp, SYSTEM_NAMESPACE, AGENT_SA, bound_pod=pod)
+        return self.cp.write_kubeconfig(f"agent-{node}", token=token)
+
+    def add_node(
+        self,
+        name: str,
+        fixture: str,
+        *,
+        gpus: int,
+        labels: dict[str, str] | None = None,
+        agent: bool = True,
+    ) -> AgentProcess | None:
+        """A Node registered with `gpus` nvidia.com/gpu, and (by default) its long-running agent
+        publishing `fixture` under the agent's own node-bound identity."""
+        capacity = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+        self.cp.create_node(name, capacity=capacity, labels=labels)
+        if not agent:
+            return None
+        proc = AgentProcess(fixture, name, self.agent_identity(name), self.workdir).start()
+        self.agents.append(proc)
+        return proc
+
+    def wait_device(self, node: str, timeout: float = 90.0) -> dict[str, Any]:
+        agent = next((a.process for a in self.agents if a.node == node), None)
+        return wait_until(
+            lambda: self.cp.admin.get(f"{DEVICES}/{node}"),
+            timeout=timeout,
+            what=f"Device {node}",
+            process=agent,
+        )
+
+    def remove_node(self, name: str) -> None:
+        for agent in [a for a in self.agents if a.node == name]:
+            agent.process.stop()
+            self.agents.remove(agent)
+        for path in (
+            f"{DEVICES}/{name}",
+            f"/api/v1/nodes/{name}",
+            f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/pods/agent-{name}",
+        ):
+            with contextlib.suppress(ApiStatus):
+                self.cp.admin.delete(path, gracePeriodSeconds=0)
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    def pod(self, ns: str, name: str) -> dict[str, Any]:
+        return self.cp.admin.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+    def create_pod(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.cp.admin.post(f"/api/v1/namespaces/{ns}/pods", body)
+
+    def wait_bound(self, ns: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        return wait_until(
+            lambda: (p := self.pod(ns, name))["spec"].get("nodeName") and p,
+            timeout=timeout,
+            what=f"pod {ns}/{name} bound",
+        )
+
+    def wait_pending_reason(self, ns: str, name: str, pattern: str, timeout: float = 60.0) -> str:
+        """Until the pod's PodScheduled=False condition message matches `pattern`; returns it."""
+
+        def reason() -> str | None:
+            pod = self.pod(ns, name)
+            assert not pod["spec"].get("nodeName"), f"{name} was bound to {pod['spec']['nodeName']}"
+            for cond in (pod.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                    message = str(cond.get("message", ""))
+                    if re.search(pattern, message):
+                        return message
+            return None
+
+        return wait_until(reason, timeout=timeout, what=f"pod {ns}/{name} pending with /{pattern}/")
+
+    def delete_pods(self, ns: str) -> None:
+        """Without kubelet a graceful delete never finishes: grace period 0."""
+        with contextlib.suppress(ApiStatus):
+            self.cp.admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
+
+    def events(self, ns: str) -> list[dict[str, Any]]:
+        """`kubectl get events` in the namespace, as the user sees them (core/v1 view)."""
+        out = self.cp.kubectl("get", "events", "-n", ns, "-o", "json").stdout
+        return list(yaml.safe_load(out)["items"])
+
+
+def gpu_pod(
+    name: str,
+    *,
+    gpus: int = 0,
+    resources: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    limits = dict(resources or {})
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": {
+            "nodeSelector": node_selector or {},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:1",
+                    "resources": {"limits": limits, "requests": dict(limits)},
+                }
+            ],
+        },
+    }
+
+
+def allocated(pod: dict[str, Any]) -> dict[str, Any]:
+    """The device-allocated annotation of a pod, decoded."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ALLOCATED)
+    assert raw, f"pod {pod['metadata']['name']} has no {ALLOCATED}"
+    return dict(yaml.safe_load(raw))
+
+
+def gpu_minors(pod: dict[str, Any]) -> list[int]:
+    return sorted(int(g["minor"]) for g in allocated(pod).get("gpu") or [])
+
+
+@contextlib.contextmanager
+def timed() -> Iterator[Callable[[], float]]:
+    start = time.monotonic()
+    yield lambda: time.monotonic() - start
