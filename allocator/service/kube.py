@@ -85,13 +85,15 @@ DEVICES = Kind(device.KIND, device.GROUP, device.VERSION, device.PLURAL)
 PODGROUPS = Kind("PodGroup", podgroup.GROUP, podgroup.VERSION, podgroup.PLURAL)
 
 
-async def _json(resp: aiohttp.ClientResponse) -> JSON:
+async def _json(resp: aiohttp.ClientResponse, decode: bool = True) -> JSON:
     try:
         raw = await resp.read()
     finally:
         resp.release()
     if resp.status >= 300:
         raise ApiError.from_body(resp.status, raw)
+    if not decode:
+        return {}
     try:
         return _loads(raw) if raw else {}
     except ValueError as exc:
@@ -223,10 +225,10 @@ class KubeApi:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiError(0, "Transport", str(exc) or type(exc).__name__) from exc
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> JSON:
+    async def _call(self, method: str, path: str, *, decode: bool = True, **kwargs: Any) -> JSON:
         resp = await self._send(method, path, **kwargs)
         try:
-            return await _json(resp)
+            return await _json(resp, decode)
         except (aiohttp.ClientError, TimeoutError) as exc:  # the body broke off
             raise ApiError(0, "Transport", str(exc) or type(exc).__name__) from exc
 
@@ -346,7 +348,7 @@ class KubeApi:
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._call("POST", self._pod_path(namespace, name) + "/binding", body=body)
+        await self._call("POST", self._pod_path(namespace, name) + "/binding", body=body, decode=False)
 
     # -- events and leases ------------------------------------------------------------------------
 

@@ -23,16 +23,20 @@ critical section without a lock, and as short as the core's `allocate()`.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import math
+import sys
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from allocator.service.coreadapter import (
     NOT_IN_CACHE,
@@ -73,7 +77,7 @@ class PodEntry:
     active: bool  # not in a terminal phase
     annotation: str | None  # device-allocated, verbatim
     usage: PodUsage | None  # the core's reading (devices, cpu/memory), only while it holds
-    containers: Any  # spec.containers, to notice a resize
+    containers: bytes  # a digest of spec.containers, to notice a resize
     # The whole object only while the pod waits for a node (bind reads it); a cluster's bound
     # pods would otherwise keep hundreds of megabytes of managedFields and status alive.
     raw: JSON | None
@@ -121,7 +125,9 @@ class ClusterCache:
         self.clock = clock
         # Of a Node only what the allocator reads: a real Node is mostly status that changes often.
         self.nodes: dict[str, NodeFacts] = {}
-        self.devices: dict[str, JSON] = {}  # kept whole: a re-registered Node needs it again
+        # Of a Device its resourceVersion and itself as compressed JSON (2-3 KB instead of a
+        # 25-80 KB dict), decoded again only for a Node that is deleted and created again.
+        self.devices: dict[str, DeviceRecord] = {}
         self.device_errors: dict[str, Rejection] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
@@ -219,9 +225,9 @@ class ClusterCache:
         if old is None:
             # A Node created again after a delete: its Device CR did not change, so no event
             # will bring the inventory back.
-            dev = self.devices.get(name)
-            if dev is not None and not self.core.has_inventory(name):
-                self._install_device(name, dev)
+            record = self.devices.get(name)
+            if record is not None and not self.core.has_inventory(name):
+                self._install_device(name, orjson.loads(zlib.decompress(record.blob)))
             # Pods that arrived before their Node (or outlived its delete) count from now on.
             for key in list(self._by_node.get(name, ())):
                 self._sync_core(key)
@@ -229,10 +235,10 @@ class ClusterCache:
     def _upsert_device(self, dev: JSON) -> None:
         meta = _meta(dev)
         name = meta.get("name") or ""
+        rv = meta.get("resourceVersion") or ""
         old = self.devices.get(name)
-        self.devices[name] = dev
-        rv = meta.get("resourceVersion")
-        if rv and old is not None and _meta(old).get("resourceVersion") == rv:
+        self.devices[name] = DeviceRecord(rv, _compact(dev))
+        if rv and old is not None and old.resource_version == rv:
             return  # a relist replaying what we have: no inventory rebuild
         self._install_device(name, dev)
         self._notify(DEVICES.name, name, dev)
@@ -261,8 +267,8 @@ class ClusterCache:
         spec = pod.get("spec") or {}
         annotation = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
         active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-        node = spec.get("nodeName") or ""
-        containers = spec.get("containers")
+        node = sys.intern(spec.get("nodeName") or "")  # one string per node, not one per pod
+        containers = hashlib.blake2b(orjson.dumps(spec.get("containers")), digest_size=16).digest()
         res = self.reservations.get(key)
         usage: PodUsage | None = None
         if node and active:  # pending and finished pods hold nothing: no need to read them
@@ -503,6 +509,19 @@ class ClusterCache:
 
 
 NodeFacts = tuple[Any, Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    resource_version: str
+    blob: bytes  # the Device CR as zlib-compressed JSON, without managedFields
+
+
+def _compact(dev: JSON) -> bytes:
+    meta = _meta(dev)
+    if "managedFields" in meta:
+        dev = {**dev, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return zlib.compress(orjson.dumps(dev), 1)
 
 
 def _node_facts(node: JSON) -> NodeFacts:
