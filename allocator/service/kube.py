@@ -336,12 +336,17 @@ class KubeApi:
             "PATCH", self._pod_path(namespace, name), body=patch, content_type=MERGE_PATCH
         )
 
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind_pod(
+        self, namespace: str, name: str, uid: str, node: str, *, annotations: dict[str, str] | None = None
+    ) -> None:
         """POST pods/binding. The API server answers 201 with a Status; 409 if already bound or the
-        uid no longer matches (wire apiserver README)."""
+        uid no longer matches (wire apiserver README). `annotations` are set on the pod in the
+        same write that binds it (kube-apiserver's binding storage copies them)."""
         meta: JSON = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid  # a precondition: never bind a re-created pod of the same name
+        if annotations:
+            meta["annotations"] = annotations
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
