@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint venv clean
+.PHONY: run test bench lint venv clean protos
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# Regenerate the kubelet gRPC stubs from agent/deviceplugin/proto/*.proto (a test checks they match).
+protos: $(STAMP)
+	$(BIN)/python -m agent.deviceplugin.proto.generate
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

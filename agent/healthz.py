@@ -2,7 +2,8 @@
 
 /healthz  200 while the main loop has completed a pass recently (3 resync intervals), else 503
 /readyz   200 once a pass has discovered the node and (with a cluster) published it, else 503
-/status   JSON: last pass time, duration, errors, device counts
+/status   JSON: last pass time, duration, errors, device counts, device plugin state
+/metrics  Prometheus text: device plugin refusals and PodResources mismatches
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class HealthServer:
                         else (info.get("notReadyReason", "not ready") + "\n").encode()
                     )
                     ctype = "text/plain"
+                elif self.path == "/metrics":  # the device plugins' refusal and mismatch counters
+                    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+                    code, body, ctype = 200, generate_latest(), CONTENT_TYPE_LATEST
                 elif self.path == "/status":
                     code, body, ctype = 200, json.dumps(info, default=str).encode(), "application/json"
                 else:

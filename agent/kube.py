@@ -117,6 +117,14 @@ class Kube:
     def list_pods_on(self, node: str) -> dict[str, Any]:
         return self._request("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node}")])
 
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._request(
+            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch, content_type=MERGE_PATCH
+        )
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+
     def watch_pods_on(
         self, node: str, resource_version: str, timeout_seconds: int, opened: list[Any] | None = None
     ) -> Iterator[dict[str, Any]]:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config import AgentConfig
 from agent.discovery.device_health import NVML_UNAVAILABLE, EventWatcher, HealthBook
@@ -35,6 +35,9 @@ from agent.publish.device_builder import (
 from agent.publish.publisher import Publisher
 from apis import keys, resources
 from apis.device import Condition, Device
+
+if TYPE_CHECKING:  # grpc is imported only when the device plugins run
+    from agent.deviceplugin.service import DevicePluginService
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,7 @@ class Agent:
         config: AgentConfig,
         kube: Kube | None = None,
         clock: Callable[[], float] = time.time,
+        device_plugins: DevicePluginService | None = None,
     ) -> None:
         self.node_name = node_name
         self.config = config
@@ -123,6 +127,11 @@ class Agent:
         self.last_pass_at = 0.0
         self.passes = 0
         self.published_once = False
+        # kubelet device plugins (agent/deviceplugin): restored from their checkpoint now, started
+        # after the first pass, so that they never advertise an empty inventory
+        self.device_plugins = device_plugins
+        if device_plugins is not None:
+            device_plugins.attach(mid=self.mid, book=self.book)
 
     # -- triggers ---------------------------------------------------------------------------
     def request_resync(self, action: str = "", subsystem: str = "", path: str = "") -> None:
@@ -158,6 +167,11 @@ class Agent:
         device = carry_over(self._previous, device, snap, now)
         labels = node_labels(device)
         extended = node_resources(device)
+        if self.device_plugins is not None:
+            self.device_plugins.update(device)
+            self.device_plugins.start()
+            for name in self.device_plugins.resources:
+                extended.pop(name, None)  # kubelet owns the resources a plugin serves
         result = PassResult(snap, device, labels, extended)
         if self.publisher is not None:
             if not uid:
@@ -175,6 +189,8 @@ class Agent:
             result.wrote |= out.wrote
             if out.error:
                 result.errors.append(out.error)
+        if self.device_plugins is not None:
+            self.device_plugins.save()  # the mid-tier window moved on
         self.passes += 1
         self.last_pass = result
         self.last_pass_at = self.clock()
@@ -249,7 +265,7 @@ class Agent:
 
     def shutdown(self) -> None:
         self.stopping.set()
-        for worker in (self.events, self.hotplug, self.pods):
+        for worker in (self.events, self.hotplug, self.pods, self.device_plugins):
             if worker is not None:
                 worker.stop()
         if self.events is not None and self.events.is_alive():
@@ -282,4 +298,5 @@ class Agent:
             "gpus": len(snap.topology.gpus) if snap else 0,
             "rdma": len(snap.topology.nics) if snap else 0,
             "hotplug": (self.hotplug.error or "listening") if self.hotplug else "off",
+            "devicePlugin": self.device_plugins.state() if self.device_plugins else "off",
         }

@@ -28,12 +28,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from allocator.core.allocate import Allocation
-from allocator.core.cluster import ClusterState
-from allocator.core.inventory import build_inventory
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.cluster.state import ClusterState
+from allocator.core.devices.allocate import Allocation
+from allocator.core.node.inventory import build_inventory
+from allocator.core.node.state import NodeState
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
-from allocator.core.state import NodeState
 from apis import keys
 from apis.annotations import DeviceAllocations
 from apis.device import Device
@@ -130,7 +131,7 @@ def _cycle(
 ) -> tuple[float, list[str]]:
     gc.collect()  # time the pod, not the collection of the previous round's garbage
     start = time.perf_counter()
-    passed, _ = cluster.filter(req, names)
+    passed, _ = cluster.feasible(req, names)
     scores = cluster.priorities(req, passed, scorer)  # the extender's prioritize answer
     elapsed = time.perf_counter() - start
     ranked = sorted(passed, key=lambda n: -scores[n])  # the one 10 first

@@ -23,9 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core import build_cluster  # bench/core.py
 
-from allocator.core.cluster import ClusterState
-from allocator.core.gang_plan import GangPlan, PlanSettings, plan_gang
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.cluster.state import ClusterState
+from allocator.core.gang.plan import GangPlan, PlanSettings, plan_gang
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
 
 RACK = "topoalloc.io/rack"
 GANGS = {"8 x 1 GPU": (8, 1), "64 x 1 GPU": (64, 1), "16 x 8 GPUs": (16, 8), "128 x 8 GPUs": (128, 8)}

@@ -17,6 +17,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("core.py", []),
     ("gang.py", []),
     ("agent.py", []),
+    ("deviceplugin.py", []),
     ("extender.py", []),
     ("trace.py", ["default"]),
 ]
@@ -24,6 +25,7 @@ QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
+    "deviceplugin.py": [],
     "extender.py": [],
     "trace.py": ["default", "--seeds", "42-44"],
 }

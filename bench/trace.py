@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulator.cli import DEFAULT_POLICIES, simulate_paper
 from simulator.openb import resolve_trace, trace_label
 from simulator.protocol import parse_seeds
+from topoalloc.commands.simulate import DEFAULT_POLICIES, simulate_paper
 
 
 def main() -> None:

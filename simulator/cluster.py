@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from allocator.core.allocate import Allocation
-from allocator.core.cluster import ClusterState, affinity_matches
+from allocator.core.cluster.state import ClusterState, affinity_matches
+from allocator.core.devices.allocate import Allocation
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.fragmentation import node_fragment
 from allocator.core.scoring.fragmentation_term import task_shape
@@ -219,7 +220,7 @@ class SimCluster:
         wanted = [names[i] for i in candidates]
         if not req.pod.wants_devices:
             return Feasible(mask, wanted)
-        passed, _ = self.core.filter(req.pod, wanted)
+        passed, _ = self.core.feasible(req.pod, wanted)
         if len(passed) != len(wanted):
             mask = np.zeros(self.size, dtype=bool)
             index = self.index

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from allocator.core.allocate import Allocation
+from allocator.core.devices.allocate import Allocation
 from allocator.core.scoring.fragmentation import placement_options
 from allocator.core.scoring.fragmentation_term import FragmentationSettings
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig

@@ -11,11 +11,11 @@ import click
 SUBCOMMANDS: dict[str, str] = {
     "agent": "topoalloc.commands.agent:agent",
     "inspect": "topoalloc.commands.inspect:inspect",
-    "allocate": "allocator.core.cli:allocate",
-    "allocator": "allocator.service.cli:allocator",
-    "certs": "allocator.service.certs_cli:certs",
-    "simulate": "simulator.cli:simulate",
-    "demo": "simulator.cli:demo",
+    "allocate": "topoalloc.commands.allocate:allocate",
+    "allocator": "topoalloc.commands.allocator:allocator",
+    "certs": "topoalloc.commands.certs:certs",
+    "simulate": "topoalloc.commands.simulate:simulate",
+    "demo": "topoalloc.commands.simulate:demo",
 }
 
 

@@ -82,6 +82,28 @@ class HealthBook:
             label = "Xid" if mark.reason == XID else "event"
             return mark.reason, f"{label} {mark.xid} reported by NVML", mark.xid
 
+    def export_xids(self) -> dict[str, Any]:
+        """The Xid history for a checkpoint (times are the book's clock, wall time by default)."""
+        with self._lock:
+            return {
+                "marks": {u: [m.xid, m.at, m.reason] for u, m in self._xids.items()},
+                "last": dict(self._last_xid),
+            }
+
+    def restore_xids(self, data: object) -> None:
+        """Reload exported history; malformed entries are skipped. A restored mark still holds its
+        GPU unhealthy until `xid_hold_seconds` after the original event."""
+        if not isinstance(data, dict):
+            return
+        with self._lock:
+            for uuid, mark in (data.get("marks") or {}).items():
+                well_formed = isinstance(mark, list) and len(mark) == 3 and isinstance(mark[0], int)
+                if well_formed and isinstance(mark[1], int | float) and isinstance(mark[2], str):
+                    self._xids.setdefault(str(uuid), _XidMark(mark[0], float(mark[1]), mark[2]))
+            for uuid, xid in (data.get("last") or {}).items():
+                if isinstance(xid, int):
+                    self._last_xid.setdefault(str(uuid), xid)
+
     def last_xid(self, uuid: str) -> int | None:
         with self._lock:
             return self._last_xid.get(uuid)

@@ -177,6 +177,40 @@ class MidTier:
             del self._windows[uid]
         return readable
 
+    def export_windows(self) -> dict[str, dict[str, list[list[float]]]]:
+        """The per-pod windows for a checkpoint, each sample as [seconds before now, value]."""
+        now = self.clock()
+        return {
+            uid: {"cpu": [[now - t, v] for t, v in w.cpu], "mem": [[now - t, v] for t, v in w.mem]}
+            for uid, w in self._windows.items()
+        }
+
+    def restore_windows(self, data: object, *, downtime: float = 0.0) -> int:
+        """Reload exported windows, aged by `downtime` seconds; malformed entries are skipped.
+        Returns how many pods got a window back."""
+        if not isinstance(data, dict):
+            return 0
+        now = self.clock()
+        restored = 0
+        for uid, series in data.items():
+            if not isinstance(series, dict):
+                continue
+            win = _PodWindow()
+            for name, target in (("cpu", win.cpu), ("mem", win.mem)):
+                for sample in series.get(name) or []:
+                    if not (isinstance(sample, list | tuple) and len(sample) == 2):
+                        continue
+                    age, value = sample
+                    if not isinstance(age, int | float) or not isinstance(value, int):
+                        continue
+                    age += downtime
+                    if 0 <= age <= self.config.window_seconds:
+                        target.append((now - age, value))
+            if win.cpu or win.mem:
+                self._windows[str(uid)] = win
+                restored += 1
+        return restored
+
     def _peak(self, pod: PodInfo) -> tuple[int, int]:
         """The pod's peak (cpu milli, memory) in the window; its request until it has enough samples."""
         win = self._windows.get(pod.uid)

@@ -18,7 +18,7 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
 
 Waiting gangs are planned oldest first. Plans live in this process only (here and as the cache's
-planned reservations). A new leader, or a restarted allocator, starts without them: gated members
+holds, gang/holds.py). A new leader, or a restarted allocator, starts without them: gated members
 are planned afresh, members already released but not bound are held by the extender's filter
 until planned again, bound members count as placed. No member is bound against an older plan.
 """
@@ -26,25 +26,27 @@ until planned again, bound members count as placed. No member is bound against a
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.core.gang_plan import GangPlan, NoPlan, PlanSettings, plan_gang
-from allocator.core.request import PodRequest
-from allocator.gang.config import GangSettings
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.gang.controller_state import Gang, GangState, Planned
+from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
-from allocator.gang.taints import admits, tolerations_of
-from allocator.gang.timefmt import format_time, parse_duration, parse_time
-from allocator.service.cache.store import ClusterCache, Reservation
+from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
+from allocator.gang.podgroup_status import podgroup_status
+from allocator.gang.timefmt import parse_duration, parse_time
+from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate
+from allocator.service.cache.records import Reservation
+from allocator.service.cache.store import ClusterCache
 from allocator.service.events import EventRecorder, PodRef
-from allocator.service.kube import ApiError, KubeApi
+from allocator.service.gang_settings import GangSettings
+from allocator.service.kube import KubeApi
 from apis import keys
 from apis import podgroup as pg
 from apis.errors import CodecError
@@ -52,54 +54,7 @@ from apis.errors import CodecError
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-JSON_PATCH = "application/json-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
 Effect = Awaitable[None]
-
-
-@dataclass(frozen=True)
-class Planned:
-    uid: str
-    node: str
-
-
-@dataclass
-class GangState:
-    """What the controller remembers of a gang between passes (lost on restart by design)."""
-
-    plan: dict[str, Planned] = field(default_factory=dict)
-    planned_at: float = 0.0
-    start: float | None = None  # wall clock: when the gang had its minimum of members
-    reason: str = ""  # why the gang waits ("" when it does not)
-    reported: str = ""  # the last note written as Events
-    attempt: tuple[object, ...] | None = None  # what the last fruitless planning attempt saw
-    done: bool | None = None  # minMember bound (None: not looked at yet)
-    failed_reported: bool = False
-    status: JSON | None = None  # the PodGroup status last written
-    nudged: dict[str, str] = field(default_factory=dict)  # pod key -> planned node annotated
-    told: set[str] = field(default_factory=set)  # late members told why they wait
-
-
-@dataclass
-class Gang:
-    """One gang as a pass sees it."""
-
-    key: str
-    namespace: str
-    name: str
-    source: str
-    podgroup: pg.PodGroup | None
-    problem: str  # why it cannot be planned at all (its PodGroup is missing or invalid)
-    min_member: int
-    timeout: float  # seconds, 0 for none
-    members: list[MemberPod]  # oldest first
-
-    @property
-    def active(self) -> list[MemberPod]:
-        return [m for m in self.members if m.active]
-
-    def ref(self) -> PodRef:
-        return PodRef(self.namespace, self.name, "", pg.KIND, pg.API_VERSION)
 
 
 class GangController:
@@ -108,6 +63,7 @@ class GangController:
         *,
         api: KubeApi,
         cache: ClusterCache,
+        holds: PlanHolds,
         index: GangIndex,
         settings: GangSettings,
         metrics: GangMetrics,
@@ -120,6 +76,7 @@ class GangController:
     ) -> None:
         self.api = api
         self.cache = cache
+        self.holds = holds
         self.index = index
         self.settings = settings
         self.metrics = metrics
@@ -165,7 +122,7 @@ class GangController:
         """Leadership lost: the next leader plans from scratch, so hold nothing here."""
         for state in self.states.values():
             for key in state.plan:
-                self.cache.release_planned(key, force=True)
+                self.holds.release(key, force=True)
         self.states.clear()
         self._ungating.clear()
         self._leading = False
@@ -337,7 +294,7 @@ class GangController:
 
     def _release(self, state: GangState, *, force: bool = False) -> None:
         for key in state.plan:
-            self.cache.release_planned(key, force=force)
+            self.holds.release(key, force=force)
         state.plan = {}
         state.attempt = None
 
@@ -375,12 +332,12 @@ class GangController:
         seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation)
         if state.attempt == seen:
             return  # nothing changed since the last attempt found no room
-        requests = self._requests(ready)
+        requests = member_requests(self.cache, ready)
         if len(requests) < need:
             return  # the cache has not caught up with a member yet
-        siblings = self._sibling_nodes(gang, ready)
+        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
         cluster = self.cache.core.cluster
-        names = self._admitting(ready)
+        names = admitting_nodes(self.cache, ready)
         found = plan_gang(cluster, requests, self.plan_settings, siblings=siblings, names=names)
         if isinstance(found, NoPlan) and len(requests) > need:
             fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
@@ -403,15 +360,15 @@ class GangController:
         for m in pending:
             if m.key in state.plan or m.other_gates:
                 continue
-            requests = self._requests([m])
+            requests = member_requests(self.cache, [m])
             if not requests:
                 continue
             found = plan_gang(
                 self.cache.core.cluster,
                 requests,
                 self.plan_settings,
-                siblings=self._sibling_nodes(gang, [m]),
-                names=self._admitting([m]),
+                siblings=sibling_nodes(self.cache, self.index, gang.key, [m]),
+                names=admitting_nodes(self.cache, [m]),
             )
             if isinstance(found, GangPlan) and self._commit(gang, state, found, [m]):
                 continue
@@ -421,36 +378,6 @@ class GangController:
                     PodRef(m.namespace, m.name, m.uid), "GangWaiting", "Scheduling", found.message
                 )
 
-    def _requests(self, members: list[MemberPod]) -> list[PodRequest]:
-        out = []
-        for m in members:
-            entry = self.cache.pods.get(m.key)
-            if entry is not None and entry.raw is not None and entry.uid == m.uid:
-                out.append(self.cache.core.request(entry.raw))
-        return out
-
-    def _admitting(self, members: list[MemberPod]) -> list[str]:
-        """Nodes whose taints and cordon every one of the members tolerates."""
-        kinds: dict[str, list[JSON]] = {}
-        for m in members:
-            entry = self.cache.pods.get(m.key)
-            tolerations = tolerations_of(entry.raw) if entry is not None and entry.raw is not None else []
-            kinds[json.dumps(tolerations, sort_keys=True)] = tolerations
-        core = self.cache.core.cluster.nodes
-        return [
-            name
-            for name, (_, _, spec) in self.cache.nodes.items()
-            if name in core and all(admits(spec, t) for t in kinds.values())
-        ]
-
-    def _sibling_nodes(self, gang: Gang, members: list[MemberPod]) -> dict[str, int]:
-        where = self.cache.core.cluster.pod_node
-        keys_ = set()
-        for m in members:
-            keys_ |= set(self.index.siblings(m.key, gang.key, m.job_key))
-        keys_ -= {m.key for m in members}
-        return dict(Counter(n for n in (where.get(k) for k in keys_) if n))
-
     def _commit(self, gang: Gang, state: GangState, plan: GangPlan, members: list[MemberPod]) -> bool:
         """Reserve every placement, or none."""
         by_key = {m.key: m for m in members}
@@ -459,12 +386,12 @@ class GangController:
             m = by_key[placement.key]
             entry = self.cache.pods[m.key]
             req = self.cache.core.request(entry.raw or {})
-            got = self.cache.reserve_planned(
+            got = self.holds.reserve(
                 m.key, m.uid, placement.node, placement.allocation.devices, req, gang.key
             )
             if not isinstance(got, Reservation):
                 for key in made:
-                    self.cache.release_planned(key)
+                    self.holds.release(key)
                 log.warning("gang %s: reserving %s failed: %s", gang.key, m.key, got)
                 return False
             made.append(m.key)
@@ -496,41 +423,6 @@ class GangController:
                 effects.append(self._annotate(m, planned.node))
         return effects
 
-    async def _remove_gate(self, m: MemberPod) -> None:
-        index = m.gates.index(keys.GANG_SCHEDULING_GATE)
-        ops: list[JSON] = [{"op": "test", "path": "/metadata/uid", "value": m.uid}]
-        if len(m.gates) == 1:
-            ops += [
-                {
-                    "op": "test",
-                    "path": "/spec/schedulingGates",
-                    "value": [{"name": keys.GANG_SCHEDULING_GATE}],
-                },
-                {"op": "remove", "path": "/spec/schedulingGates"},
-            ]
-        else:
-            ops += [
-                {
-                    "op": "test",
-                    "path": f"/spec/schedulingGates/{index}/name",
-                    "value": keys.GANG_SCHEDULING_GATE,
-                },
-                {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
-            ]
-        try:
-            await self.api.raw("PATCH", _pod_path(m), body=ops, content_type=JSON_PATCH)
-        except ApiError as exc:
-            # The next pass sees the pod as it is now and tries again (or finds it gone).
-            self._ungating.pop(m.key, None)
-            log.warning("removing the gang gate of %s: %s", m.key, exc)
-
-    async def _annotate(self, m: MemberPod, node: str) -> None:
-        patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_PLANNED_NODE: node}}}
-        try:
-            await self.api.raw("PATCH", _pod_path(m), body=patch, content_type=MERGE_PATCH)
-        except ApiError as exc:
-            log.warning("annotating %s with its planned node: %s", m.key, exc)
-
     def _status(self, gang: Gang, state: GangState) -> JSON:
         """The PodGroup status as we last wrote it, else as the cache has it."""
         if state.status is not None:
@@ -538,52 +430,27 @@ class GangController:
         return gang.podgroup.status.to_dict() if gang.podgroup is not None else {}
 
     def _write_status(self, gang: Gang, state: GangState, failed: bool, start: float | None) -> list[Effect]:
-        members = gang.members
-        scheduled = sum(1 for m in members if m.node)
-        running = sum(1 for m in members if m.phase == "Running")
-        succeeded = sum(1 for m in members if m.phase == "Succeeded")
-        dead = sum(1 for m in members if m.phase == "Failed")
-        active = gang.active
-        bound = sum(1 for m in active if m.node)
-        if failed:
-            phase = "Failed"
-        elif succeeded >= gang.min_member and not active:
-            phase = "Finished"
-        elif running >= gang.min_member:
-            phase = "Running"
-        elif bound >= gang.min_member:
-            phase = "Scheduled"
-        elif bound + len(state.plan) >= gang.min_member:
-            phase = "Scheduling"
-        elif len(active) >= gang.min_member and not gang.problem:
-            phase = "PreScheduling"
-        else:
-            phase = "Pending"
-        status: JSON = {
-            "phase": phase,
-            "scheduled": scheduled,
-            "running": running,
-            "succeeded": succeeded,
-            "failed": dead,
-            "scheduleStartTime": format_time(start) if start is not None else None,
-        }
-        if phase == "Failed" and self._status(gang, state).get("scheduleStartTime"):
-            status["scheduleStartTime"] = self._status(gang, state)["scheduleStartTime"]
+        recorded = self._status(gang, state)
+        status = podgroup_status(gang, len(state.plan), failed, start, recorded)
         wanted = {k: v for k, v in status.items() if v}
-        if wanted == {k: v for k, v in self._status(gang, state).items() if v}:
+        if wanted == {k: v for k, v in recorded.items() if v}:
             return []
         state.status = wanted
         return [self._patch_status(gang, status)]
 
+    async def _remove_gate(self, m: MemberPod) -> None:
+        if not await remove_gate(self.api, m):
+            # The next pass sees the pod as it is now and tries again (or finds it gone).
+            self._ungating.pop(m.key, None)
+
+    async def _annotate(self, m: MemberPod, node: str) -> None:
+        await annotate_planned_node(self.api, m, node)
+
     async def _patch_status(self, gang: Gang, status: JSON) -> None:
-        path = f"/apis/{pg.GROUP}/{pg.VERSION}/namespaces/{gang.namespace}/{pg.PLURAL}/{gang.name}/status"
-        try:
-            await self.api.raw("PATCH", path, body={"status": status}, content_type=MERGE_PATCH)
-        except ApiError as exc:
+        if not await patch_podgroup_status(self.api, gang.namespace, gang.name, status):
             state = self.states.get(gang.key)
             if state is not None:
                 state.status = None  # write it again next pass
-            log.warning("updating the status of PodGroup %s: %s", gang.key, exc)
 
     def _report(
         self,
@@ -608,7 +475,3 @@ class GangController:
                 if not m.node:
                     ref = PodRef(m.namespace, m.name, m.uid)
                     self.events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")
-
-
-def _pod_path(m: MemberPod) -> str:
-    return f"/api/v1/namespaces/{m.namespace}/pods/{m.name}"

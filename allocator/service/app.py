@@ -5,20 +5,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from allocator.service.handlers import bind, common, filter, prioritize
+from allocator.service.handlers.service_view import ServiceView
 from allocator.service.tls import ClientAllowlist, client_auth_middleware
-
-if TYPE_CHECKING:
-    from allocator.service.server import Allocator
 
 log = logging.getLogger(__name__)
 
-VerbHandler = Callable[[web.Request, "Allocator"], Awaitable[web.Response]]
+VerbHandler = Callable[[web.Request, ServiceView], Awaitable[web.Response]]
 VERBS: dict[str, VerbHandler] = {
     "filter": filter.handle,
     "prioritize": prioritize.handle,
@@ -32,7 +29,7 @@ MAX_BODY = 128 * 1024 * 1024
 
 
 def _verb_handler(
-    svc: Allocator, verb: str, handler: VerbHandler
+    svc: ServiceView, verb: str, handler: VerbHandler
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     metrics = svc.metrics
     latency = metrics.latency.labels(verb)
@@ -73,7 +70,7 @@ def _not_synced(request: web.Request, verb: str) -> web.Response:
     return common.json_reply(request, {"Error": message}, "not_synced")
 
 
-def extender_app(svc: Allocator, allowlist: ClientAllowlist) -> web.Application:
+def extender_app(svc: ServiceView, allowlist: ClientAllowlist) -> web.Application:
     app = web.Application(
         client_max_size=MAX_BODY,
         middlewares=[client_auth_middleware(allowlist, lambda _reason: svc.metrics.client_rejections.inc())],
@@ -84,7 +81,7 @@ def extender_app(svc: Allocator, allowlist: ClientAllowlist) -> web.Application:
     return app
 
 
-def health_app(svc: Allocator) -> web.Application:
+def health_app(svc: ServiceView) -> web.Application:
     async def healthz(_request: web.Request) -> web.Response:
         problem = svc.health_problem()
         if problem:

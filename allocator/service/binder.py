@@ -20,6 +20,7 @@ from typing import Any
 from allocator.service.cache.store import ClusterCache, Reservation
 from allocator.service.coreadapter import CoreAdapter, Rejection
 from allocator.service.events import EventRecorder, PodRef
+from allocator.service.gang_hooks import GangHooks
 from allocator.service.kube import ApiError, KubeApi
 from apis import keys
 from apis.extender import ExtenderBindingArgs
@@ -48,6 +49,7 @@ class Binder:
         *,
         is_leader: Callable[[], bool],
         events: EventRecorder | None = None,
+        gang: GangHooks | None = None,
         deadline: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -56,6 +58,7 @@ class Binder:
         self.core = core
         self.is_leader = is_leader
         self.events = events
+        self.gang = gang
         self.deadline = deadline
         self.clock = clock
 
@@ -76,7 +79,8 @@ class Binder:
             self._event(pod, "FailedDeviceAllocation", req.invalid.message)
             return BindOutcome(req.invalid.message, "invalid_request")
         if not req.wants_devices:
-            refusal = self.cache.gang_refusal(req, args.node)
+            # A pod without devices has no reservation; gang scheduling may still hold it back.
+            refusal = self.gang.bind_refusal(req, args.node) if self.gang is not None else None
             if refusal is not None:
                 self._event(pod, "FailedBinding", refusal.message)
                 return BindOutcome(refusal.message, "gang")

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from allocator.gang.config import GangSettings
+from allocator.service.gang_settings import GangSettings
 
 DEFAULT_NAMESPACE = "topoalloc-system"
 DEFAULT_SERVICE = "topoalloc-allocator"

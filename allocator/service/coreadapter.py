@@ -2,7 +2,13 @@
 
 Everything the service asks of the core goes through `CoreAdapter`, so a change in the core's
 signatures is a change in this file only. The core is synchronous and pure; the adapter adds no
-I/O either.
+I/O either. The verbs read top to bottom, one name per step:
+
+    filter:     handlers/filter.py     -> `CoreAdapter.filter_nodes` -> `ClusterState.verdicts`
+    prioritize: handlers/prioritize.py -> `CoreAdapter.score_nodes`  -> `ClusterState.priority_column`
+    bind:       handlers/bind.py -> `Binder.bind` -> `ClusterCache.reserve` -> `CoreAdapter.allocate`
+                -> `ClusterState.allocate`
+Gang members take a turn through the gang hooks first (service/gang_hooks.py).
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from allocator.core.cluster import UNKNOWN_NODE, ClusterState
-from allocator.core.columns import FilterVerdicts
-from allocator.core.podspec import PodUsage, pod_usage
+from allocator.core.cluster.columns import FilterVerdicts
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
@@ -40,6 +47,8 @@ class CoreAdapter:
         # workload mix its fragmentation term plans for.
         self.cluster.add_observer(self.scorer.observe)
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
+        # Nodes whose Device CR does not decode: their reason replaces "no free GPU".
+        self.device_errors: dict[str, Rejection] = {}
 
     @staticmethod
     def check_scoring(scoring: Mapping[str, Any]) -> None:
@@ -93,12 +102,15 @@ class CoreAdapter:
     def set_device(self, device: Mapping[str, Any]) -> Rejection | None:
         """Install a Device CR. A malformed one leaves the node with no usable device, and the
         reason says why (every device pod is then rejected there with it)."""
+        name = (device.get("metadata") or {}).get("name") or ""
         try:
             self.cluster.set_device(device)
         except CodecError as exc:
-            name = (device.get("metadata") or {}).get("name") or ""
             self.cluster.remove_device(name)
-            return Rejection("topoalloc: invalid Device", f"the node's Device CR is invalid: {exc}", True)
+            problem = Rejection("topoalloc: invalid Device", f"the node's Device CR is invalid: {exc}", True)
+            self.device_errors[name] = problem
+            return problem
+        self.device_errors.pop(name, None)
         return None
 
     def has_inventory(self, name: str) -> bool:
@@ -106,6 +118,7 @@ class CoreAdapter:
         return state is not None and state.inventory is not None
 
     def remove_device(self, name: str) -> None:
+        self.device_errors.pop(name, None)
         self.cluster.remove_device(name)
 
     def assign_usage(self, key: str, node: str, usage: PodUsage) -> None:
@@ -127,24 +140,33 @@ class CoreAdapter:
 
     # -- decisions ----------------------------------------------------------------------------------
 
-    def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]]:
-        passed, failed = self.cluster.filter(req, names)
+    def filter_nodes(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
+        """The filter verb's answer: passed, failed and unresolvable messages and counts per
+        reason code, built from the core's columns without a per-node Python loop."""
+        verdicts = self.cluster.verdicts(req, names, unknown=NOT_IN_CACHE)
+        errors = self.device_errors
+        if errors and any(n in verdicts.failed or n in verdicts.unresolvable for n in errors):
+            # Rare (a Device CR that does not decode): the per-node path, which keeps the order.
+            return FilterVerdicts.from_rejections(*self.filter_each(req, names))
+        return verdicts
+
+    def filter_each(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]]:
+        """`filter_nodes` node by node: the names that can host the pod's devices, in the order
+        given, and a reason for each other. A node whose Device CR does not decode says so rather
+        than "no free GPU"."""
+        passed, failed = self.cluster.feasible(req, names)
         for name, rej in failed.items():
             if rej is UNKNOWN_NODE:
                 failed[name] = NOT_IN_CACHE
+        for name, problem in self.device_errors.items():
+            if name in failed:
+                failed[name] = problem
         return passed, failed
 
-    def filter_verdicts(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
-        """`filter` split the way the extender replies, built from the core's columns."""
-        return self.cluster.filter_verdicts(req, names, unknown=NOT_IN_CACHE)
-
-    def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
-        """0-10 with the single best-ranked node alone at 10, ties broken by a stable node order,
-        so kube-scheduler follows the core's ranking (docs/design/core.md, ranking)."""
-        return self.cluster.priorities(req, names, self.scorer)
-
-    def score_column(self, req: PodRequest, names: Sequence[str]) -> np.ndarray:
-        """`score` as an int64 array aligned with `names`."""
+    def score_nodes(self, req: PodRequest, names: Sequence[str]) -> np.ndarray:
+        """The prioritize verb's 0-10 as an int64 array aligned with `names` (0 for nodes the core
+        does not know): the single best-ranked node alone at 10, ties broken by a stable node
+        order, so kube-scheduler follows the core's ranking (docs/design/core.md, ranking)."""
         return self.cluster.priority_column(req, names, self.scorer)
 
     def allocate(self, req: PodRequest, node: str) -> DeviceAllocations | Rejection:

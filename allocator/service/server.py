@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import gc
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
-from allocator.gang.scheduling import GangScheduling
 from allocator.service.app import extender_app, health_app
 from allocator.service.binder import Binder
 from allocator.service.cache.reflector import Backoff, Reflector
@@ -18,6 +20,8 @@ from allocator.service.cache.store import ClusterCache
 from allocator.service.config import ServiceConfig
 from allocator.service.coreadapter import CoreAdapter
 from allocator.service.events import EventRecorder
+from allocator.service.gang_hooks import GangHooks
+from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import DEVICES, NODES, PODGROUPS, PODS, ApiError, KubeApi
 from allocator.service.leader import LEADER_LABEL, LeaderElector
 from allocator.service.metrics import Metrics
@@ -30,8 +34,35 @@ log = logging.getLogger(__name__)
 KINDS = (NODES, DEVICES, PODS, PODGROUPS)
 
 
+class GangFactory(Protocol):
+    """How `Allocator` builds gang scheduling's hooks once its own parts exist (the gang package's
+    `GangScheduling`, passed in by allocator/assembly.py)."""
+
+    def __call__(
+        self,
+        settings: GangSettings,
+        *,
+        api: KubeApi,
+        cache: ClusterCache,
+        registry: CollectorRegistry,
+        events: EventRecorder | None,
+        is_leader: Callable[[], bool],
+        synced: Callable[[], bool],
+        tls_files: TLSFiles,
+    ) -> GangHooks: ...
+
+
 class Allocator:
-    def __init__(self, config: ServiceConfig, api: KubeApi, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        api: KubeApi,
+        *,
+        metrics: Metrics | None = None,
+        gang: GangFactory | None = None,
+    ) -> None:
+        """`gang`: gang scheduling's factory, used when `config.gang.enabled` (build the service
+        with `allocator.assembly.build_allocator` to get it)."""
         self.config = config
         self.api = api
         self.metrics = metrics or Metrics()
@@ -55,20 +86,13 @@ class Allocator:
             if config.events
             else None
         )
-        self.binder = Binder(
-            api,
-            self.cache,
-            self.core,
-            is_leader=self.is_leader,
-            events=self.events,
-            deadline=config.bind_deadline,
-        )
         tls_files = TLSFiles(Path(config.tls_cert), Path(config.tls_key), Path(config.client_ca))
         self.tls = ReloadingTLS(
             tls_files, on_reload=lambda ok: self.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
         )
-        self.gang = (
-            GangScheduling(
+        # The one place the gang hooks are plugged in (allocator/service/gang_hooks.py).
+        self.gang: GangHooks | None = (
+            gang(
                 config.gang,
                 api=api,
                 cache=self.cache,
@@ -78,8 +102,20 @@ class Allocator:
                 synced=lambda: self.synced,
                 tls_files=tls_files,
             )
-            if config.gang.enabled
+            if gang is not None and config.gang.enabled
             else None
+        )
+        if self.gang is not None:
+            self.cache.gang = self.gang
+            self.cache.listeners.append(self.gang.observe)
+        self.binder = Binder(
+            api,
+            self.cache,
+            self.core,
+            is_leader=self.is_leader,
+            events=self.events,
+            gang=self.gang,
+            deadline=config.bind_deadline,
         )
         self.allowlist = ClientAllowlist(config.allowed_clients)
         self.metrics.track_allocations(self.cache.allocated_devices)
@@ -153,11 +189,12 @@ class Allocator:
         self._spawn("freeze the synced heap", self._freeze_after_sync())
         if self.gang is not None:
             self.gang.start(self._spawn, cfg.tls_reload_interval)
-            hook = web.AppRunner(self.gang.webhook_app(), access_log=None)
+            webhook_app, webhook_tls = self.gang.webhook()
+            hook = web.AppRunner(webhook_app, access_log=None)
             await hook.setup()
             self._runners.append(hook)
             g = cfg.gang
-            site = web.TCPSite(hook, g.webhook_host, g.webhook_port, ssl_context=self.gang.tls.context)
+            site = web.TCPSite(hook, g.webhook_host, g.webhook_port, ssl_context=webhook_tls)
             await site.start()
             self.webhook_port = _bound_port(site)
             log.info("gang admission webhook on https://%s:%d", g.webhook_host, self.webhook_port)

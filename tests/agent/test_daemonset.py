@@ -17,6 +17,7 @@ from agent.config import load_config
 from agent.fixtures.loader import Fixture
 from agent.kube import Kube
 from agent.main_loop import Agent
+from tests.agent.deviceplugin.rig import exercise_device_plugins
 from tests.agent.support import FIXTURES, REPO
 
 DIR = REPO / "daemonset"
@@ -77,11 +78,26 @@ def test_daemonset_wiring(tmp_path: Path) -> None:
     cfg_mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
     assert f"--config={cfg_mount['mountPath']}/agent.yaml" in c["args"]
     assert cfg.mid_tier.cgroup_root.startswith(mounts["/host/sys"]["mountPath"])
+    # the device plugins: every path flag points into a mount of the same host path
+    flags = dict(a.removeprefix("--").split("=", 1) for a in c["args"] if a.startswith("--") and "=" in a)
+    host_of = {m["mountPath"]: volumes[m["name"]].get("hostPath", {}).get("path") for m in c["volumeMounts"]}
+    assert host_of[flags["device-plugin-dir"]] == "/var/lib/kubelet/device-plugins"
+    assert not mounts[flags["device-plugin-dir"]].get("readOnly")  # the plugin sockets are created there
+    pr_dir = str(Path(flags["pod-resources-socket"]).parent)
+    assert host_of[pr_dir] == "/var/lib/kubelet/pod-resources" and mounts[pr_dir]["readOnly"]
+    assert host_of[flags["dev-root"]] == "/dev"
+    assert host_of[flags["state-dir"]] == flags["state-dir"] and not mounts[flags["state-dir"]].get(
+        "readOnly"
+    )
+    for cdi in ("/etc/cdi", "/var/run/cdi"):  # the default CDI roots, at the host's paths
+        assert host_of[cdi] == cdi and mounts[cdi]["readOnly"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 # -- RBAC: exactly what the agent uses -------------------------------------------------------------
 _PATH = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$"
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/[^/]+)?/(?P<resource>[a-z]+)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$"
 )
 
 
@@ -138,6 +154,7 @@ def test_cluster_role_grants_exactly_what_the_agent_uses(
     finally:
         agent.shutdown()  # ends the pod watch: the fake logs a watch when its stream closes
     assert _wait_closed(server)
+    exercise_device_plugins(server, fake_api_sync_client)  # refusal Event, pod list, annotation fix
     used = set()
     for r in server.requests():
         m = _PATH.match(r.path)
@@ -246,3 +263,28 @@ def test_policy_limits_what_changes_on_the_node() -> None:
 
 def test_policy_does_not_apply_to_other_users() -> None:
     assert _admit(user="system:node:a", resource="devices", obj=_device("z"), old=None) == []
+
+
+def _pod(
+    node: str = "a", annotations: dict | None = None, labels: dict | None = None, image: str = "x"
+) -> dict:
+    return {
+        "metadata": {"name": "p", "annotations": annotations or {}, "labels": labels or {}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": image}]},
+    }
+
+
+def test_policy_limits_the_agent_to_the_device_annotation_of_its_own_pods() -> None:
+    key = "scheduling.koordinator.sh/device-allocated"
+    old = _pod(annotations={key: '{"gpu":[{"minor":4}]}', "team": "x"})
+    fixed = _pod(annotations={key: '{"gpu":[{"minor":5}]}', "team": "x"})
+    assert _admit(resource="pods", obj=fixed, old=old) == []
+    added = _pod(annotations={key: '{"gpu":[{"minor":5}]}'})
+    assert _admit(resource="pods", obj=added, old=_pod()) == []
+    assert _admit(resource="pods", obj=_pod("b", {key: "{}"}), old=_pod("b")), "a pod of another node"
+    assert _admit(resource="pods", obj=_pod(annotations={key: "{}", "team": "y"}), old=old), (
+        "another annotation"
+    )
+    assert _admit(resource="pods", obj=_pod(annotations={key: "{}"}), old=old), "an annotation removed"
+    assert _admit(resource="pods", obj=_pod(labels={"x": "y"}), old=_pod()), "a label"
+    assert _admit(resource="pods", obj=_pod(image="evil"), old=_pod()), "the spec"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.core.inventory import build_inventory
-from allocator.core.state import NodeState
+from allocator.core.node.inventory import build_inventory
+from allocator.core.node.state import NodeState
 from apis import keys
 from apis.annotations import DeviceAllocations
 from tests.support.allocations import entry

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from allocator.core import reasons as rs
-from allocator.core.allocate import Allocation, allocate, fits
+from allocator.core.devices.allocate import Allocation, allocate, fits
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
-from allocator.core.request import pod_request
+from allocator.core.request.parse import pod_request
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.state import NodeState
 from apis import keys
 from tests.core.nodes import (
     CORE,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from allocator.core import reasons as rs
-from allocator.core.allocate import Allocation
-from allocator.core.cluster import UNKNOWN_NODE, ClusterState, affinity_matches, resources_fit
-from allocator.core.request import pod_request
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState, affinity_matches, resources_fit
+from allocator.core.devices.allocate import Allocation
+from allocator.core.request.parse import pod_request
 from allocator.core.scoring.scorer import NodeScorer
 from apis import keys
 from tests.core.nodes import plain_example_device
@@ -33,16 +33,16 @@ def cluster() -> ClusterState:
 def test_filter_and_its_cache_follow_node_changes() -> None:
     c = cluster()
     req = pod_request(pod(gpus(8)))
-    passed, failed = c.filter(req, ["h1", "l1", "cpu1", "ghost"])
+    passed, failed = c.feasible(req, ["h1", "l1", "cpu1", "ghost"])
     assert passed == ["h1", "l1"]
     assert failed["cpu1"].code == rs.NO_DEVICE_CR and failed["ghost"] is UNKNOWN_NODE
     got = c.allocate(req, "h1")
     assert isinstance(got, Allocation)
     c.assign("ns/a", "h1", got.devices, 1000, 2**30)
-    passed, failed = c.filter(req, ["h1", "l1"])
+    passed, failed = c.feasible(req, ["h1", "l1"])
     assert passed == ["l1"] and failed["h1"].message == "need 8 free GPUs; 0 are free"
     assert c.unassign("ns/a")
-    assert c.filter(req, ["h1"])[0] == ["h1"]
+    assert c.feasible(req, ["h1"])[0] == ["h1"]
 
 
 def test_scores_are_cached_per_version() -> None:
@@ -83,9 +83,9 @@ def test_device_delete_and_return() -> None:
     c = cluster()
     req = pod_request(pod(gpus(1)))
     c.remove_device("h1")
-    assert c.filter(req, ["h1"])[1]["h1"].message == "need 1 free GPU; 0 are free"
+    assert c.feasible(req, ["h1"])[1]["h1"].message == "need 1 free GPU; 0 are free"
     c.set_device(dgx_h100_device("h1"))
-    assert c.filter(req, ["h1"])[0] == ["h1"]
+    assert c.feasible(req, ["h1"])[0] == ["h1"]
 
 
 def test_node_labels_choose_the_builtin_partition_table() -> None:

@@ -15,9 +15,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator.core.allocate import Allocation, fits
-from allocator.core.cluster import UNKNOWN_NODE, ClusterState
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
+from allocator.core.devices.allocate import Allocation, fits
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig, to_priority
 from tests.core.test_properties import devices, pods
 
@@ -86,7 +87,7 @@ def _place(cluster: ClusterState, name: str, req: PodRequest, key: str, cpu_mill
 
 def _check(cluster: ClusterState, scorer: NodeScorer, req: PodRequest, names: list[str]) -> None:
     asked = [*names, "no-such-node"]
-    passed, failed = cluster.filter(req, asked)
+    passed, failed = cluster.feasible(req, asked)
     expected = {n: fits(cluster.nodes[n], req) for n in names}
     assert passed == [n for n in names if expected[n] is None]
     assert failed == {**{n: r for n, r in expected.items() if r is not None}, "no-such-node": UNKNOWN_NODE}
@@ -150,7 +151,7 @@ def test_a_node_removed_or_relabelled_is_answered_afresh(
     req = pod_request(_with_cpu(pod, "4"))
     _check(cluster, scorer, req, names)
     cluster.remove_node(names[0])
-    _, failed = cluster.filter(req, names)
+    _, failed = cluster.feasible(req, names)
     assert failed[names[0]] == UNKNOWN_NODE
     _check(cluster, scorer, req, names[1:])
     node = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import random
 
-from allocator.core.allocate import Allocation
-from allocator.core.cluster import ClusterState
-from allocator.core.features import GPU_IDLE_PCT, GPU_MODEL
-from allocator.core.request import pod_request
+from allocator.core.cluster.state import ClusterState
+from allocator.core.devices.allocate import Allocation
+from allocator.core.node.features import GPU_IDLE_PCT, GPU_MODEL
+from allocator.core.request.parse import pod_request
 from apis import keys
 from tests.core.pods import gpus, pod
 from tests.support.machines import dgx_h100_device, l40s_device

@@ -16,12 +16,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator.core.allocate import Allocation, allocate, fits
-from allocator.core.inventory import SCOPE_LEVELS, build_inventory
+from allocator.core.devices.allocate import Allocation, allocate, fits
+from allocator.core.node.inventory import SCOPE_LEVELS, build_inventory
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import DeviceScoring
-from allocator.core.state import NodeState
 from apis import keys
 from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
 from apis.quantity import Format, Quantity

@@ -3,9 +3,9 @@ score assumed."""
 
 from __future__ import annotations
 
-from allocator.core.cluster import ClusterState
-from allocator.core.ranking import best, extender_priorities, ranked, tie_key
-from allocator.core.request import pod_request
+from allocator.core.cluster.ranking import best, extender_priorities, ranked, tie_key
+from allocator.core.cluster.state import ClusterState
+from allocator.core.request.parse import pod_request
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from tests.core.nodes import CORE, RATIO, use_gpus
 from tests.core.pods import gpus, pod

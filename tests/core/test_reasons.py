@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from allocator.core import reasons as rs
-from allocator.core.allocate import allocate, fits
+from allocator.core.devices.allocate import allocate, fits
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
-from allocator.core.request import pod_request
-from allocator.core.state import NodeState
+from allocator.core.request.parse import pod_request
 from apis import keys
 from tests.core.nodes import RDMA, plain_example_device, state_of, use_gpus, use_vf
 from tests.core.pods import gpus, hint, joint, pod

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from allocator.core import reasons as rs
-from allocator.core.podspec import pod_usage
-from allocator.core.request import pod_request
+from allocator.core.request.parse import pod_request
+from allocator.core.request.usage import pod_usage
 from apis import keys
 from tests.core.pods import hint, joint, pod
 

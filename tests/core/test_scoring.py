@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from allocator.core.request import pod_request
+from allocator.core.node.state import NodeState
+from allocator.core.request.parse import pod_request
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.fit import fit_score
 from allocator.core.scoring.scarce import scarce_score
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from allocator.core.scoring.topology import CROSS, NUMA, NVLINK, PCIE, topology_score
-from allocator.core.state import NodeState
 from tests.core.nodes import CORE, MEM, RATIO, plain_example_device, state_of, use_gpus
 from tests.core.pods import gpus, pod
 from tests.support.machines import dgx_h100_device, l40s_device
@@ -141,7 +142,7 @@ deviceScoring:
   type: MostAllocated
   resources: [{name: koordinator.sh/gpu-memory-ratio, weight: 2}]
 """
-    cfg = ScoringConfig.from_yaml(text)
+    cfg = ScoringConfig.from_dict(yaml.safe_load(text))
     assert (
         cfg.weights["fit"] == 2
         and cfg.fit["gpu"].type == "LeastAllocated"

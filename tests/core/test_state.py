@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from allocator.core.inventory import LEVEL_NUMA, LEVEL_PCIE, build_inventory
-from allocator.core.state import NodeState, state_from_objects
+from allocator.core.node.inventory import LEVEL_NUMA, LEVEL_PCIE, build_inventory
+from allocator.core.node.state import NodeState, state_from_objects
 from apis import keys
 from apis.annotations import parse_device_allocated
 from apis.errors import CodecError

@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from allocator.gang.config import GangSettings
+from allocator.service.gang_settings import GangSettings
 from allocator.service.server import Allocator
 from apis import keys
 from apis import resources as rn
@@ -331,7 +331,7 @@ class GangWorld:
         return [e.get("note") or e.get("message") or "" for e in self.events_about(name, kind)]
 
     def gang_reservations(self) -> dict[str, str]:
-        return {k: r.node for k, r in self.service.cache.reservations.items() if r.gang}
+        return {k: r.node for k, r in self.service.cache.reservations.items() if r.holder}
 
 
 def gang_settings(**overrides: Any) -> GangSettings:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from allocator.gang.config import DEFAULT_TOPOLOGY_KEYS
 from allocator.gang.timefmt import format_time, parse_duration, parse_time
-from allocator.service.cli import allocator
 from allocator.service.config import ServiceConfig
+from allocator.service.gang_settings import DEFAULT_TOPOLOGY_KEYS
 from apis import keys
 from tests.gang.harness import gang_settings, gang_world, gates_of, gpu_node, member, node_of, podgroup
 from tests.service.harness import double_booked, running_allocator, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from topoalloc.commands.allocator import allocator
 
 
 def koordinator(name: str, gang: str, min_available: int, gpus: int) -> dict:
@@ -80,7 +80,7 @@ async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: P
 
     async with running_allocator(fake_api, pki, gang=gang_settings(enabled=False)) as run:
         assert run.service.gang is None and run.service.webhook_port == 0
-        assert run.service.cache.gang_guard is None
+        assert run.service.cache.gang is None
 
 
 def test_settings_from_the_config_file_and_flags() -> None:

@@ -91,7 +91,8 @@ async def test_a_16_worker_rl_job_takes_the_fewest_nodes_of_one_rack(
         # node of their rack, although the scorer alone ranks another node first.
         (spare,) = {"n3", "n4", "n5"} - used
         room = ["n1", "n2", spare, "n6"]
-        alone = w.service.core.score(w.service.core.request(member("probe", gpus=1)), room)
+        probe = w.service.core.request(member("probe", gpus=1))
+        alone = dict(zip(room, w.service.core.score_nodes(probe, room).tolist(), strict=True))
         assert max(alone, key=alone.__getitem__) != spare
         await w.admission.create_pod(member("evaluator", gpus=1, labels=job))
         await until(lambda: node_of(w.pods()["evaluator"]) != "", 10)

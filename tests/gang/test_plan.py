@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from allocator.core.allocate import Allocation, allocate
-from allocator.core.cluster import ClusterState
-from allocator.core.gang_plan import GangPlan, NoPlan, PlanSettings, plan_gang
-from allocator.core.request import PodRequest, pod_request
+from allocator.core.cluster.state import ClusterState
+from allocator.core.devices.allocate import Allocation, allocate
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
 from tests.core.pods import gpus, pod
 from tests.support.machines import dgx_h100_device, l40s_device
 

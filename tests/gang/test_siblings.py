@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.core.scoring.siblings import blend, shared_domain, sibling_affinity
-from allocator.core.state import NodeState
+from allocator.core.gang.siblings import blend, shared_domain, sibling_affinity
+from allocator.core.node.state import NodeState
 
 RACK, ZONE = "topoalloc.io/rack", "topology.kubernetes.io/zone"
 KEYS = (RACK, ZONE)

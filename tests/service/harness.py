@@ -16,9 +16,10 @@ from typing import Any
 
 import aiohttp
 
-from allocator.gang.config import GangSettings
+from allocator.assembly import build_allocator
 from allocator.service.config import LeaderElection, ServiceConfig
 from allocator.service.coreadapter import CoreAdapter
+from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import KubeApi
 from allocator.service.server import Allocator
 from apis import keys
@@ -182,7 +183,7 @@ async def running_allocator(
     fake: FakeApiServer, pki: Pki, *, connections: int = 1, wait: bool = True, **overrides: Any
 ) -> AsyncIterator[Running]:
     api = await KubeApi.connect(host=fake.url)
-    service = Allocator(service_config(pki, **overrides), api)
+    service = build_allocator(service_config(pki, **overrides), api)
     await service.start()
     client = SchedulerClient(f"https://127.0.0.1:{service.port}", pki, connections=connections)
     try:

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from allocator.service.certs_cli import CLIENT_SECRET, SERVER_SECRET
 from allocator.service.tls import TLSFiles, build_server_context
 from topoalloc.cli import main
+from topoalloc.commands.certs import CLIENT_SECRET, SERVER_SECRET
 
 
 def load(path: Path) -> x509.Certificate:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from allocator.gang.config import WEBHOOK_SERVICE
 from allocator.service import certs
 from allocator.service.app import HEALTH_PATHS
 from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE, ServiceConfig
+from allocator.service.gang_settings import WEBHOOK_SERVICE
 from allocator.service.leader import LEADER_LABEL
 from apis import resources as rn
 

@@ -32,7 +32,7 @@ def cache_with(*names: str) -> ClusterCache:
 
 def fits(cache: ClusterCache, gpus: int, name: str) -> bool:
     req = cache.core.request(pod(f"probe-{gpus}", gpus=gpus))
-    return cache.filter(req, [name])[0] == [name]
+    return cache.core.filter_each(req, [name])[0] == [name]
 
 
 def bound(name: str, node_name: str, gpus: list[int]) -> dict[str, Any]:
@@ -91,12 +91,12 @@ def test_invalid_device_cr_is_a_reason_until_fixed() -> None:
     broken = stamped(device("gpu-1"))
     broken["spec"]["devices"][0]["minor"] = "zero"
     cache.apply(DEVICES, "MODIFIED", broken)
-    assert "gpu-1" in cache.device_errors
+    assert "gpu-1" in cache.core.device_errors
     req = cache.core.request(pod("p", gpus=1))
-    passed, failed = cache.filter(req, ["gpu-1"])
+    passed, failed = cache.core.filter_each(req, ["gpu-1"])
     assert passed == [] and failed["gpu-1"].unresolvable
     cache.apply(DEVICES, "MODIFIED", stamped(device("gpu-1")))
-    assert "gpu-1" not in cache.device_errors and fits(cache, 8, "gpu-1")
+    assert "gpu-1" not in cache.core.device_errors and fits(cache, 8, "gpu-1")
 
 
 def test_filter_verdicts_agree_with_the_per_node_filter() -> None:
@@ -110,8 +110,8 @@ def test_filter_verdicts_agree_with_the_per_node_filter() -> None:
     names = ["gpu-3", "ghost", "gpu-2", "gpu-1"]
     for gpus in (1, 8):
         req = cache.core.request(pod(f"p{gpus}", gpus=gpus))
-        passed, rejections = cache.filter(req, names)
-        verdicts = cache.filter_verdicts(req, names)
+        passed, rejections = cache.core.filter_each(req, names)
+        verdicts = cache.core.filter_nodes(req, names)
         assert verdicts.passed == passed == ["gpu-1"]
         for part in (verdicts.failed, verdicts.unresolvable):
             assert list(part) == [name for name in rejections if name in part]  # the order asked

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sim_helpers import make_state, request
 
-from allocator.core.cluster import affinity_matches, resources_fit
+from allocator.core.cluster.state import affinity_matches, resources_fit
 from apis.annotations import parse_device_allocated
 from simulator.cluster import SimulationError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from allocator.core.state import state_from_objects
+from allocator.core.node.state import state_from_objects
 from apis import keys
 from apis.annotations import parse_device_allocated
 from simulator.cluster import SimCluster

@@ -68,6 +68,43 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 @click.option(
     "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
 )
+@click.option(
+    "--device-plugin/--no-device-plugin",
+    default=None,
+    help="Serve the kubelet device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/rdma) "
+    "and hand containers exactly the devices in their device-allocated annotation. Default: on, "
+    "except with --fixture (no kubelet there unless a test brings one).",
+)
+@click.option(
+    "--device-plugin-dir",
+    default="/var/lib/kubelet/device-plugins",
+    show_default=True,
+    help="kubelet's device plugin directory (kubelet.sock and the plugin sockets).",
+)
+@click.option(
+    "--pod-resources-socket",
+    default="/var/lib/kubelet/pod-resources/kubelet.sock",
+    show_default=True,
+    help="kubelet's PodResources API, for the after-admission cross-check.",
+)
+@click.option(
+    "--cdi-root",
+    "cdi_roots",
+    multiple=True,
+    help="Folder of CDI specs (repeatable; default /etc/cdi and /var/run/cdi).",
+)
+@click.option(
+    "--dev-root",
+    default="/dev",
+    show_default=True,
+    help="Where the agent sees the host's /dev (device nodes handed to containers are checked here).",
+)
+@click.option(
+    "--state-dir",
+    default="/var/lib/topoalloc",
+    show_default=True,
+    help="Folder of the agent's checkpoint (served pods, mid-tier window, Xid history).",
+)
 @click.option("-v", "--verbose", count=True)
 @click.pass_context
 def agent(
@@ -82,6 +119,12 @@ def agent(
     print_only: bool,
     no_hotplug: bool,
     health_port: int | None,
+    device_plugin: bool | None,
+    device_plugin_dir: str,
+    pod_resources_socket: str,
+    cdi_roots: tuple[str, ...],
+    dev_root: str,
+    state_dir: str,
     verbose: int,
 ) -> None:
     """Run the node agent: discover GPUs, NVLink, PCIe, NUMA, RDMA; publish the Device CR."""
@@ -132,7 +175,24 @@ def agent(
     from agent.kube import Kube, api_client
 
     kube = Kube(api_client(kubeconfig))
-    runner = Agent(node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg, kube=kube)
+    plugins = None
+    if device_plugin is None:
+        device_plugin = fixture is None
+    if device_plugin and not once:
+        from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS
+        from agent.deviceplugin.service import DevicePluginService, DevicePluginSettings
+
+        settings = DevicePluginSettings(
+            plugin_dir=device_plugin_dir,
+            pod_resources_socket=pod_resources_socket,
+            cdi_roots=cdi_roots or DEFAULT_CDI_ROOTS,
+            dev_root=dev_root,
+            state_dir=state_dir,
+        )
+        plugins = DevicePluginService(settings, node_name=node_name, sysfs_root=root, kube=kube)
+    runner = Agent(
+        node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg, kube=kube, device_plugins=plugins
+    )
     if once:
         result = runner.run_once()
         runner.shutdown()

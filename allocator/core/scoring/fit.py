@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.core.request import PodRequest
+from allocator.core.node.state import NodeState
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import LEAST_ALLOCATED, MOST_ALLOCATED
-from allocator.core.state import NodeState
 from apis import resources as rn
 
 

@@ -32,14 +32,14 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from allocator.core.features import CPU_FREE, FREE_PCT, GPU_IDLE_PCT, GPU_MODEL, MEMORY_FREE
-from allocator.core.nodetable import NodeTable, combine_keys
-from allocator.core.request import PodRequest
+from allocator.core.node.features import CPU_FREE, FREE_PCT, GPU_IDLE_PCT, GPU_MODEL, MEMORY_FREE
+from allocator.core.node.state import NodeState
+from allocator.core.node.table import NodeTable, combine_keys
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring import fragmentation
 from allocator.core.scoring.fragmentation import NodeScore, cpu_budget_step, score_node
 from allocator.core.scoring.grouped import Group, GroupedScore
 from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, TaskShape, WorkloadMix
-from allocator.core.state import NodeState
 from apis import keys
 from apis import resources as rn
 from apis.quantity import Quantity
@@ -290,7 +290,7 @@ class FragmentationTerm:
 
     def _pressure_of(self, state: NodeState) -> float:
         table = state.table
-        if table is None or not self._constrained:
+        if not isinstance(table, NodeTable) or not self._constrained:
             return 0.0
         return self.pressure(table).get(state.gpu_model, 0.0)
 

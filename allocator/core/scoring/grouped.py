@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from allocator.core.features import Feature
-    from allocator.core.nodetable import NodeTable
-    from allocator.core.state import NodeState
+    from allocator.core.node.features import Feature
+    from allocator.core.node.state import NodeState
+    from allocator.core.node.table import NodeTable
 
 Group = Callable[["NodeTable", np.ndarray], np.ndarray]
 

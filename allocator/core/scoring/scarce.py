@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from allocator.core.features import KINDS
-from allocator.core.request import PodRequest
+from allocator.core.node.features import KINDS
+from allocator.core.node.state import NodeState
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.grouped import GroupedScore, by_feature
-from allocator.core.state import NodeState
 
 DEFAULT_SCARCE = ("gpu", "rdma", "fpga")
 

@@ -20,17 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-import yaml
 
-from allocator.core.nodetable import NodeTable, combine_keys
-from allocator.core.request import PodRequest
+from allocator.core.node.state import NodeState
+from allocator.core.node.table import NodeTable, combine_keys
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import DEFAULT_WEIGHTS, LEAST_ALLOCATED, DeviceScoring
 from allocator.core.scoring.fit import DEFAULT_FIT, ResourceStrategy, prepare_fit
 from allocator.core.scoring.fragmentation_term import FragmentationSettings, FragmentationTerm
 from allocator.core.scoring.grouped import GroupedScore
 from allocator.core.scoring.scarce import DEFAULT_SCARCE, prepare_scarce
 from allocator.core.scoring.topology import prepare_topology_grouped
-from allocator.core.state import NodeState
 
 MAX_PRIORITY = 10  # kube-scheduler's extender priorities are 0..10
 
@@ -70,7 +69,8 @@ ScoreComponent = Callable[[NodeState, PodRequest], "float | None"]
 
 @dataclass(frozen=True)
 class ScoringConfig:
-    """Weights and per-component settings; `from_dict` reads the service's YAML shape:
+    """Weights and per-component settings; `from_dict` takes the service's settings, already
+    decoded from YAML (the caller reads the file):
 
     ```yaml
     weights: {fit: 0, scarce: 1, topology: 1, fragmentation: 1, device: 0}
@@ -126,10 +126,6 @@ class ScoringConfig:
             device = DeviceScoring(spec.get("type", LEAST_ALLOCATED), device_weights)
         fragmentation = FragmentationSettings.from_dict(data.get("fragmentation"))
         return cls(weights, fit, scarce, device, fragmentation)
-
-    @classmethod
-    def from_yaml(cls, text: str) -> ScoringConfig:
-        return cls.from_dict(yaml.safe_load(text))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from allocator.core.features import TOPOLOGY_WHOLE, USAGE
-from allocator.core.inventory import LEVEL_NUMA, LEVEL_PCIE, NodeInventory
-from allocator.core.request import PodRequest
+from allocator.core.node.features import TOPOLOGY_WHOLE, USAGE
+from allocator.core.node.inventory import LEVEL_NUMA, LEVEL_PCIE, NodeInventory
+from allocator.core.node.state import NodeState
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.grouped import GroupedScore, by_feature
-from allocator.core.state import NodeState
 
 NVLINK, PCIE, NUMA, SOCKET, CROSS = 100, 75, 50, 25, 0
 

@@ -10,11 +10,12 @@ Who holds devices:
 A pod that carries the annotation but is not bound holds nothing: the annotation was written by a
 bind that did not finish, and kube-scheduler will call bind again.
 
-Gang scheduling adds *planned* reservations (`reserve_planned`): the devices of a gang member,
-held from the moment its gang was planned until the member shows up bound or the gang controller
-releases them. Bind then takes the planned devices on the planned node only, and a gang member
-without a plan is not bound at all (`gang_guard`). `listeners` hear of every change the cache
-takes in, so the gang controller wakes up instead of polling.
+A *hold* (`hold`) is a reservation without TTL made for someone else than bind: gang scheduling
+holds a member's planned devices from the moment its gang is planned until the member shows up
+bound or the gang drops the hold (allocator/gang/holds.py). Bind then takes the held devices,
+and asks the gang hooks (`gang`, allocator/service/gang_hooks.py) whether it may bind the pod
+to that node at all. `listeners` hear of every change the cache takes in, so the gang
+controller wakes up instead of polling.
 
 All methods are synchronous and the service runs one event loop: a method runs to completion
 before any other request or watch event is looked at, so choose-and-reserve in `reserve()` is a
@@ -23,29 +24,30 @@ critical section without a lock, and as short as the core's `allocate()`.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import math
 import sys
 import time
-import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import numpy as np
-import orjson
-
-from allocator.service.coreadapter import (
-    NOT_IN_CACHE,
-    CoreAdapter,
-    FilterVerdicts,
-    PodRequest,
-    PodUsage,
-    Rejection,
+from allocator.service.cache.records import (
+    JSON,
+    Assigned,
+    DeviceRecord,
+    Listener,
+    NodeFacts,
+    PodEntry,
+    Reservation,
+    containers_digest,
+    meta_of,
+    node_facts,
+    pod_key,
 )
+from allocator.service.coreadapter import NOT_IN_CACHE, CoreAdapter, PodRequest, PodUsage, Rejection
+from allocator.service.gang_hooks import GangHooks
 from allocator.service.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
 from allocator.service.metrics import Metrics
 from apis import keys
@@ -53,61 +55,6 @@ from apis.annotations import DeviceAllocations
 from apis.resources import TERMINAL_POD_PHASES
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
-# What the core counts for a pod: (node, reservation token or 0, the pod's usage or None)
-Assigned = tuple[str, int, "PodUsage | None"]
-
-
-def pod_key(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"
-
-
-def _meta(obj: JSON) -> JSON:
-    return obj.get("metadata") or {}
-
-
-@dataclass
-class PodEntry:
-    """What the cache keeps of a pod: what it holds where."""
-
-    key: str
-    uid: str
-    node: str  # spec.nodeName, "" while pending
-    active: bool  # not in a terminal phase
-    annotation: str | None  # device-allocated, verbatim
-    usage: PodUsage | None  # the core's reading (devices, cpu/memory), only while it holds
-    containers: bytes  # a digest of spec.containers, to notice a resize
-    # The whole object only while the pod waits for a node (bind reads it); a cluster's bound
-    # pods would otherwise keep hundreds of megabytes of managedFields and status alive.
-    raw: JSON | None
-
-    @property
-    def holds(self) -> bool:
-        return bool(self.node) and self.active
-
-    @property
-    def allocations(self) -> DeviceAllocations | None:
-        return self.usage.allocations if self.usage is not None else None
-
-
-@dataclass
-class Reservation:
-    token: int
-    key: str
-    uid: str
-    node: str
-    allocations: DeviceAllocations
-    annotation: str  # allocations as the device-allocated JSON that bind writes
-    request: PodRequest
-    expires: float
-    gang: str = ""  # the gang whose plan holds this; such a hold ends when bound or released by it
-    binding: bool = False  # a bind of a planned member is under way
-
-
-GANG_PLAN = "topoalloc: gang plan"
-# (kind name, object key, the object, or None once deleted)
-Listener = Callable[[str, str, "JSON | None"], None]
 
 
 class ClusterCache:
@@ -128,7 +75,6 @@ class ClusterCache:
         # Of a Device its resourceVersion and itself as compressed JSON (2-3 KB instead of a
         # 25-80 KB dict), decoded again only for a Node that is deleted and created again.
         self.devices: dict[str, DeviceRecord] = {}
-        self.device_errors: dict[str, Rejection] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
         self.reservations: dict[str, Reservation] = {}
@@ -138,8 +84,8 @@ class ClusterCache:
         self._by_node: dict[str, set[str]] = defaultdict(set)  # the inverse of _target
         self._tokens = itertools.count(1)
         self.listeners: list[Listener] = []
-        # Set by gang scheduling: why a pod must not be bound without a planned reservation.
-        self.gang_guard: Callable[[PodRequest], Rejection | None] | None = None
+        # Gang scheduling's hooks, when it runs (set by the server at wiring time).
+        self.gang: GangHooks | None = None
 
     def _notify(self, kind: str, key: str, obj: JSON | None) -> None:
         for listener in self.listeners:
@@ -168,7 +114,7 @@ class ClusterCache:
 
     @staticmethod
     def _key_of(kind: Kind, obj: JSON) -> str:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         if kind.name in (PODS.name, PODGROUPS.name):
             return pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         return meta.get("name") or ""
@@ -203,7 +149,6 @@ class ClusterCache:
                 self._notify(name, key, None)
         elif name == DEVICES.name:
             if self.devices.pop(key, None) is not None:
-                self.device_errors.pop(key, None)
                 self.core.remove_device(key)
                 self._notify(name, key, None)
         elif name == PODGROUPS.name and self.podgroups.pop(key, None) is not None:
@@ -212,8 +157,8 @@ class ClusterCache:
     # -- nodes and devices --------------------------------------------------------------------------
 
     def _upsert_node(self, node: JSON) -> None:
-        name = _meta(node).get("name") or ""
-        facts = _node_facts(node)
+        name = meta_of(node).get("name") or ""
+        facts = node_facts(node)
         old = self.nodes.get(name)
         self.nodes[name] = facts
         if old == facts:
@@ -227,17 +172,17 @@ class ClusterCache:
             # will bring the inventory back.
             record = self.devices.get(name)
             if record is not None and not self.core.has_inventory(name):
-                self._install_device(name, orjson.loads(zlib.decompress(record.blob)))
+                self._install_device(name, record.device())
             # Pods that arrived before their Node (or outlived its delete) count from now on.
             for key in list(self._by_node.get(name, ())):
                 self._sync_core(key)
 
     def _upsert_device(self, dev: JSON) -> None:
-        meta = _meta(dev)
+        meta = meta_of(dev)
         name = meta.get("name") or ""
         rv = meta.get("resourceVersion") or ""
         old = self.devices.get(name)
-        self.devices[name] = DeviceRecord(rv, _compact(dev))
+        self.devices[name] = DeviceRecord.of(dev)
         if rv and old is not None and old.resource_version == rv:
             return  # a relist replaying what we have: no inventory rebuild
         self._install_device(name, dev)
@@ -245,16 +190,13 @@ class ClusterCache:
 
     def _install_device(self, name: str, dev: JSON) -> None:
         problem = self.core.set_device(dev)
-        if problem is None:
-            self.device_errors.pop(name, None)
-        else:
-            self.device_errors[name] = problem
+        if problem is not None:
             log.warning("Device %s: %s", name, problem.message)
 
     # -- pods -----------------------------------------------------------------------------------------
 
     def _upsert_pod(self, pod: JSON) -> None:
-        meta = _meta(pod)
+        meta = meta_of(pod)
         key = pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         uid = meta.get("uid") or ""
         old = self.pods.get(key)
@@ -268,7 +210,7 @@ class ClusterCache:
         annotation = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
         active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
         node = sys.intern(spec.get("nodeName") or "")  # one string per node, not one per pod
-        containers = hashlib.blake2b(orjson.dumps(spec.get("containers")), digest_size=16).digest()
+        containers = containers_digest(spec)
         res = self.reservations.get(key)
         usage: PodUsage | None = None
         if node and active:  # pending and finished pods hold nothing: no need to read them
@@ -330,44 +272,17 @@ class ClusterCache:
             self.core.assign_usage(key, node, entry.usage)
         self._assigned[key] = installable
 
-    # == the request path ===========================================================================
-
-    def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]]:
-        """Names that can host the pod's devices, in the order given, and a reason for each other.
-        A node whose Device CR does not decode says so rather than "no free GPU"."""
-        passed, failed = self.core.filter(req, names)
-        for name, problem in self.device_errors.items():
-            if name in failed:
-                failed[name] = problem
-        return passed, failed
-
-    def filter_verdicts(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
-        """`filter` as the extender replies it (passed, failed and unresolvable messages, counts
-        per reason code), without a per-node Python loop."""
-        verdicts = self.core.filter_verdicts(req, names)
-        errors = self.device_errors
-        if errors and any(n in verdicts.failed or n in verdicts.unresolvable for n in errors):
-            # Rare (a Device CR that does not decode): the per-node path, which keeps the order.
-            return FilterVerdicts.from_rejections(*self.filter(req, names))
-        return verdicts
-
-    def score(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
-        """The core's 0..10 for the names (0 for nodes the cache does not know)."""
-        return self.core.score(req, names)
-
-    def score_column(self, req: PodRequest, names: Sequence[str]) -> np.ndarray:
-        """`score` as an int64 array aligned with `names`."""
-        return self.core.score_column(req, names)
+    # == the bind path (the filter and score verbs ask the core directly: coreadapter.py) ==========
 
     def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection:
         """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume").
 
         Synchronous from choice to hold: no other bind can run in between."""
-        meta = _meta(pod)
+        meta = meta_of(pod)
         key = pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         held = self.reservations.get(key)
-        if held is not None and held.gang and not held.binding:
-            refusal = self.gang_refusal(req, node)
+        if held is not None and held.holder and not held.binding:
+            refusal = self._bind_refusal(req, node)
             if refusal is not None:
                 return refusal
             held.binding = True
@@ -379,7 +294,7 @@ class ClusterCache:
         entry = self.pods.get(key)
         if entry is not None and entry.holds:
             return Rejection("topoalloc: already bound", f"pod is already bound to {entry.node}", True)
-        refusal = self.gang_refusal(req, node)
+        refusal = self._bind_refusal(req, node)
         if refusal is not None:
             return refusal
         chosen = self.core.allocate(req, node)
@@ -402,41 +317,33 @@ class ClusterCache:
 
     def release(self, res: Reservation) -> bool:
         """Roll back `res` if it is still the pod's current reservation. A planned one stays held
-        (the gang's plan stands; bind may be tried again): only its bind is over."""
+        (its holder's plan stands; bind may be tried again): only its bind is over."""
         current = self.reservations.get(res.key)
         if current is None or current.token != res.token:
             return False
-        if current.gang:
+        if current.holder:
             current.binding = False
             return True
         self._drop_reservation(res.key)
         self._sync_core(res.key)
         return True
 
-    # -- gang plans ----------------------------------------------------------------------------------
+    def _bind_refusal(self, req: PodRequest, node: str) -> Rejection | None:
+        return self.gang.bind_refusal(req, node) if self.gang is not None else None
 
-    def gang_refusal(self, req: PodRequest, node: str) -> Rejection | None:
-        """Why the pod may not be bound to `node`: a plan holds it elsewhere (or for an older pod of
-        its name), or it is a gang member without a plan. None: go ahead."""
-        res = self.reservations.get(req.key)
-        if res is not None and res.gang:
-            if req.uid and res.uid != req.uid:
-                return Rejection(GANG_PLAN, f"gang {res.gang} planned an earlier pod of this name")
-            if res.node != node:
-                return Rejection(GANG_PLAN, f"gang {res.gang} planned this pod for node {res.node}")
-            return None
-        return self.gang_guard(req) if self.gang_guard is not None else None
+    # -- holds (gang plans) ----------------------------------------------------------------------
 
-    def reserve_planned(
-        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, gang: str
-    ) -> Reservation | Rejection:
-        """Hold a gang member's planned devices on its planned node until it is bound there or
-        `release_planned`. Refused while the pod is bound or another reservation holds it."""
+    def hold(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
+    ) -> Reservation | str:
+        """Hold devices for the pending pod `key` on `node` on behalf of `holder`, until the pod is
+        bound there or `drop_hold`. Refused (the reason) while the pod is bound or another
+        reservation holds it."""
         entry = self.pods.get(key)
         if entry is None or entry.uid != uid or entry.node or not entry.active:
-            return Rejection(GANG_PLAN, "the pod is gone, bound or finished")
+            return "the pod is gone, bound or finished"
         if key in self.reservations or node not in self.nodes:
-            return Rejection(GANG_PLAN, "the pod or its node is busy")
+            return "the pod or its node is busy"
         res = Reservation(
             token=next(self._tokens),
             key=key,
@@ -445,20 +352,20 @@ class ClusterCache:
             allocations=allocations,
             annotation=allocations.to_json(),
             request=req,
-            expires=math.inf,  # the gang controller releases it, not the TTL
-            gang=gang,
+            expires=math.inf,  # its holder releases it, not the TTL
+            holder=holder,
         )
         self.reservations[key] = res
         self._sync_core(key)
         self._gauge()
         return res
 
-    def release_planned(self, key: str, *, force: bool = False) -> bool:
-        """Drop a planned reservation unless its bind is under way (that bind ends in a binding or
-        in a rollback that leaves the hold to us again); `force` drops it anyway (leadership lost,
-        or a bind that never finished)."""
+    def drop_hold(self, key: str, *, force: bool = False) -> bool:
+        """Drop a hold unless its bind is under way (that bind ends in a binding or in a rollback
+        that leaves the hold to its holder again); `force` drops it anyway (leadership lost, or a
+        bind that never finished)."""
         res = self.reservations.get(key)
-        if res is None or not res.gang or (res.binding and not force):
+        if res is None or not res.holder or (res.binding and not force):
             return False
         self._drop_reservation(key)
         self._sync_core(key)
@@ -506,29 +413,3 @@ class ClusterCache:
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)
         return [(node, dtype, len(minors)) for (node, dtype), minors in sorted(taken.items())]
-
-
-NodeFacts = tuple[Any, Any, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRecord:
-    resource_version: str
-    blob: bytes  # the Device CR as zlib-compressed JSON, without managedFields
-
-
-def _compact(dev: JSON) -> bytes:
-    meta = _meta(dev)
-    if "managedFields" in meta:
-        dev = {**dev, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return zlib.compress(orjson.dumps(dev), 1)
-
-
-def _node_facts(node: JSON) -> NodeFacts:
-    """What the allocator reads of a Node (labels, allocatable, spec): an update that leaves them
-    alone (heartbeats, conditions, images) changes nothing."""
-    return (
-        _meta(node).get("labels") or {},
-        (node.get("status") or {}).get("allocatable") or {},
-        node.get("spec") or {},
-    )

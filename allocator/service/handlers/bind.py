@@ -7,18 +7,14 @@ ExtenderBindingArgs gets a 400.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.service.handlers.service_view import ServiceView
 from apis.extender import ExtenderBindingArgs
 
-if TYPE_CHECKING:
-    from allocator.service.server import Allocator
 
-
-async def handle(request: web.Request, svc: Allocator) -> web.Response:
+async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     try:
         args = await parse_body(request, ExtenderBindingArgs.from_dict)
     except BadRequest as exc:

@@ -14,30 +14,27 @@ add to kube-scheduler's own checks.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from allocator.service.coreadapter import FilterVerdicts
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.service.handlers.service_view import ServiceView
 from apis.extender import ExtenderArgs
-
-if TYPE_CHECKING:
-    from allocator.service.server import Allocator
 
 # At most this many distinct reasons in one Event note.
 EVENT_REASONS = 3
 
 
-async def handle(request: web.Request, svc: Allocator) -> web.Response:
+async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     try:
         args = await parse_body(request, ExtenderArgs.from_dict)
     except BadRequest as exc:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan (allocator/gang/extender.py).
-    steered = svc.gang.steering.filter(req, names) if svc.gang is not None else None
+    # A gang member's verdict comes from its gang's plan (the gang hooks, service/gang_hooks.py).
+    steered = svc.gang.steer_filter(req, names) if svc.gang is not None else None
     if req.invalid is not None:
         verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))
         verdicts.codes[req.invalid.code] = len(names)
@@ -45,10 +42,8 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
     elif steered is None and not req.wants_devices:
         verdicts, result = FilterVerdicts(names), "no_devices"
     else:
-        if steered is not None:
-            verdicts = FilterVerdicts.from_rejections(*steered)
-        else:  # the columns' answer, no per-node Python (docs/service.md, performance)
-            verdicts = svc.cache.filter_verdicts(req, names)
+        # Else the columns' answer, no per-node Python (docs/service.md, performance).
+        verdicts = steered if steered is not None else svc.core.filter_nodes(req, names)
         result = "ok" if verdicts.passed else "no_fit"
     passed, failed, unresolvable = verdicts.passed, verdicts.failed, verdicts.unresolvable
     for code, count in verdicts.codes.items():
@@ -72,7 +67,9 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
     return json_reply(request, payload, result)
 
 
-def _event(svc: Allocator, args: ExtenderArgs, failed: dict[str, str], unresolvable: dict[str, str]) -> None:
+def _event(
+    svc: ServiceView, args: ExtenderArgs, failed: dict[str, str], unresolvable: dict[str, str]
+) -> None:
     """One Event per pod attempt that fits nowhere, summarising the reasons by count."""
     if svc.events is None:
         return

@@ -12,19 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from operator import add
-from typing import TYPE_CHECKING
 
 import numpy as np
 from aiohttp import web
 
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.service.handlers.service_view import ServiceView
 from apis.extender import MAX_PRIORITY, ExtenderArgs
 
-if TYPE_CHECKING:
-    from allocator.service.server import Allocator
 
-
-async def handle(request: web.Request, svc: Allocator) -> web.Response:
+async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     try:
         args = await parse_body(request, ExtenderArgs.from_dict)
     except BadRequest as exc:
@@ -36,10 +33,10 @@ async def handle(request: web.Request, svc: Allocator) -> web.Response:
         scores = np.zeros(len(names), np.int64)
         result = "invalid_request" if req.invalid is not None else "no_devices"
     else:
-        scores = svc.cache.score_column(req, names)
-        if svc.gang is not None and svc.gang.steering.adjusts(req):  # planned members, siblings
-            by_name = svc.gang.steering.prioritize(req, names, dict(zip(names, scores.tolist(), strict=True)))
-            scores = [by_name.get(name, 0) for name in names]
+        scores = svc.core.score_nodes(req, names)
+        steered = svc.gang.steer_scores(req, names, scores) if svc.gang is not None else None
+        if steered is not None:  # planned members, siblings
+            scores = steered
         result = "ok"
     return json_reply(request, host_priority_list(names, scores), result)
 

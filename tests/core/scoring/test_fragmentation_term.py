@@ -5,11 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
+import yaml
 
-from allocator.core.allocate import Allocation
-from allocator.core.cluster import ClusterState
-from allocator.core.inventory import build_inventory
-from allocator.core.request import pod_request
+from allocator.core.cluster.state import ClusterState
+from allocator.core.devices.allocate import Allocation
+from allocator.core.node.inventory import build_inventory
+from allocator.core.node.state import NodeState
+from allocator.core.request.parse import pod_request
 from allocator.core.scoring.fragmentation import score_node
 from allocator.core.scoring.fragmentation_term import (
     PRESSURE_LEVELS,
@@ -20,7 +22,6 @@ from allocator.core.scoring.fragmentation_term import (
 )
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from allocator.core.scoring.workload_mix import TaskShape, WorkloadMix
-from allocator.core.state import NodeState
 from apis import keys
 from tests.core.nodes import CORE, MEM, RATIO, use_gpus
 from tests.core.pods import gpus, pod
@@ -137,7 +138,7 @@ fragmentation:
     - {cpu: 500m, weight: 1}
     - {cpu: "16", gpus: 8, models: [H100-80GB-HBM3], weight: 1}
 """
-    cfg = ScoringConfig.from_yaml(text)
+    cfg = ScoringConfig.from_dict(yaml.safe_load(text))
     s = cfg.fragmentation
     assert (s.window, s.refresh_every, s.prior_weight, s.tolerance) == (300, 20, 500.0, 0.1)
     mix = s.prior_mix()

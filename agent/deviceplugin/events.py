@@ -1,0 +1,68 @@
+"""Pod Events and metrics of the device plugins."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from prometheus_client import Counter
+
+from agent.kube import TRANSPORT_ERRORS, Kube, short_error
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "topoalloc-agent"
+
+REFUSALS = Counter(
+    "topoalloc_agent_allocate_refusals",
+    "Allocate calls refused because kubelet's devices were not the allocator's choice",
+    ["resource"],
+)
+MISMATCHES = Counter(
+    "topoalloc_agent_device_mismatches",
+    "Containers whose kubelet-assigned devices (PodResources) differ from the pod annotation",
+    ["resource"],
+)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PodEvents:
+    """Posts core/v1 Events on pods; a failure to post is logged, never raised."""
+
+    def __init__(self, kube: Kube, node: str) -> None:
+        self.kube = kube
+        self.node = node
+
+    def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+        now = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": str(meta.get("uid", "")),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": COMPONENT, "host": self.node},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.kube.create_event(namespace, body)
+        except TRANSPORT_ERRORS as exc:
+            log.warning("event %s on pod %s/%s not posted: %s", reason, namespace, name, short_error(exc))

@@ -1,0 +1,204 @@
+"""The device plugins as one service of the agent: servers, registration, admission, cross-check and
+checkpoint, fed by the agent's discovery passes (`update`) and started after the first one."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.deviceplugin import checkpoint
+from agent.deviceplugin.admission import Admission, EventSink, Refused, ServedPod
+from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
+from agent.deviceplugin.crosscheck import DEFAULT_POD_RESOURCES_SOCKET, CrossChecker, CrossCheckLoop
+from agent.deviceplugin.events import PodEvents
+from agent.deviceplugin.grants import GrantBuilder
+from agent.deviceplugin.inventory import SERVED_RESOURCES, inventory_from_device
+from agent.deviceplugin.plugin import DeviceList
+from agent.deviceplugin.registration import Registrar
+from agent.discovery.device_health import HealthBook
+from agent.kube import TRANSPORT_ERRORS, Kube, short_error
+from agent.midtier.reclaimable import MidTier
+from apis import keys
+from apis.device import Device
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_STATE_DIR = "/var/lib/topoalloc"
+
+
+@dataclass
+class DevicePluginSettings:
+    plugin_dir: str = DEFAULT_PLUGIN_DIR
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    cdi_roots: tuple[str, ...] = DEFAULT_CDI_ROOTS
+    dev_root: str = "/dev"  # where the agent sees the host's /dev
+    host_dev: str = "/dev"  # the host's path for it (what kubelet is told)
+    state_dir: str = DEFAULT_STATE_DIR
+    resources: tuple[str, ...] = SERVED_RESOURCES
+    check_seconds: float = 1.0
+    crosscheck_seconds: float = 30.0
+    crosscheck_delay_seconds: float = 2.0
+
+
+class DevicePluginService:
+    def __init__(
+        self,
+        settings: DevicePluginSettings,
+        *,
+        node_name: str,
+        sysfs_root: str | Path,
+        kube: Kube | None,
+        events: EventSink | None = None,
+    ) -> None:
+        self.settings = settings
+        self.node_name = node_name
+        self.kube = kube
+        self.resources = settings.resources
+        self.checkpoint_path = Path(settings.state_dir) / checkpoint.FILE_NAME
+        if events is None and kube is not None:
+            events = PodEvents(kube, node_name)
+        self.grants = GrantBuilder(
+            cdi=CdiRegistry(settings.cdi_roots),
+            dev_root=settings.dev_root,
+            host_dev=settings.host_dev,
+            sysfs_root=sysfs_root,
+        )
+        self.admission = Admission(
+            list_pods=self.list_pods, grants=self.grants, events=events, on_served=self._served
+        )
+        self.lists = {r: DeviceList() for r in self.resources}
+        self.registrar = Registrar(
+            settings.plugin_dir, self.admission, self.lists, check_seconds=settings.check_seconds
+        )
+        self.checker = CrossChecker(
+            socket=settings.pod_resources_socket,
+            admission=self.admission,
+            patch_annotation=self._patch_annotation if kube is not None else None,
+            events=events,
+        )
+        self.crosscheck = CrossCheckLoop(
+            self.checker, interval=settings.crosscheck_seconds, delay=settings.crosscheck_delay_seconds
+        )
+        self.writer = _CheckpointWriter(self.save)
+        self.mid: MidTier | None = None
+        self.book: HealthBook | None = None
+        self._started = False
+        self._save_lock = threading.Lock()
+
+    # -- inputs -----------------------------------------------------------------------------
+    def list_pods(self) -> list[dict[str, Any]]:
+        if self.kube is None:
+            return []
+        try:
+            return list(self.kube.list_pods_on(self.node_name).get("items") or [])
+        except TRANSPORT_ERRORS as exc:
+            raise Refused(f"cannot list the pods of node {self.node_name}: {short_error(exc)}") from None
+
+    def update(self, device: Device) -> None:
+        """A new discovery pass: new inventory and health for every plugin's ListAndWatch."""
+        inv = inventory_from_device(device)
+        self.admission.inventory = inv
+        for resource, devices in self.lists.items():
+            devices.publish(inv.devices(resource))
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def attach(self, *, mid: MidTier | None, book: HealthBook) -> None:
+        """Give the service the agent's mid-tier and health book, and restore all three from the
+        checkpoint (served pods, mid-tier windows, Xid history)."""
+        self.mid, self.book = mid, book
+        loaded = checkpoint.load(self.checkpoint_path)
+        if loaded is None:
+            return
+        state, saved_at = loaded
+        served = state.get("served") or {}
+        if isinstance(served, dict):
+            for uid, entry in served.items():
+                try:
+                    self.admission.served[str(uid)] = ServedPod.from_wire(entry)
+                except ValueError as exc:
+                    log.warning("checkpoint: served pod %s dropped: %s", uid, exc)
+        book.restore_xids(state.get("xid"))
+        if mid is not None:
+            mid.restore_windows(state.get("midTier"), downtime=max(0.0, time.time() - saved_at))
+        log.info("checkpoint restored: %d served pods", len(self.admission.served))
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self.writer.start()
+        self.registrar.start()
+        self.crosscheck.start()
+
+    def stop(self) -> None:
+        for devices in self.lists.values():
+            devices.close()
+        if self._started:
+            self.registrar.stop()
+            self.crosscheck.stop()
+            self.writer.stop()
+        self.save()
+
+    def save(self) -> None:
+        state: dict[str, Any] = {
+            "served": {uid: s.to_wire() for uid, s in self.admission.served_snapshot().items()},
+            "xid": self.book.export_xids() if self.book is not None else {},
+            "midTier": self.mid.export_windows() if self.mid is not None else {},
+        }
+        with self._save_lock:
+            try:
+                checkpoint.save(self.checkpoint_path, state)
+            except OSError as exc:
+                log.warning("checkpoint %s not written: %s", self.checkpoint_path, exc)
+
+    def _served(self) -> None:
+        self.writer.request()  # written off the Allocate path: an fsync costs milliseconds
+        self.crosscheck.poke()
+
+    def _patch_annotation(self, namespace: str, name: str, value: str) -> None:
+        assert self.kube is not None
+        try:
+            self.kube.patch_pod(
+                namespace, name, {"metadata": {"annotations": {keys.DEVICE_ALLOCATED: value}}}
+            )
+        except TRANSPORT_ERRORS as exc:
+            log.warning("pod %s/%s: annotation not corrected: %s", namespace, name, short_error(exc))
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "registered": sorted(self.registrar.registered()),
+            "error": self.registrar.error or self.checker.error,
+            "served": len(self.admission.served),
+            "refusals": self.admission.refusals,
+            "mismatches": len(self.checker.mismatches),
+        }
+
+
+class _CheckpointWriter(threading.Thread):
+    """Saves soon after each `request`, coalescing a burst of requests into one write."""
+
+    def __init__(self, save: Callable[[], None]) -> None:
+        super().__init__(name="checkpoint-writer", daemon=True)
+        self.save = save
+        self._wanted = threading.Event()
+        self._halt = threading.Event()
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            if self._wanted.wait(0.5):
+                self._wanted.clear()
+                self.save()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(5.0)

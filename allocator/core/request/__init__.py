@@ -1,0 +1,1 @@
+"""A pod's request as the core sees it: the parsed `PodRequest` and the pod's recorded usage."""

@@ -1,0 +1,145 @@
+"""The parsed form of a pod's request (`PodRequest`) and its parts; `parse.pod_request` builds it.
+
+`signature` is a hashable key of everything that decides feasibility and scores on a node; verdict
+and score caches are keyed by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from allocator.core.reasons import Rejection
+from apis import resources as rn
+from apis.annotations import (
+    DeviceAllocations,
+    DeviceHint,
+    GPUPartitionSpec,
+    NUMATopologySpec,
+)
+from apis.podgroup import GangRef
+
+# Device types in the order we always visit them (Koordinator iterates a Go map).
+TYPE_ORDER: tuple[str, ...] = (rn.DeviceType.GPU, rn.DeviceType.RDMA, rn.DeviceType.FPGA)
+
+
+Resources = tuple[tuple[str, int], ...]  # sorted (name, integer value) pairs: hashable
+
+
+def as_resources(mapping: Mapping[str, int]) -> Resources:
+    return tuple(sorted(mapping.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class GPURequirement:
+    """What one GPU of the pod must offer and how many such GPUs (protocol 3.2)."""
+
+    count: int
+    per_gpu: Resources
+    shared: bool
+    honor_partition: bool = False
+    restricted_partition: bool = False
+    ring_bus_bandwidth: int | None = None  # nano-units, compared exactly
+    required_scope: str = ""
+    scope_level: int = 0
+    whole: bool = False  # whole cards: every GPU fully (100% compute and memory)
+    equal_share: int | None = None  # x when per_gpu is exactly {gpu-core: x, gpu-memory-ratio: x}
+
+    @property
+    def per_gpu_map(self) -> dict[str, int]:
+        return dict(self.per_gpu)
+
+
+WHOLE_GPU: Resources = as_resources({rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100})
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One nodeSelectorTerm of required node affinity: expressions and fields are ANDed."""
+
+    expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    fields: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    key: str = ""
+    namespace: str = "default"
+    name: str = ""
+    uid: str = ""
+    invalid: Rejection | None = None
+    # Internal per-type device requests (protocol 3.1 step 5), in TYPE_ORDER.
+    devices: tuple[tuple[str, Resources], ...] = ()
+    gpu: GPURequirement | None = None
+    hints: Mapping[str, DeviceHint] = field(default_factory=dict)
+    joint_types: tuple[str, ...] = ()  # cleaned: the first one is the primary type
+    joint_same_pcie: bool = False
+    partition_spec: GPUPartitionSpec | None = None
+    numa_spec: NUMATopologySpec | None = None
+    isolation_provider: str = ""
+    designated: DeviceAllocations | None = None  # a device-allocated annotation already on the pod
+    cpu_milli: int = 0
+    memory: int = 0
+    nonzero_cpu_milli: int = 0  # with kube-scheduler's per-container defaults, for scoring
+    nonzero_memory: int = 0
+    scalars: Mapping[str, int] = field(default_factory=dict)  # every other requested resource, in units
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity_terms: tuple[SelectorTerm, ...] | None = None  # None: no required node affinity
+    gang: GangRef | None = None
+    gang_error: str = ""
+    rl_job_group: str = ""
+    signature: tuple[Any, ...] = ()
+
+    # -- convenience -------------------------------------------------------------------------
+    @property
+    def device_map(self) -> dict[str, dict[str, int]]:
+        return {t: dict(r) for t, r in self.devices}
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.devices)
+
+    @property
+    def wants_devices(self) -> bool:
+        return bool(self.devices)
+
+    def device_request(self, dtype: str) -> dict[str, int]:
+        for t, r in self.devices:
+            if t == dtype:
+                return dict(r)
+        return {}
+
+    def hint(self, dtype: str) -> DeviceHint | None:
+        return self.hints.get(dtype)
+
+    @property
+    def has_selectors(self) -> bool:
+        return any(h.selector is not None for h in self.hints.values())
+
+    @cached_property
+    def plain_gpu(self) -> GPURequirement | None:
+        """The GPU requirement of a valid GPU-only request without hints, which node summaries
+        decide alone (`allocate.fits` fast path); None for anything else."""
+        if self.invalid is None and self.gpu is not None and len(self.devices) == 1 and not self.hints:
+            return self.gpu
+        return None
+
+    @cached_property
+    def requested_kinds(self) -> frozenset[str]:
+        """Requested resource kinds: device resources by their type (gpu, rdma, fpga), others by name."""
+        return frozenset(str(rn.RESOURCE_DEVICE_TYPE.get(n, n)) for n in self.requested_names)
+
+    @property
+    def requested_names(self) -> frozenset[str]:
+        """Every resource name the pod requests with a positive amount (cpu/memory included)."""
+        names = set(self.scalars)
+        if self.cpu_milli:
+            names.add(rn.CPU)
+        if self.memory:
+            names.add(rn.MEMORY)
+        return frozenset(names)
+
+
+# -- parsing ---------------------------------------------------------------------------------------

@@ -1,0 +1,114 @@
+"""Gang scheduling behind the service's one seam (`GangHooks`, allocator/service/gang_hooks.py):
+the member index fed by the watch cache, the plan holds, the steering of the extender's verbs,
+the controller and the admission webhook. allocator/assembly.py passes `GangScheduling` to the
+service as its gang factory."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from allocator.core.gang.plan import PlanSettings
+from allocator.gang.cabundle import CaBundleInjector
+from allocator.gang.controller import GangController
+from allocator.gang.holds import PlanHolds
+from allocator.gang.index import GangIndex
+from allocator.gang.metrics import GangMetrics
+from allocator.gang.steering import GangSteering
+from allocator.gang.webhook import webhook_app
+from allocator.service.cache.store import ClusterCache
+from allocator.service.coreadapter import FilterVerdicts, PodRequest, Rejection
+from allocator.service.events import EventRecorder
+from allocator.service.gang_hooks import Spawn
+from allocator.service.gang_settings import WEBHOOK_SERVICE, GangSettings
+from allocator.service.kube import KubeApi
+from allocator.service.tls import ReloadingTLS, TLSFiles
+
+
+class GangScheduling:
+    """Implements `GangHooks`."""
+
+    def __init__(
+        self,
+        settings: GangSettings,
+        *,
+        api: KubeApi,
+        cache: ClusterCache,
+        registry: CollectorRegistry,
+        events: EventRecorder | None,
+        is_leader: Callable[[], bool],
+        synced: Callable[[], bool],
+        tls_files: TLSFiles,
+    ) -> None:
+        self.settings = settings
+        self.index = GangIndex()
+        self.metrics = GangMetrics(registry)
+        self.holds = PlanHolds(cache)
+        self.steering = GangSteering(cache, self.holds, self.index, settings)
+        plan_settings = PlanSettings(
+            topology_keys=tuple(settings.topology_keys), scoring=cache.core.scoring.device_scoring
+        )
+        self.controller = GangController(
+            api=api,
+            cache=cache,
+            holds=self.holds,
+            index=self.index,
+            settings=settings,
+            metrics=self.metrics,
+            events=events,
+            is_leader=is_leader,
+            synced=synced,
+            plan_settings=plan_settings,
+        )
+        # The API server presents no client certificate to webhooks: same certificate, no mTLS.
+        self.tls = ReloadingTLS(tls_files, client_certs=False)
+        self.is_leader = is_leader
+        self.ca_bundle = (
+            CaBundleInjector(api, settings.webhook_configuration, WEBHOOK_SERVICE, tls_files.client_ca)
+            if settings.webhook_configuration
+            else None
+        )
+
+    # -- GangHooks ------------------------------------------------------------------------------
+
+    def steer_filter(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
+        steered = self.steering.filter(req, names)
+        return FilterVerdicts.from_rejections(*steered) if steered is not None else None
+
+    def steer_scores(self, req: PodRequest, names: Sequence[str], scores: np.ndarray) -> list[int] | None:
+        if not self.steering.adjusts(req):
+            return None
+        by_name = self.steering.prioritize(req, names, dict(zip(names, scores.tolist(), strict=True)))
+        return [by_name.get(name, 0) for name in names]
+
+    def bind_refusal(self, req: PodRequest, node: str) -> Rejection | None:
+        return self.steering.bind_refusal(req, node)
+
+    def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
+        self.index.on_change(kind, key, obj)
+        self.controller.wake()
+
+    def webhook(self) -> tuple[web.Application, ssl.SSLContext]:
+        return webhook_app(self.settings.scheduler_names), self.tls.context
+
+    def start(self, spawn: Spawn, reload_interval: float) -> None:
+        """The background work; the server listens for the webhook (`webhook`)."""
+        spawn("gang controller", self.controller.run())
+        spawn("webhook TLS reload", self.tls.watch(reload_interval))
+        if self.ca_bundle is not None:
+            spawn("webhook caBundle", self._ca_loop(reload_interval))
+
+    async def _ca_loop(self, interval: float) -> None:
+        while True:
+            if self.is_leader() and self.ca_bundle is not None:
+                await self.ca_bundle.sync()
+            await asyncio.sleep(max(interval, 1.0))
+
+    def stop(self) -> None:
+        self.controller.step_down()

@@ -1,0 +1,105 @@
+"""What gang scheduling changes in the extender's verbs.
+
+* filter: a planned member passes its planned node only; a gang member without a plan passes no
+  node ("held for its gang", resolvable, so kube-scheduler retries), which keeps the gang
+  all-or-nothing even for members that reached kube-scheduler without the gate (webhook down,
+  allocator restarted after releasing some of them).
+* prioritize: a planned member scores 10 on its node; any pod with siblings (its gang, its
+  `rl-job-group`) gets the sibling affinity blended into the core's score.
+* bind (`bind_refusal`, asked by the cache and the binder): a member without a plan is refused,
+  a planned member only goes to its planned node, with its planned devices (`ClusterCache.reserve`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from allocator.core.gang.siblings import sibling_priorities
+from allocator.core.reasons import Rejection
+from allocator.core.request.pod_request import PodRequest
+from allocator.core.scoring.scorer import MAX_PRIORITY
+from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
+from allocator.gang.index import GangIndex
+from allocator.service.cache.store import ClusterCache
+from allocator.service.gang_settings import GangSettings
+
+HELD = "topoalloc: held for gang"
+
+
+class GangSteering:
+    def __init__(
+        self, cache: ClusterCache, holds: PlanHolds, index: GangIndex, settings: GangSettings
+    ) -> None:
+        self.cache = cache
+        self.holds = holds
+        self.index = index
+        self.settings = settings
+
+    def manages(self, req: PodRequest) -> bool:
+        """A gang member this allocator plans (its scheduler is one we serve)."""
+        if req.gang is None and not req.gang_error:
+            return False
+        names = self.settings.scheduler_names
+        member = self.index.pods.get(req.key)
+        return not names or member is None or member.scheduler in names
+
+    def guard(self, req: PodRequest) -> Rejection | None:
+        """Why a pod without a planned reservation must not be placed: it is a gang member."""
+        if not self.manages(req):
+            return None
+        if req.gang_error:
+            return Rejection(HELD, f"invalid gang membership: {req.gang_error}", unresolvable=True)
+        assert req.gang is not None
+        return Rejection(HELD, f"held for gang {req.gang.key} until the whole gang is placed")
+
+    def bind_refusal(self, req: PodRequest, node: str) -> Rejection | None:
+        """Why the pod may not be bound to `node`: a plan holds it elsewhere (or for an older pod of
+        its name), or it is a gang member without a plan. None: go ahead."""
+        res = self.holds.planned(req.key)
+        if res is not None:
+            return plan_refusal(res, req, node)
+        return self.guard(req)
+
+    def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]] | None:
+        """The verdict for a gang member (None: not one, the normal filter decides)."""
+        res = self.holds.planned(req.key)
+        if res is not None:
+            refusal = plan_refusal(res, req, res.node)
+            if refusal is not None:
+                return [], dict.fromkeys(names, refusal)
+            elsewhere = planned_elsewhere(res)
+            passed = [n for n in names if n == res.node]
+            return passed, {n: elsewhere for n in names if n != res.node}
+        refusal = self.guard(req)
+        if refusal is None:
+            return None
+        return [], dict.fromkeys(names, refusal)
+
+    def adjusts(self, req: PodRequest) -> bool:
+        """Whether `prioritize` would change the core's scores for this pod (a planned gang
+        member, or siblings placed already): otherwise the caller keeps the scores as they are."""
+        if self.holds.planned(req.key) is not None:
+            return True
+        return self.settings.sibling_weight > 0 and bool(self.sibling_nodes(req))
+
+    def prioritize(self, req: PodRequest, names: Sequence[str], scores: Mapping[str, int]) -> dict[str, int]:
+        res = self.holds.planned(req.key)
+        if res is not None:
+            return {n: MAX_PRIORITY if n == res.node else 0 for n in names}
+        siblings = self.sibling_nodes(req)
+        if not siblings or self.settings.sibling_weight <= 0:
+            return dict(scores)
+        core = self.cache.core
+        keys, weight = self.settings.topology_keys, self.settings.sibling_weight
+        return sibling_priorities(core.cluster, req, names, core.scorer, siblings, keys, weight)
+
+    def sibling_nodes(self, req: PodRequest) -> dict[str, int]:
+        """node -> how many of the pod's siblings (gang, job group) hold or reserve room there."""
+        job = (req.namespace, req.rl_job_group) if req.rl_job_group else None
+        gang = req.gang.key if req.gang is not None else ""
+        if not gang and job is None:
+            return {}
+        where = self.cache.core.cluster.pod_node
+        nodes = (where.get(k) for k in self.index.siblings(req.key, gang, job))
+        return dict(Counter(n for n in nodes if n))

@@ -1,0 +1,73 @@
+"""The gang controller's writes to the API server: a member's gate removed, its planned node
+annotated, a PodGroup's status. Each is guarded (uid test, JSON patch tests) so it never lands on
+a pod that was replaced; a failure is logged and reported, and the next pass decides again."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from allocator.gang.index import MemberPod
+from allocator.service.kube import ApiError, KubeApi
+from apis import keys
+from apis import podgroup as pg
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def pod_path(m: MemberPod) -> str:
+    return f"/api/v1/namespaces/{m.namespace}/pods/{m.name}"
+
+
+async def remove_gate(api: KubeApi, m: MemberPod) -> bool:
+    """Remove the gang's scheduling gate from `m` (and only from this pod: uid tested). False when
+    the API refused it."""
+    index = m.gates.index(keys.GANG_SCHEDULING_GATE)
+    ops: list[JSON] = [{"op": "test", "path": "/metadata/uid", "value": m.uid}]
+    if len(m.gates) == 1:
+        ops += [
+            {
+                "op": "test",
+                "path": "/spec/schedulingGates",
+                "value": [{"name": keys.GANG_SCHEDULING_GATE}],
+            },
+            {"op": "remove", "path": "/spec/schedulingGates"},
+        ]
+    else:
+        ops += [
+            {
+                "op": "test",
+                "path": f"/spec/schedulingGates/{index}/name",
+                "value": keys.GANG_SCHEDULING_GATE,
+            },
+            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+        ]
+    try:
+        await api.raw("PATCH", pod_path(m), body=ops, content_type=JSON_PATCH)
+    except ApiError as exc:
+        log.warning("removing the gang gate of %s: %s", m.key, exc)
+        return False
+    return True
+
+
+async def annotate_planned_node(api: KubeApi, m: MemberPod, node: str) -> None:
+    patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_PLANNED_NODE: node}}}
+    try:
+        await api.raw("PATCH", pod_path(m), body=patch, content_type=MERGE_PATCH)
+    except ApiError as exc:
+        log.warning("annotating %s with its planned node: %s", m.key, exc)
+
+
+async def patch_podgroup_status(api: KubeApi, namespace: str, name: str, status: JSON) -> bool:
+    """Merge `status` into the PodGroup's status subresource. False when the API refused it."""
+    path = f"/apis/{pg.GROUP}/{pg.VERSION}/namespaces/{namespace}/{pg.PLURAL}/{name}/status"
+    try:
+        await api.raw("PATCH", path, body={"status": status}, content_type=MERGE_PATCH)
+    except ApiError as exc:
+        log.warning("updating the status of PodGroup %s/%s: %s", namespace, name, exc)
+        return False
+    return True

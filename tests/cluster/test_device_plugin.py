@@ -1,0 +1,137 @@
+"""Scenario: end to end from kube-scheduler to the container. kube-scheduler (with the topoalloc
+extender) places a 2-GPU pod and the allocator writes its annotation; the agent process (fixture
+mode, its node-bound ServiceAccount, device plugins on) serves the stand-in kubelet, which admits the
+pod and receives exactly the annotated GPUs. A pod bound around the scheduler without an annotation
+is refused with an Event, and a PodResources mismatch rewrites the annotation, both through the
+agent's real RBAC and admission policy."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.harness import ALLOCATED, DEVICES, ClusterEnv, allocated, gpu_minors, gpu_pod
+from tests.support.cluster_product import FIXTURES, topoalloc_argv
+from tests.support.controlplane import Process, wait_until
+from tests.support.kubelet import AdmissionError, StandInKubelet
+
+NODE = "dp-dgx"
+
+
+@pytest.fixture(scope="module")
+def node(cluster: ClusterEnv) -> Iterator[tuple[StandInKubelet, Path]]:
+    root = Path(tempfile.mkdtemp(prefix="dpc-", dir="/tmp"))  # unix socket paths must stay short
+    for name in ("nvidiactl", "nvidia-uvm"):
+        (root / "dev").mkdir(exist_ok=True)
+        (root / "dev" / name).touch()
+    kubelet = StandInKubelet(root / "dp", root / "pr.sock").start()
+    cluster.add_node(NODE, "dgx-h100", gpus=8, agent=False)
+    argv = topoalloc_argv(
+        "agent",
+        "--fixture",
+        str(FIXTURES / "dgx-h100"),
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        str(cluster.agent_identity(NODE)),
+        "--no-hotplug",
+        "--health-port",
+        "0",
+        "--resync",
+        "2",
+        "--device-plugin",
+        "--device-plugin-dir",
+        str(root / "dp"),
+        "--pod-resources-socket",
+        str(root / "pr.sock"),
+        "--cdi-root",
+        str(root / "cdi"),
+        "--dev-root",
+        str(root / "dev"),
+        "--state-dir",
+        str(root / "state"),
+        "-v",
+    )
+    agent = Process(f"agent-{NODE}", argv, cluster.workdir / f"agent-{NODE}.log").start()
+    cluster.extra.append(agent)
+    try:
+        cluster.wait_device(NODE)
+        kubelet.wait_registered(
+            ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma"], timeout=60
+        )
+        yield kubelet, root
+    finally:
+        agent.stop()
+        kubelet.stop()
+        cluster.remove_node(NODE)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_scheduled_pod_gets_exactly_its_annotated_gpus(cluster: ClusterEnv, ns: str, node) -> None:
+    kubelet, _ = node
+    cluster.create_pod(ns, gpu_pod("pair", gpus=2, node_selector={"kubernetes.io/hostname": NODE}))
+    pod = cluster.wait_bound(ns, "pair")
+    assert pod["spec"]["nodeName"] == NODE
+    minors = gpu_minors(pod)
+    assert len(minors) == 2
+    device = cluster.cp.admin.get(f"{DEVICES}/{NODE}")
+    uuid = {d["minor"]: d["id"] for d in device["spec"]["devices"] if d["type"] == "gpu"}
+
+    got = kubelet.admit(pod)["main"]["nvidia.com/gpu"]
+    assert sorted(got.ids) == sorted(uuid[m] for m in minors)
+    assert got.envs == {"NVIDIA_VISIBLE_DEVICES": ",".join(e["id"] for e in allocated(pod)["gpu"])}
+    # control devices as found under --dev-root; kubelet is told the host's /dev paths
+    order = [e["minor"] for e in allocated(pod)["gpu"]]
+    assert got.devices == [(f"/dev/nvidia{m}", f"/dev/nvidia{m}", "rw") for m in order] + [
+        ("/dev/nvidiactl", "/dev/nvidiactl", "rw"),
+        ("/dev/nvidia-uvm", "/dev/nvidia-uvm", "rw"),
+    ]
+
+
+def test_refusal_event_and_annotation_fix_through_rbac_and_policy(cluster: ClusterEnv, ns: str, node) -> None:
+    kubelet, _ = node
+    kubelet.allocations.clear()  # the earlier tests' pods are deleted: kubelet frees their devices
+    # bound around the scheduler, no annotation: refused, with an Event the agent may post
+    stray = gpu_pod("stray", gpus=1)
+    stray["spec"]["nodeName"] = NODE
+    cluster.create_pod(ns, stray)
+    pod = wait_until(lambda: cluster.pod(ns, "stray"), timeout=10, what="stray pod")
+    with pytest.raises(AdmissionError, match=f"pod {ns}/stray: no {ALLOCATED} annotation"):
+        kubelet.admit(pod)
+    event = wait_until(
+        lambda: next((e for e in cluster.events(ns) if e["reason"] == "DeviceAllocationRefused"), None),
+        timeout=20,
+        what="the refusal Event",
+    )
+    assert event["involvedObject"]["name"] == "stray" and event["type"] == "Warning"
+    cluster.delete_pods(ns)
+    wait_until(
+        lambda: not cluster.cp.admin.get(f"/api/v1/namespaces/{ns}/pods")["items"], timeout=20, what="no pods"
+    )
+
+    # a scheduled pod whose kubelet truth then differs: the agent rewrites its annotation
+    cluster.create_pod(ns, gpu_pod("one", gpus=1, node_selector={"kubernetes.io/hostname": NODE}))
+    one = cluster.wait_bound(ns, "one")
+    (minor,) = gpu_minors(one)
+    kubelet.admit(one)
+    device = cluster.cp.admin.get(f"{DEVICES}/{NODE}")
+    uuid = {d["minor"]: d["id"] for d in device["spec"]["devices"] if d["type"] == "gpu"}
+    # the next served Allocate triggers the cross-check 2 s later; meanwhile kubelet's truth for
+    # "one" changes (as if another device plugin had served it)
+    cluster.create_pod(ns, gpu_pod("two", gpus=1, node_selector={"kubernetes.io/hostname": NODE}))
+    kubelet.admit(cluster.wait_bound(ns, "two"))
+    held = {i for p in kubelet.allocations.values() for c in p.values() for i in c.get("nvidia.com/gpu", [])}
+    other = next(m for m in sorted(uuid) if uuid[m] not in held)
+    kubelet.allocations[f"{ns}/one"]["main"]["nvidia.com/gpu"] = [uuid[other]]
+    fixed = wait_until(
+        lambda: gpu_minors(p := cluster.pod(ns, "one")) == [other] and p,
+        timeout=30,
+        what="the corrected annotation",
+    )
+    assert allocated(fixed)["gpu"][0]["id"] == uuid[other]
+    assert any(e["reason"] == "DeviceAllocationMismatch" for e in cluster.events(ns))
+    assert minor != other

@@ -1,0 +1,295 @@
+"""A stand-in kubelet for tests: the device manager's side of the real v1beta1 gRPC over unix sockets.
+
+- Registration server on `<dir>/kubelet.sock`: a plugin registers, the stand-in dials its endpoint,
+  reads its options and keeps a ListAndWatch stream open (device lists with health and NUMA).
+- `admit(pod)` does what kubelet's device manager does when it admits a pod: for each regular
+  container and each resource a registered plugin serves, take the healthy devices not yet held by
+  another pod, ask GetPreferredAllocation, keep the preferred IDs that are available and fill up from
+  the rest in ID order, then call Allocate. A failed call fails the pod's admission (and releases
+  what that pod got so far), like kubelet's UnexpectedAdmissionError.
+- PodResources server (`List`, `Get`, `GetAllocatableResources`) on its own socket, answering from the
+  allocations it made.
+- `restart()`: what a kubelet restart does to plugins: the directory is emptied (plugin sockets
+  deleted), a new `kubelet.sock` is created and registrations start from nothing; allocations
+  survive (kubelet checkpoints them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2 as pb
+from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from agent.deviceplugin.proto import podresources_v1_pb2 as pr
+from agent.deviceplugin.proto import podresources_v1_pb2_grpc as pr_grpc
+from apis.quantity import Quantity
+
+
+class AdmissionError(Exception):
+    pass
+
+
+@dataclass
+class Granted:
+    """One container's Allocate answer for one resource, as plain data."""
+
+    ids: list[str]
+    envs: dict[str, str]
+    devices: list[tuple[str, str, str]]  # (container path, host path, permissions)
+    cdi: list[str]
+
+
+@dataclass
+class _Plugin:
+    resource: str
+    endpoint: str
+    channel: grpc.Channel
+    stub: pb_grpc.DevicePluginStub
+    preferred: bool
+    devices: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (health, numa or -1)
+    lists: int = 0  # ListAndWatch messages received
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+
+class StandInKubelet:
+    def __init__(self, plugin_dir: Path, pod_resources_socket: Path) -> None:
+        self.dir = plugin_dir
+        self.pr_socket = pod_resources_socket
+        self.plugins: dict[str, _Plugin] = {}
+        self.registrations: list[tuple[str, str, str]] = []  # (version, endpoint, resource)
+        # namespace/name -> container -> resource -> ids
+        self.allocations: dict[str, dict[str, dict[str, list[str]]]] = {}
+        self._lock = threading.Lock()
+        self._registered = threading.Condition(self._lock)
+        self._reg_server: grpc.Server | None = None
+        self._pr_server: grpc.Server | None = None
+        self.calls: list[tuple[str, str]] = []  # (rpc, resource)
+        self.latencies: dict[str, list[float]] = {"GetPreferredAllocation": [], "Allocate": []}  # seconds
+
+    # -- servers ----------------------------------------------------------------------------
+    def start(self) -> StandInKubelet:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._start_registration()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pr_grpc.add_PodResourcesListerServicer_to_server(_PodResources(self), server)
+        server.add_insecure_port(f"unix://{self.pr_socket}")
+        server.start()
+        self._pr_server = server
+        return self
+
+    def _start_registration(self) -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        server.add_insecure_port(f"unix://{self.dir / 'kubelet.sock'}")
+        server.start()
+        self._reg_server = server
+
+    def _drop_plugins(self) -> None:
+        with self._lock:
+            plugins, self.plugins = list(self.plugins.values()), {}
+        for plugin in plugins:
+            plugin.channel.close()
+
+    def restart(self) -> None:
+        """Stop, empty the plugin directory (as kubelet's device manager does on start), start again."""
+        if self._reg_server is not None:
+            self._reg_server.stop(0).wait()
+        self._drop_plugins()
+        for entry in self.dir.iterdir():
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        self._start_registration()
+
+    def stop(self) -> None:
+        for server in (self._reg_server, self._pr_server):
+            if server is not None:
+                server.stop(0).wait()
+        self._drop_plugins()
+
+    # -- registration -----------------------------------------------------------------------
+    def _register(self, request: pb.RegisterRequest) -> None:
+        channel = grpc.insecure_channel(f"unix://{self.dir / request.endpoint}")
+        stub = pb_grpc.DevicePluginStub(channel)
+        options = stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
+        plugin = _Plugin(
+            request.resource_name, request.endpoint, channel, stub, options.get_preferred_allocation_available
+        )
+        stream = stub.ListAndWatch(pb.Empty())
+        threading.Thread(target=self._watch, args=(plugin, stream), daemon=True).start()
+        with self._registered:
+            old = self.plugins.get(request.resource_name)
+            self.plugins[request.resource_name] = plugin
+            self.registrations.append((request.version, request.endpoint, request.resource_name))
+            self._registered.notify_all()
+        if old is not None:
+            old.channel.close()
+
+    def _watch(self, plugin: _Plugin, stream: Any) -> None:
+        with contextlib.suppress(grpc.RpcError, ValueError):
+            for reply in stream:
+                with plugin.changed:
+                    plugin.devices = {
+                        d.ID: (d.health, d.topology.nodes[0].ID if d.topology.nodes else -1)
+                        for d in reply.devices
+                    }
+                    plugin.lists += 1
+                    plugin.changed.notify_all()
+
+    def wait_registered(self, resources: list[str], timeout: float = 10.0, *, count: int = 1) -> None:
+        """Wait until each resource has registered (`count` times in all) and sent a device list."""
+
+        def ready() -> bool:
+            done = [r for _, _, r in self.registrations]
+            return all(done.count(r) >= count and r in self.plugins for r in resources)
+
+        with self._registered:
+            if not self._registered.wait_for(ready, timeout):
+                raise TimeoutError(f"not registered: {resources}; got {self.registrations}")
+        for r in resources:
+            self.wait_devices(r, lambda devs: bool(devs), timeout)
+
+    def wait_devices(
+        self, resource: str, predicate: Any, timeout: float = 10.0
+    ) -> dict[str, tuple[str, int]]:
+        plugin = self.plugins[resource]
+        with plugin.changed:
+            if not plugin.changed.wait_for(lambda: predicate(plugin.devices), timeout):
+                raise TimeoutError(
+                    f"{resource}: device list never matched; last {len(plugin.devices)} devices"
+                )
+            return dict(plugin.devices)
+
+    # -- admission --------------------------------------------------------------------------
+    def _held(self, resource: str) -> set[str]:
+        return {i for pod in self.allocations.values() for c in pod.values() for i in c.get(resource, [])}
+
+    def admit(self, pod: dict[str, Any]) -> dict[str, dict[str, Granted]]:
+        """Admit a pod: container -> resource -> what the plugin granted. Raises AdmissionError."""
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        out: dict[str, dict[str, Granted]] = {}
+        try:
+            for container in pod["spec"]["containers"]:
+                requests = (container.get("resources") or {}).get("limits") or {}
+                for resource, quantity in requests.items():
+                    plugin = self.plugins.get(resource)
+                    if plugin is None:
+                        continue
+                    n = Quantity.parse(quantity, resource).value()
+                    granted = self._allocate(plugin, n)
+                    self.allocations.setdefault(key, {}).setdefault(container["name"], {})[resource] = (
+                        granted.ids
+                    )
+                    out.setdefault(container["name"], {})[resource] = granted
+        except AdmissionError:
+            self.allocations.pop(key, None)
+            raise
+        return out
+
+    def _allocate(self, plugin: _Plugin, n: int) -> Granted:
+        held = self._held(plugin.resource)
+        available = sorted(i for i, (h, _) in plugin.devices.items() if h == "Healthy" and i not in held)
+        if len(available) < n:
+            raise AdmissionError(f"insufficient {plugin.resource}: want {n}, {len(available)} available")
+        chosen: list[str] = []
+        if plugin.preferred:
+            self.calls.append(("GetPreferredAllocation", plugin.resource))
+            started = time.perf_counter()
+            reply = plugin.stub.GetPreferredAllocation(
+                pb.PreferredAllocationRequest(
+                    container_requests=[
+                        pb.ContainerPreferredAllocationRequest(
+                            available_deviceIDs=available, allocation_size=n
+                        )
+                    ]
+                ),
+                timeout=10,
+            )
+            self.latencies["GetPreferredAllocation"].append(time.perf_counter() - started)
+            chosen = [i for i in reply.container_responses[0].deviceIDs if i in available][:n]
+        chosen += [i for i in available if i not in chosen][: n - len(chosen)]
+        self.calls.append(("Allocate", plugin.resource))
+        started = time.perf_counter()
+        try:
+            reply = plugin.stub.Allocate(
+                pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=chosen)]),
+                timeout=10,
+            )
+        except grpc.RpcError as exc:
+            raise AdmissionError(f"Allocate failed due to {exc.details()}, which is unexpected") from None
+        self.latencies["Allocate"].append(time.perf_counter() - started)
+        c = reply.container_responses[0]
+        return Granted(
+            chosen,
+            dict(c.envs),
+            [(d.container_path, d.host_path, d.permissions) for d in c.devices],
+            [d.name for d in c.cdi_devices],
+        )
+
+    def release(self, namespace: str, name: str) -> None:
+        self.allocations.pop(f"{namespace}/{name}", None)
+
+
+class _Registration(pb_grpc.RegistrationServicer):
+    def __init__(self, kubelet: StandInKubelet) -> None:
+        self.kubelet = kubelet
+
+    def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
+        if request.version != "v1beta1":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}")
+        if not (self.kubelet.dir / request.endpoint).exists():
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"no socket {request.endpoint}: serve before registering"
+            )
+        self.kubelet._register(request)
+        return pb.Empty()
+
+
+class _PodResources(pr_grpc.PodResourcesListerServicer):
+    def __init__(self, kubelet: StandInKubelet) -> None:
+        self.kubelet = kubelet
+
+    def _pod(self, key: str) -> pr.PodResources:
+        namespace, name = key.split("/", 1)
+        containers = [
+            pr.ContainerResources(
+                name=cname,
+                devices=[pr.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in res.items()],
+            )
+            for cname, res in self.kubelet.allocations[key].items()
+        ]
+        return pr.PodResources(name=name, namespace=namespace, containers=containers)
+
+    def List(self, request: pr.ListPodResourcesRequest, context: Any) -> pr.ListPodResourcesResponse:
+        return pr.ListPodResourcesResponse(
+            pod_resources=[self._pod(k) for k in list(self.kubelet.allocations)]
+        )
+
+    def Get(self, request: pr.GetPodResourcesRequest, context: Any) -> pr.GetPodResourcesResponse:
+        key = f"{request.pod_namespace}/{request.pod_name}"
+        if key not in self.kubelet.allocations:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"pod {key} not found")
+        return pr.GetPodResourcesResponse(pod_resources=self._pod(key))
+
+    def GetAllocatableResources(
+        self, request: pr.AllocatableResourcesRequest, context: Any
+    ) -> pr.AllocatableResourcesResponse:
+        return pr.AllocatableResourcesResponse(
+            devices=[
+                pr.ContainerDevices(resource_name=r, device_ids=sorted(p.devices))
+                for r, p in self.kubelet.plugins.items()
+            ]
+        )
+
+
+def socket_inode(path: Path) -> int:
+    return os.stat(path).st_ino

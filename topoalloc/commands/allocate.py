@@ -1,0 +1,205 @@
+"""`topoalloc allocate`: run the allocator core on files, without a cluster.
+
+Exit status: 0 and the `device-allocated` annotation on stdout when the pod fits; 1 and the reason
+on stdout when it does not; 2 when an input cannot be read or decoded. `--explain` writes the
+candidate devices, their scores and the allocator's choices to stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from allocator.core.devices.allocate import Allocation
+from allocator.core.devices.allocate import allocate as allocate_devices
+from allocator.core.node.inventory import build_inventory
+from allocator.core.node.state import NodeState, fits_free, node_facts
+from allocator.core.reasons import Rejection
+from allocator.core.request.parse import pod_request
+from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.usage import pod_usage
+from allocator.core.scoring.device import STRATEGIES, DeviceScoring
+from apis.errors import CodecError
+from apis.quantity import Format, Quantity
+
+EXIT_FITS, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class BadInput(Exception):
+    pass
+
+
+def _load(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BadInput(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{what} {path} is not valid YAML or JSON: {exc}") from None
+    if len(docs) == 1:
+        return docs[0]
+    return {"kind": "List", "items": docs}
+
+
+def _object(value: Any, path: Path, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadInput(f"{what} {path} must hold one object, not {type(value).__name__}")
+    return value
+
+
+def _pods(value: Any, path: Path) -> list[dict[str, Any]]:
+    items = value.get("items") if isinstance(value, dict) and "items" in value else value
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list) or not all(isinstance(p, dict) for p in items):
+        raise BadInput(f"assigned pods {path} must be a List of Pods")
+    return items
+
+
+def build_state(
+    device: dict[str, Any], node: dict[str, Any] | None, assigned: list[dict[str, Any]]
+) -> tuple[NodeState, list[str]]:
+    """The node's state from the files; warnings for assigned pods whose annotation is unusable."""
+    try:
+        labels = None
+        name, allocatable = "", {}
+        if node is not None:
+            name, labels, allocatable = node_facts(node)
+        inv = build_inventory(device, labels)
+    except CodecError as exc:
+        raise BadInput(str(exc)) from None
+    if labels is None:
+        labels = dict(inv.labels)  # the slo-controller copies the Device's labels to the Node
+    state = NodeState(name or inv.name, inv, labels, allocatable)
+    warnings = list(inv.warnings)
+    for pod in assigned:
+        usage = pod_usage(pod)
+        if usage.error:
+            warnings.append(f"assigned pod {usage.key}: {usage.error}; counted without devices")
+        state.add_usage(usage)
+    return state, warnings
+
+
+@click.command("allocate")
+@click.option(
+    "--device", "device_path", type=click.Path(path_type=Path), required=True, help="Device CR (YAML/JSON)."
+)
+@click.option("--pod", "pod_path", type=click.Path(path_type=Path), required=True, help="The Pod to place.")
+@click.option(
+    "--assigned",
+    "assigned_path",
+    type=click.Path(path_type=Path),
+    help="List of Pods already bound to the node; their device-allocated annotations count as used.",
+)
+@click.option(
+    "--node",
+    "node_path",
+    type=click.Path(path_type=Path),
+    help="The Node (labels, allocatable). Without it the Device's labels stand in for the Node's.",
+)
+@click.option(
+    "--device-scoring",
+    type=click.Choice(STRATEGIES),
+    default="LeastAllocated",
+    show_default=True,
+    help="Device-level strategy (DeviceShareArgs.scoringStrategy.type).",
+)
+@click.option("--explain", is_flag=True, help="Show the candidates, their scores and the choices on stderr.")
+@click.pass_context
+def allocate(
+    ctx: click.Context,
+    device_path: Path,
+    pod_path: Path,
+    assigned_path: Path | None,
+    node_path: Path | None,
+    device_scoring: str,
+    explain: bool,
+) -> None:
+    """Choose the GPUs and RDMA VFs for POD on the node of DEVICE, Koordinator-compatible.
+
+    Prints the scheduling.koordinator.sh/device-allocated annotation and exits 0, or prints why
+    the pod does not fit and exits 1; exits 2 when an input cannot be read.
+    """
+    try:
+        device = _object(_load(device_path, "device"), device_path, "device")
+        pod = _object(_load(pod_path, "pod"), pod_path, "pod")
+        node = _object(_load(node_path, "node"), node_path, "node") if node_path else None
+        assigned = _pods(_load(assigned_path, "assigned pods"), assigned_path) if assigned_path else []
+        state, warnings = build_state(device, node, assigned)
+    except BadInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(EXIT_BAD_INPUT)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    req = pod_request(pod)
+    scoring = DeviceScoring(device_scoring)
+    notes: list[str] = []
+    result = allocate_devices(state, req, scoring=scoring, explain=notes)
+    if explain:
+        for line in explanation(state, req, scoring, result, notes):
+            click.echo(line, err=True)
+    if isinstance(result, Rejection):
+        click.echo(result.message)
+        ctx.exit(EXIT_REJECTED)
+    click.echo(result.to_json())
+
+
+def explanation(
+    state: NodeState,
+    req: PodRequest,
+    scoring: DeviceScoring,
+    result: Allocation | Rejection,
+    notes: list[str],
+) -> list[str]:
+    """Human lines: the request, every candidate device with its fit and score, then the choices."""
+    lines = [
+        f"node {state.name}: {state.healthy_gpu_count} healthy GPUs, {state.whole_gpus_free} whole GPUs free"
+    ]
+    if req.invalid is not None:
+        return [*lines, f"request invalid: {req.invalid.message}"]
+    if not req.devices:
+        return [*lines, "request: no devices"]
+    for dtype, resources in req.devices:
+        if dtype == "gpu" and req.gpu is not None:
+            g = req.gpu
+            per = g.per_gpu
+            lines.append(f"request gpu: {g.count} x {_res(dict(per))}{' (shared)' if g.shared else ''}")
+        else:
+            per = resources
+            lines.append(f"request {dtype}: {_res(dict(per))}")
+        inv = state.inventory
+        if inv is None:
+            continue
+        for slot in inv.slots(dtype):
+            free = state.free.get(dtype, {}).get(slot.minor, {})
+            ok = bool(slot.total) and any(free.values()) and fits_free(per, free)
+            score = scoring.score_device(dict(per), slot.total, free)
+            where = f"NUMA {slot.numa}, PCIe {slot.pcie_scope or '-'}"
+            if slot.nvlink_domain:
+                where += f", NVLink {slot.nvlink_domain}"
+            vfs = f", {state.free_vfs(dtype, slot.minor)} free VFs" if slot.vf_groups else ""
+            health = "" if slot.health else " unhealthy"
+            verdict = "fits" if ok else "does not fit"
+            lines.append(
+                f"  {dtype} {slot.minor}{health}: free {_res(free)}{vfs} ({where}); {verdict}, score {score}"
+            )
+    lines.extend(f"choice: {n}" for n in notes)
+    if isinstance(result, Rejection):
+        lines.append(f"rejected: {result.message} [{result.code}]")
+    else:
+        lines.append(f"allocated via {result.gpu_path or 'per-device selection'}")
+    return lines
+
+
+def _res(res: dict[str, int]) -> str:
+    parts = []
+    for name, value in sorted(res.items()):
+        short = name.rsplit("/", 1)[-1]
+        text = str(Quantity.of(value, Format.BINARY_SI)) if short == "gpu-memory" else str(value)
+        parts.append(f"{short}={text}")
+    return ", ".join(parts) or "-"

@@ -1,0 +1,191 @@
+"""`topoalloc allocator`: run the scheduler-extender service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from allocator.service.config import ServiceConfig
+
+
+def _weights(values: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in values:
+        name, sep, weight = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name.strip()] = float(weight)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected NAME=WEIGHT", param_hint="--weight") from None
+    return out
+
+
+@click.command("allocator")
+@click.option(
+    "-c",
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="YAML/JSON settings file; flags given on the command line override it.",
+)
+@click.option(
+    "--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: ~/.kube/config)."
+)
+@click.option("--context", help="kubeconfig context.")
+@click.option("--in-cluster/--no-in-cluster", default=None, help="Use the pod's service account.")
+@click.option("--api-server", "api_host", help="Plain API server URL without credentials (testing only).")
+@click.option("--host", help="Extender listen address.  [default: 0.0.0.0]")
+@click.option("--port", type=click.IntRange(0, 65535), help="Extender HTTPS port.  [default: 8443]")
+@click.option("--health-host", help="Health/metrics listen address.  [default: 0.0.0.0]")
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    help="Plain-HTTP port of /healthz, /readyz, /metrics.  [default: 8080]",
+)
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="Server certificate (PEM).")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="Server private key (PEM).")
+@click.option(
+    "--client-ca", type=click.Path(dir_okay=False), help="CA bundle that client certificates must chain to."
+)
+@click.option(
+    "--tls-reload-interval", type=click.FloatRange(0.05), help="Seconds between certificate file checks."
+)
+@click.option(
+    "--allow-client",
+    "allowed_clients",
+    multiple=True,
+    help="Allowed client: CN or SAN value, or CN=…, O=…, DNS:…, URI:…, IP:… (repeatable). "
+    "Default: any certificate the CA signed.",
+)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    "leader_enabled",
+    default=None,
+    help="Lease-based leader election (on by default).",
+)
+@click.option("--lease-name", "leader_lease_name")
+@click.option("--lease-namespace", "leader_namespace")
+@click.option("--identity", "leader_identity", help="Leader election identity (default: the pod name).")
+@click.option("--lease-duration", "leader_lease_duration", type=click.FloatRange(0, min_open=True))
+@click.option("--renew-deadline", "leader_renew_deadline", type=click.FloatRange(0, min_open=True))
+@click.option("--retry-period", "leader_retry_period", type=click.FloatRange(0, min_open=True))
+@click.option(
+    "--bind-deadline",
+    type=click.FloatRange(0, min_open=True),
+    help="Abandon a bind not bound by then (keep below kube-scheduler's httpTimeout).",
+)
+@click.option(
+    "--reservation-ttl",
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds a reservation waits for its pod to show up bound.",
+)
+@click.option("--events/--no-events", default=None, help="Write pod Events on allocation failures.")
+@click.option(
+    "--scoring",
+    "scoring_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="YAML file with the allocator core's ScoringConfig.",
+)
+@click.option(
+    "--weight",
+    "weights",
+    multiple=True,
+    metavar="NAME=W",
+    help="Scorer weight, e.g. --weight topology=2 (repeatable; overrides --scoring).",
+)
+@click.option(
+    "--gang/--no-gang",
+    "gang_enabled",
+    default=None,
+    help="Gang scheduling: admission webhook, gang controller (on by default; docs/gang.md).",
+)
+@click.option("--webhook-host", "gang_webhook_host", help="Admission webhook listen address.")
+@click.option(
+    "--webhook-port",
+    "gang_webhook_port",
+    type=click.IntRange(0, 65535),
+    help="Admission webhook HTTPS port.  [default: 9443]",
+)
+@click.option(
+    "--topology-key",
+    "topology_keys",
+    multiple=True,
+    help="Node label naming a topology domain, narrowest first (repeatable; replaces the defaults).",
+)
+@click.option("-v", "--verbose", count=True, help="-v info, -vv debug.")
+def allocator(
+    config_file: Path | None,
+    scoring_file: Path | None,
+    weights: tuple[str, ...],
+    verbose: int,
+    api_host: str | None,
+    allowed_clients: tuple[str, ...],
+    leader_enabled: bool | None,
+    topology_keys: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    """Run the allocator: kube-scheduler's filter/prioritize/bind extender over mutual TLS."""
+    logging.basicConfig(
+        level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = ServiceConfig.load(config_file) if config_file else ServiceConfig()
+        cfg = cfg.updated(**flags, leader_enabled=leader_enabled)
+    except (ValueError, TypeError, OSError) as exc:
+        raise click.UsageError(str(exc)) from None
+    if allowed_clients:
+        cfg.allowed_clients = list(allowed_clients)
+    if topology_keys:
+        cfg.gang.topology_keys = list(topology_keys)
+    scoring = dict(cfg.scoring)
+    if scoring_file:
+        import yaml
+
+        loaded = yaml.safe_load(scoring_file.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise click.UsageError(f"{scoring_file}: expected a mapping")
+        scoring.update(loaded)
+    if weights:
+        scoring.setdefault("weights", {}).update(_weights(weights))
+    cfg.scoring = scoring
+    from allocator.service.coreadapter import CoreAdapter
+
+    try:
+        CoreAdapter.check_scoring(scoring)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise click.UsageError(f"scoring: {exc}") from None
+    asyncio.run(serve(cfg, api_host=api_host))
+
+
+async def serve(cfg: ServiceConfig, *, api_host: str | None = None) -> None:
+    from allocator.assembly import build_allocator
+    from allocator.service.kube import KubeApi
+
+    api = await KubeApi.connect(
+        host=api_host,
+        kubeconfig=cfg.kubeconfig,
+        context=cfg.context,
+        in_cluster=cfg.in_cluster,
+        timeout=cfg.api_timeout,
+    )
+    service = build_allocator(cfg, api)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        await stop.wait()
+        logging.getLogger(__name__).warning("shutting down")
+    finally:
+        await service.stop()
+        await api.close()

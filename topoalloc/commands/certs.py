@@ -1,0 +1,142 @@
+"""`topoalloc certs`: mint the extender's PKI (CA, allocator server cert, scheduler client cert)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import click
+import yaml
+
+from allocator.service import certs as pki
+from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
+from allocator.service.gang_settings import WEBHOOK_SERVICE
+
+SERVER_SECRET = "topoalloc-allocator-tls"
+CLIENT_SECRET = "topoalloc-scheduler-client"
+
+
+def _secret(name: str, namespace: str, files: dict[str, bytes]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "topoalloc"},
+        },
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode() for k, v in files.items()},
+    }
+
+
+@click.command("certs")
+@click.option(
+    "--out-dir",
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("certs"),
+    show_default=True,
+    help="Where to write the PEM files.",
+)
+@click.option("--service", default=DEFAULT_SERVICE, show_default=True, help="The allocator's Service name.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="The allocator's namespace.")
+@click.option("--cluster-domain", default="cluster.local", show_default=True)
+@click.option("--dns", "extra_dns", multiple=True, help="Extra DNS SAN for the server cert (repeatable).")
+@click.option("--ip", "ips", multiple=True, help="IP SAN for the server cert (repeatable), e.g. 127.0.0.1.")
+@click.option(
+    "--client-cn",
+    default=pki.SCHEDULER_CLIENT_CN,
+    show_default=True,
+    help="Common name of the scheduler's client certificate (put it in --allow-client).",
+)
+@click.option("--client-org", default=pki.SCHEDULER_CLIENT_ORG, show_default=True)
+@click.option("--days", type=click.IntRange(1), default=365, show_default=True, help="Leaf validity.")
+@click.option("--ca-days", type=click.IntRange(1), default=3650, show_default=True)
+@click.option(
+    "--ca-cert",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Reuse this CA (with --ca-key) instead of creating one, e.g. to rotate leaves.",
+)
+@click.option("--ca-key", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--scheduler-namespace",
+    default=DEFAULT_NAMESPACE,
+    show_default=True,
+    help="Namespace of the scheduler's client Secret in --secrets-yaml (the secondary scheduler's).",
+)
+@click.option(
+    "--secrets-yaml",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write both Secrets as a manifest for `kubectl apply -f`.",
+)
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+def certs(
+    out_dir: Path,
+    service: str,
+    namespace: str,
+    cluster_domain: str,
+    extra_dns: tuple[str, ...],
+    ips: tuple[str, ...],
+    client_cn: str,
+    client_org: str,
+    days: int,
+    ca_days: int,
+    ca_cert: Path | None,
+    ca_key: Path | None,
+    scheduler_namespace: str,
+    secrets_yaml: Path | None,
+    force: bool,
+) -> None:
+    """Generate the CA, the allocator's server certificate (SANs for the Service DNS names) and
+    kube-scheduler's client certificate.
+
+    \b
+    Files: ca.crt ca.key  tls.crt tls.key (server)  client.crt client.key (scheduler)
+    """
+    if (ca_cert is None) != (ca_key is None):
+        raise click.UsageError("--ca-cert and --ca-key go together")
+    names = ["tls.crt", "tls.key", "client.crt", "client.key"] + ([] if ca_cert else ["ca.crt", "ca.key"])
+    clash = [n for n in names if (out_dir / n).exists()]
+    if clash and not force:
+        raise click.ClickException(f"{out_dir}: {', '.join(clash)} already exist (use --force)")
+    ca = pki.Issued.load(ca_cert, ca_key) if ca_cert and ca_key else pki.make_ca(days=ca_days)
+    if not ca_cert:
+        ca.write(out_dir / "ca.crt", out_dir / "ca.key")
+    # The same certificate serves the gang admission webhook behind its own Service.
+    webhook_dns = pki.service_dns_names(WEBHOOK_SERVICE, namespace, cluster_domain)
+    extra_dns = (*webhook_dns, *extra_dns)
+    server = pki.server_cert(
+        ca,
+        service,
+        namespace,
+        cluster_domain=cluster_domain,
+        extra_dns=extra_dns,
+        ip_addresses=ips,
+        days=days,
+    )
+    server.write(out_dir / "tls.crt", out_dir / "tls.key")
+    client = pki.scheduler_client_cert(ca, common_name=client_cn, organization=client_org or None, days=days)
+    client.write(out_dir / "client.crt", out_dir / "client.key")
+    if secrets_yaml:
+        docs = [
+            _secret(
+                SERVER_SECRET,
+                namespace,
+                {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem},
+            ),
+            _secret(
+                CLIENT_SECRET,
+                scheduler_namespace,
+                {"tls.crt": client.cert_pem, "tls.key": client.key_pem, "ca.crt": ca.cert_pem},
+            ),
+        ]
+        secrets_yaml.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        secrets_yaml.chmod(0o600)
+    sans = ", ".join(pki.service_dns_names(service, namespace, cluster_domain) + list(extra_dns) + list(ips))
+    click.echo(f"CA          {out_dir / 'ca.crt'}{' (reused)' if ca_cert else ''}")
+    click.echo(f"server      {out_dir / 'tls.crt'}  SANs: {sans}")
+    click.echo(f"scheduler   {out_dir / 'client.crt'}  subject: O={client_org}, CN={client_cn}")
+    if secrets_yaml:
+        where = f"{namespace}/{SERVER_SECRET}, {scheduler_namespace}/{CLIENT_SECRET}"
+        click.echo(f"secrets     {secrets_yaml}  ({where})")
