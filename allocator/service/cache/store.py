@@ -93,12 +93,14 @@ class ClusterCache:
 
     # == Sink (fed by the reflectors) ==============================================================
 
-    def replace(self, kind: Kind, items: list[JSON]) -> None:
-        fresh = {self._key_of(kind, obj): obj for obj in items}
+    def replace(self, kind: Kind, items: Iterable[JSON]) -> None:
+        """Iterates `items` twice (keys first, for the deletions), so a LIST kept as page text
+        (kube.ListPages) is decoded a page at a time instead of held as dicts all at once."""
+        fresh = {self._key_of(kind, obj) for obj in items}
         current = self._store(kind)
         for key in [k for k in current if k not in fresh]:
             self._delete(kind, key)
-        for obj in fresh.values():
+        for obj in items:
             self._upsert(kind, obj)
 
     def apply(self, kind: Kind, event_type: str, obj: JSON) -> None:
