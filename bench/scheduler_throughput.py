@@ -60,6 +60,7 @@ from tests.support.controlplane import (  # noqa: E402
 from tests.support.machines import machine_device  # noqa: E402
 
 DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 CAPACITY = {"cpu": "224", "memory": "2015Gi", "pods": "250", "nvidia.com/gpu": "8"}
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -138,6 +139,13 @@ def delete_pods(cp: ControlPlane, namespace: str) -> None:
         timeout=300,
         what=f"pods of {namespace} deleted",
     )
+
+
+def annotated(cp: ControlPlane, namespace: str) -> float:
+    """How many bound pods of `namespace` carry the device-allocated annotation."""
+    pods = cp.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    bound = [p for p in pods if p["spec"].get("nodeName")]
+    return float(sum(1 for p in bound if ALLOCATED in (p["metadata"].get("annotations") or {})))
 
 
 class BindWatch:
@@ -236,7 +244,11 @@ def one_run(
         "pods_per_s": (len(times) - 1) / span if span > 0 else float("nan"),
         "alloc_cpu_s": cpu1 - cpu0,
         "alloc_rss_mib": rss_mib(allocator_pid),
+        "annotated": annotated(cp, namespace),
     }
+    if config.get("extenders") and result["annotated"] != pods:
+        # The allocator's bind writes device-allocated within the binding: every pod must have it.
+        raise RuntimeError(f"{pods - result['annotated']:.0f} pods bound without {ALLOCATED}")
     delete_pods(cp, namespace)
     return result
 
@@ -295,12 +307,16 @@ def burst(cp: ControlPlane, replica: AllocatorReplica, config: dict[str, Any], p
     }
 
 
-def failover(cp: ControlPlane, certs: Path, workdir: Path, first: AllocatorReplica) -> dict[str, float]:
-    """Takeover times with the production Lease settings (15 s lease, 10 s renew, 2 s retry)."""
+def failover(
+    cp: ControlPlane, certs: Path, workdir: Path, replicas: list[AllocatorReplica]
+) -> dict[str, float]:
+    """Takeover times with the production Lease settings (15 s lease, 10 s renew, 2 s retry).
+    The standbys go into `replicas`, which the caller stops."""
     out: dict[str, float] = {}
-    leader = first
+    leader = replicas[0]
     for how, stop in (("SIGKILL", lambda r: r.process.kill()), ("SIGTERM", lambda r: r.process.stop())):
         standby = start_replica(cp, certs, workdir, f"standby-{how.lower()}")
+        replicas.append(standby)
         wait_until(lambda r=standby: r.health("/syncz")[0] == 200, timeout=300, what="standby synced")
         t0 = time.monotonic()
         stop(leader)
@@ -410,7 +426,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                     f"{b['bind_p50_ms']:.1f} ms, p99 {b['bind_p99_ms']:.1f} ms (load {load_average()})"
                 )
             if args.failover:
-                f = failover(cp, certs, workdir, replica)
+                f = failover(cp, certs, workdir, replicas)
                 print(
                     f"failover (15 s lease): leader killed {f['failover_SIGKILL_s']:.1f} s, "
                     f"leader stopped {f['failover_SIGTERM_s']:.2f} s"
