@@ -6,14 +6,16 @@ its sample of `percentageOfNodesToScore` (default: 420 of 1,000 nodes, 500 of 5,
 `--names all` sends every node instead (the worst case, `percentageOfNodesToScore: 100`).
 
 For each cluster size the script seeds the fake API server (tests/support/fakeapi, in its own process)
-with Nodes, Device CRs (half DGX H100, half 8x L40S) and bound pods holding random load, starts
+with Nodes, Device CRs (half DGX H100, half 8x L40S; `--mix` picks other kinds, e.g. `dgx1-v100`,
+where GPU sets are chosen by interconnect) and bound pods holding random load, starts
 `topoalloc allocator` in its own process against it, waits until /readyz, then plays kube-scheduler
 for a stream of pods of mixed shapes: filter with the sample's node names, prioritize with the
 nodes that passed, and bind to the best one,
 so every cycle changes one node as in a live cluster. Latency is measured at the client, from
 sending the request to having read the reply.
 
-Run: `.venv/bin/python bench/extender.py [--nodes 1000 5000 10000] [--pods 1000] [--names all]`.
+Run: `.venv/bin/python bench/extender.py [--nodes 1000 5000 10000] [--pods 1000] [--names all]
+[--mix dgx-h100,l40s]`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ from tests.support.machines import machine_device  # noqa: E402
 MACHINES = {
     "dgx-h100": {"cpu": "224", "memory": "2015Gi", "pods": "250", "nvidia.com/gpu": "8"},
     "l40s": {"cpu": "128", "memory": "1007Gi", "pods": "250", "nvidia.com/gpu": "8"},
+    "dgx1-v100": {"cpu": "80", "memory": "512G", "pods": "250", "nvidia.com/gpu": "8"},
 }
+DEFAULT_MIX = ("dgx-h100", "l40s")
 SHAPES: list[tuple[str, dict[str, str], dict[str, str]]] = [
     ("1 GPU", {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"}, {}),
     ("2 GPUs", {"nvidia.com/gpu": "2", "cpu": "16", "memory": "128Gi"}, {}),
@@ -83,14 +87,17 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def seed(fake: FakeApiServer, nodes: int, rng: random.Random) -> list[str]:
-    """Nodes, Devices and bound pods with random load, allocated by the real core."""
+def seed(
+    fake: FakeApiServer, nodes: int, rng: random.Random, mix: tuple[str, ...] = DEFAULT_MIX
+) -> list[str]:
+    """Nodes (the machine kinds of `mix` in turn), Devices and bound pods with random load,
+    allocated by the real core."""
     fake.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
     core = CoreAdapter()
     names = []
     for i in range(nodes):
-        kind = "dgx-h100" if i % 2 == 0 else "l40s"
-        name = f"{kind}-{i:05d}"
+        kind = mix[i % len(mix)]
+        name = f"{kind}-{i:05d}"  # as names_of() spells it
         device = machine_device(kind, name)
         node = {
             "apiVersion": "v1",
@@ -181,8 +188,8 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def names_of(nodes: int) -> list[str]:
-    return [f"{'dgx-h100' if i % 2 == 0 else 'l40s'}-{i:05d}" for i in range(nodes)]
+def names_of(nodes: int, mix: tuple[str, ...] = DEFAULT_MIX) -> list[str]:
+    return [f"{mix[i % len(mix)]}-{i:05d}" for i in range(nodes)]
 
 
 def sample_size(nodes: int) -> int:
@@ -297,23 +304,25 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def serve_fake(nodes: int, seed_value: int, conn: Any) -> None:
+def serve_fake(nodes: int, seed_value: int, conn: Any, mix: tuple[str, ...] = DEFAULT_MIX) -> None:
     """The fake API server in its own process, so its work does not share the client's GIL."""
 
     async def serve() -> None:
         async with FakeApiServer(default_watch_timeout=1800.0, history_limit=200_000) as fake:
             start = time.perf_counter()
-            seed(fake, nodes, random.Random(seed_value))
+            seed(fake, nodes, random.Random(seed_value), mix)
             conn.send((fake.url, time.perf_counter() - start))
             await asyncio.Event().wait()
 
     asyncio.run(serve())
 
 
-async def run(nodes: int, pods: int, seed_value: int, mode: str) -> list[tuple[Any, ...]]:
+async def run(
+    nodes: int, pods: int, seed_value: int, mix: tuple[str, ...] = DEFAULT_MIX, mode: str = "scheduler"
+) -> list[tuple[Any, ...]]:
     rng = random.Random(seed_value)
     parent, child = multiprocessing.Pipe()
-    fake_proc = multiprocessing.Process(target=serve_fake, args=(nodes, seed_value, child), daemon=True)
+    fake_proc = multiprocessing.Process(target=serve_fake, args=(nodes, seed_value, child, mix), daemon=True)
     fake_proc.start()
     try:
         url, seeded = parent.recv()
@@ -326,7 +335,7 @@ async def run(nodes: int, pods: int, seed_value: int, mode: str) -> list[tuple[A
                     f"{nodes} nodes: seeded in {seeded:.1f} s, allocator ready in {synced:.1f} s", flush=True
                 )
                 # Warm-up: the first pod of each shape fills the core's per-node caches.
-                sample = NodeSample(names_of(nodes), mode)
+                sample = NodeSample(names_of(nodes, mix), mode)
                 await play_scheduler(url, port, ctx, sample, len(SHAPES) * 2, rng, "warm")
                 start = time.perf_counter()
                 timings = await play_scheduler(url, port, ctx, sample, pods, rng, "p")
@@ -362,11 +371,19 @@ def main(argv: list[str] | None = None) -> int:
         default="scheduler",
         help="node names per filter call: kube-scheduler's default sample, or every node (worst case)",
     )
+    parser.add_argument(
+        "--mix",
+        default=",".join(DEFAULT_MIX),
+        help=f"machine kinds in turn, from {', '.join(MACHINES)} (dgx1-v100: sets chosen by interconnect)",
+    )
     args = parser.parse_args(argv)
+    mix = tuple(k.strip() for k in args.mix.split(",") if k.strip())
+    if not mix or any(k not in MACHINES for k in mix):
+        parser.error(f"--mix: expected kinds from {', '.join(MACHINES)}")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     rows = []
     for n in args.nodes:
-        rows.extend(asyncio.run(run(n, args.pods, args.seed, args.names)))
+        rows.extend(asyncio.run(run(n, args.pods, args.seed, mix, args.names)))
     print()
     print(f"{'nodes':>6}  {'call':<26} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'calls/s':>8}")
     for nodes, verb, count, p50, p99, worst, rate in rows:

@@ -17,21 +17,25 @@ BENCH = Path(__file__).resolve().parent
 
 FULL: list[tuple[str, list[str]]] = [
     ("core.py", []),
+    ("gpu_sets.py", []),
     ("gang.py", []),
     ("agent.py", []),
     ("deviceplugin.py", []),
     ("extender.py", []),
     ("scheduler_throughput.py", ["--burst", "1000", "--failover"]),
     ("trace.py", ["default"]),
+    ("quality.py", []),
 ]
 QUICK_ARGS = {
     "core.py": ["--repeat", "3"],
+    "gpu_sets.py": ["--repeat", "3"],
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
     "deviceplugin.py": [],
     "extender.py": ["--nodes", "1000", "5000"],
     "scheduler_throughput.py": ["--nodes", "200", "--pods", "200"],
     "trace.py": ["default", "--seeds", "42-44"],
+    "quality.py": ["--seeds", "1-3"],
 }
 
 

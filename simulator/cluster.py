@@ -133,10 +133,12 @@ class SimCluster:
         """Nodes from (Node, Device or None) objects, in the given order (= node index)."""
         self.core = ClusterState(tie_seed)
         names = []
+        self.devices: dict[str, Mapping[str, Any]] = {}  # node -> its Device object, as given
         for node, device in objects:
             state = self.core.upsert_node(node)
             if device is not None:
                 self.core.set_device(device)
+                self.devices[state.name] = device
             names.append(state.name)
         self.names = names
         self.index = {name: i for i, name in enumerate(names)}

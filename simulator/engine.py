@@ -14,6 +14,7 @@ import numpy as np
 from allocator.core.scoring.workload_mix import WorkloadMix
 from simulator.cluster import RequestFactory, SimCluster, SimRequest
 from simulator.gang_planner import Gang, place_gang
+from simulator.koordinator_policy import KoordinatorPolicy
 from simulator.metrics import Curves, EventLog, curves
 from simulator.objects import openb_node_objects, openb_pod_object
 from simulator.openb import OpenbNode, OpenbPod
@@ -29,6 +30,7 @@ from simulator.policies import (
     oracle_config,
 )
 from simulator.protocol import paper_setup
+from simulator.quality import QualityStats, record
 
 Arrival = SimRequest | Gang
 
@@ -49,6 +51,8 @@ POLICIES: dict[str, PolicyFactory] = {
     "gpuclustering": lambda s, m: GpuClusteringPolicy(s.node_rank, s.rng),
     "bestfit": lambda s, m: BestFitPolicy(s.node_rank, s.rng),
     "fgd": lambda s, m: FgdPolicy(s.node_rank, s.rng, m),
+    # koord-scheduler's default scoring and Koordinator's own device allocation (no topoalloc extras)
+    "koordinator": lambda s, m: KoordinatorPolicy(s.node_rank, s.rng),
     # the production scorer with its default config: mix learned from placed pods (no oracle)
     "topoalloc": lambda s, m: TopoallocPolicy(s.node_rank, s.rng),
     # research comparison: the same scorer planning for the trace's own mix (an oracle)
@@ -75,6 +79,7 @@ class RunResult:
     gangs: int = 0
     failed_gangs: int = 0
     final_unallocated: float = float("nan")  # % of GPU capacity unallocated after the last pod
+    quality: QualityStats | None = None  # topology and NIC pairing of the placed pods
 
     def unallocated_at(self, arrived_pct: int) -> float:
         return float(self.curves.unallocated[arrived_pct])
@@ -89,8 +94,10 @@ def replay(
     arrivals: Sequence[Arrival],
     policy: Policy,
     progress: Callable[[int], None] | None = None,
+    quality: QualityStats | None = None,
 ) -> tuple[EventLog, ReplayStats]:
-    """Place ``arrivals`` in order; returns the per-pod event log and the counts."""
+    """Place ``arrivals`` in order; returns the per-pod event log and the counts, and adds each
+    placed pod's topology facts to ``quality`` when given."""
     n = count_pods(arrivals)
     arrived = np.zeros(n)
     allocated = np.zeros(n)
@@ -122,6 +129,8 @@ def replay(
             allocated[k] = allocated_now
             fragmented[k] = fragmented_now
             k += 1
+            if quality is not None:
+                record(quality, cluster, member, demand / max(cluster.capacity_pct, 1) * 100.0)
             if progress is not None and k % 500 == 0:
                 progress(500)
     if progress is not None:
@@ -140,7 +149,8 @@ def run_replay(
     started: float | None = None,
 ) -> RunResult:
     started = time.perf_counter() if started is None else started
-    log, stats = replay(cluster, arrivals, policy, progress)
+    quality = QualityStats()
+    log, stats = replay(cluster, arrivals, policy, progress, quality)
     capacity = max(cluster.capacity_pct, 1)
     return RunResult(
         policy_name,
@@ -152,6 +162,7 @@ def run_replay(
         stats.gangs,
         stats.failed_gangs,
         100.0 - cluster.allocated_pct / capacity * 100.0,
+        quality,
     )
 
 

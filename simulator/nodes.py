@@ -40,10 +40,14 @@ class NodeSize:
 FIXTURE_SIZES: dict[str, NodeSize] = {
     # 224 CPUs (2x Xeon 8480C, the fixture's CPU lists); DGX H100 ships 2 TB of memory.
     "dgx-h100": NodeSize(224_000, 2015 * 1024),
+    # 80 CPUs (2x Xeon E5-2698 v4, the fixture's CPU lists); DGX-1 ships 512 GB of memory.
+    "dgx1-v100": NodeSize(80_000, 512 * 1000**3 // 2**20),
     # 180 CPUs (the fixture's CPU lists); 1 TiB of memory assumed.
     "l40s-8x-pcie": NodeSize(180_000, 1007 * 1024),
     # CPU lists not published: 64 CPUs and 512 GiB assumed for a 4-GPU PCIe server.
     "a100-pcie-4x-no-rdma": NodeSize(64_000, 503 * 1024),
+    # 208 CPUs (2x Xeon 8470, the fixture's CPU affinity lists); 1 TiB of memory assumed.
+    "a100-pcie-4x-nvlink-pairs": NodeSize(208_000, 1007 * 1024),
     # A cloud VM with 4 GPUs: 64 vCPUs and 512 GiB assumed.
     "l20-4x-vm-numa-unknown": NodeSize(64_000, 503 * 1024),
     # A 3-GPU workstation: 64 CPUs and 256 GiB assumed.

@@ -1,12 +1,16 @@
 """Derive the `gpu-partitions` table and the `gpu-partition-policy` label from the discovered topology.
 
-Koordinator needs the table written by hand (or by a vendor file); we compute it. GPUs are ordered by
-locality (NVLink domain, NUMA node, PCIe switch, root complex, minor) and every size 1, 2, 4, ...
-(plus the node's full count) is cut into consecutive, disjoint groups in that order, so a group of
-2n GPUs is always two groups of n: the nesting that keeps a node from fragmenting. A group is listed
-only when it does not straddle a NUMA node or an NVLink domain boundary (the whole node is always
-listed: it is the only way to use all GPUs). Every listed group gets `allocationScore: 1`, the value
-every upstream table uses, so Koordinator's ascending-score quirk (protocol §9.2) cannot bite.
+Koordinator needs the table written by hand (or by a vendor file); we compute it from the node's
+interconnect matrix (`apis.interconnect`, the same one the allocator chooses GPU sets by). From the
+largest size down (the node's full count, then the powers of two below it), each group of the
+size above is cut into the best-connected disjoint groups of this size: the grouping whose weakest
+group has the best bottleneck pair, then the best total (`best_groups`; ties follow locality order:
+NVLink domain, NUMA node, PCIe switch, root complex, minor). So a group of 2n GPUs is always two
+groups of n, the nesting that keeps a node from fragmenting, and on a DGX-1 the pairs are the
+double-linked ones. A group is listed only when it does not straddle a NUMA node or an NVLink
+domain boundary (the whole node is always listed: it is the only way to use all GPUs). Every
+listed group gets `allocationScore: 1`, the value every upstream table uses, so Koordinator's
+ascending-score quirk (protocol §9.2) cannot bite.
 
 `gpuLinkType` is "NVLink" when every hop of the group's ring is NVLink, else "PCIe".
 `ringBusBandwidth` is the ring's bottleneck in bytes per second per direction: an NVSwitch hop
@@ -22,25 +26,19 @@ from __future__ import annotations
 
 from agent.config import AgentConfig
 from agent.discovery.node_topology import GpuNode
+from apis.interconnect import GpuPlace, Interconnect, best_groups, build_interconnect, known_nvlink_gbps
 from apis.partitions import GPUPartition, GPUPartitionTable
 from apis.quantity import Quantity
 
 HONOR = "Honor"
 PREFER = "Prefer"
 
-# GB/s per link per direction, by NVLink generation (NVIDIA architecture whitepapers).
-NVLINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
-# GA102 boards (RTX A6000/A5000/A40, RTX 3090) run NVLink 3 over bridges at 14.0625 GB/s per link.
-GA102_NVLINK_GBPS = 14.0625
-GA102_MARKERS = ("RTX A6000", "RTX A5000", "RTX A4500", "A40", "RTX 3090")
 # GB/s per lane per direction, by PCIe generation (after encoding overhead).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 
 def _link_gbps(gpu: GpuNode) -> float | None:
-    if any(marker in gpu.facts.name for marker in GA102_MARKERS):
-        return GA102_NVLINK_GBPS
-    return NVLINK_GBPS.get(gpu.facts.nvlink_version)
+    return known_nvlink_gbps(gpu.facts.name, gpu.facts.nvlink_version)
 
 
 def _pcie_gbps(gpu: GpuNode) -> float | None:
@@ -96,15 +94,58 @@ def _sizes(n: int) -> list[int]:
     return sizes
 
 
+def interconnect_of(gpus: list[GpuNode]) -> Interconnect:
+    """The node's interconnect matrix from what discovery found (live NVLinks only)."""
+    places = [
+        GpuPlace(
+            minor=g.minor,
+            numa=g.numa,
+            socket=g.socket,
+            pcie_root=g.location.root_bus if g.location else "",
+            pcie_switch=g.location.switch if g.location else "",
+            nvlinks=dict(g.peers),
+        )
+        for g in gpus
+        if g.minor >= 0
+    ]
+    speeds = [s for s in (_link_gbps(g) for g in gpus) if s is not None]
+    return build_interconnect(places, min(speeds) if speeds else 0.0)
+
+
+def _nested_groups(usable: list[GpuNode], sizes: list[int]) -> dict[int, list[list[GpuNode]]]:
+    """Per size, the groups: the best-connected cut of each group of the next larger size (and of
+    what that cut left over), largest size first."""
+    ic = interconnect_of(usable)
+    by_minor = {g.minor: g for g in usable}
+    parents = [tuple(g.minor for g in usable)]
+    out: dict[int, list[list[GpuNode]]] = {}
+    for size in sorted(sizes, reverse=True):
+        groups: list[tuple[int, ...]] = []
+        next_parents: list[tuple[int, ...]] = []
+        for parent in parents:
+            cut = best_groups(ic, parent, size) if size <= len(parent) else []
+            groups.extend(cut)
+            taken = {m for group in cut for m in group}
+            next_parents.extend(cut)
+            rest = tuple(m for m in parent if m not in taken)
+            if rest:
+                next_parents.append(rest)
+        order = {g.minor: i for i, g in enumerate(usable)}
+        groups.sort(key=lambda group: min(order[m] for m in group))
+        out[size] = [[by_minor[m] for m in sorted(group, key=order.__getitem__)] for group in groups]
+        parents = next_parents
+    return out
+
+
 def derive_table(gpus: list[GpuNode]) -> GPUPartitionTable | None:
     usable = sorted((g for g in gpus if g.minor >= 0), key=_locality)
     if not usable:
         return None
     table: dict[int, list[GPUPartition]] = {}
+    grouped = _nested_groups(usable, _sizes(len(usable)))
     for size in _sizes(len(usable)):
         parts = []
-        for start in range(0, len(usable) - size + 1, size):
-            group = usable[start : start + size]
+        for group in grouped[size]:
             whole = size == len(usable)
             straddles = len({g.numa for g in group}) > 1 or len({g.nvlink_domain for g in group}) > 1
             if not whole and size > 1 and straddles:

@@ -247,3 +247,22 @@ def test_cpu_only_node_publishes_an_empty_device_and_no_gpu_resources() -> None:
     assert "Library Not Found" in result.snapshot.nvml_reason
     assert set(result.extended.values()) == {None}
     assert set(result.labels.values()) == {None}
+
+
+def test_dgx1_v100_cube_mesh_matches_the_published_link_counts() -> None:
+    """Issue 21's machine: every GPU has six NVLinks spread over four peers as one or two links;
+    the rendered matrix (GPU cells, then NUMA) is the published NV1/NV2 pattern."""
+    doc = device_doc(FIXTURES / "dgx1-v100")
+    gpus = _by(doc, "gpu")
+    assert len(gpus) == 8 and len(_by(doc, "rdma")) == 4
+    assert {g["nvlink"]["domain"] for g in gpus} == {"nvlink0"}  # one connected NVLink graph
+    assert all(sum(p["links"] for p in g["nvlink"]["peers"]) == 6 for g in gpus)
+    assert [g["topology"]["pcieSwitchID"] for g in gpus[::2]] == [
+        "0000:03:00.0",
+        "0000:08:00.0",
+        "0000:82:00.0",
+        "0000:87:00.0",
+    ]
+    rows = render(Device.from_dict(doc)).splitlines()[1:9]
+    rendered = {r.split()[0]: [*r.split()[1:9], r.split()[13]] for r in rows}
+    assert rendered == _published_rows("dgx1-v100-topo-m.txt")

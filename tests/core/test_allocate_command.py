@@ -85,6 +85,23 @@ def test_explain_goes_to_stderr(files: dict[str, Path]) -> None:
     assert "choice: GPUs 4, 5, 6, 7 from the partition table" in result.stderr
 
 
+def test_explain_shows_the_gpu_sets_and_their_objective_on_a_dgx1(tmp_path: Path) -> None:
+    """On the DGX-1 fixture (NVLink counts differ between pairs) the candidate sets and the values
+    that decided are listed, best first."""
+    device = Path(__file__).resolve().parents[2] / "hw-fixtures" / "dgx1-v100" / "expected-device.yaml"
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump(pod(gpus(2))))
+    result = invoke("--device", device, "--pod", two, "--explain")
+    assert result.exit_code == 0, result.output
+    assert [g["minor"] for g in json.loads(result.stdout)["gpu"]] == [0, 3]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("choice:")]
+    assert lines[0] == "choice: GPU sets by interconnect (every set compared), best first:"
+    assert lines[1].startswith("choice:   GPUs 0, 3: bottleneck 50 GB/s NODE")
+    assert any(line.startswith("choice:   GPUs 2, 3: bottleneck 50 GB/s NODE") and "leaves 50 GB/s SYS" in line
+               for line in lines)  # fmt: skip
+    assert lines[-1] == "choice: GPUs 0, 3 chosen by interconnect"
+
+
 def test_rejection_exits_1_with_the_reason(files: dict[str, Path]) -> None:
     big = files["dir"] / "big.yaml"
     big.write_text(yaml.safe_dump(pod(gpus(8))))

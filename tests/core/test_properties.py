@@ -62,6 +62,11 @@ def devices(draw: st.DrawFn, *, focus_partitions: bool = False) -> dict[str, Any
             topo["pcieSwitchID"] = switch
         return topo
 
+    pair_links: dict[tuple[int, int], int] = {}
+    if domains and draw(st.booleans()):
+        for i, a in enumerate(gpu_minors):
+            for b in gpu_minors[i + 1 :]:
+                pair_links[(a, b)] = draw(st.integers(0, 2))
     for index, minor in enumerate(gpu_minors):
         dev: dict[str, Any] = {
             "type": "gpu",
@@ -78,6 +83,11 @@ def devices(draw: st.DrawFn, *, focus_partitions: bool = False) -> dict[str, Any
             dev["nvlink"] = {
                 "domain": domains[index * len(domains) // 8] if structured else draw(st.sampled_from(domains))
             }
+            peers = sorted(
+                (b if a == minor else a, n) for (a, b), n in pair_links.items() if minor in (a, b) and n
+            )
+            if peers:  # NVLink counts per peer: where they differ the set chooser decides
+                dev["nvlink"]["peers"] = [{"minor": p, "links": n} for p, n in peers]
         items.append(dev)
     for minor in range(draw(st.sampled_from((0, 2, 3, 4)))):
         nic: dict[str, Any] = {

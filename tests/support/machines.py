@@ -131,7 +131,11 @@ def l40s_device(name: str = "l40s") -> dict[str, Any]:
 
 
 _BUILDERS = {"dgx-h100": dgx_h100_device, "l40s": l40s_device}
-FIXTURE_DIRS = {"dgx-h100": "dgx-h100", "l40s": "l40s-8x-pcie"}  # hw-fixtures/<dir> per kind
+FIXTURE_DIRS = {
+    "dgx-h100": "dgx-h100",
+    "l40s": "l40s-8x-pcie",
+    "dgx1-v100": "dgx1-v100",
+}  # hw-fixtures/<dir> per kind
 
 
 @functools.cache
@@ -143,7 +147,7 @@ def _recorded(kind: str) -> dict[str, Any] | None:
 
 
 def machine_device(kind: str, name: str | None = None) -> dict[str, Any]:
-    """The Device CR of `kind` ("dgx-h100" or "l40s") renamed to `name`."""
+    """The Device CR of `kind` ("dgx-h100", "l40s" or "dgx1-v100") renamed to `name`."""
     recorded = _recorded(kind)
     if recorded is None:
         return _BUILDERS[kind](name or kind)

@@ -15,11 +15,12 @@ from simulator.engine import POLICIES
 from simulator.nodes import nodes_from_spec
 from simulator.openb import TraceError, load_expected, resolve_trace, trace_label
 from simulator.protocol import parse_seeds
+from simulator.quality_report import format_quality_table, measured, plot_quality
 from simulator.runner import REPORT_AT, TraceRuns, mean_sd, run_trace, run_workload
 from simulator.workload import load_workload
 
 DEFAULT_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "topoalloc")
-WORKLOAD_POLICIES = ("random", "dotprod", "gpupacking", "bestfit", "fgd", "topoalloc")
+WORKLOAD_POLICIES = ("random", "dotprod", "gpupacking", "bestfit", "fgd", "koordinator", "topoalloc")
 
 # The demo: a few dozen replicas of the hw-fixture machines (36 nodes, 180 GPUs).
 DEMO_NODES = (
@@ -107,8 +108,14 @@ def simulate_workload(
     )
     click.echo(f"cluster: {len(node_objects)} nodes ({nodes}), {gpus} GPUs")
     click.echo(format_workload_table(runs))
+    quality = measured(runs)
+    if quality:
+        click.echo()
+        click.echo(format_quality_table(runs))
     click.echo(f"{len(policies) * len(seeds)} runs in {time.perf_counter() - started:.1f} s wall")
     write_outputs(runs, json_out, plots_dir, paper=False)
+    if plots_dir is not None and quality:
+        click.echo(f"plot: {plot_quality(runs, plots_dir)}")
     return runs
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from allocator.core import reasons as rs
 from allocator.core.devices.context import Ctx, Pick, device_score, minor_list
+from allocator.core.devices.gpu_set_pick import pick_gpu_set
 from allocator.core.devices.messages import (
     gpu_shortage,
     partition_shortage,
@@ -38,9 +39,11 @@ def allocate_gpu(
     if preferred is not None:
         return preferred, "preferred"
 
-    # Partitions: mandatory when the pod or the node honours them, else only a first try.
-    if not g.shared:
-        honor = g.honor_partition or inv.partition_honor
+    # Partitions: mandatory when the pod or the node honours them, else only a first try, except
+    # where NVLink differs between pairs: there the set chooser sees all a table says and more.
+    by_sets = inv.gpu_sets and not g.shared
+    honor = g.honor_partition or inv.partition_honor
+    if not g.shared and (honor or not by_sets):
         result = _by_partition(ctx, g, used, healthy, honor)
         if isinstance(result, Rejection):
             return result
@@ -70,7 +73,13 @@ def allocate_gpu(
             if level:
                 return scope_shortage(g, best, scope)
             return gpu_shortage(g, feasible.bit_count(), selector=has_selector)
-        picked = _walk_with_nvlink(ctx, g, feasible, used, level)
+        if by_sets:
+            picks = pick_gpu_set(ctx, g, feasible, used, level)
+            if picks is not None:
+                return picks, "topology"
+            picked = None
+        else:
+            picked = _walk_with_nvlink(ctx, g, feasible, used, level)
         if picked is not None:
             scope, minors = picked
             ctx.note(f"GPUs {minor_list(minors)} from the scope tree ({scope_label(scope)})")

@@ -17,6 +17,7 @@ from apis import keys
 from apis import resources as rn
 from apis.device import NUMA_UNKNOWN, Device, DeviceInfo
 from apis.errors import CodecError
+from apis.interconnect import GpuPlace, Interconnect, build_interconnect, nvlink_gbps
 from apis.partitions import GPUPartition, GPUPartitionTable, parse_gpu_partitions
 
 # Scope levels (Koordinator's DeviceTopologyScopeLevel).
@@ -51,6 +52,7 @@ class DeviceSlot:
     nvlink_domain: str
     vf_groups: tuple[tuple[Mapping[str, str], tuple[VF, ...]], ...]
     vfs_by_bus: tuple[VF, ...] = ()  # every VF, lowest busID first (the order VFs are handed out)
+    nvlink_peers: tuple[tuple[int, int], ...] = ()  # (peer minor, live NVLinks), from the CR
 
     @property
     def bit(self) -> int:
@@ -108,6 +110,10 @@ class NodeInventory:
     gpu_memory_size: int = 0  # bytes of one healthy GPU (the first in minor order)
     warnings: tuple[str, ...] = ()
     layout: int = 0  # equal for inventories with the same GPU scopes (see `layout_id`)
+    # The pairwise interconnect matrix (apis/interconnect.py), built once per Device; None without
+    # GPUs. `gpu_sets` is set when NVLink differs between pairs: the set chooser decides there.
+    interconnect: Interconnect | None = None
+    gpu_sets: bool = False
 
     def slots(self, dtype: str) -> tuple[DeviceSlot, ...]:
         return self.devices.get(dtype, ())
@@ -163,6 +169,7 @@ def _slot(info: DeviceInfo) -> DeviceSlot:
         nvlink_domain=info.nvlink.domain if info.nvlink is not None else "",
         vf_groups=tuple(groups),
         vfs_by_bus=tuple(sorted((vf for _, vfs in groups for vf in vfs), key=lambda v: v.bus_id)),
+        nvlink_peers=tuple((p.minor, p.links) for p in info.nvlink.peers) if info.nvlink is not None else (),
     )
 
 
@@ -310,9 +317,43 @@ def build_inventory(
         type_totals=summed_totals(frozen),
         gpu_memory_size=next((g.total[rn.GPU_MEMORY] for g in gpus if g.total.get(rn.GPU_MEMORY)), 0),
         warnings=tuple(warnings),
+        interconnect=(ic := node_interconnect(gpus, device.gpu_model)),
+        gpu_sets=ic is not None and ic.has_nvlink and not ic.uniform_nvlink,
     )
     object.__setattr__(inv, "layout", layout_id(inv))
     return inv
+
+
+_INTERCONNECTS: dict[tuple[Any, ...], Interconnect] = {}
+
+
+def node_interconnect(gpus: tuple[DeviceSlot, ...], model: str) -> Interconnect | None:
+    """The node's pairwise interconnect matrix from its GPU slots (None without GPUs); one shared
+    instance per distinct matrix, so a thousand nodes of one machine type hold one."""
+    if not gpus:
+        return None
+    speed = nvlink_gbps(model)
+    key = (
+        speed,
+        tuple((g.minor, g.numa, g.socket, g.pcie_root, g.pcie_scope, g.nvlink_peers) for g in gpus),
+    )
+    found = _INTERCONNECTS.get(key)
+    if found is None:
+        places = [
+            GpuPlace(
+                minor=g.minor,
+                numa=g.numa,
+                socket=g.socket,
+                pcie_root=g.pcie_root,
+                pcie_switch=g.pcie_scope if g.pcie_scope != g.pcie_root else "",
+                nvlinks=dict(g.nvlink_peers),
+            )
+            for g in gpus
+        ]
+        if len(_INTERCONNECTS) > 4096:
+            _INTERCONNECTS.clear()
+        found = _INTERCONNECTS[key] = build_interconnect(places, speed)
+    return found
 
 
 def summed_totals(devices: Mapping[str, tuple[DeviceSlot, ...]]) -> Mapping[str, Mapping[str, int]]:
@@ -338,6 +379,7 @@ def layout_id(inv: NodeInventory) -> int:
             tuple(s.mask for s in inv.scopes_by_level.get(level, ())) for level in (LEVEL_PCIE, LEVEL_NUMA)
         ),
         tuple(inv.sockets.values()),
+        None if inv.interconnect is None else inv.interconnect.signature(),
     )
     found = _LAYOUTS.get(key)
     if found is None:

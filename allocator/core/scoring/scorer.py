@@ -36,10 +36,13 @@ MAX_PRIORITY = 10  # kube-scheduler's extender priorities are 0..10
 # `fit` is off by default: its continuous cpu/memory terms break the ties among nodes of equal
 # fragmentation growth that the stable node order should decide, which replay of the openb trace
 # shows doubles the unallocated GPU (fit weight 0.1: 9.9% against 4.8% with 0; docs/design/core.md).
+# `topology` weighs 2: at 1 the fragmentation term sends 4-GPU pods to 4-GPU boards that they fill
+# exactly but split across sockets, where a DGX half would give them NVLink (docs/simulator.md,
+# "Allocation quality"); openb nodes carry no topology, so their results do not move.
 DEFAULT_WEIGHTS_BY_COMPONENT: Mapping[str, float] = {
     "fit": 0.0,
     "scarce": 1.0,
-    "topology": 1.0,
+    "topology": 2.0,
     "fragmentation": 1.0,
     "device": 0.0,
 }
@@ -73,7 +76,7 @@ class ScoringConfig:
     decoded from YAML (the caller reads the file):
 
     ```yaml
-    weights: {fit: 0, scarce: 1, topology: 1, fragmentation: 1, device: 0}
+    weights: {fit: 0, scarce: 1, topology: 2, fragmentation: 1, device: 0}
     fit:
       cpu: {type: LeastAllocated, weight: 1}
       memory: {type: LeastAllocated, weight: 1}

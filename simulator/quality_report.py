@@ -1,0 +1,173 @@
+"""The allocation-quality comparison: the topology workload on the mixed hw-fixture cluster, every
+policy, a table of packing, gang and topology metrics (mean ± SD over seeds), JSON and a plot of
+topology level against load (`bench/quality.py`, `topoalloc simulate --workload ... --quality`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.engine import RunResult
+from simulator.quality import LOAD_BINS, NUMA, NVLINK, PCIE, QualityStats
+from simulator.runner import REPORT_AT, TraceRuns, mean_sd
+
+TOPOLOGY_WORKLOAD = Path(__file__).resolve().parent / "data" / "topology-workload.yaml"
+# 16 DGX H100 (128 GPUs, NVSwitch, a NIC per GPU switch), 24 A100 PCIe with NVLink pairs (96),
+# 16 L40S PCIe (128), 16 L20 VMs (64), 8 CPU-only: 80 nodes, 416 GPUs.
+TOPOLOGY_NODES = (
+    "hw-fixtures:dgx-h100=16,a100-pcie-4x-nvlink-pairs=24,l40s-8x-pcie=16,"
+    "l20-4x-vm-numa-unknown=16,cpu-only=8"
+)
+QUALITY_POLICIES = ("random", "bestfit", "fgd", "koordinator", "topoalloc")
+SIZES = (2, 4, 8)
+
+Metric = Callable[[RunResult], float]
+
+
+def _q(run: RunResult) -> QualityStats:
+    return run.quality if run.quality is not None else QualityStats()
+
+
+def packing_metrics() -> list[tuple[str, str, Metric]]:
+    """(key, column title, per-run value): packing, gangs and NIC pairing."""
+    return [
+        ("unallocated_pct", "unalloc GPU %", lambda r: r.unallocated_at(REPORT_AT)),
+        ("pods_failed", "pods failed", lambda r: float(r.failed)),
+        ("gangs_never_placed", "gangs lost", lambda r: float(r.failed_gangs)),
+        ("multi_at_best_pct", "multi at best %", lambda r: _q(r).at_best_pct()),
+        ("nic_same_pcie_pct", "NIC SamePCIe %", lambda r: _q(r).nic_pct(PCIE)),
+        ("nic_same_pcie_possible_pct", "…where possible %", lambda r: _q(r).nic_possible_pct()),
+    ]
+
+
+def topology_metrics(size: int) -> list[tuple[str, str, Metric]]:
+    """(key, column title, per-run value) for the multi-GPU pods of one size."""
+    return [
+        (f"gpu{size}_arrived", "arrived", lambda r: float(_q(r).arrived.get(size, 0))),
+        (f"gpu{size}_placed", "placed", lambda r: float(_q(r).placed(size))),
+        (f"gpu{size}_nvlink_pct", "NVLink %", lambda r: _q(r).level_pct(NVLINK, size)),
+        (f"gpu{size}_numa_or_better_pct", "≥NUMA %", lambda r: _q(r).level_pct(NUMA, size, or_better=True)),
+        (
+            f"gpu{size}_nvlink_of_arrived_pct",
+            "NVLink/arrived %",
+            lambda r: _q(r).arrived_level_pct(NVLINK, size),
+        ),
+    ]
+
+
+def metrics() -> list[tuple[str, str, Metric]]:
+    """Every reported metric."""
+    return packing_metrics() + [m for size in SIZES for m in topology_metrics(size)]
+
+
+def summary(runs: TraceRuns) -> dict[str, dict[str, dict[str, Any]]]:
+    """policy -> metric -> {mean, sd, per_seed}."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for policy, results in runs.runs.items():
+        row = {}
+        for key, _, fn in metrics():
+            values = [fn(r) for r in results]
+            mean, sd = mean_sd(values)
+            row[key] = {"mean": _num(mean), "sd": _num(sd), "per_seed": [_num(v) for v in values]}
+        out[policy] = row
+    return out
+
+
+def _num(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 3)
+
+
+def _cell(values: Sequence[float], width: int) -> str:
+    mean, sd = mean_sd(values)
+    return ("—" if math.isnan(mean) else f"{mean:.1f} ± {sd:.1f}").rjust(width)
+
+
+def _text_table(runs: TraceRuns, title: str, cols: list[tuple[str, str, Metric]]) -> list[str]:
+    widths = [max(len(t), 13) for _, t, _ in cols]
+    lines = [
+        title,
+        f"{'policy':<12}" + "".join(f" {t:>{w}}" for (_, t, _), w in zip(cols, widths, strict=True)),
+    ]
+    for policy, results in runs.runs.items():
+        cells = [_cell([fn(r) for r in results], w) for (_, _, fn), w in zip(cols, widths, strict=True)]
+        lines.append(f"{policy:<12} " + " ".join(cells))
+    return lines
+
+
+def format_quality_table(runs: TraceRuns) -> str:
+    """Policies × metrics, mean ± SD over seeds (— where no run had such a pod): packing, gangs
+    and NIC pairing, then one table per multi-GPU pod size."""
+    seeds = f"mean ± SD over {len(runs.seeds)} seed(s) {runs.seeds[0]}..{runs.seeds[-1]}"
+    lines = _text_table(runs, f"{runs.trace}: packing, gangs, NIC pairing ({seeds})", packing_metrics())
+    for size in SIZES:
+        lines.append("")
+        lines += _text_table(runs, f"{size}-GPU pods: interconnect of the GPU set", topology_metrics(size))
+    return "\n".join(lines)
+
+
+def _markdown_table(runs: TraceRuns, cols: list[tuple[str, str, Metric]]) -> list[str]:
+    lines = [
+        "| policy | " + " | ".join(t for _, t, _ in cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for policy, results in runs.runs.items():
+        cells = [_cell([fn(r) for r in results], 0).strip() for _, _, fn in cols]
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def format_markdown(runs: TraceRuns) -> str:
+    """The same tables as Markdown (for docs/simulator.md)."""
+    lines = _markdown_table(runs, packing_metrics())
+    for size in SIZES:
+        lines += ["", f"{size}-GPU pods:", "", *_markdown_table(runs, topology_metrics(size))]
+    return "\n".join(lines)
+
+
+def measured(runs: TraceRuns) -> bool:
+    """Whether any run placed or lost a multi-GPU pod or a joint GPU+NIC pod."""
+    return any(_q(r).arrived or sum(_q(r).nic) for results in runs.runs.values() for r in results)
+
+
+def pooled(results: Sequence[RunResult]) -> QualityStats:
+    total = QualityStats()
+    for r in results:
+        total.merge(_q(r))
+    return total
+
+
+def plot_quality(runs: TraceRuns, out_dir: Path) -> Path:
+    """topology-vs-load.png: per policy and load bin (arrived GPU demand, % of capacity), the share
+    of the multi-GPU pods placed then that got one NVLink domain, and the same share of the
+    multi-GPU pods that arrived then (a pod never placed counts as not in one); pods pooled over
+    seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    xs = [edge - 5 for edge in LOAD_BINS]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for i, (policy, results) in enumerate(runs.runs.items()):
+        stats = pooled(results)
+        color = plt.get_cmap("tab10")(i % 10)
+        left.plot(xs, stats.load_curve(nvlink=True), marker="o", label=policy, color=color)
+        right.plot(xs, stats.load_curve(nvlink=True, of_arrived=True), marker="o", label=policy, color=color)
+    left.set_title("placed multi-GPU pods in one NVLink domain (%)")
+    right.set_title("arrived multi-GPU pods placed in one NVLink domain (%)")
+    for axis in (left, right):
+        axis.set_xlabel("load when placed: arrived GPU demand (% of capacity)")
+        axis.set_xlim(0, 110)
+        axis.set_ylim(-3, 103)
+        axis.grid(alpha=0.3)
+    left.set_ylabel("% of the multi-GPU pods of that 10% load bin")
+    left.legend(fontsize=8)
+    fig.suptitle(f"{runs.trace}: topology level vs load ({len(runs.seeds)} seeds pooled)")
+    path = out_dir / "topology-vs-load.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
