@@ -178,3 +178,98 @@ class ExtenderBindingResult:
 
     def to_json(self) -> str:
         return gojson.dumps({"Error": self.error})
+
+
+@dataclass
+class MetaVictims:
+    """Victims on one node by pod UID (`MetaVictims`; `Victims` carries whole Pods instead)."""
+
+    uids: list[str] = field(default_factory=list)
+    pdb_violations: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"Pods": [{"UID": uid} for uid in self.uids], "NumPDBViolations": self.pdb_violations}
+
+
+def _victims(value: Any, path: str, *, meta: bool) -> MetaVictims:
+    data = d.struct(value, path, ("Pods", "NumPDBViolations"))
+    uids = []
+    for i, item in enumerate(d.array(data, "Pods", path)):
+        ipath = d.join(d.join(path, "Pods"), i)
+        if meta:
+            uids.append(d.string(d.struct(item, ipath, ("UID",)), "UID", ipath, required=True))
+        else:
+            imeta = d.obj(d.obj(item, ipath).get("metadata") or {}, d.join(ipath, "metadata"))
+            uids.append(d.string(imeta, "uid", d.join(ipath, "metadata"), required=True))
+    count = d.integer(data, "NumPDBViolations", path, minimum=0, maximum=2**63 - 1)
+    return MetaVictims(uids, count or 0)
+
+
+@dataclass
+class ExtenderPreemptionArgs:
+    """POST <prefix>/<preemptVerb>: the pod and, per candidate node, the victims kube-scheduler's
+    own dry run chose. nodeCacheCapable true sends `NodeNameToMetaVictims` (UIDs), false sends
+    `NodeNameToVictims` (whole Pods); both arrive here as UIDs."""
+
+    pod: dict[str, Any]
+    victims: dict[str, MetaVictims]
+    meta: bool = True  # which of the two maps carried them
+
+    FIELDS = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
+
+    @classmethod
+    def from_dict(cls, value: Any, path: str = "ExtenderPreemptionArgs") -> ExtenderPreemptionArgs:
+        data = d.struct(value, path, cls.FIELDS)
+        pod = data.get("Pod")
+        if pod is None:
+            raise CodecError(d.join(path, "Pod"), "is required", None, show_value=False)
+        pod = d.obj(pod, d.join(path, "Pod"))
+        meta = data.get("NodeNameToMetaVictims") is not None or data.get("NodeNameToVictims") is None
+        name = "NodeNameToMetaVictims" if meta else "NodeNameToVictims"
+        mpath = d.join(path, name)
+        victims = {
+            node: _victims(item, d.join(mpath, node), meta=meta)
+            for node, item in d.obj(data.get(name) or {}, mpath).items()
+            if item is not None
+        }
+        return cls(pod, victims, meta)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.meta:
+            return {"Pod": self.pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": self._map()}
+        full = {
+            node: {"Pods": [{"metadata": {"uid": u}} for u in v.uids], "NumPDBViolations": v.pdb_violations}
+            for node, v in gojson.sorted_map(self.victims).items()
+        }
+        return {"Pod": self.pod, "NodeNameToVictims": full, "NodeNameToMetaVictims": None}
+
+    def _map(self) -> dict[str, Any]:
+        return {node: v.to_dict() for node, v in gojson.sorted_map(self.victims).items()}
+
+    def to_json(self) -> str:
+        return gojson.dumps(self.to_dict())
+
+
+@dataclass
+class ExtenderPreemptionResult:
+    """The nodes kept and the victims the extender wants on each (a node left out is dropped)."""
+
+    victims: dict[str, MetaVictims] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, value: Any, path: str = "ExtenderPreemptionResult") -> ExtenderPreemptionResult:
+        data = d.struct(value, path, ("NodeNameToMetaVictims",))
+        mpath = d.join(path, "NodeNameToMetaVictims")
+        return cls(
+            {
+                node: _victims(item, d.join(mpath, node), meta=True)
+                for node, item in d.obj(data.get("NodeNameToMetaVictims") or {}, mpath).items()
+                if item is not None
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"NodeNameToMetaVictims": {n: v.to_dict() for n, v in gojson.sorted_map(self.victims).items()}}
+
+    def to_json(self) -> str:
+        return gojson.dumps(self.to_dict())

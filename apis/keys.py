@@ -38,3 +38,5 @@ TOPOALLOC = "topoalloc.io/"
 RL_JOB_GROUP = "rl-job-group"
 GANG_SCHEDULING_GATE = TOPOALLOC + "gang"
 GANG_PLANNED_NODE = TOPOALLOC + "gang-planned-node"  # set on a member released without its gate
+# On a member whose gang holds room while victims leave: the hold, so a new leader continues it.
+GANG_HOLD = TOPOALLOC + "gang-hold"

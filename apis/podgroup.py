@@ -29,8 +29,19 @@ class PodGroupStatus:
     succeeded: int = 0
     failed: int = 0
     schedule_start_time: str = ""
+    # metav1.Condition objects as written (Scheduled, Waiting, Preempting, TimedOut), kept raw.
+    conditions: list[dict[str, Any]] = field(default_factory=list)
 
-    FIELDS = ("phase", "occupiedBy", "scheduled", "running", "succeeded", "failed", "scheduleStartTime")
+    FIELDS = (
+        "phase",
+        "occupiedBy",
+        "scheduled",
+        "running",
+        "succeeded",
+        "failed",
+        "scheduleStartTime",
+        "conditions",
+    )
 
     @classmethod
     def from_dict(cls, value: Any, path: str) -> PodGroupStatus:
@@ -41,10 +52,13 @@ class PodGroupStatus:
         counts = {
             n: d.integer(data, n, path, minimum=0) for n in ("scheduled", "running", "succeeded", "failed")
         }
+        cpath = d.join(path, "conditions")
+        conditions = [d.obj(c, d.join(cpath, i)) for i, c in enumerate(d.array(data, "conditions", path))]
         return cls(
             phase=phase,
             occupied_by=d.string(data, "occupiedBy", path),
             schedule_start_time=d.string(data, "scheduleStartTime", path),
+            conditions=conditions,
             **counts,
         )
 
@@ -58,6 +72,7 @@ class PodGroupStatus:
             ("succeeded", self.succeeded),
             ("failed", self.failed),
             ("scheduleStartTime", self.schedule_start_time),
+            ("conditions", self.conditions),
         ):
             if val:
                 out[name] = val
@@ -159,3 +174,15 @@ def gang_of(pod: dict[str, Any]) -> GangRef | None:
         if min_available <= 0:
             raise CodecError(keys.GANG_MIN_AVAILABLE, "must be a positive integer", raw)
     return GangRef(namespace, name, "koordinator", min_available)
+
+
+def spec_priority(spec: Any) -> int:
+    """A pod's `spec.priority`: the value of its PriorityClass, filled in by the API server's
+    Priority admission (0 without a class and without a global default, as kube-scheduler reads
+    it). Anything but an integer counts as 0."""
+    value = spec.get("priority") if isinstance(spec, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def pod_priority(pod: Any) -> int:
+    return spec_priority(pod.get("spec") if isinstance(pod, dict) else None)

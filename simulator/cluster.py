@@ -244,7 +244,7 @@ class SimCluster:
         else:
             result = self.core.allocate(req.pod, self.names[i], scoring, prefer_gpus=prefer)
         if isinstance(result, Rejection):
-            raise SimulationError(f"{req.key} passed the filter on {self.names[i]} but: {result.message}")
+            raise SimulationError(f"{req.key} passed the filter on {self.names[i]} but: {result.explained}")
         return result
 
     def assign(self, i: int, req: SimRequest, allocation: Allocation, *, observe: bool = True) -> None:

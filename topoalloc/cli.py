@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "certs": "topoalloc.commands.certs:certs",
     "simulate": "topoalloc.commands.simulate:simulate",
     "demo": "topoalloc.commands.simulate:demo",
+    "priority-mix": "topoalloc.commands.priority_mix:priority_mix",
 }
 
 

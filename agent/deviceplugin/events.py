@@ -44,7 +44,8 @@ class PodEvents:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            # A generateName may end in "-", not "." (kube-apiserver refuses that with 422).
+            "metadata": {"generateName": f"{name}-", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Pod",

@@ -2,8 +2,10 @@
 
 `code` is the string Koordinator's DeviceShare plugin would report for the same cause (protocol
 section 10), so behaviour stays comparable; `message` is what we show as the per-node failure text,
-in Events and in the CLI. Messages never carry pod names or node names, so kube-scheduler can count
-nodes in the same state under one reason.
+in Events and in the CLI. Messages never carry pod names, node names or what one node has left
+(free counts, switch names): kube-scheduler counts the nodes sharing a message under one reason, so
+"need 9 free GPUs" is said once for every node short of them. What this node has is in `detail`,
+shown where one node is looked at (`topoalloc allocate --explain`, a bind's Event): `explained`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ class Rejection:
     message: str
     # True when no preemption can cure it (kube-scheduler's UnschedulableAndUnresolvable).
     unresolvable: bool = False
+    detail: str = ""  # this node's side of it ("2 are free"); never part of `message`
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def explained(self) -> str:
+        """The message with this node's detail: "need 4 free GPUs; 2 are free"."""
+        return f"{self.message}; {self.detail}" if self.detail else self.message
 
 
 # Koordinator's reason strings (protocol section 10). Types are spelled lowercase in them.

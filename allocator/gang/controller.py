@@ -17,10 +17,11 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
    siblings.
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
 
-Waiting gangs are planned oldest first. Plans live in this process only (here and as the cache's
-holds, gang/holds.py). A new leader, or a restarted allocator, starts without them: gated members
-are planned afresh, members already released but not bound are held by the extender's filter
-until planned again, bound members count as placed. No member is bound against an older plan.
+Waiting gangs are planned by priority (their lowest member's), then oldest first. Plans live in
+this process only (here and as the cache's holds, gang/holds.py). A new leader, or a restarted
+allocator, starts without them: gated members are planned afresh, members already released but
+not bound are held by the extender's filter until planned again, bound members count as placed.
+No member is bound against an older plan.
 """
 
 from __future__ import annotations
@@ -34,22 +35,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.priority import gang_priority, queue_key
+from allocator.core.request.pod_request import PodRequest
 from allocator.gang.controller_state import Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.metrics import GangMetrics
-from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
+from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_requests, sibling_nodes
 from allocator.gang.podgroup_status import podgroup_status
-from allocator.gang.timefmt import parse_duration, parse_time
-from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate
+from allocator.gang.preempting import GangPreemptor, shortage_code
+from allocator.gang.timefmt import parse_time
+from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
 from allocator.service.cache.records import Reservation
 from allocator.service.cache.store import ClusterCache
 from allocator.service.events import EventRecorder, PodRef
 from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import KubeApi
 from apis import keys
-from apis import podgroup as pg
-from apis.errors import CodecError
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +88,14 @@ class GangController:
         self.plan_settings = plan_settings
         self.clock = clock
         self.wall = wall
+        self.preemptor = GangPreemptor(api, cache, metrics, settings, plan_settings, clock)
         self.states: dict[str, GangState] = {}
         self.passes = 0
         self._wake = asyncio.Event()
         self._next_deadline = math.inf  # wall clock: the next timeout or bind deadline to look at
         self._ungating: dict[str, str] = {}  # pod key -> uid of a gate removal sent or in flight
         self._leading = False
+        self._head_open = True  # no waiting gang seen yet in this pass (starvation goes to the first)
 
     # -- loop ------------------------------------------------------------------------------------
 
@@ -129,6 +133,7 @@ class GangController:
 
     async def reconcile_all(self) -> None:
         self.passes += 1
+        self._head_open = True
         self._next_deadline = math.inf
         gangs = [self._view(key) for key in sorted(set(self.index.by_gang) | set(self.states))]
         gangs.sort(key=self._queue_order)
@@ -143,52 +148,25 @@ class GangController:
             planned = state.plan if state is not None else {}
             waiting += sum(1 for m in gang.active if not m.node and m.key not in planned)
         self.metrics.waiting.set(waiting)
+        self.metrics.observe_pass(*self.preemptor.pass_summary(self.states))
         for key in [k for k in self._ungating if k not in self.index.pods]:
             del self._ungating[key]
+        effects.extend(self.preemptor.drain())
         if effects:
             await asyncio.gather(*effects)
 
-    def _queue_order(self, gang: Gang) -> tuple[float, str]:
+    def _queue_order(self, gang: Gang) -> tuple[object, ...]:
+        """Higher priority first (the lowest of its members'), then the earliest to have its
+        minimum of members (core/gang/priority.py)."""
         state = self.states.get(gang.key)
         start = self._start(gang, state) if state is not None else None
-        return (start if start is not None else math.inf, gang.key)
+        priority = gang_priority(m.priority for m in gang.active)
+        return queue_key(priority, start if start is not None else math.inf, gang.key)
 
     # -- one gang ----------------------------------------------------------------------------------
 
     def _view(self, key: str) -> Gang:
-        names = self.settings.scheduler_names
-        members = [m for m in self.index.members(key) if not names or m.scheduler in names]
-        ref = self.index.ref(key)
-        namespace, _, name = key.partition("/")
-        source = ref.source if ref is not None else "podgroup"
-        group: pg.PodGroup | None = None
-        problem = ""
-        if source != "koordinator":
-            raw = self.cache.podgroups.get(key)
-            if raw is None:
-                problem = f"PodGroup {key} does not exist"
-            else:
-                try:
-                    group = pg.PodGroup.from_dict(raw)
-                except CodecError as exc:
-                    problem = f"PodGroup {key} is invalid: {exc}"
-        if group is not None:
-            min_member = max(1, group.min_member)
-            timeout = group.schedule_timeout_seconds
-        else:
-            min_member = max(1, (ref.min_available if ref is not None else None) or 1)
-            timeout = self._waiting_time(members)
-        if timeout is None:
-            timeout = self.settings.default_timeout
-        return Gang(key, namespace, name, source, group, problem, min_member, float(timeout), members)
-
-    @staticmethod
-    def _waiting_time(members: list[MemberPod]) -> float | None:
-        for m in members:
-            raw = m.annotations.get(keys.GANG_WAITING_TIME)
-            if raw is not None and (seconds := parse_duration(raw)) is not None:
-                return seconds
-        return None
+        return gang_view(self.index, self.cache, self.settings, key)
 
     def _start(self, gang: Gang, state: GangState) -> float | None:
         """Wall-clock time the gang first had its minimum of members (None: not yet)."""
@@ -225,11 +203,12 @@ class GangController:
             state.status = {"phase": "Failed"} if gang.podgroup is not None else None
         start = self._start(gang, state)
         if gang.problem:
-            state.reason = gang.problem
+            state.reason, state.wait_code = gang.problem, "InvalidPodGroup"
         elif failed:
             pass
         elif len(active) < gang.min_member:
             state.reason = f"waiting for members: the gang needs at least {gang.min_member}"
+            state.wait_code = "WaitingForMembers"
         elif len(bound) + len(state.plan) < gang.min_member:
             if gang.timeout and start is not None and self.wall() - start >= gang.timeout:
                 self._fail(gang, state)
@@ -257,6 +236,7 @@ class GangController:
             )
         elif state.reason and not failed:
             self._report(gang, state, "GangWaiting", state.reason)
+        effects += self._advance_preemption(gang, state)
         effects += self._release_gates(gang, state)
         if gang.podgroup is not None:
             effects += self._write_status(gang, state, failed, start)
@@ -283,7 +263,8 @@ class GangController:
             )
             self._report(gang, state, "GangPlanReleased", note, force=True)
             return
-        if state.plan and self.clock() - state.planned_at > self.settings.bind_timeout:
+        late = self.clock() - state.planned_at > self.settings.bind_timeout
+        if state.plan and not state.preempting and late:
             self._release(state, force=True)
             note = (
                 f"planned members were not bound within {self.settings.bind_timeout:g}s (is kube-scheduler "
@@ -293,10 +274,12 @@ class GangController:
             self._report(gang, state, "GangPlanReleased", note, force=True)
 
     def _release(self, state: GangState, *, force: bool = False) -> None:
+        self.preemptor.forget(state)  # its hold records, if any
         for key in state.plan:
             self.holds.release(key, force=force)
         state.plan = {}
         state.attempt = None
+        state.preempting = None
 
     def _failed(self, gang: Gang, state: GangState) -> bool:
         """A PodGroup keeps Failed in its status. A gang without one failed when we said so; after
@@ -320,7 +303,8 @@ class GangController:
 
     def _plan(self, gang: Gang, state: GangState, bound: list[MemberPod], pending: list[MemberPod]) -> None:
         unplanned = [m for m in pending if m.key not in state.plan]
-        ready = [m for m in unplanned if not m.other_gates]
+        # Higher priority first, then oldest: who goes first when only the minimum fits.
+        ready = sorted((m for m in unplanned if not m.other_gates), key=lambda m: -m.priority)
         need = gang.min_member - len(bound) - len(state.plan)
         if len(ready) < need:
             blocked = Counter(g for m in unplanned for g in m.other_gates)
@@ -328,13 +312,19 @@ class GangController:
                 f"{len(unplanned) - len(ready)} member(s) wait for other scheduling gates: "
                 + ", ".join(sorted(blocked))
             )
+            state.wait_code = "OtherSchedulingGates"
             return
-        seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation)
+        head, self._head_open = self._head_open, False  # the first gang in queue order to wait
+        starving = self.preemptor.starving(head, self._start(gang, state), self.wall())
+        seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation, starving)
         if state.attempt == seen:
             return  # nothing changed since the last attempt found no room
         requests = member_requests(self.cache, ready)
         if len(requests) < need:
             return  # the cache has not caught up with a member yet
+        restored = self.preemptor.restore(state, ready, lambda p: self._commit(gang, state, p, ready))
+        if restored is not None:  # a hold recorded by an earlier leader (gang/hold_record.py)
+            return self._report(gang, state, *restored)
         siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
         cluster = self.cache.core.cluster
         names = admitting_nodes(self.cache, ready)
@@ -342,9 +332,12 @@ class GangController:
         if isinstance(found, NoPlan) and len(requests) > need:
             fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
             found = fewer if isinstance(fewer, GangPlan) else found
+        if isinstance(found, NoPlan) and self._make_room(gang, state, ready, requests, names, starving):
+            return
         if isinstance(found, NoPlan):
             state.attempt = seen
             state.reason = f"no placement for {need} more member(s) at once: {found.message}"
+            state.wait_code = shortage_code(cluster, requests[:need], names)
             self.metrics.plans.labels("no_room").inc()
             return
         if not self._commit(gang, state, found, ready):
@@ -355,9 +348,35 @@ class GangController:
         note = f"planned {len(found.placements)} member(s) on {where}; releasing them"
         self._report(gang, state, "GangPlanned", note, "Normal")
 
+    def _make_room(
+        self,
+        gang: Gang,
+        state: GangState,
+        ready: list[MemberPod],
+        requests: list[PodRequest],
+        names: list[str],
+        starving: bool,
+    ) -> bool:
+        """Evict lower-priority pods, or (starving) hold the room others free; see preempting.py."""
+        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
+        report = self.preemptor.make_room(
+            state, ready, requests, names, siblings, starving, lambda p: self._commit(gang, state, p, ready)
+        )
+        if report is not None:
+            self._report(gang, state, *report)
+        return report is not None
+
+    def _advance_preemption(self, gang: Gang, state: GangState) -> list[Effect]:
+        effects, report = self.preemptor.advance(state, lambda: self._release(state, force=True))
+        if report is not None:
+            reason, note, type_ = report
+            self._report(gang, state, reason, note, type_, force=reason != "GangPlanned")
+        return effects
+
     def _plan_late(self, gang: Gang, state: GangState, pending: list[MemberPod]) -> None:
-        """Members beyond the minimum, one at a time: the gang already runs without them."""
-        for m in pending:
+        """Members beyond the minimum, one at a time (higher priority first): the gang already runs
+        without them."""
+        for m in sorted(pending, key=lambda m: -m.priority):
             if m.key in state.plan or m.other_gates:
                 continue
             requests = member_requests(self.cache, [m])
@@ -405,6 +424,8 @@ class GangController:
 
     def _release_gates(self, gang: Gang, state: GangState) -> list[Effect]:
         effects: list[Effect] = []
+        if state.preempting is not None:
+            return effects  # the room is not free yet
         for m in gang.members:
             planned = state.plan.get(m.key)
             if planned is None or m.node:
@@ -431,7 +452,18 @@ class GangController:
 
     def _write_status(self, gang: Gang, state: GangState, failed: bool, start: float | None) -> list[Effect]:
         recorded = self._status(gang, state)
-        status = podgroup_status(gang, len(state.plan), failed, start, recorded)
+        planned = 0 if state.preempting is not None else len(state.plan)  # not released yet
+        p = state.preempting
+        status = podgroup_status(
+            gang,
+            planned,
+            failed,
+            start,
+            recorded,
+            waiting=(state.wait_code, state.reason) if state.reason else None,
+            preempting=f"{len(p.victims)} lower-priority pod(s) evicted for the gang" if p else "",
+            now=self.wall(),
+        )
         wanted = {k: v for k, v in status.items() if v}
         if wanted == {k: v for k, v in recorded.items() if v}:
             return []
@@ -462,16 +494,7 @@ class GangController:
         *,
         force: bool = False,
     ) -> None:
-        """An Event once per distinct note: on the PodGroup, or on each waiting member of a gang
-        without one (Events are rate-limited: one per member of a 256-pod gang would crowd out
-        every other Event)."""
-        if self.events is None or (note == state.reported and not force):
-            return
-        state.reported = note
-        if gang.podgroup is not None:
-            self.events.record(gang.ref(), type_, reason, "Scheduling", note)
-        else:
-            for m in gang.active:
-                if not m.node:
-                    ref = PodRef(m.namespace, m.name, m.uid)
-                    self.events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")
+        """An Event once per distinct note (writes.report_event)."""
+        if self.events is not None and (note != state.reported or force):
+            state.reported = note
+            report_event(self.events, gang, type_, reason, note)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocator.core.gang.victims import Candidate
 from allocator.gang.index import MemberPod
+from allocator.service.cache.store import ClusterCache
 from allocator.service.events import PodRef
 from apis import podgroup as pg
 
@@ -19,6 +21,31 @@ class Planned:
 
 
 @dataclass
+class Preempting:
+    """A gang's preemption in progress (kept in its GangState)."""
+
+    victims: dict[str, Candidate]  # pod key -> the victim as planned
+    since: float  # controller clock
+    blocked: dict[str, str] = field(default_factory=dict)  # pod key -> why its eviction was refused
+    evicting: set[str] = field(default_factory=set)  # evictions in flight
+    evicted: set[str] = field(default_factory=set)  # accepted: the pod is on its way out
+    evict: bool = True  # False: a starvation hold, waiting for the pods to finish on their own
+
+    def due(self, left: list[Candidate]) -> list[Candidate]:
+        """Victims to evict now: not accepted yet and not in flight."""
+        return [v for v in left if v.key not in self.evicted and v.key not in self.evicting]
+
+    def left(self, cache: ClusterCache) -> list[Candidate]:
+        """Victims still holding their devices (the same pod, bound and active in the cache)."""
+        out = []
+        for key, victim in self.victims.items():
+            entry = cache.pods.get(key)
+            if entry is not None and entry.uid == victim.uid and entry.holds:
+                out.append(victim)
+        return out
+
+
+@dataclass
 class GangState:
     """What the controller remembers of a gang between passes (lost on restart by design)."""
 
@@ -26,6 +53,7 @@ class GangState:
     planned_at: float = 0.0
     start: float | None = None  # wall clock: when the gang had its minimum of members
     reason: str = ""  # why the gang waits ("" when it does not)
+    wait_code: str = ""  # the reason's kind, the Waiting condition's reason (InsufficientTopology...)
     reported: str = ""  # the last note written as Events
     attempt: tuple[object, ...] | None = None  # what the last fruitless planning attempt saw
     done: bool | None = None  # minMember bound (None: not looked at yet)
@@ -33,6 +61,8 @@ class GangState:
     status: JSON | None = None  # the PodGroup status last written
     nudged: dict[str, str] = field(default_factory=dict)  # pod key -> planned node annotated
     told: set[str] = field(default_factory=set)  # late members told why they wait
+    preempting: Preempting | None = None  # victims being evicted for the plan (gates kept)
+    record: str = ""  # id of the hold recorded on the members (gang/hold_record.py)
 
 
 @dataclass

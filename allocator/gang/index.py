@@ -14,7 +14,7 @@ from typing import Any
 
 from apis import keys
 from apis.errors import CodecError
-from apis.podgroup import GangRef, gang_of
+from apis.podgroup import GangRef, gang_of, spec_priority
 from apis.resources import TERMINAL_POD_PHASES
 
 JSON = dict[str, Any]
@@ -36,6 +36,7 @@ class MemberPod:
     gates: tuple[str, ...]
     scheduler: str
     annotations: Mapping[str, str]
+    priority: int = 0  # spec.priority (the PriorityClass value)
 
     @property
     def active(self) -> bool:
@@ -88,6 +89,7 @@ def member_of(key: str, pod: JSON) -> MemberPod | None:
         gates=gates,
         scheduler=spec.get("schedulerName") or "default-scheduler",
         annotations=dict(annotations) if isinstance(annotations, dict) else {},
+        priority=spec_priority(spec),
     )
 
 

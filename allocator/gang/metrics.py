@@ -33,3 +33,32 @@ class GangMetrics:
             ["result"],
             registry=registry,
         )
+        self.preemptions = Counter(
+            "topoalloc_gang_preemptions",
+            "Gangs that evicted lower-priority pods to make room, by outcome.",
+            ["result"],
+            registry=registry,
+        )
+        self.victims = Counter(
+            "topoalloc_gang_preemption_victims",
+            "Pods planned as victims to make room for a waiting gang.",
+            registry=registry,
+        )
+        self.held_devices = Gauge(
+            "topoalloc_gang_held_devices",
+            "Devices held for gangs that wait for their victims to leave.",
+            registry=registry,
+        )
+        self.waiting_gangs = Gauge(
+            "topoalloc_gangs_waiting",
+            "Gangs waiting for a placement, by the reason of their Waiting condition.",
+            ["reason"],
+            registry=registry,
+        )
+
+    def observe_pass(self, waiting_reasons: list[str], held_devices: int) -> None:
+        """What one controller pass saw: why each waiting gang waits, devices held while preempting."""
+        self.waiting_gangs.clear()
+        for reason in set(waiting_reasons):
+            self.waiting_gangs.labels(reason).set(waiting_reasons.count(reason))
+        self.held_devices.set(held_devices)

@@ -1,5 +1,6 @@
-"""What the gang controller hands the core's gang planner, read from the watch cache: the
-members' requests, the nodes every member tolerates, and where their siblings already are."""
+"""What the gang controller reads from the watch cache: one gang's view (members, PodGroup, size,
+timeout), and what it hands the core's gang planner: the members' requests, the nodes every
+member tolerates, and where their siblings already are."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ import json
 from collections import Counter
 from typing import Any
 
+from allocator.gang.controller_state import Gang
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.taints import admits, tolerations_of
+from allocator.gang.timefmt import parse_duration
 from allocator.service.cache.store import ClusterCache
 from allocator.service.coreadapter import PodRequest
+from allocator.service.gang_settings import GangSettings
+from apis import keys
+from apis import podgroup as pg
+from apis.errors import CodecError
 
 JSON = dict[str, Any]
 
@@ -51,3 +58,41 @@ def sibling_nodes(
         keys_ |= set(index.siblings(m.key, gang, m.job_key))
     keys_ -= {m.key for m in members}
     return dict(Counter(n for n in (where.get(k) for k in keys_) if n))
+
+
+def gang_view(index: GangIndex, cache: ClusterCache, settings: GangSettings, key: str) -> Gang:
+    """One gang as a pass sees it: members for the schedulers we serve, its PodGroup (or why it
+    has none usable), its size and its timeout."""
+    names = settings.scheduler_names
+    members = [m for m in index.members(key) if not names or m.scheduler in names]
+    ref = index.ref(key)
+    namespace, _, name = key.partition("/")
+    source = ref.source if ref is not None else "podgroup"
+    group: pg.PodGroup | None = None
+    problem = ""
+    if source != "koordinator":
+        raw = cache.podgroups.get(key)
+        if raw is None:
+            problem = f"PodGroup {key} does not exist"
+        else:
+            try:
+                group = pg.PodGroup.from_dict(raw)
+            except CodecError as exc:
+                problem = f"PodGroup {key} is invalid: {exc}"
+    if group is not None:
+        min_member = max(1, group.min_member)
+        timeout = group.schedule_timeout_seconds
+    else:
+        min_member = max(1, (ref.min_available if ref is not None else None) or 1)
+        timeout = _waiting_time(members)
+    if timeout is None:
+        timeout = settings.default_timeout
+    return Gang(key, namespace, name, source, group, problem, min_member, float(timeout), members)
+
+
+def _waiting_time(members: list[MemberPod]) -> float | None:
+    for m in members:
+        raw = m.annotations.get(keys.GANG_WAITING_TIME)
+        if raw is not None and (seconds := parse_duration(raw)) is not None:
+            return seconds
+    return None

@@ -12,9 +12,20 @@ from allocator.gang.timefmt import format_time
 JSON = dict[str, Any]
 
 
-def podgroup_status(gang: Gang, planned: int, failed: bool, start: float | None, recorded: JSON) -> JSON:
+def podgroup_status(
+    gang: Gang,
+    planned: int,
+    failed: bool,
+    start: float | None,
+    recorded: JSON,
+    *,
+    waiting: tuple[str, str] | None = None,
+    preempting: str = "",
+    now: float = 0.0,
+) -> JSON:
     """The status to write: `planned` members hold a plan, `failed` says the gang timed out,
-    `start` is when it first had its minimum, `recorded` the status written last."""
+    `start` is when it first had its minimum, `recorded` the status written last; `waiting` is
+    (reason code, why) while the gang waits, `preempting` says what is being evicted for it."""
     members = gang.members
     scheduled = sum(1 for m in members if m.node)
     running = sum(1 for m in members if m.phase == "Running")
@@ -46,4 +57,40 @@ def podgroup_status(gang: Gang, planned: int, failed: bool, start: float | None,
     }
     if phase == "Failed" and recorded.get("scheduleStartTime"):
         status["scheduleStartTime"] = recorded["scheduleStartTime"]
+    placed = phase in ("Scheduled", "Running", "Finished")
+    held = phase in ("Pending", "PreScheduling") and waiting is not None and not failed
+    code, why = waiting if waiting is not None else ("", "")
+    status["conditions"] = conditions(
+        [
+            ("Scheduled", placed, "MinMembersBound" if placed else "NotScheduled",
+             f"{bound} of {gang.min_member} required members are bound"),
+            ("Waiting", held, code or "Waiting" if held else "NotWaiting", why if held else ""),
+            ("Preempting", bool(preempting), "EvictingLowerPriorityPods" if preempting else "NotPreempting",
+             preempting),
+            ("TimedOut", failed, "ScheduleTimeout" if failed else "WithinTimeout",
+             "no placement for the whole gang within its timeout" if failed else ""),
+        ],
+        recorded.get("conditions") or [],
+        now,
+    )  # fmt: skip
     return status
+
+
+def conditions(wanted: list[tuple[str, bool, str, str]], recorded: list[JSON], now: float) -> list[JSON]:
+    """metav1.Condition entries; a condition keeps its lastTransitionTime while its status holds."""
+    before = {c.get("type"): c for c in recorded if isinstance(c, dict)}
+    out = []
+    for type_, true, reason, message in wanted:
+        status = "True" if true else "False"
+        old = before.get(type_) or {}
+        since = old.get("lastTransitionTime") if old.get("status") == status else None
+        out.append(
+            {
+                "type": type_,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": since or format_time(now),
+            }
+        )
+    return out

@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from allocator.gang.controller_state import Gang
 from allocator.gang.index import MemberPod
+from allocator.service.events import EventRecorder, PodRef
 from allocator.service.kube import ApiError, KubeApi
 from apis import keys
 from apis import podgroup as pg
@@ -71,3 +73,35 @@ async def patch_podgroup_status(api: KubeApi, namespace: str, name: str, status:
         log.warning("updating the status of PodGroup %s/%s: %s", namespace, name, exc)
         return False
     return True
+
+
+def report_event(events: EventRecorder, gang: Gang, type_: str, reason: str, note: str) -> None:
+    """An Event on the PodGroup, or on each waiting member of a gang without one (Events are
+    rate-limited: one per member of a 256-pod gang would crowd out every other Event)."""
+    if gang.podgroup is not None:
+        events.record(gang.ref(), type_, reason, "Scheduling", note)
+        return
+    for m in gang.active:
+        if not m.node:
+            ref = PodRef(m.namespace, m.name, m.uid)
+            events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")
+
+
+async def annotate_hold(api: KubeApi, m: MemberPod, record: str) -> None:
+    """Record a held room on a member (gang/hold_record.py); uid precondition."""
+    patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_HOLD: record}}}
+    try:
+        await api.raw("PATCH", pod_path(m), body=patch, content_type=MERGE_PATCH)
+    except ApiError as exc:
+        log.warning("recording the gang hold on %s: %s", m.key, exc)
+
+
+async def clear_hold(api: KubeApi, key: str, uid: str) -> None:
+    namespace, _, name = key.partition("/")
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    patch = {"metadata": {"uid": uid, "annotations": {keys.GANG_HOLD: None}}}
+    try:
+        await api.raw("PATCH", path, body=patch, content_type=MERGE_PATCH)
+    except ApiError as exc:
+        if exc.status != 404:
+            log.warning("clearing the gang hold of %s: %s", key, exc)

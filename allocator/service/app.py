@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from allocator.service.handlers import bind, common, filter, prioritize
+from allocator.service.handlers import bind, common, filter, preempt, prioritize
 from allocator.service.handlers.service_view import ServiceView
 from allocator.service.tls import ClientAllowlist, client_auth_middleware
 
@@ -20,6 +20,7 @@ VERBS: dict[str, VerbHandler] = {
     "filter": filter.handle,
     "prioritize": prioritize.handle,
     "bind": bind.handle,
+    "preempt": preempt.handle,
 }
 # Results that are not failures of the call (they still count in topoalloc_extender_requests).
 SUCCESS = ("ok", "no_devices")

@@ -88,8 +88,8 @@ class Binder:
 
         res = self.cache.reserve(pod, req, args.node)
         if isinstance(res, Rejection):
-            self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.message}")
-            return BindOutcome(f"node {args.node}: {res.message}", "rejected")
+            self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.explained}")
+            return BindOutcome(f"node {args.node}: {res.explained}", "rejected")
         if self.clock() - started > self.deadline or not self.is_leader():
             # kube-scheduler has given up on this call (or we lost the lease): binding now would
             # race its retry. Undo instead.

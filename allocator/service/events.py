@@ -178,7 +178,9 @@ class EventRecorder:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
+            # A generateName must itself be a valid name prefix: it may end in '-', not in '.'
+            # (kube-apiserver answers 422; tests/cluster pins it).
+            "metadata": {"generateName": f"{ref.name}-", "namespace": ref.namespace},
             "eventTime": micro_time(),
             "reportingController": CONTROLLER,
             "reportingInstance": self.instance[:128],
@@ -192,7 +194,8 @@ class EventRecorder:
             created = await self.api.create_event(ref.namespace, body)
         except ApiError as exc:
             self._count("failed")
-            log.debug("event for %s/%s not written: %s", ref.namespace, ref.name, exc)
+            # Never below WARNING: a refused Event is otherwise invisible (users see no Events).
+            log.warning("event for %s/%s not written: %s", ref.namespace, ref.name, exc)
             return
         series.event_name = (created.get("metadata") or {}).get("name")
         series.last_write = now
@@ -213,6 +216,6 @@ class EventRecorder:
                         self._count("written")
                     except ApiError as exc:
                         self._count("failed")
-                        log.debug("event series update failed: %s", exc)
+                        log.warning("event series update failed: %s", exc)
             elif now - series.first_at >= self.window * 10 and now - series.last_write >= self.window:
                 del self._series[key]  # forget quiet series so memory stays bounded

@@ -36,5 +36,14 @@ class GangSettings:
     # burst of watch events into one pass.
     resync_period: float = 5.0
     batch_delay: float = 0.05
+    # A waiting gang that fits nowhere evicts the cheapest lower-priority pods that make room for
+    # all its members (Eviction API, so PodDisruptionBudgets hold), holding the room meanwhile; the
+    # hold is given up when the victims are not gone within `preemption_timeout` seconds.
+    preemption: bool = True
+    preemption_timeout: float = 300.0
+    # No starvation: once the first waiting gang in priority order has waited this many seconds
+    # without room, the devices of the nodes it needs fewest pods to leave are held for it as they
+    # free up (other pods backfill only elsewhere), until it runs or its timeout; 0 turns it off.
+    starvation_bound: float = 600.0
     # Only pods for these schedulers are gated and planned; empty means every pod.
     scheduler_names: list[str] = field(default_factory=list)

@@ -114,6 +114,18 @@ class Metrics:
         self.client_rejections = Counter(
             "topoalloc_client_rejections", "Requests refused by the client allowlist (403).", registry=r
         )
+        self.preemption_nodes = Counter(
+            "topoalloc_preemption_nodes",
+            "Candidate nodes of kube-scheduler's preempt calls: kept with device-aware victims, or dropped.",
+            ["answer"],
+            registry=r,
+        )
+        self.preemption_victims = Counter(
+            "topoalloc_preemption_victims",
+            "Victims named to kube-scheduler (extender) or evicted for a gang (gang).",
+            ["path"],
+            registry=r,
+        )
 
     def track_allocations(self, source: AllocationCounts) -> None:
         self.registry.register(_AllocatedDevices(source))

@@ -177,32 +177,45 @@ SA = "system:serviceaccount:topoalloc-system:topoalloc-agent"
 _ENV = celpy.Environment()
 
 
-def _eval(expr: str, activation: dict[str, Any]) -> Any:
-    return _ENV.program(_ENV.compile(expr)).evaluate(celpy.json_to_cel(activation))
+def _eval(expr: str, activation: dict[str, Any], variables: dict[str, Any] | None = None) -> Any:
+    cel = celpy.json_to_cel(activation)
+    if variables is not None:  # already CEL values: json_to_cel would turn their bools into ints
+        cel["variables"] = celpy.celtypes.MapType(
+            {celpy.celtypes.StringType(k): v for k, v in variables.items()}
+        )
+    result = _ENV.program(_ENV.compile(expr)).evaluate(cel)
+    # kube-apiserver refuses the request with the error instead of the policy's message: never OK.
+    assert not isinstance(result, celpy.CELEvalError), f"{expr!r} failed to evaluate: {result}"
+    return result
 
 
 def _admit(
     *, user: str = SA, node: str | None = "a", resource: str, sub: str = "", obj: Any, old: Any
 ) -> list[str]:
-    """The messages of the failed validations (empty: admitted) for one admission request."""
-    extra = {"authentication.kubernetes.io/node-name": [node]} if node else {}
+    """The messages of the failed validations (empty: admitted) for one admission request.
+
+    Shaped as kube-apiserver shapes it (tests/cluster/test_security.py checks the real one): no
+    `subResource` key on the main resource, no `extra` when the token carries none."""
     name = (obj or old)["metadata"]["name"]
-    request = {
-        "userInfo": {"username": user, "extra": extra},
+    request: dict[str, Any] = {
+        "userInfo": {"username": user},
         "resource": {"resource": resource},
-        "subResource": sub,
         "name": name,
     }
+    if node:
+        request["userInfo"]["extra"] = {"authentication.kubernetes.io/node-name": [node]}
+    if sub:
+        request["subResource"] = sub
     base = {"request": request, "object": obj, "oldObject": old}
     if not all(_eval(m["expression"], base) for m in POLICY["spec"]["matchConditions"]):
         return []  # not the agent: the policy does not apply
     variables = {}
     for var in POLICY["spec"]["variables"]:
-        variables[var["name"]] = _eval(var["expression"], {**base, "variables": variables})
+        variables[var["name"]] = _eval(var["expression"], base, variables)
     return [
         v["message" if "message" in v else "messageExpression"]
         for v in POLICY["spec"]["validations"]
-        if not _eval(v["expression"], {**base, "variables": variables})
+        if not _eval(v["expression"], base, variables)
     ]
 
 

@@ -19,13 +19,28 @@ from tests.cluster.harness import ClusterEnv
 from tests.support.controlplane import missing_parts
 
 _names = itertools.count()
+HERE = Path(__file__).parent
+_running: list[ClusterEnv] = []
+
+
+def _in_tier(item: pytest.Item | None) -> bool:
+    return item is not None and HERE in Path(str(item.fspath)).parents
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
     for item in items:
-        if here in Path(str(item.fspath)).parents:
+        if _in_tier(item):
             item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The control plane and its agents cost CPU even idle: stop them after the tier's last test
+    (once its fixtures are torn down) rather than at the end of the whole session."""
+    yield
+    if _in_tier(item) and not _in_tier(nextitem):
+        while _running:
+            _running.pop().stop()
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +53,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterEnv]:
         print(_logs(env))
         env.stop()
         raise
+    _running.append(env)
     try:
         yield env
     finally:

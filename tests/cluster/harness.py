@@ -26,7 +26,7 @@ from tests.support.cluster_product import (
     scheduler_config,
     service_account_token,
 )
-from tests.support.controlplane import REPO, ApiStatus, ControlPlane, Process, wait_until
+from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, Process, wait_until
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 AGENT_SA = "topoalloc-agent"
@@ -53,6 +53,8 @@ class ClusterEnv:
     replicas: dict[str, AllocatorReplica] = field(default_factory=dict)
     agents: list[AgentProcess] = field(default_factory=list)
     extra: list[Process] = field(default_factory=list)
+    # Every topoalloc process ever started, so that stop() ends them all, whatever the tests did.
+    started: list[Process] = field(default_factory=list)
 
     # -- set-up -----------------------------------------------------------------------------------
 
@@ -69,7 +71,14 @@ class ClusterEnv:
         )
         self.cp.start()
         self.apply_manifests()
-        self.start_allocator("alloc-a").wait_ready()
+        self.start_allocator("alloc-a").wait_ready("/readyz")
+
+    def leader(self) -> AllocatorReplica:
+        """The replica holding the Lease (and alive)."""
+        holder = lease_holder(self.cp)
+        replica = self.replicas.get(holder or "")
+        assert replica is not None and replica.process.alive(), f"no live leader (Lease holder {holder!r})"
+        return replica
 
     def _leader_port(self) -> int | None:
         holder = lease_holder(self.cp)
@@ -97,10 +106,14 @@ class ClusterEnv:
 
     def start_allocator(self, identity: str, **kwargs: Any) -> AllocatorReplica:
         """A replica running as the allocator's ServiceAccount (deploy/allocator/rbac.yaml)."""
+        previous = self.replicas.get(identity)
+        if previous is not None:  # never leave a process running untracked
+            previous.process.stop()
         token = service_account_token(self.cp, SYSTEM_NAMESPACE, ALLOCATOR_SA)
         kubeconfig = self.cp.write_kubeconfig(f"allocator-{identity}", token=token)
         replica = AllocatorReplica(kubeconfig, self.certs, self.workdir, identity, **kwargs).start()
         self.replicas[identity] = replica
+        self.started.append(replica.process)
         return replica
 
     def stop(self) -> None:
@@ -108,7 +121,7 @@ class ClusterEnv:
             agent.process.stop()
         for replica in self.replicas.values():
             replica.process.stop()
-        for proc in self.extra:
+        for proc in self.extra + self.started:
             proc.stop()
         with contextlib.suppress(AttributeError):
             self.extender.close()
@@ -158,14 +171,16 @@ class ClusterEnv:
             return None
         proc = AgentProcess(fixture, name, self.agent_identity(name), self.workdir).start()
         self.agents.append(proc)
+        self.started.append(proc.process)
         return proc
 
     def wait_device(self, node: str, timeout: float = 90.0) -> dict[str, Any]:
         agent = next((a.process for a in self.agents if a.node == node), None)
+        # The agent creates the Device, then writes its status: wait for both.
         return wait_until(
-            lambda: self.cp.admin.get(f"{DEVICES}/{node}"),
+            lambda: (d := self.cp.admin.get(f"{DEVICES}/{node}")).get("status") and d,
             timeout=timeout,
-            what=f"Device {node}",
+            what=f"Device {node} with its status",
             process=agent,
         )
 
@@ -190,11 +205,20 @@ class ClusterEnv:
         return self.cp.admin.post(f"/api/v1/namespaces/{ns}/pods", body)
 
     def wait_bound(self, ns: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
-        return wait_until(
-            lambda: (p := self.pod(ns, name))["spec"].get("nodeName") and p,
-            timeout=timeout,
-            what=f"pod {ns}/{name} bound",
-        )
+        try:
+            return wait_until(
+                lambda: (p := self.pod(ns, name))["spec"].get("nodeName") and p,
+                timeout=timeout,
+                what=f"pod {ns}/{name} bound",
+            )
+        except ControlPlaneError as exc:
+            raise ControlPlaneError(f"{exc}; its conditions: {self.conditions(ns, name)}") from None
+
+    def conditions(self, ns: str, name: str) -> list[Any]:
+        try:
+            return list((self.pod(ns, name).get("status") or {}).get("conditions") or [])
+        except ApiStatus as exc:
+            return [str(exc)]
 
     def wait_pending_reason(self, ns: str, name: str, pattern: str, timeout: float = 60.0) -> str:
         """Until the pod's PodScheduled=False condition message matches `pattern`; returns it."""

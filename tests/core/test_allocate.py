@@ -206,7 +206,8 @@ def test_required_pcie_scope() -> None:
     r = rejected(run(state, p))
     assert r.code == rs.INSUFFICIENT_SCOPED and not r.unresolvable
     assert (
-        r.message == "need 2 free GPUs within one PCIe switch; the largest free set is 1 (switch pci0000:15)"
+        r.explained
+        == "need 2 free GPUs within one PCIe switch; the largest free set is 1 (switch pci0000:15)"
     )
 
 
@@ -218,7 +219,7 @@ def test_required_scope_on_real_pcie_switches() -> None:
     assert got.minors("gpu") == [4, 5]
     use_gpus(state, 4, 6)
     r = rejected(run(state, p))
-    assert "largest free set is 1 (switch 0000:19:00.0)" in r.message
+    assert "largest free set is 1 (switch 0000:19:00.0)" in r.explained
 
 
 def test_device_scope_means_one_gpu() -> None:
@@ -292,14 +293,14 @@ def test_shared_gpu_rejection_message() -> None:
     use_gpus(state, *range(8), share=60)
     r = rejected(run(state, pod({"koordinator.sh/gpu": "50"})))
     assert r.code == "Insufficient gpu devices" and not r.unresolvable
-    assert r.message == "need 1 GPU with 50% compute and 50% memory free; no GPU has that much free"
+    assert r.explained == "need 1 GPU with 50% compute and 50% memory free; no GPU has that much free"
 
 
 def test_whole_gpu_rejection_message() -> None:
     state = state_of(plain_example_device())
     use_gpus(state, 0, 1, 2, 3, 4, 5)
     r = rejected(run(state, pod(gpus(4))))
-    assert (r.code, r.message) == ("Insufficient gpu devices", "need 4 free GPUs; 2 are free")
+    assert (r.code, r.explained) == ("Insufficient gpu devices", "need 4 free GPUs; 2 are free")
 
 
 def test_unhealthy_gpus_are_never_chosen() -> None:
@@ -308,7 +309,7 @@ def test_unhealthy_gpus_are_never_chosen() -> None:
         d["health"] = False
     state = state_of(dev)
     assert ok(run(state, pod(gpus(1)))).minors("gpu") == [7]
-    assert rejected(run(state, pod(gpus(2)))).message == "need 2 free GPUs; 1 is free"
+    assert rejected(run(state, pod(gpus(2)))).explained == "need 2 free GPUs; 1 is free"
 
 
 def test_numa_mask_and_selector_restrict_candidates() -> None:
@@ -322,7 +323,7 @@ def test_numa_mask_and_selector_restrict_candidates() -> None:
     sel = pod(gpus(2), annotations=hint(gpu={"selector": {"matchLabels": {"pool": "a"}}}))
     assert ok(run(state, sel)).minors("gpu") == [1, 3]
     r = rejected(run(state, pod(gpus(5), annotations=hint(gpu={"selector": {"matchLabels": {"pool": "a"}}}))))
-    assert r.message == "need 5 free GPUs matching the selector; 4 are free"
+    assert r.explained == "need 5 free GPUs matching the selector; 4 are free"
 
 
 def test_required_bounds() -> None:
@@ -370,7 +371,7 @@ def test_device_without_a_free_vf_is_skipped() -> None:
     assert got.minors("rdma") == [1]
     none = pod({RDMA: "1"}, annotations=hint(rdma={"vfSelector": {"matchLabels": {"type": "other"}}}))
     r = rejected(run(state, none))
-    assert (r.code, r.message) == ("Insufficient rdma devices", "need 1 RDMA NIC with a free VF; 0 qualify")
+    assert (r.code, r.explained) == ("Insufficient rdma devices", "need 1 RDMA NIC with a free VF; 0 qualify")
 
 
 # -- 8.2: joint allocation ------------------------------------------------------------------------------
@@ -393,7 +394,9 @@ def test_same_pcie_violation() -> None:
     )
     r = rejected(run(state, p))
     assert r.code == rs.JOINT_VIOLATION and not r.unresolvable
-    assert r.message == "need a free RDMA NIC on the PCIe switch of every chosen GPU; none on PCIe pci0000:37"
+    assert (
+        r.explained == "need a free RDMA NIC on the PCIe switch of every chosen GPU; none on PCIe pci0000:37"
+    )
 
 
 def test_dgx_h100_pairs_each_gpu_with_the_nic_on_its_switch() -> None:

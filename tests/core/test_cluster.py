@@ -40,7 +40,7 @@ def test_filter_and_its_cache_follow_node_changes() -> None:
     assert isinstance(got, Allocation)
     c.assign("ns/a", "h1", got.devices, 1000, 2**30)
     passed, failed = c.feasible(req, ["h1", "l1"])
-    assert passed == ["l1"] and failed["h1"].message == "need 8 free GPUs; 0 are free"
+    assert passed == ["l1"] and failed["h1"].explained == "need 8 free GPUs; 0 are free"
     assert c.unassign("ns/a")
     assert c.feasible(req, ["h1"])[0] == ["h1"]
 
@@ -83,7 +83,7 @@ def test_device_delete_and_return() -> None:
     c = cluster()
     req = pod_request(pod(gpus(1)))
     c.remove_device("h1")
-    assert c.feasible(req, ["h1"])[1]["h1"].message == "need 1 free GPU; 0 are free"
+    assert c.feasible(req, ["h1"])[1]["h1"].explained == "need 1 free GPU; 0 are free"
     c.set_device(dgx_h100_device("h1"))
     assert c.feasible(req, ["h1"])[0] == ["h1"]
 

@@ -196,10 +196,36 @@ def test_messages_name_neither_pod_nor_node() -> None:
         assert isinstance(got, Rejection)
         assert node not in got.message and name not in got.message
         texts.add(got.message)
-    assert texts == {"need 4 free GPUs; 3 are free"}
+    assert texts == {"need 4 free GPUs"}
 
 
 def test_rejection_is_small_and_hashable() -> None:
     r = Rejection("code", "message", True)
     assert str(r) == "message" and hash(r) == hash(Rejection("code", "message", True))
     assert json.dumps({"reason": str(r)}) == '{"reason": "message"}'
+
+
+@pytest.mark.parametrize(
+    ("request_", "used"),
+    [
+        (pod(gpus(4)), ((0, 1, 2, 3, 4), (0, 1, 2, 3, 4, 5), (0, 1, 2, 3, 4, 5, 6))),
+        (
+            pod(gpus(2), annotations=hint(gpu={"requiredTopologyScope": "PCIe"})),
+            ((0, 2, 4, 6), (0, 1, 2, 3, 4, 5, 6), tuple(range(8))),
+        ),
+    ],
+)
+def test_nodes_short_by_different_amounts_give_one_message(request_: dict[str, Any], used: tuple) -> None:
+    """kube-scheduler counts nodes per failure message: what each node has left (free counts, the
+    best switch) stays out of it and goes to `detail`, so one shortage is one reason."""
+    messages, details = set(), set()
+    req = pod_request(request_)
+    for i, minors in enumerate(used):
+        state = state_of(plain_example_device(), name=f"n{i}")
+        use_gpus(state, *minors, share=50)
+        got = allocate(state, req)
+        assert isinstance(got, Rejection), got
+        messages.add(got.message)
+        details.add(got.detail)
+        assert got.explained == f"{got.message}; {got.detail}"
+    assert len(messages) == 1 and len(details) > 1

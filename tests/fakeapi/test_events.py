@@ -83,6 +83,23 @@ async def test_v1_validation(fake_api: FakeApiServer) -> None:
     assert status["message"].startswith('Event.events.k8s.io "bad" is invalid: [eventTime: Required value, ')
 
 
+async def test_a_generate_name_must_be_a_valid_prefix(fake_api: FakeApiServer) -> None:
+    """kube-apiserver validates generateName as a name, forgiving one trailing "-" (a real-cluster
+    fact: "pod." is refused)."""
+    async with aiohttp.ClientSession() as session:
+        url = f"{fake_api.url}/apis/events.k8s.io/v1/namespaces/default/events"
+        for prefix, want in (("w1.", 422), ("w1-", 201)):
+            body = _v1_event("")
+            body["metadata"] = {"generateName": prefix, "namespace": "default"}
+            async with session.post(url, json=body) as response:
+                status = await response.json()
+            assert response.status == want, status
+            if want == 422:
+                assert status["details"]["causes"][0]["field"] == "metadata.generateName"
+            else:
+                assert status["metadata"]["name"].startswith("w1-")
+
+
 async def test_watch_through_either_view(fake_api: FakeApiServer, fake_api_aio_client: Any) -> None:
     start = fake_api.resource_version
     v1_watch = await client.EventsV1Api(fake_api_aio_client).list_namespaced_event_without_preload_content(
@@ -120,3 +137,31 @@ async def test_put_creates_a_missing_event(fake_api: FakeApiServer) -> None:
         assert response.status == 201
         again = await core.replace_namespaced_event("e4", "default", {**body, "message": "bound again"})
     assert again.message == "bound again"
+
+
+async def test_generate_name_must_itself_be_a_valid_prefix(fake_api: FakeApiServer) -> None:
+    """Pinned against kube-apiserver v1.35 (tests/cluster/test_fake_parity.py): a generateName
+    ending in '.' is refused with 422 on metadata.generateName, though the name it would make is
+    valid; one ending in '-' is the usual form; long prefixes are cut to 58 characters."""
+    url = f"{fake_api.url}/apis/events.k8s.io/v1/namespaces/default/events"
+    async with aiohttp.ClientSession() as http:
+        body = _v1_event("")
+        body["metadata"] = {"generateName": "full-0.", "namespace": "default"}
+        async with http.post(url, json=body) as resp:
+            assert resp.status == 422
+            status = await resp.json()
+        assert status["reason"] == "Invalid"
+        [cause] = status["details"]["causes"]
+        assert cause["field"] == "metadata.generateName"
+        assert 'Invalid value: "full-0."' in status["message"]
+
+        body["metadata"] = {"generateName": "full-0-", "namespace": "default"}
+        async with http.post(url, json=body) as resp:
+            assert resp.status == 201
+            assert (await resp.json())["metadata"]["name"].startswith("full-0-")
+
+        body["metadata"] = {"generateName": "p" * 70 + "-", "namespace": "default"}
+        async with http.post(url, json=body) as resp:
+            assert resp.status == 201
+            name = (await resp.json())["metadata"]["name"]
+        assert name.startswith("p" * 58) and len(name) == 63

@@ -175,11 +175,14 @@ def test_custom_objects_and_status_subresource(fake_api_sync_client: Any) -> Non
     created = custom.create_cluster_custom_object(*DEVICES, {**device("node-1"), "status": {"ignored": True}})
     assert "status" not in created  # status is only written through /status
     assert created["metadata"]["generation"] == 1
-    with_status = custom.patch_cluster_custom_object_status(*DEVICES, "node-1", {"status": {"healthy": 2}})
-    assert with_status["status"] == {"healthy": 2}
+    # A field the CRD's schema lacks is pruned silently, as kube-apiserver prunes it.
+    with_status = custom.patch_cluster_custom_object_status(
+        *DEVICES, "node-1", {"status": {"summary": {"gpus": 2}, "conditions": []}}
+    )
+    assert with_status["status"] == {"summary": {"gpus": 2}}
     assert with_status["metadata"]["generation"] == 1
     respec = custom.patch_cluster_custom_object(*DEVICES, "node-1", {"spec": {"devices": []}, "status": None})
-    assert respec["status"] == {"healthy": 2}  # main-resource writes keep the stored status
+    assert respec["status"] == {"summary": {"gpus": 2}}  # main-resource writes keep the stored status
     assert respec["metadata"]["generation"] == 2
 
 

@@ -133,6 +133,11 @@ async def test_only_the_leader_binds(fake_api: FakeApiServer, pki: Pki) -> None:
                         retry_period=0.1)  # fmt: skip
     async with running_allocator(fake_api, pki, leader_election=le) as run:
         assert "not the leader" in await run.client.bind(p, "gpu-1")
+        # ...and closes kube-scheduler's kept-alive connection, so that its retry is routed anew
+        # (the leader-only Service routes connections, not requests).
+        args = {"PodName": "w", "PodNamespace": "default", "PodUID": p["metadata"]["uid"], "Node": "gpu-1"}
+        async with run.client.session.post(f"{run.client.url}/bind", json=args) as resp:
+            assert resp.status == 200 and resp.headers.get("Connection", "").lower() == "close"
         status, body = await run.get("/readyz")
         assert status == 503 and "someone-else" in body
         assert (await run.get("/syncz"))[0] == 200

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from allocator.service import certs
-from allocator.service.app import HEALTH_PATHS
+from allocator.service.app import HEALTH_PATHS, VERBS
 from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE, ServiceConfig
 from allocator.service.gang_settings import WEBHOOK_SERVICE
 from allocator.service.leader import LEADER_LABEL
@@ -108,6 +108,8 @@ def _extender(config: dict[str, Any]) -> dict[str, Any]:
 
 def _check_extender(ext: dict[str, Any]) -> None:
     assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    # The route exists (a configured preemptVerb answering 404 stops all preemption).
+    assert ext["preemptVerb"] == "preempt" and "preempt" in VERBS
     assert ext["nodeCacheCapable"] is True and ext["enableHTTPS"] is True and ext["ignorable"] is False
     tls = ext["tlsConfig"]
     assert tls["insecure"] is False and {"caFile", "certFile", "keyFile"} <= set(tls)

@@ -4,6 +4,7 @@ rate-limited."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -38,6 +39,7 @@ async def test_repeats_are_one_event_with_a_series_count(fake_api: FakeApiServer
     assert ev["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "default",
                                "name": "trainer-0", "uid": POD.uid}  # fmt: skip
     assert ev["series"]["count"] == 500
+    assert ev["metadata"]["name"].startswith("trainer-0-")  # generateName "trainer-0." is a 422
     assert metrics.registry.get_sample_value("topoalloc_events_total", {"result": "aggregated"}) == 499
 
 
@@ -52,7 +54,10 @@ async def test_distinct_causes_are_distinct_events_and_the_rate_is_capped(
     assert len(fake_api.requests(method="POST")) == 5
 
 
-async def test_a_failing_api_never_reaches_the_caller(fake_api: FakeApiServer, api: KubeApi) -> None:
+async def test_a_failing_api_never_reaches_the_caller(
+    fake_api: FakeApiServer, api: KubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="allocator.service.events")
     metrics = Metrics()
     rec = EventRecorder(api, instance="allocator-a", metrics=metrics)
     fake_api.inject_fault("POST", "/events", status=500, times=None)
@@ -65,5 +70,8 @@ async def test_a_failing_api_never_reaches_the_caller(fake_api: FakeApiServer, a
             await asyncio.sleep(0.01)
         assert metrics.registry.get_sample_value("topoalloc_events_total", {"result": "failed"}) == 1
         assert not task.done()
+        # A lost Event is said at WARNING: below it, nobody would learn that users see none.
+        [record] = [r for r in caplog.records if "not written" in r.getMessage()]
+        assert record.levelno == logging.WARNING and "default/trainer-0" in record.getMessage()
     finally:
         task.cancel()

@@ -191,11 +191,13 @@ class AllocatorReplica:
         resp = http.request("GET", f"http://{HOST}:{self.health_port}{path}")
         return resp.status, resp.data.decode(errors="replace")
 
-    def wait_ready(self, timeout: float = 120.0) -> None:
+    def wait_ready(self, path: str = "/syncz", timeout: float = 120.0) -> None:
+        """Until `path` answers 200: /syncz (watch cache synced, leader or not: what the Deployment's
+        readiness probe uses) or /readyz (synced and leading)."""
         wait_until(
-            lambda: self.health()[0] == 200,
+            lambda: self.health(path)[0] == 200,
             timeout=timeout,
-            what=f"{self.process.name} /readyz",
+            what=f"{self.process.name} {path}",
             process=self.process,
         )
 

@@ -41,7 +41,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 REPO = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO.parent / "shared" / "k8s"
 ETCD = Path(os.environ.get("TOPOALLOC_ETCD", "/usr/bin/etcd"))
-KUBECTL = Path(os.environ.get("TOPOALLOC_KUBECTL", "/usr/bin/kubectl"))
+KUBECTL = Path(os.environ.get("TOPOALLOC_KUBECTL") or shutil.which("kubectl") or "/usr/bin/kubectl")
 K8S_VERSION = "v1.35.6"
 BIN_CACHE = Path(
     os.environ.get("TOPOALLOC_K8S_BIN", str(Path.home() / ".cache" / "topoalloc" / f"k8s-{K8S_VERSION}"))
@@ -62,7 +62,7 @@ def missing_parts() -> list[str]:
     if not os.access(ETCD, os.X_OK):
         out.append(f"{ETCD} (Debian package etcd-server)")
     if not os.access(KUBECTL, os.X_OK):
-        out.append(f"{KUBECTL} (Debian package kubectl)")
+        out.append(f"{KUBECTL} (Debian package kubectl or kubernetes-client)")
     return out
 
 
@@ -315,24 +315,26 @@ class Rest:
     def __init__(
         self,
         url: str,
-        ca_file: Path,
+        ca_file: Path | None = None,
         cert: tuple[Path, Path] | None = None,
         *,
         token: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        """`ca_file` verifies an https `url`; without it the URL is plain http (the fake API server)."""
         self.url = url
         self.headers = dict(headers or {})
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
-        self.pool = urllib3.PoolManager(
-            ca_certs=str(ca_file),
-            cert_file=str(cert[0]) if cert else None,
-            key_file=str(cert[1]) if cert else None,
-            cert_reqs="CERT_REQUIRED",
-            retries=False,
-            timeout=urllib3.Timeout(connect=5, read=30),
-        )
+        tls: dict[str, Any] = {}
+        if ca_file is not None:
+            tls = {
+                "ca_certs": str(ca_file),
+                "cert_file": str(cert[0]) if cert else None,
+                "key_file": str(cert[1]) if cert else None,
+                "cert_reqs": "CERT_REQUIRED",
+            }
+        self.pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30), **tls)
 
     def impersonating(
         self, user: str, *, groups: tuple[str, ...] = (), extra: Mapping[str, str] = {}
@@ -653,9 +655,11 @@ class ControlPlane:
 
     # -- operations -----------------------------------------------------------------------------
 
-    def restart_apiserver(self, *, between: Callable[[], None] | None = None) -> None:
-        """Stop kube-apiserver (SIGTERM), run `between` while it is down, start it on the same port."""
-        self.processes["kube-apiserver"].stop()
+    def restart_apiserver(self, *, grace: float = 5.0, between: Callable[[], None] | None = None) -> None:
+        """Stop kube-apiserver (SIGTERM; SIGKILL after `grace` seconds, as a kubelet would after the
+        grace period: it stops listening at once but keeps open watches alive while it drains),
+        run `between` while it is down, and start it again on the same port."""
+        self.processes["kube-apiserver"].stop(timeout=grace)
         if between is not None:
             between()
         self._start_apiserver()

@@ -144,7 +144,7 @@ def allocate(
         for line in explanation(state, req, scoring, result, notes):
             click.echo(line, err=True)
     if isinstance(result, Rejection):
-        click.echo(result.message)
+        click.echo(result.explained)
         ctx.exit(EXIT_REJECTED)
     click.echo(result.to_json())
 
@@ -190,7 +190,7 @@ def explanation(
             )
     lines.extend(f"choice: {n}" for n in notes)
     if isinstance(result, Rejection):
-        lines.append(f"rejected: {result.message} [{result.code}]")
+        lines.append(f"rejected: {result.explained} [{result.code}]")
     else:
         lines.append(f"allocated via {result.gpu_path or 'per-device selection'}")
     return lines

@@ -231,8 +231,9 @@ def _isolation_refusal(state: NodeState, req: PodRequest) -> Rejection | None:
         return None
     return Rejection(
         rs.ISOLATION_PROVIDER,
-        f"pod needs GPU isolation provider {wanted}; the node offers {offered or 'none'}",
+        f"pod needs GPU isolation provider {wanted}",
         unresolvable=True,
+        detail=f"the node offers {offered or 'none'}",
     )
 
 
@@ -276,7 +277,8 @@ def _joint_violation(primary: str, dtype: str, want: frozenset[str], got: frozen
     where = f"PCIe {', '.join(missing)}" if missing else f"PCIe {', '.join(sorted(got - want))} only"
     return Rejection(
         rs.JOINT_VIOLATION,
-        f"need a free {noun(dtype)} on the PCIe switch of every chosen {noun(primary)}; none on {where}",
+        f"need a free {noun(dtype)} on the PCIe switch of every chosen {noun(primary)}",
+        detail=f"none on {where}",
     )
 
 

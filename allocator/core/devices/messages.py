@@ -1,5 +1,8 @@
 """The sentences of shortage rejections, built from counts only so that `fits` (from node
-summaries) and `allocate` (from the device walk) say exactly the same thing."""
+summaries) and `allocate` (from the device walk) say exactly the same thing.
+
+The message names what the pod needs, the same on every node short of it; what this node has
+(free counts, the best scope) goes to the rejection's `detail` (`Rejection.explained`)."""
 
 from __future__ import annotations
 
@@ -40,21 +43,21 @@ def gpu_shortage(g: GPURequirement, available: int, *, selector: bool) -> Reject
     where = " matching the selector" if selector else ""
     if g.whole:
         verb = "is" if available == 1 else "are"
-        text = f"need {plural(g.count, 'free GPU')}{where}; {available} {verb} free"
+        text, detail = f"need {plural(g.count, 'free GPU')}{where}", f"{available} {verb} free"
     elif available == 0:
-        text = f"need {gpu_need(g)}{where}; no GPU has that much free"
+        text, detail = f"need {gpu_need(g)}{where}", "no GPU has that much free"
     else:
         verb = "has" if available == 1 else "have"
-        text = f"need {gpu_need(g)}{where}; only {available} {verb} that much free"
-    return Rejection(rs.INSUFFICIENT_DEVICES.format(type=rn.DeviceType.GPU), text)
+        text, detail = f"need {gpu_need(g)}{where}", f"only {available} {verb} that much free"
+    return Rejection(rs.INSUFFICIENT_DEVICES.format(type=rn.DeviceType.GPU), text, detail=detail)
 
 
 def scope_shortage(g: GPURequirement, largest: int, scope: Scope | None) -> Rejection:
     word = _SCOPE_WORDS.get(g.required_scope, g.required_scope)
-    text = f"need {gpu_need(g)} within one {word}; the largest free set is {largest}"
+    detail = f"the largest free set is {largest}"
     if scope is not None and largest > 0:
-        text += f" ({scope_label(scope)})"
-    return Rejection(rs.INSUFFICIENT_SCOPED, text)
+        detail += f" ({scope_label(scope)})"
+    return Rejection(rs.INSUFFICIENT_SCOPED, f"need {gpu_need(g)} within one {word}", detail=detail)
 
 
 def scope_label(scope: Scope) -> str:
@@ -88,5 +91,8 @@ def type_shortage(
     if hint is not None and hint.selector is not None:
         qualifiers += " matching the selector"
     verb = "qualifies" if available == 1 else "qualify"
-    text = f"need {desired} {noun}{qualifiers}; {available} {verb}"
-    return Rejection(rs.INSUFFICIENT_DEVICES.format(type=dtype), text)
+    return Rejection(
+        rs.INSUFFICIENT_DEVICES.format(type=dtype),
+        f"need {desired} {noun}{qualifiers}",
+        detail=f"{available} {verb}",
+    )

@@ -36,7 +36,7 @@ from apis.annotations import (
     parse_numa_topology_spec,
 )
 from apis.errors import CodecError
-from apis.podgroup import gang_of
+from apis.podgroup import gang_of, spec_priority
 from apis.quantity import NANO
 
 _GPU_NAMES = tuple(n for n, t in rn.RESOURCE_DEVICE_TYPE.items() if t == rn.DeviceType.GPU)
@@ -138,6 +138,7 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
     except (CodecError, AttributeError, TypeError) as exc:
         out["gang_error"] = str(exc)
     out["rl_job_group"] = labels.get(keys.RL_JOB_GROUP, "")
+    out["priority"] = spec_priority(spec)
     return out
 
 

@@ -90,6 +90,7 @@ class PodRequest:
     gang: GangRef | None = None
     gang_error: str = ""
     rl_job_group: str = ""
+    priority: int = 0  # spec.priority: the PriorityClass value the API server resolved (not in signature)
     signature: tuple[Any, ...] = ()
 
     # -- convenience -------------------------------------------------------------------------

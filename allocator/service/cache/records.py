@@ -42,6 +42,10 @@ class PodEntry:
     # The whole object only while the pod waits for a node (bind reads it); a cluster's bound
     # pods would otherwise keep hundreds of megabytes of managedFields and status alive.
     raw: JSON | None
+    # For preemption, which reads bound pods long after `raw` is gone.
+    priority: int = 0  # spec.priority
+    gang: str = ""  # "NS/NAME" of the gang it names ("" for none)
+    deleting: bool = False  # a deletionTimestamp: already on its way out
 
     @property
     def holds(self) -> bool:

@@ -52,6 +52,8 @@ from allocator.service.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
 from allocator.service.metrics import Metrics
 from apis import keys
 from apis.annotations import DeviceAllocations
+from apis.errors import CodecError
+from apis.podgroup import gang_of, spec_priority
 from apis.resources import TERMINAL_POD_PHASES
 
 log = logging.getLogger(__name__)
@@ -230,7 +232,19 @@ class ClusterCache:
                 usage = self.core.usage(pod)
                 if usage.error:
                     log.warning("pod %s: %s (counted without devices)", key, usage.error)
-        entry = PodEntry(key, uid, node, active, annotation, usage, containers, None if node else pod)
+        entry = PodEntry(
+            key,
+            uid,
+            node,
+            active,
+            annotation,
+            usage,
+            containers,
+            None if node else pod,
+            priority=spec_priority(spec),
+            gang=_gang_key(pod),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
         self.pods[key] = entry
         if res is not None and (entry.holds or not entry.active or res.uid != uid):
             # Bound (its annotation takes over from the reservation), finished, or another pod.
@@ -415,3 +429,11 @@ class ClusterCache:
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)
         return [(node, dtype, len(minors)) for (node, dtype), minors in sorted(taken.items())]
+
+
+def _gang_key(pod: JSON) -> str:
+    try:
+        gang = gang_of(pod)
+    except (CodecError, AttributeError, TypeError):
+        return ""
+    return gang.key if gang is not None else ""

@@ -20,4 +20,11 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     except BadRequest as exc:
         return bad_request(request, str(exc))
     outcome = await svc.binder.bind(args)
-    return json_reply(request, {"Error": outcome.error}, outcome.reason)
+    response = json_reply(request, {"Error": outcome.error}, outcome.reason)
+    if outcome.reason == "not_leader":
+        # kube-scheduler keeps its connection alive, and a leader-only Service only routes new
+        # connections: after leadership moved, every retry on that connection would reach this
+        # standby again (the real-cluster tier saw binds fail for minutes). Closing it makes the
+        # retry open a new one, which reaches the leader.
+        response.force_close()
+    return response

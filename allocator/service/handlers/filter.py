@@ -17,7 +17,7 @@ from collections import Counter
 
 from aiohttp import web
 
-from allocator.service.coreadapter import FilterVerdicts
+from allocator.service.coreadapter import FilterVerdicts, PodRequest
 from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
 from allocator.service.handlers.service_view import ServiceView
 from apis.extender import ExtenderArgs
@@ -49,7 +49,7 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     for code, count in verdicts.codes.items():
         svc.metrics.node_rejections.labels(code).inc(count)
     if not passed and names and steered is None:  # the gang controller explains a held member
-        _event(svc, args, failed, unresolvable)
+        _event(svc, args, req, failed, unresolvable)
     if args.node_names is not None:
         nodes_out, names_out = None, passed
     else:
@@ -68,16 +68,30 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
 
 
 def _event(
-    svc: ServiceView, args: ExtenderArgs, failed: dict[str, str], unresolvable: dict[str, str]
+    svc: ServiceView,
+    args: ExtenderArgs,
+    req: PodRequest,
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
 ) -> None:
-    """One Event per pod attempt that fits nowhere, summarising the reasons by count."""
+    """One Event per pod attempt that fits nowhere, summarising the reasons by count. The reasons
+    are the stable messages kube-scheduler aggregates; the Event adds, per reason, what one such
+    node has left (the rejection's detail), which the reply itself never carries."""
     if svc.events is None:
         return
-    counts = Counter(list(failed.values()) + list(unresolvable.values()))
-    total = len(failed) + len(unresolvable)
-    top = "; ".join(f"{n} {msg}" for msg, n in counts.most_common(EVENT_REASONS))
+    rejected = {**failed, **unresolvable}
+    counts = Counter(rejected.values())
+    example = {}
+    for name, msg in rejected.items():
+        example.setdefault(msg, name)
+    parts = []
+    for msg, n in counts.most_common(EVENT_REASONS):
+        node = example[msg]
+        rejection = svc.core.cluster.feasible(req, [node])[1].get(node)
+        detail = rejection.detail if rejection is not None and rejection.message == msg else ""
+        parts.append(f"{n} {msg}" + (f" (e.g. {node}: {detail})" if detail else ""))
     more = len(counts) - EVENT_REASONS
-    note = f"0/{total} nodes can host the pod's devices: {top}" + (
+    note = f"0/{len(rejected)} nodes can host the pod's devices: {'; '.join(parts)}" + (
         f"; and {more} other reasons" if more > 0 else ""
     )
     svc.events.warn(args.pod, "FailedDeviceAllocation", "Scheduling", note)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from allocator.service.binder import Binder
+from allocator.service.cache.store import ClusterCache
 from allocator.service.coreadapter import CoreAdapter
 from allocator.service.events import EventRecorder
 from allocator.service.gang_hooks import GangHooks
@@ -16,6 +17,7 @@ from allocator.service.metrics import Metrics
 
 class ServiceView(Protocol):
     core: CoreAdapter
+    cache: ClusterCache
     binder: Binder
     gang: GangHooks | None
     events: EventRecorder | None

@@ -13,6 +13,7 @@ from .kinds import (
     v1_event_to_core,
 )
 from .pods import PodBehaviour
+from .pruning import PrunedCustomResource, crd_schema
 from .resources import METADATA_FIELDS, FieldGetter, Registry, ResourceType, ViewConversion, path_getter
 from .strategic import MergeList, Schema
 
@@ -86,7 +87,7 @@ def _pod_type() -> ResourceType:
         field_getters=field_getters(True, extra),
         merge_schema=POD_SCHEMA,
         bookmark_body={"spec": {"containers": None}, "status": {}},
-        extra_subresources={"binding": ("Binding", ("create",))},
+        extra_subresources={"binding": ("Binding", ("create",)), "eviction": ("Eviction", ("create",))},
     )
 
 
@@ -189,6 +190,19 @@ def builtin_types() -> list[ResourceType]:
             merge_schema=METADATA_ONLY_SCHEMA,
             bookmark_body={"spec": {}},
         ),
+        ResourceType(
+            group="policy",
+            version="v1",
+            plural="poddisruptionbudgets",
+            kind="PodDisruptionBudget",
+            namespaced=True,
+            behaviour=DEFAULT_BEHAVIOUR,
+            singular="poddisruptionbudget",
+            short_names=("pdb",),
+            field_getters=field_getters(True),
+            merge_schema=METADATA_ONLY_SCHEMA,
+            bookmark_body={"spec": {}, "status": {}},
+        ),
         custom_resource_type("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", namespaced=False),
         custom_resource_type(
             "scheduling.x-k8s.io",
@@ -214,8 +228,13 @@ def custom_resource_type(
     selectable_fields: tuple[str, ...] = (),
     behaviour: KindBehaviour = DEFAULT_BEHAVIOUR,
 ) -> ResourceType:
-    """A CRD's resource: served like the apiextensions apiserver serves custom resources."""
+    """A CRD's resource: served like the apiextensions apiserver serves custom resources, pruned by
+    the schema of the project's CRD in deploy/crds when there is one."""
     extra = {f: path_getter(*f.split(".")) for f in selectable_fields}
+    if behaviour is DEFAULT_BEHAVIOUR:
+        schema = crd_schema(plural, group, version)
+        if schema is not None:
+            behaviour = PrunedCustomResource(schema)
     return ResourceType(
         group=group,
         version=version,

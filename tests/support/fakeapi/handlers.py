@@ -230,6 +230,11 @@ class _Handler:
                 raise errors.method_not_allowed()
             _refuse_dry_run(query)
             return json_response(201, self.ops.bind(namespace, name, _json_body(raw)))
+        if sub == "eviction":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            _refuse_dry_run(query)
+            return json_response(201, self.ops.evict(namespace, name, _json_body(raw)))
         if method == "GET":
             return self._respond(rt, 200, self.ops.get(rt, namespace, name))
         _refuse_dry_run(query)

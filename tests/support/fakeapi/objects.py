@@ -50,8 +50,12 @@ def new_uid() -> str:
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
+# apiserver's SimpleNameGenerator: the prefix is cut so that prefix + 5 random characters fit 63.
+MAX_GENERATED_PREFIX = 58
+
+
 def generated_name(prefix: str) -> str:
-    return prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+    return prefix[:MAX_GENERATED_PREFIX] + "".join(random.choices(_GENERATE_ALPHABET, k=5))
 
 
 def reorder(obj: JsonObj, order: tuple[str, ...]) -> JsonObj:
@@ -89,6 +93,18 @@ _SUBDOMAIN_MESSAGE = (
     "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
 )
+
+
+def validate_generate_name(prefix: str, *, label: bool = False) -> list[FieldError]:
+    """kube-apiserver checks `generateName` itself as a name prefix: the name rules, except that it
+    may end in '-'. A prefix ending in '.' is refused with 422 even though the generated name
+    would be valid (the real server's answer; this fake once accepted it)."""
+    masked = prefix[:-1] + "a" if prefix.endswith("-") else prefix
+    return [
+        FieldError(e.type, "metadata.generateName", e.detail, prefix)
+        for e in validate_name(masked, label=label)
+        if e.type != "Required"
+    ]
 
 
 def validate_name(name: str, *, label: bool = False) -> list[FieldError]:

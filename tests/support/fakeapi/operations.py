@@ -15,7 +15,15 @@ from typing import Any
 
 from . import errors, pods
 from .errors import FieldError, GoValue
-from .objects import SERVER_MANAGED, canonical_metadata, generated_name, new_uid, timestamp, validate_name
+from .objects import (
+    SERVER_MANAGED,
+    canonical_metadata,
+    generated_name,
+    new_uid,
+    timestamp,
+    validate_generate_name,
+    validate_name,
+)
 from .patching import apply_patch
 from .resources import Registry, ResourceType
 from .selectors import FieldSelector, LabelSelector
@@ -141,9 +149,20 @@ class Operations:
                 {},
             )
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = generated_name(meta["generateName"])
+            prefix = str(meta["generateName"])
+            # kube-apiserver validates the prefix as a name, forgiving only a trailing "-".
+            prefix_errors = validate_name(prefix[:-1] if prefix.endswith("-") else prefix)
+            if prefix_errors:
+                raise errors.invalid(
+                    rt,
+                    prefix,
+                    [FieldError("Invalid", "metadata.generateName", e.detail, prefix) for e in prefix_errors],
+                )
+            meta["name"] = generated_name(prefix)
         name = meta.get("name") or ""
         name_errors = validate_name(name, label=srt.behaviour.dns_label_names)
+        if meta.get("generateName"):
+            name_errors += validate_generate_name(meta["generateName"], label=srt.behaviour.dns_label_names)
         if name_errors:
             raise errors.invalid(rt, name, name_errors)
         if rt.view is not None:
@@ -406,6 +425,55 @@ class Operations:
         )
         return errors.success_status(code=201)
 
+    # -- eviction ------------------------------------------------------------------------------------
+    def evict(self, namespace: str, name: str, body: Any) -> JsonObj:
+        """policy/v1 Eviction: refused with 429 while a PodDisruptionBudget selecting the pod allows
+        no disruption (`status.disruptionsAllowed`, written by kube-controller-manager's disruption
+        controller: a budget without status allows none); otherwise the budget's allowance drops by
+        one and the pod is deleted as a DELETE would (a bound pod stays Terminating)."""
+        pods_rt = self.types.resolve("pods")
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of an Eviction must be a JSON object")
+        if (body.get("metadata") or {}).get("name") not in (None, "", name):
+            raise errors.bad_request("name in URL does not match name in Eviction object")
+        pod = self._stored(pods_rt, namespace, name)
+        labels = pod["metadata"].get("labels") or {}
+        pdb_rt = self.types.resolve("poddisruptionbudgets")
+        budgets = [
+            b
+            for b in self.store.list(pdb_rt.storage_key, namespace)
+            if _selects((b.get("spec") or {}).get("selector"), labels)
+        ]
+        if len(budgets) > 1:
+            raise errors.ApiError(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            )
+        if budgets and not pod["metadata"].get("deletionTimestamp"):
+            budget = budgets[0]
+            allowed = int((budget.get("status") or {}).get("disruptionsAllowed") or 0)
+            if allowed < 1:
+                raise errors.ApiError(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {
+                        "causes": [
+                            {
+                                "reason": "DisruptionBudget",
+                                "message": f"The disruption budget {budget['metadata']['name']} needs more healthy pods",
+                            }
+                        ]
+                    },
+                )
+            budget = copy.deepcopy(budget)
+            budget.setdefault("status", {})["disruptionsAllowed"] = allowed - 1
+            self.store.replace(pdb_rt.key, budget)
+        grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        self._delete_stored(self.storage_type(pods_rt), pod, grace)
+        return errors.success_status(code=201)
+
     # -- helpers -------------------------------------------------------------------------------------
     def _checked_body(self, rt: ResourceType, body: Any) -> JsonObj:
         if not isinstance(body, dict):
@@ -533,3 +601,21 @@ def _binding_type(pods_rt: ResourceType) -> ResourceType:
         group="", version="v1", plural="bindings", kind=BINDING_TYPE_NAME, namespaced=True,
         behaviour=pods_rt.behaviour, status_subresource=False,
     )  # fmt: skip
+
+
+def _selects(selector: Any, labels: JsonObj) -> bool:
+    """A LabelSelector (matchLabels, matchExpressions) against pod labels; null selects nothing."""
+    if not isinstance(selector, dict):
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if (op == "In" and labels.get(key) not in values) or (
+            op == "NotIn" and present and labels[key] in values
+        ):
+            return False
+        if (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+            return False
+    return True

@@ -1,0 +1,55 @@
+"""POST <prefix>/preempt: ExtenderPreemptionArgs -> ExtenderPreemptionResult.
+
+kube-scheduler asks after its own dry run picked victims per candidate node by counting
+resources. For each such node we answer with the cheapest lower-priority victims that really
+make room for the pod's devices there (`core.gang.preemption.node_victims`: the real device
+choice on a copy of the node without them, so the freed GPUs sit in the right NVLink domain or
+PCIe switch, beside a free NIC for a joint request), and leave out nodes where no set does. A
+member of a running gang is named only together with its whole gang, so only when the whole gang
+runs on that node. Gang members never preempt here: their gang controller makes room for the whole
+gang at once (a gated member never reaches kube-scheduler at all). A pod without device requests
+gets kube-scheduler's own choice back.
+
+The PodDisruptionBudget count of each node is kube-scheduler's own, passed back unchanged (the
+allocator does not watch budgets; kube-scheduler uses the count to prefer nodes).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from allocator.core.gang.preemption import node_victims
+from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.service.handlers.service_view import ServiceView
+from allocator.service.victims import candidates_near
+from apis.extender import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaVictims
+
+
+async def handle(request: web.Request, svc: ServiceView) -> web.Response:
+    try:
+        args = await parse_body(request, ExtenderPreemptionArgs.from_dict)
+    except BadRequest as exc:
+        return bad_request(request, str(exc))
+    req = svc.core.request(args.pod)
+    if req.invalid is not None:
+        return json_reply(request, ExtenderPreemptionResult().to_dict(), "invalid_request")
+    if req.gang is not None:
+        return json_reply(request, ExtenderPreemptionResult().to_dict(), "gang")
+    if not req.wants_devices:
+        return json_reply(request, ExtenderPreemptionResult(args.victims).to_dict(), "no_devices")
+    cluster = svc.core.cluster
+    scoring = svc.core.scoring.device_scoring
+    pool = candidates_near(svc.cache, args.victims)
+    kept: dict[str, MetaVictims] = {}
+    for node, proposed in args.victims.items():
+        state = cluster.nodes.get(node)
+        if state is None:
+            continue
+        got = node_victims(state, req, [c for c in pool if c.node == node or c.gang], scoring=scoring)
+        if got is None or not got.victims:
+            continue  # no set makes room here (or it fits already: the filter will say so)
+        kept[node] = MetaVictims([v.uid for v in got.victims], proposed.pdb_violations)
+        svc.metrics.preemption_victims.labels("extender").inc(len(got.victims))
+    svc.metrics.preemption_nodes.labels("kept").inc(len(kept))
+    svc.metrics.preemption_nodes.labels("dropped").inc(len(args.victims) - len(kept))
+    return json_reply(request, ExtenderPreemptionResult(kept).to_dict(), "ok" if kept else "no_fit")

@@ -1,0 +1,42 @@
+"""The running pods preemption may weigh, read from the watch cache.
+
+Bound, active pods that are not already being deleted, with their priority and gang (kept on the
+cache's pod entries). Reservations (binds in flight, gang holds) are never among them: what a
+gang's plan holds is not kube-scheduler's to take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from allocator.core.gang.victims import Candidate
+from allocator.service.cache.store import ClusterCache
+
+
+def candidates_near(cache: ClusterCache, nodes: Iterable[str]) -> list[Candidate]:
+    """The candidates on `nodes`, plus every pod of a gang one of them belongs to (wherever it
+    runs), so a gang is only ever weighed whole."""
+    wanted = set(nodes)
+    out: list[Candidate] = []
+    gangs: set[str] = set()
+    others: list[Candidate] = []
+    for entry in cache.pods.values():
+        if not entry.holds or entry.deleting or entry.key in cache.reservations:
+            continue
+        c = Candidate(entry.key, entry.node, entry.priority, entry.gang, entry.uid)
+        if entry.node in wanted:
+            out.append(c)
+            if entry.gang:
+                gangs.add(entry.gang)
+        elif entry.gang:
+            others.append(c)
+    out.extend(c for c in others if c.gang in gangs)
+    return out
+
+
+def all_candidates(cache: ClusterCache) -> list[Candidate]:
+    return [
+        Candidate(e.key, e.node, e.priority, e.gang, e.uid)
+        for e in cache.pods.values()
+        if e.holds and not e.deleting and e.key not in cache.reservations
+    ]

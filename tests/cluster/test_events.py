@@ -1,0 +1,114 @@
+"""Scenario 3: the allocator's Events reach a real kube-apiserver (its validation refused every
+one while their generateName ended in '.') and show in `kubectl get events`: a pod no node can
+host, and a bind the allocator could not complete. Gang decisions: tests/cluster/test_gangs.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cluster.harness import ClusterEnv, gpu_pod
+from tests.support.controlplane import wait_until
+
+NODE = "ev-a100"
+POOL = {"topoalloc.test/pool": "events"}
+CONTROLLER = "topoalloc.io/allocator"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def node(cluster: ClusterEnv) -> Iterator[None]:
+    cluster.add_node(NODE, "a100-pcie-4x-no-rdma", gpus=4, labels=POOL)
+    cluster.wait_device(NODE)
+    yield
+    cluster.remove_node(NODE)
+
+
+def ours(cluster: ClusterEnv, ns: str, pod: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in cluster.events(ns)
+        if e.get("reportingComponent") == CONTROLLER
+        and e["involvedObject"]["name"] == pod
+        and e["reason"] == reason
+    ]
+
+
+def test_failed_allocation_event_in_kubectl(cluster: ClusterEnv, ns: str) -> None:
+    cluster.create_pod(ns, gpu_pod("big", resources={"koordinator.sh/gpu": "800"}, node_selector=POOL))
+    cluster.wait_pending_reason(ns, "big", "GPU")
+    [event] = wait_until(
+        lambda: ours(cluster, ns, "big", "FailedDeviceAllocation"),
+        timeout=30,
+        what="the allocator's FailedDeviceAllocation Event",
+    )
+    assert event["type"] == "Warning"
+    assert "need 8 free GPUs" in event["message"], event["message"]
+    assert event["metadata"]["name"].startswith("big-")
+    # What a user types shows it too (the table view, not only JSON).
+    table = cluster.cp.kubectl(
+        "get", "events", "-n", ns, "--field-selector", "involvedObject.name=big"
+    ).stdout
+    assert "FailedDeviceAllocation" in table
+    # Nothing refused along the way: a refused Event is logged at WARNING by the allocator.
+    assert all("not written" not in r.process.text() for r in cluster.replicas.values())
+
+
+def test_failed_binding_event_in_kubectl(cluster: ClusterEnv, ns: str) -> None:
+    # An admission policy of the cluster's owner freezes pods in this namespace: the allocator's
+    # annotation write at bind time is refused, and the user is told why on the pod.
+    policy = f"freeze-{ns}"
+    cluster.cp.admin.post(
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+        {
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                },
+                "validations": [{"expression": "false", "message": "pods in this namespace are frozen"}],
+            },
+        },
+    )
+    cluster.cp.admin.post(
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+        {"metadata": {"name": policy}, "spec": {"policyName": policy, "validationActions": ["Deny"]}},
+    )
+    try:
+        # The policy is in force once a plain update is refused by it.
+        cluster.create_pod(ns, gpu_pod("probe", node_selector={"none": "none"}))
+
+        def frozen() -> bool:
+            try:
+                cluster.cp.admin.merge_patch(
+                    f"/api/v1/namespaces/{ns}/pods/probe", {"metadata": {"labels": {"a": "b"}}}
+                )
+            except Exception as exc:
+                return "frozen" in str(exc)
+            return False
+
+        wait_until(frozen, timeout=30, what="the freezing policy in force")
+        cluster.create_pod(ns, gpu_pod("frozen", gpus=1, node_selector=POOL))
+        [event, *_] = wait_until(
+            lambda: ours(cluster, ns, "frozen", "FailedBinding"),
+            timeout=60,
+            what="the allocator's FailedBinding Event",
+        )
+        assert event["type"] == "Warning"
+        assert "frozen" in event["message"], event["message"]
+        assert not cluster.pod(ns, "frozen")["spec"].get("nodeName")
+    finally:
+        cluster.cp.admin.delete(
+            f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{policy}"
+        )
+        cluster.cp.admin.delete(f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{policy}")

@@ -1,0 +1,78 @@
+"""Scenario: a high-priority gang on a real control plane full of low-priority 1-GPU pods. The
+members are gated by the allocator's webhook, so kube-scheduler never sees them; the gang
+controller plans the gang with victims, evicts them through the Eviction API (kube-controller-
+manager's disruption controller keeps PodDisruptionBudget status, so budgets are real), holds the
+room, and releases the members once the victims are gone (deleted with grace 0 here: no kubelet).
+Only the pods of the rack the gang lands in are evicted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from apis import keys
+from tests.cluster.harness import ClusterEnv, gpu_pod
+from tests.support.controlplane import ApiStatus, wait_until
+
+RACK = "topoalloc.io/rack"
+NODES = {"gp-a1": "ra", "gp-a2": "ra", "gp-b1": "rb", "gp-b2": "rb"}
+
+
+@pytest.fixture(scope="module")
+def nodes(cluster: ClusterEnv) -> Iterator[dict[str, str]]:
+    for name, rack in NODES.items():
+        cluster.add_node(name, "dgx-h100", gpus=8, labels={RACK: rack})
+    for name in NODES:
+        cluster.wait_device(name)
+    yield NODES
+    for name in NODES:
+        cluster.remove_node(name)
+
+
+def test_a_high_priority_gang_evicts_one_racks_pods_and_binds_there(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, str]
+) -> None:
+    admin = cluster.cp.admin
+    for name, value in ((f"{ns}-low", 10), (f"{ns}-high", 1000)):
+        admin.post("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": name}, "value": value})
+    fillers = []
+    for node in nodes:
+        for i in range(8):
+            pod = gpu_pod(f"f-{node}-{i}", gpus=1, node_selector={"kubernetes.io/hostname": node})
+            pod["spec"]["priorityClassName"] = f"{ns}-low"
+            cluster.create_pod(ns, pod)
+            fillers.append(pod["metadata"]["name"])
+    for name in fillers:
+        cluster.wait_bound(ns, name, timeout=120)
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"}}
+    admin.post(
+        f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups", {**group, "spec": {"minMember": 2}}
+    )
+    for i in range(2):
+        pod = gpu_pod(f"train{i}", gpus=8, labels={keys.POD_GROUP_LABEL: "train"})
+        pod["spec"]["priorityClassName"] = f"{ns}-high"
+        cluster.create_pod(ns, pod)
+
+    evicted: set[str] = set()
+
+    def members_bound() -> bool:
+        for name in fillers:  # the stand-in kubelet: finish what is terminating
+            try:
+                pod = cluster.pod(ns, name)
+            except ApiStatus:
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                evicted.add(name)
+                admin.delete(f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds=0)
+        return all(cluster.pod(ns, f"train{i}")["spec"].get("nodeName") for i in range(2))
+
+    wait_until(members_bound, timeout=180, what="the gang bound after preemption")
+    landed = {cluster.pod(ns, f"train{i}")["spec"]["nodeName"] for i in range(2)}
+    assert len(landed) == 2 and len({nodes[n] for n in landed}) == 1  # one rack, a node each
+    assert evicted == {f"f-{n}-{i}" for n in landed for i in range(8)}  # exactly those 16
+    status = admin.get(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/train")["status"]
+    kinds = {c["type"]: c for c in status.get("conditions") or []}  # kept: the CRD declares them
+    assert kinds["Scheduled"]["status"] == "True" or status["phase"] in ("Scheduling", "Scheduled")
+    reasons = [e.get("reason") for e in cluster.events(ns)]
+    assert "GangPreempting" in reasons, reasons

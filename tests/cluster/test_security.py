@@ -1,0 +1,272 @@
+"""Scenario 6: the agent's RBAC and ValidatingAdmissionPolicy (daemonset/) evaluated by a real
+kube-apiserver, through impersonation of the agent's ServiceAccount with the node-name extra of
+its bound token; and the extender's mutual TLS refusing clients it must not serve.
+
+Every refusal is checked for the policy's own message: a request refused because the policy
+failed to evaluate (`expression evaluation error`, `no such key`) is a broken policy, not a
+decision."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ssl
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from tests.cluster.harness import DEVICES, ClusterEnv
+from tests.support.cluster_product import ALLOCATOR_SERVICE_DNS
+from tests.support.controlplane import HOST, ApiStatus, Rest
+
+OWN, OTHER = "sec-own", "sec-other"
+AGENT_USER = "system:serviceaccount:topoalloc-system:topoalloc-agent"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+FOREIGN = "the agent on node sec-own may only write its own Device and Node"
+NODE_RULE = "on the Node the agent may only change its node.koordinator.sh/gpu-* labels"
+STATUS_RULE = (
+    "on the Node's status the agent may only change koordinator.sh/ and kubernetes.io/mid- resources"
+)
+UNBOUND = "the agent's token is not bound to a node"
+POD_RULE = "on a pod the agent may only change the device-allocated annotation of a pod bound to its node"
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(cluster: ClusterEnv) -> Iterator[None]:
+    cluster.add_node(OWN, "a100-pcie-4x-no-rdma", gpus=4)
+    cluster.add_node(OTHER, "a100-pcie-4x-no-rdma", gpus=4)
+    cluster.wait_device(OWN)
+    cluster.wait_device(OTHER)
+    yield
+    cluster.remove_node(OWN)
+    cluster.remove_node(OTHER)
+
+
+@pytest.fixture
+def agent(cluster: ClusterEnv) -> Rest:
+    """The agent of node OWN, as its bound ServiceAccount token presents it."""
+    return cluster.cp.admin.impersonating(AGENT_USER, extra={NODE_NAME_EXTRA: OWN})
+
+
+def refused(call: Callable[[], Any]) -> ApiStatus:
+    with pytest.raises(ApiStatus) as info:
+        call()
+    err = info.value
+    for broken in ("evaluation error", "resulted in error", "no such key", "fails to evaluate"):
+        assert broken not in err.message, err.message
+    return err
+
+
+def denied_by_policy(call: Callable[[], Any], message: str) -> None:
+    err = refused(call)
+    assert err.status == 403, err
+    assert "topoalloc-agent-own-node" in err.message and message in err.message, err.message
+
+
+def merge(rest: Rest, path: str, body: dict[str, Any]) -> Any:
+    return rest.merge_patch(path, body)
+
+
+# -- allowed ---------------------------------------------------------------------------------------
+
+
+def test_own_labels_status_and_device_allowed(agent: Rest) -> None:
+    merge(
+        agent,
+        f"/api/v1/nodes/{OWN}",
+        {"metadata": {"labels": {"node.koordinator.sh/gpu-model": "A100-test"}}},
+    )
+    merge(
+        agent,
+        f"/api/v1/nodes/{OWN}/status",
+        {
+            "status": {
+                "capacity": {"koordinator.sh/gpu-core": "400"},
+                "allocatable": {"koordinator.sh/gpu-core": "400"},
+            }
+        },
+    )
+    device = agent.get(f"{DEVICES}/{OWN}")
+    agent.put(f"{DEVICES}/{OWN}", device)
+    device = agent.get(f"{DEVICES}/{OWN}")
+    agent.put(f"{DEVICES}/{OWN}/status", device)
+
+
+def test_the_running_agent_never_hit_an_evaluation_error(cluster: ClusterEnv) -> None:
+    for proc in cluster.agents:
+        text = proc.process.text()
+        assert "evaluation error" not in text and "Forbidden" not in text, proc.process.tail()
+
+
+# -- denied by the policy, with its message -----------------------------------------------------
+
+
+def test_another_nodes_device_and_node_denied(agent: Rest) -> None:
+    device = agent.get(f"{DEVICES}/{OTHER}")  # reading is allowed
+    denied_by_policy(lambda: agent.put(f"{DEVICES}/{OTHER}", device), FOREIGN)
+    denied_by_policy(
+        lambda: merge(
+            agent, f"/api/v1/nodes/{OTHER}", {"metadata": {"labels": {"node.koordinator.sh/gpu-model": "x"}}}
+        ),
+        FOREIGN,
+    )
+    denied_by_policy(
+        lambda: merge(
+            agent, f"/api/v1/nodes/{OTHER}/status", {"status": {"capacity": {"koordinator.sh/gpu-core": "1"}}}
+        ),
+        FOREIGN,
+    )
+
+
+def test_taint_on_own_node_denied(agent: Rest) -> None:
+    taint = {"key": "evil", "value": "x", "effect": "NoSchedule"}
+    denied_by_policy(lambda: merge(agent, f"/api/v1/nodes/{OWN}", {"spec": {"taints": [taint]}}), NODE_RULE)
+
+
+def test_foreign_label_on_own_node_denied(agent: Rest) -> None:
+    denied_by_policy(
+        lambda: merge(agent, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": {"team": "mine"}}}), NODE_RULE
+    )
+    denied_by_policy(
+        lambda: merge(
+            agent, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": {"kubernetes.io/hostname": None}}}
+        ),
+        NODE_RULE,
+    )
+
+
+def test_non_topoalloc_status_denied(agent: Rest) -> None:
+    denied_by_policy(
+        lambda: merge(
+            agent, f"/api/v1/nodes/{OWN}/status", {"status": {"allocatable": {"nvidia.com/gpu": "64"}}}
+        ),
+        STATUS_RULE,
+    )
+    denied_by_policy(
+        lambda: merge(agent, f"/api/v1/nodes/{OWN}/status", {"status": {"capacity": {"cpu": "1000"}}}),
+        STATUS_RULE,
+    )
+
+
+def test_token_without_node_denied(cluster: ClusterEnv) -> None:
+    unbound = cluster.cp.admin.impersonating(AGENT_USER)
+    denied_by_policy(
+        lambda: merge(
+            unbound, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": {"node.koordinator.sh/gpu-model": "x"}}}
+        ),
+        UNBOUND,
+    )
+
+
+def test_pods_only_the_annotation_of_its_own_nodes_pods(cluster: ClusterEnv, agent: Rest, ns: str) -> None:
+    for name, node in (("mine", OWN), ("theirs", OTHER)):
+        cluster.create_pod(
+            ns,
+            {
+                "metadata": {"name": name, "annotations": {ALLOCATED: '{"gpu":[{"minor":0}]}'}},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.example/x:1"}]},
+            },
+        )
+    fixed = {"metadata": {"annotations": {ALLOCATED: '{"gpu":[{"minor":1}]}'}}}
+    merge(agent, f"/api/v1/namespaces/{ns}/pods/mine", fixed)  # the device plugin's correction
+    denied_by_policy(lambda: merge(agent, f"/api/v1/namespaces/{ns}/pods/theirs", fixed), POD_RULE)
+    denied_by_policy(
+        lambda: merge(agent, f"/api/v1/namespaces/{ns}/pods/mine", {"metadata": {"labels": {"a": "b"}}}),
+        POD_RULE,
+    )
+
+
+def test_rbac_refuses_what_the_agent_never_needs(agent: Rest) -> None:
+    for call in (
+        lambda: agent.delete(f"/api/v1/nodes/{OWN}"),
+        lambda: agent.delete(f"{DEVICES}/{OWN}"),
+        lambda: agent.get("/api/v1/namespaces/topoalloc-system/secrets"),
+        lambda: agent.post("/api/v1/nodes", {"metadata": {"name": "sec-new"}}),
+    ):
+        err = refused(call)
+        assert err.status == 403 and "cannot" in err.message, err.message
+
+
+# -- the extender's mutual TLS ------------------------------------------------------------------
+
+
+def _filter(cluster: ClusterEnv, context: ssl.SSLContext) -> int:
+    replica = cluster.leader()
+    http = urllib3.PoolManager(
+        ssl_context=context, retries=False, timeout=10, assert_hostname=ALLOCATOR_SERVICE_DNS
+    )
+    resp = http.request(
+        "POST",
+        f"https://{HOST}:{replica.port}/filter",
+        body=b'{"Pod":{"metadata":{"name":"p","namespace":"default"}},"NodeNames":[]}',
+        headers={"Content-Type": "application/json"},
+    )
+    return resp.status
+
+
+def _client_context(cluster: ClusterEnv, cert: tuple[Path, Path] | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(cluster.certs / "ca.crt"))
+    if cert:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    return ctx
+
+
+def _issue(
+    cluster: ClusterEnv, name: str, cn: str, *, foreign_ca: bool = False, expired: bool = False
+) -> tuple[Path, Path]:
+    from allocator.service import certs as pki
+
+    if foreign_ca:
+        ca = pki.make_ca("someone-else")
+    else:
+        ca = pki.Issued.load(cluster.certs / "ca.crt", cluster.certs / "ca.key")
+    leaf = pki.scheduler_client_cert(ca, common_name=cn)
+    if expired:
+        leaf = _expired_copy(ca, leaf)
+    out = cluster.workdir / "bad-clients"
+    leaf.write(out / f"{name}.crt", out / f"{name}.key")
+    return out / f"{name}.crt", out / f"{name}.key"
+
+
+def _expired_copy(ca: Any, leaf: Any) -> Any:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    from allocator.service.certs import Issued
+
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(leaf.cert.subject)
+        .issuer_name(ca.cert.subject)
+        .public_key(leaf.key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=10))
+        .not_valid_after(now - dt.timedelta(days=1))
+    )
+    for ext in leaf.cert.extensions:
+        builder = builder.add_extension(ext.value, ext.critical)
+    return Issued(builder.sign(ca.key, hashes.SHA256()), leaf.key)
+
+
+def test_extender_serves_the_scheduler_cert(cluster: ClusterEnv) -> None:
+    good = (cluster.certs / "client.crt", cluster.certs / "client.key")
+    assert _filter(cluster, _client_context(cluster, good)) == 200
+
+
+@pytest.mark.parametrize("case", ["no-cert", "other-ca", "expired", "cn-not-allowed"])
+def test_extender_refuses_bad_clients(cluster: ClusterEnv, case: str) -> None:
+    cert = {
+        "no-cert": lambda: None,
+        "other-ca": lambda: _issue(cluster, case, "kube-scheduler-extender-client", foreign_ca=True),
+        "expired": lambda: _issue(cluster, case, "kube-scheduler-extender-client", expired=True),
+        "cn-not-allowed": lambda: _issue(cluster, case, "someone-else"),
+    }[case]()
+    try:
+        status = _filter(cluster, _client_context(cluster, cert))
+    except (urllib3.exceptions.HTTPError, ssl.SSLError, OSError):
+        return  # refused in the handshake
+    assert status in (401, 403), f"{case}: answered {status}"

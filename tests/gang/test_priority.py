@@ -1,0 +1,51 @@
+"""Waiting gangs are served by priority (spec.priority, the PriorityClass value), then age."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allocator.core.gang.priority import by_priority, gang_priority
+from tests.gang.harness import gang_world, gpu_node, member, node_of, podgroup
+from tests.service.harness import double_booked, until
+from tests.service.pki import Pki
+from tests.support.fakeapi import FakeApiServer
+
+
+def prioritized(name: str, priority: int, **extra: Any) -> dict[str, Any]:
+    pod = member(name, **extra)
+    pod["spec"]["priority"] = priority  # what the API server's Priority admission fills in
+    return pod
+
+
+async def test_the_younger_higher_priority_gang_goes_first_when_room_frees(
+    fake_api: FakeApiServer, pki: Pki
+) -> None:
+    gpu_node(fake_api, "n1")
+    # Without preemption, so both gangs wait for the filler to leave on its own.
+    async with gang_world(fake_api, pki, preemption=False) as w:
+        await w.admission.create_pod(member("filler", gpus=8))
+        await until(lambda: node_of(w.pods()["filler"]) == "n1", 10)
+        # "old" (priority 10) has waited longer than "new" (priority 1000); each needs 6 GPUs.
+        await w.admission.create_podgroup(podgroup("old", 3))
+        for i in range(3):
+            await w.admission.create_pod(prioritized(f"old{i}", 10, group="old", gpus=2))
+        await until(lambda: w.podgroup_status("old").get("phase") == "PreScheduling", 5)
+        await w.admission.create_podgroup(podgroup("new", 3))
+        for i in range(3):
+            await w.admission.create_pod(prioritized(f"new{i}", 1000, group="new", gpus=2))
+        await until(lambda: w.podgroup_status("new").get("phase") == "PreScheduling", 5)
+        await w.admission.delete_pod("filler")
+
+        def bound(prefix: str) -> int:
+            return sum(1 for n, p in w.pods().items() if n.startswith(prefix) and node_of(p))
+
+        await until(lambda: bound("new") == 3, 10)
+        assert bound("old") == 0  # oldest-first would have placed "old"
+        assert double_booked(w.fake.list_objects("pods", "default")) == []
+
+
+def test_queue_order_is_priority_then_age_then_name() -> None:
+    gangs = [("a", 5, 30.0), ("b", 100, 50.0), ("c", 5, 10.0), ("d", 100, 50.0)]
+    order = by_priority(gangs, lambda g: g[1], lambda g: g[2], lambda g: g[0])
+    assert [g[0] for g in order] == ["b", "d", "c", "a"]
+    assert gang_priority([100, 7, 50]) == 7 and gang_priority([]) == 0
