@@ -54,28 +54,16 @@ class Quantity:
             return value
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise CodecError(field, "expected a quantity string such as '100', '500m' or '16Gi'", value)
-        text = str(value) if not isinstance(value, float) else repr(value)
-        match = _PATTERN.match(text.strip()) if isinstance(value, str) else _PATTERN.match(text)
-        if match is None or (isinstance(value, str) and value != value.strip()):
-            raise CodecError(field, "not a valid quantity (expected e.g. '100', '500m', '1k', '16Gi')", value)
-        sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
-        amount = Fraction(number)
-        if suffix in _BINARY_SUFFIX_POW:
-            fmt = Format.BINARY_SI
-            amount *= 1024 ** _BINARY_SUFFIX_POW[suffix]
-        elif suffix[:1] in ("e", "E") and len(suffix) > 1:  # a lone "E" is exa, not an exponent
-            fmt = Format.DECIMAL_EXPONENT
-            amount *= Fraction(10) ** int(suffix[1:])
+        if isinstance(value, str):
+            parsed = _parse_text(value) if value == value.strip() else None
         else:
-            fmt = Format.DECIMAL_SI
-            amount *= Fraction(10) ** _DECIMAL_SUFFIX_EXP[suffix]
-        nanos = amount * NANO
-        # apimachinery rounds non-zero values up (away from zero) to the nearest nano.
-        magnitude = -(-nanos.numerator // nanos.denominator)
-        if magnitude > _MAX * NANO and not clamp:
+            parsed = _parse_number(str(value) if not isinstance(value, float) else repr(value))
+        if parsed is None:
+            raise CodecError(field, "not a valid quantity (expected e.g. '100', '500m', '1k', '16Gi')", value)
+        nanos, fmt, capped = parsed
+        if capped and not clamp:
             raise CodecError(field, "is too large (the largest quantity is 9223372036854775807)", value)
-        magnitude = min(magnitude, _MAX * NANO)
-        return cls(-magnitude if sign == "-" else magnitude, fmt)
+        return cls(nanos, fmt)
 
     @classmethod
     def of(cls, value: int, format: Format | str = Format.DECIMAL_SI) -> Quantity:
@@ -150,3 +138,33 @@ class Quantity:
 def canonical(value: Any, field: str = "quantity") -> str:
     """Parse and re-print: the canonical spelling of a quantity string."""
     return str(Quantity.parse(value, field))
+
+
+def _parse_number(text: str) -> tuple[int, Format, bool] | None:
+    """(nano-units, format, whether the magnitude was capped at 2^63-1 units) of a quantity's
+    text, None if it is not one."""
+    match = _PATTERN.match(text)
+    if match is None:
+        return None
+    sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
+    amount = Fraction(number)
+    if suffix in _BINARY_SUFFIX_POW:
+        fmt = Format.BINARY_SI
+        amount *= 1024 ** _BINARY_SUFFIX_POW[suffix]
+    elif suffix[:1] in ("e", "E") and len(suffix) > 1:  # a lone "E" is exa, not an exponent
+        fmt = Format.DECIMAL_EXPONENT
+        amount *= Fraction(10) ** int(suffix[1:])
+    else:
+        fmt = Format.DECIMAL_SI
+        amount *= Fraction(10) ** _DECIMAL_SUFFIX_EXP[suffix]
+    nanos = amount * NANO
+    # apimachinery rounds non-zero values up (away from zero) to the nearest nano.
+    magnitude = -(-nanos.numerator // nanos.denominator)
+    capped = magnitude > _MAX * NANO
+    magnitude = min(magnitude, _MAX * NANO)
+    return (-magnitude if sign == "-" else magnitude), fmt, capped
+
+
+# Requests and capacities are spelled with a few dozen distinct strings across a cluster, and
+# exact arithmetic on Fractions is the slow part of reading a pod: parse each spelling once.
+_parse_text = functools.lru_cache(maxsize=4096)(_parse_number)

@@ -1,6 +1,8 @@
 """Run every benchmark in turn (`make bench`); each prints its own table.
 
-`--quick` shortens the long ones (fewer repeats, a shorter agent window, 3 trace seeds).
+scheduler_throughput.py needs the Kubernetes binaries of ../shared/k8s and etcd; without them it
+says so and is skipped. `--quick` shortens the long ones (fewer repeats, a shorter agent window,
+3 trace seeds, smaller clusters).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("agent.py", []),
     ("deviceplugin.py", []),
     ("extender.py", []),
+    ("scheduler_throughput.py", ["--burst", "1000", "--failover"]),
     ("trace.py", ["default"]),
     ("quality.py", []),
     # The full campaign (100,000 calls to the extender and 100,000 decoder inputs) is `make fuzz`.
@@ -31,7 +34,8 @@ QUICK_ARGS = {
     "gang.py": ["--nodes", "1000", "--repeat", "2"],
     "agent.py": ["--seconds", "20", "--repeat", "5"],
     "deviceplugin.py": [],
-    "extender.py": [],
+    "extender.py": ["--nodes", "1000", "5000"],
+    "scheduler_throughput.py": ["--nodes", "200", "--pods", "200"],
     "trace.py": ["default", "--seeds", "42-44"],
     "quality.py": ["--seeds", "1-3"],
     "fuzz.py": ["--http", "2000", "--decoders", "10000"],

@@ -1,11 +1,12 @@
-"""Bind: choose devices, hold them, write `device-allocated`, POST pods/binding.
+"""Bind: choose devices, hold them, POST pods/binding carrying `device-allocated`.
 
-    reserve (cache, synchronous: the critical section) -> PATCH annotation -> POST binding
-Only the reservation is serialised; the two API calls run concurrently with other binds. Any
-failure before the binding is created rolls the reservation back and removes the annotation
-again, so nothing half-written stays behind. After a successful binding the reservation stays
-until the watch shows the pod bound (then the pod's annotation holds the devices) or its TTL runs
-out. A binding whose outcome is unknown (timeout) keeps the reservation for the same reason.
+    reserve (cache, synchronous: the critical section) -> POST binding with the annotation
+Only the reservation is serialised; the API call runs concurrently with other binds. The API
+server writes a Binding's annotations onto the pod together with spec.nodeName, so one write
+binds the pod with its devices, and a failed binding leaves nothing behind but the reservation,
+which is rolled back. After a successful binding the reservation stays until the watch shows the
+pod bound (then the pod's annotation holds the devices) or its TTL runs out. A binding whose
+outcome is unknown (timeout) keeps the reservation for the same reason.
 """
 
 from __future__ import annotations
@@ -89,21 +90,10 @@ class Binder:
         if isinstance(res, Rejection):
             self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.explained}")
             return BindOutcome(f"node {args.node}: {res.explained}", "rejected")
-        patch: JSON = {"metadata": {"annotations": {keys.DEVICE_ALLOCATED: res.annotation}}}
-        if res.uid:
-            patch["metadata"]["uid"] = res.uid  # precondition: the API server refuses another uid
-        try:
-            await self.api.patch_pod(args.pod_namespace, args.pod_name, patch)
-        except ApiError as exc:
-            self.cache.release(res)
-            if not exc.status:  # no answer: the patch may have landed
-                await self._clear_annotation(args, res)
-            return self._failed(pod, f"writing {keys.DEVICE_ALLOCATED}: {exc}", "patch_failed")
         if self.clock() - started > self.deadline or not self.is_leader():
             # kube-scheduler has given up on this call (or we lost the lease): binding now would
             # race its retry. Undo instead.
             self.cache.release(res)
-            await self._clear_annotation(args, res)
             why = "bind deadline exceeded" if self.is_leader() else "lost leadership during bind"
             return BindOutcome(why, "deadline" if self.is_leader() else "not_leader")
         return await self._post_binding(args, res, pod)
@@ -129,8 +119,14 @@ class Binder:
     async def _post_binding(
         self, args: ExtenderBindingArgs, res: Reservation | None, pod: JSON | None = None
     ) -> BindOutcome:
+        # The annotation travels in the Binding: the API server copies a Binding's annotations
+        # onto the pod in the same write that sets spec.nodeName, so the pod is bound with its
+        # devices or not at all, and there is nothing to undo when the binding fails.
+        annotations = {keys.DEVICE_ALLOCATED: res.annotation} if res is not None else None
         try:
-            await self.api.bind_pod(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+            await self.api.bind_pod(
+                args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations=annotations
+            )
         except ApiError as exc:
             if exc.status == 0:
                 # Unknown outcome: keep the reservation; the watch confirms it or the TTL ends it.
@@ -139,7 +135,6 @@ class Binder:
                 return BindOutcome()
             if res is not None:
                 self.cache.release(res)
-                await self._clear_annotation(args, res)
             return self._failed(pod, f"binding pod to {args.node}: {exc}", "binding_failed")
         return BindOutcome()
 
@@ -151,28 +146,6 @@ class Binder:
             return False
         uid_ok = not args.pod_uid or (pod.get("metadata") or {}).get("uid") == args.pod_uid
         return uid_ok and (pod.get("spec") or {}).get("nodeName") == args.node
-
-    async def _clear_annotation(self, args: ExtenderBindingArgs, res: Reservation) -> None:
-        """Best effort: remove the annotation this bind wrote, if the pod is still unbound."""
-        patch: JSON = {"metadata": {"annotations": {keys.DEVICE_ALLOCATED: None}}}
-        if res.uid:
-            patch["metadata"]["uid"] = res.uid
-        try:
-            pod = await self.api.get_pod(args.pod_namespace, args.pod_name)
-            annotations = (pod.get("metadata") or {}).get("annotations") or {}
-            if (pod.get("spec") or {}).get("nodeName") or annotations.get(
-                keys.DEVICE_ALLOCATED
-            ) != res.annotation:
-                return
-            await self.api.patch_pod(args.pod_namespace, args.pod_name, patch)
-        except ApiError as exc:
-            log.warning(
-                "could not remove %s from %s/%s: %s",
-                keys.DEVICE_ALLOCATED,
-                args.pod_namespace,
-                args.pod_name,
-                exc,
-            )
 
     def _failed(self, pod: JSON | None, message: str, reason: str) -> BindOutcome:
         if pod is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import logging
 from collections.abc import Callable
@@ -236,6 +238,7 @@ class Allocator:
         await self.wait_synced()
         gc.collect()
         gc.freeze()
+        _trim_heap()
         log.info("watch cache synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
 
     async def wait_synced(self, timeout: float | None = None) -> None:
@@ -266,3 +269,12 @@ def _bound_port(site: web.TCPSite) -> int:
     server = site._server  # aiohttp exposes no public accessor for the bound socket
     sockets = getattr(server, "sockets", None) or []
     return int(sockets[0].getsockname()[1]) if sockets else 0
+
+
+def _trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's malloc_trim; a no-op elsewhere).
+    The first LIST decoded every Node, Device and pod at once; once the cache has read them that
+    garbage is free, but without this its pages stay in the process's RSS (measured: 110 MB of
+    550 at 5,000 nodes)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)

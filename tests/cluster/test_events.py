@@ -4,6 +4,7 @@ host, and a bind the allocator could not complete. Gang decisions: tests/cluster
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,8 +57,9 @@ def test_failed_allocation_event_in_kubectl(cluster: ClusterEnv, ns: str) -> Non
 
 
 def test_failed_binding_event_in_kubectl(cluster: ClusterEnv, ns: str) -> None:
-    # An admission policy of the cluster's owner freezes pods in this namespace: the allocator's
-    # annotation write at bind time is refused, and the user is told why on the pod.
+    # An admission policy of the cluster's owner freezes bindings in this namespace: the
+    # allocator's binding (which carries the device annotation) is refused, and the user is told
+    # why on the pod.
     policy = f"freeze-{ns}"
     cluster.cp.admin.post(
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
@@ -71,12 +73,12 @@ def test_failed_binding_event_in_kubectl(cluster: ClusterEnv, ns: str) -> None:
                         {
                             "apiGroups": [""],
                             "apiVersions": ["v1"],
-                            "operations": ["UPDATE"],
-                            "resources": ["pods"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods/binding"],
                         }
                     ],
                 },
-                "validations": [{"expression": "false", "message": "pods in this namespace are frozen"}],
+                "validations": [{"expression": "false", "message": "bindings in this namespace are frozen"}],
             },
         },
     )
@@ -85,14 +87,21 @@ def test_failed_binding_event_in_kubectl(cluster: ClusterEnv, ns: str) -> None:
         {"metadata": {"name": policy}, "spec": {"policyName": policy, "validationActions": ["Deny"]}},
     )
     try:
-        # The policy is in force once a plain update is refused by it.
-        cluster.create_pod(ns, gpu_pod("probe", node_selector={"none": "none"}))
+        # The policy is in force once a plain binding is refused by it (each probe a fresh pod:
+        # a binding that got through has bound its pod).
+        probes = itertools.count()
 
         def frozen() -> bool:
+            name = f"probe-{next(probes)}"
+            cluster.create_pod(ns, gpu_pod(name, node_selector={"none": "none"}))
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "nowhere"},
+            }
             try:
-                cluster.cp.admin.merge_patch(
-                    f"/api/v1/namespaces/{ns}/pods/probe", {"metadata": {"labels": {"a": "b"}}}
-                )
+                cluster.cp.admin.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
             except Exception as exc:
                 return "frozen" in str(exc)
             return False

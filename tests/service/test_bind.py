@@ -1,6 +1,6 @@
-"""Bind's failure paths: every failure before the binding exists rolls the reservation back and
-removes the annotation; an unknown outcome keeps the reservation until the watch or the TTL
-decides."""
+"""Bind's one write (the Binding carries the annotation) and its failure paths: every failure
+rolls the reservation back and leaves the pod as it was; an unknown outcome keeps the
+reservation until the watch or the TTL decides."""
 
 from __future__ import annotations
 
@@ -38,27 +38,34 @@ async def test_failed_binding_rolls_back(fake_api: FakeApiServer, pki: Pki) -> N
         )
 
 
-async def test_failed_annotation_patch_rolls_back(fake_api: FakeApiServer, pki: Pki) -> None:
+async def test_one_write_binds_the_pod_with_its_devices(fake_api: FakeApiServer, pki: Pki) -> None:
     seed_nodes(fake_api, ["gpu-1"])
     p = fake_api.put(pod("w", gpus=8))
     async with running_allocator(fake_api, pki) as run:
-        fake_api.inject_fault("PATCH", r"/pods/w$", status=500)
-        error = await run.client.bind(p, "gpu-1")
-        assert "device-allocated" in error
-        assert run.service.cache.reservations == {} and await whole_node_free(run, "gpu-1")
-        assert not [r for r in fake_api.requests(method="POST") if "binding" in r.path]
+        assert await run.client.bind(p, "gpu-1") == ""
+        stored = fake_api.get("pods", "w", "default")
+        assert stored["spec"]["nodeName"] == "gpu-1" and allocated(stored) is not None
+        # No PATCH and no GET: the Binding carries the annotation, the cache had the pod.
+        calls = [r for r in fake_api.requests(watch=False) if "/pods/w" in r.path]
+        assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in calls] == [("POST", "binding")]
+        value = stored["metadata"]["annotations"]["scheduling.koordinator.sh/device-allocated"]
+        assert calls[0].body["metadata"]["annotations"] == {
+            "scheduling.koordinator.sh/device-allocated": value
+        }
 
 
 async def test_bind_past_the_deadline_is_undone_not_bound(fake_api: FakeApiServer, pki: Pki) -> None:
     seed_nodes(fake_api, ["gpu-1"])
     p = fake_api.put(pod("slow", gpus=2))
     async with running_allocator(fake_api, pki, bind_deadline=0.3) as run:
-        fake_api.inject_fault("PATCH", r"/pods/slow$", delay=0.5)  # then answers normally
+        # The cache lost the pod (watch lag): bind reads it from the API server, slowly.
+        run.service.cache.pods.pop("default/slow")
+        fake_api.inject_fault("GET", r"/pods/slow$", delay=0.5)  # then answers normally
         error = await run.client.bind(p, "gpu-1")
         assert error == "bind deadline exceeded"
         stored = fake_api.get("pods", "slow", "default")
-        assert stored["spec"].get("nodeName") is None
-        assert allocated(stored) is None  # the late annotation was removed again
+        assert stored["spec"].get("nodeName") is None and allocated(stored) is None
+        assert not [r for r in fake_api.requests(method="POST") if "binding" in r.path]
         assert run.service.cache.reservations == {} and await whole_node_free(run, "gpu-1")
 
 

@@ -7,6 +7,7 @@ integer operations. `NodeInventory` is immutable; `NodeState` adds what is in us
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -131,19 +132,34 @@ def _ints(resources: Mapping[str, Any]) -> dict[str, int]:
     return {name: qty.value() for name, qty in resources.items()}
 
 
+_SHARED: dict[tuple[tuple[str, Any], ...], Mapping[str, Any]] = {}
+
+
+def _shared(items: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only copy of `items`, one per distinct content: every GPU of a model has the same
+    totals and most devices the same (often no) labels, thousands of times over in a cluster."""
+    key = tuple(items.items())
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= 65536:  # distinct contents are few; never grow without bound
+            _SHARED.clear()
+        found = _SHARED[key] = MappingProxyType(dict(items))
+    return found
+
+
 def _slot(info: DeviceInfo) -> DeviceSlot:
     topo = info.topology
     groups = []
     for gi, group in enumerate(info.vf_groups):
         vfs = tuple(VF(vf.bus_id, vf.minor, gi) for vf in group.vfs)
-        groups.append((MappingProxyType(dict(group.labels)), vfs))
+        groups.append((_shared(group.labels), vfs))
     return DeviceSlot(
         type=info.type,
         minor=info.minor,
         id=info.id,
         health=info.health,
-        labels=MappingProxyType(dict(info.labels)),
-        total=MappingProxyType(_ints(info.resources) if info.health else {}),
+        labels=_shared(info.labels),
+        total=_shared(_ints(info.resources) if info.health else {}),
         has_topology=topo is not None,
         numa=topo.node_id if topo is not None else NUMA_UNKNOWN,
         socket=topo.socket_id if topo is not None else -1,
@@ -211,6 +227,13 @@ def index_partitions(table: GPUPartitionTable) -> dict[int, tuple[PartitionGroup
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _device_partitions(raw: str) -> Mapping[int, tuple[PartitionGroup, ...]]:
+    """The index of a gpu-partitions annotation, shared by every node that carries the same text
+    (one per GPU model in practice; the groups are immutable). Raises CodecError."""
+    return MappingProxyType(index_partitions(parse_gpu_partitions(raw)))
+
+
 def node_partition_choice(
     labels: Mapping[str, str],
 ) -> tuple[Mapping[int, tuple[PartitionGroup, ...]] | None, str, bool]:
@@ -265,7 +288,7 @@ def build_inventory(
     raw = device.annotations.get(keys.GPU_PARTITIONS)
     if raw is not None:
         try:
-            partitions = index_partitions(parse_gpu_partitions(raw))
+            partitions = _device_partitions(raw)
             source = "device"
             honor = device.honors_gpu_partitions
         except CodecError as exc:

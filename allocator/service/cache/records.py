@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from allocator.service.coreadapter import PodRequest, PodUsage
 from apis.annotations import DeviceAllocations
@@ -34,7 +38,7 @@ class PodEntry:
     active: bool  # not in a terminal phase
     annotation: str | None  # device-allocated, verbatim
     usage: PodUsage | None  # the core's reading (devices, cpu/memory), only while it holds
-    containers: Any  # spec.containers, to notice a resize
+    containers: bytes  # a digest of spec.containers (`containers_digest`), to notice a resize
     # The whole object only while the pod waits for a node (bind reads it); a cluster's bound
     # pods would otherwise keep hundreds of megabytes of managedFields and status alive.
     raw: JSON | None
@@ -79,3 +83,29 @@ def node_facts(node: JSON) -> NodeFacts:
         (node.get("status") or {}).get("allocatable") or {},
         node.get("spec") or {},
     )
+
+
+def containers_digest(spec: JSON) -> bytes:
+    """16 bytes that change when spec.containers does: a bound pod's containers (env, mounts,
+    probes...) would otherwise stay in memory just to be compared on its next update."""
+    return hashlib.blake2b(orjson.dumps(spec.get("containers")), digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """What the cache keeps of a Device CR once the core has read it: its resourceVersion (a
+    relist that replays it rebuilds nothing) and the object as zlib-compressed JSON without
+    managedFields, read again only when its Node is deleted and registered again."""
+
+    resource_version: str
+    blob: bytes
+
+    @classmethod
+    def of(cls, dev: JSON) -> DeviceRecord:
+        meta = meta_of(dev)
+        if "managedFields" in meta:
+            dev = {**dev, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+        return cls(str(meta.get("resourceVersion") or ""), zlib.compress(orjson.dumps(dev), 1))
+
+    def device(self) -> JSON:
+        return orjson.loads(zlib.decompress(self.blob))  # type: ignore[no-any-return]

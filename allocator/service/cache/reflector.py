@@ -16,6 +16,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from allocator.service.kube import ApiError, Kind, KubeApi
@@ -27,8 +28,9 @@ JSON = dict[str, Any]
 
 
 class Sink(Protocol):
-    def replace(self, kind: Kind, items: list[JSON]) -> None:
-        """The complete current set of objects of `kind` (after a LIST)."""
+    def replace(self, kind: Kind, items: Iterable[JSON]) -> None:
+        """The complete current set of objects of `kind` (after a LIST). `items` may be iterated
+        more than once; each iteration may decode them again (kube.ListPages)."""
 
     def apply(self, kind: Kind, event_type: str, obj: JSON) -> None:
         """One ADDED, MODIFIED or DELETED event."""
@@ -116,7 +118,7 @@ class Reflector:
 
     async def _relist(self, cause: str) -> None:
         try:
-            items, rv = await self.api.list(self.kind)
+            items, rv = await self.api.list_pages(self.kind)
         except ApiError as exc:
             if not (exc.not_found and self.kind.custom):
                 raise

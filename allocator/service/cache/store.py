@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -35,10 +36,12 @@ from typing import Any
 from allocator.service.cache.records import (
     JSON,
     Assigned,
+    DeviceRecord,
     Listener,
     NodeFacts,
     PodEntry,
     Reservation,
+    containers_digest,
     meta_of,
     node_facts,
     pod_key,
@@ -71,7 +74,9 @@ class ClusterCache:
         self.clock = clock
         # Of a Node only what the allocator reads: a real Node is mostly status that changes often.
         self.nodes: dict[str, NodeFacts] = {}
-        self.devices: dict[str, JSON] = {}  # kept whole: a re-registered Node needs it again
+        # Of a Device its resourceVersion and itself as compressed JSON (2-3 KB instead of a
+        # 25-80 KB dict), decoded again only for a Node that is deleted and created again.
+        self.devices: dict[str, DeviceRecord] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
         self.reservations: dict[str, Reservation] = {}
@@ -90,12 +95,14 @@ class ClusterCache:
 
     # == Sink (fed by the reflectors) ==============================================================
 
-    def replace(self, kind: Kind, items: list[JSON]) -> None:
-        fresh = {self._key_of(kind, obj): obj for obj in items}
+    def replace(self, kind: Kind, items: Iterable[JSON]) -> None:
+        """Iterates `items` twice (keys first, for the deletions), so a LIST kept as page text
+        (kube.ListPages) is decoded a page at a time instead of held as dicts all at once."""
+        fresh = {self._key_of(kind, obj) for obj in items}
         current = self._store(kind)
         for key in [k for k in current if k not in fresh]:
             self._delete(kind, key)
-        for obj in fresh.values():
+        for obj in items:
             self._upsert(kind, obj)
 
     def apply(self, kind: Kind, event_type: str, obj: JSON) -> None:
@@ -167,9 +174,9 @@ class ClusterCache:
         if old is None:
             # A Node created again after a delete: its Device CR did not change, so no event
             # will bring the inventory back.
-            dev = self.devices.get(name)
-            if dev is not None and not self.core.has_inventory(name):
-                self._install_device(name, dev)
+            record = self.devices.get(name)
+            if record is not None and not self.core.has_inventory(name):
+                self._install_device(name, record.device())
             # Pods that arrived before their Node (or outlived its delete) count from now on.
             for key in list(self._by_node.get(name, ())):
                 self._sync_core(key)
@@ -177,10 +184,10 @@ class ClusterCache:
     def _upsert_device(self, dev: JSON) -> None:
         meta = meta_of(dev)
         name = meta.get("name") or ""
+        rv = meta.get("resourceVersion") or ""
         old = self.devices.get(name)
-        self.devices[name] = dev
-        rv = meta.get("resourceVersion")
-        if rv and old is not None and meta_of(old).get("resourceVersion") == rv:
+        self.devices[name] = DeviceRecord.of(dev)
+        if rv and old is not None and old.resource_version == rv:
             return  # a relist replaying what we have: no inventory rebuild
         self._install_device(name, dev)
         self._notify(DEVICES.name, name, dev)
@@ -206,8 +213,8 @@ class ClusterCache:
         spec = pod.get("spec") or {}
         annotation = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
         active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-        node = spec.get("nodeName") or ""
-        containers = spec.get("containers")
+        node = sys.intern(spec.get("nodeName") or "")  # one string per node, not one per pod
+        containers = containers_digest(spec)
         res = self.reservations.get(key)
         usage: PodUsage | None = None
         if node and active:  # pending and finished pods hold nothing: no need to read them

@@ -1,0 +1,487 @@
+"""Real kube-scheduler throughput with and without the topoalloc extender, on a real control plane.
+
+Starts etcd + kube-apiserver from ../shared/k8s (tests/support/controlplane.py, the same launcher
+the real-cluster tests use), registers N Nodes (POSTed with status: no kubelet) and their Device CRs
+(the dgx-h100 hw-fixture's expected Device: 8 GPUs + 8 NICs), and one `topoalloc allocator`
+process (leader election on, mTLS, started as users start it). Then, alternately, kube-scheduler
+without an extender and with the project's extender configuration schedules the same P pending
+pods (1 nvidia.com/gpu each), created before it starts; pods/s is measured from the first binding
+seen on a watch to the last. Each run is a fresh kube-scheduler (client qps/burst `--qps`) and a
+fresh namespace; the pods are deleted after it. Reported: median pods/s of each mode and their
+ratio, the allocator's CPU-seconds per scheduled pod (utime+stime from /proc/<pid>/stat, from just
+before the pods are created until the last binding and its watch events are in) and its RSS.
+
+Extra phases: `--burst N` creates N pods at once under the extender and reports the allocator's
+bind latency p50/p99 (from its own `topoalloc_extender_request_duration_seconds` histogram,
+interpolated within a bucket); `--failover` starts a second replica and times the takeover after
+the leader is killed (SIGKILL: the Lease must expire) and after it is stopped (SIGTERM: it
+releases the Lease).
+
+Run: `.venv/bin/python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--runs 3]`
+(needs ../shared/k8s, /usr/bin/etcd and /usr/bin/kubectl; exits 0 with a note when they are missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import urllib3
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.support.cluster_product import (  # noqa: E402
+    SYSTEM_NAMESPACE,
+    AllocatorReplica,
+    lease_holder,
+    make_certs,
+    scheduler_config,
+)
+from tests.support.controlplane import (  # noqa: E402
+    HOST,
+    ApiStatus,
+    ControlPlane,
+    missing_parts,
+    wait_until,
+)
+from tests.support.machines import machine_device  # noqa: E402
+
+DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
+CAPACITY = {"cpu": "224", "memory": "2015Gi", "pods": "250", "nvidia.com/gpu": "8"}
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# ------------------------------------------------------------------------------- process figures
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` (fields 14 and 15 of /proc/<pid>/stat)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mib(pid: int) -> float:
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * PAGE / 2**20
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# ------------------------------------------------------------------------------------ the world
+
+
+def parallel(fn: Any, items: list[Any], workers: int = 16) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(fn, items):
+            pass
+
+
+def register_nodes(cp: ControlPlane, count: int) -> list[str]:
+    names = [f"gpu-{i:05d}" for i in range(count)]
+    template = machine_device("dgx-h100")
+    labels = dict(template["metadata"].get("labels") or {})
+
+    def one(name: str) -> None:
+        cp.create_node(name, capacity=CAPACITY, labels=labels)
+        device = json.loads(json.dumps(template))
+        device["metadata"]["name"] = name
+        cp.admin.post(DEVICES, device)
+
+    parallel(one, names)
+    return names
+
+
+def bench_pod(name: str) -> dict[str, Any]:
+    requests = {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "cuda", "resources": {"requests": requests, "limits": requests}}
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def create_pods(cp: ControlPlane, namespace: str, count: int) -> None:
+    cp.create_namespace(namespace)
+    parallel(
+        lambda i: cp.admin.post(f"/api/v1/namespaces/{namespace}/pods", bench_pod(f"p-{i:05d}")),
+        list(range(count)),
+    )
+
+
+def delete_pods(cp: ControlPlane, namespace: str) -> None:
+    cp.admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", query={"gracePeriodSeconds": 0})
+    wait_until(
+        lambda: not cp.admin.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["items"],
+        timeout=300,
+        what=f"pods of {namespace} deleted",
+    )
+
+
+def annotated(cp: ControlPlane, namespace: str) -> float:
+    """How many bound pods of `namespace` carry the device-allocated annotation."""
+    pods = cp.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    bound = [p for p in pods if p["spec"].get("nodeName")]
+    return float(sum(1 for p in bound if ALLOCATED in (p["metadata"].get("annotations") or {})))
+
+
+class BindWatch:
+    """Watches a namespace's pods and notes when each is first seen bound (monotonic seconds)."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.cp = cp
+        self.namespace = namespace
+        self.bound: dict[str, float] = {}
+        self.rv = cp.admin.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["metadata"]["resourceVersion"]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        cp = self.cp
+        http = urllib3.PoolManager(
+            ca_certs=str(cp.pki.ca_file),
+            cert_file=str(cp.admin_cert[0]),
+            key_file=str(cp.admin_cert[1]),
+            retries=False,
+        )
+        while not self.stop.is_set():
+            url = (
+                f"{cp.url}/api/v1/namespaces/{self.namespace}/pods?watch=1&timeoutSeconds=30"
+                f"&allowWatchBookmarks=true&resourceVersion={self.rv}"
+            )
+            resp = http.request("GET", url, preload_content=False, timeout=urllib3.Timeout(read=60))
+            buffer = b""
+            for chunk in resp.stream(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    self._event(json.loads(line))
+                if self.stop.is_set():
+                    break
+            resp.release_conn()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        self.rv = meta.get("resourceVersion") or self.rv
+        name = meta.get("name")
+        if name and (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+            self.bound[name] = time.monotonic()
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+# ------------------------------------------------------------------------------------ the runs
+
+
+def scheduler_settings(qps: int, extender_url: str | None, certs: Path) -> dict[str, Any]:
+    if extender_url:
+        config = scheduler_config(extender_url, certs)
+    else:
+        config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
+    config["clientConnection"] = {"qps": qps, "burst": qps}
+    return config
+
+
+def start_scheduler(cp: ControlPlane, config: dict[str, Any]) -> None:
+    # The launcher starts kube-scheduler from its `scheduler_config` (private: it is written for
+    # one scheduler per control plane; the benchmark swaps it between runs).
+    cp.scheduler_config = config
+    cp._start_scheduler()
+
+
+def stop_scheduler(cp: ControlPlane) -> None:
+    proc = cp.processes.pop("kube-scheduler", None)
+    if proc is not None:
+        proc.stop()
+
+
+def one_run(
+    cp: ControlPlane, allocator_pid: int, namespace: str, pods: int, config: dict[str, Any], timeout: float
+) -> dict[str, float]:
+    cpu0 = cpu_seconds(allocator_pid)
+    create_pods(cp, namespace, pods)
+    watch = BindWatch(cp, namespace)
+    try:
+        start_scheduler(cp, config)
+        wait_until(
+            lambda: len(watch.bound) >= pods, timeout=timeout, what=f"{pods} pods bound", interval=0.05
+        )
+        # The allocator's last watch events of those pods (bound, annotated) come in just after.
+        time.sleep(1.0)
+        cpu1 = cpu_seconds(allocator_pid)
+    finally:
+        watch.close()
+        stop_scheduler(cp)
+    times = sorted(watch.bound.values())
+    span = times[-1] - times[0]
+    result = {
+        "pods_per_s": (len(times) - 1) / span if span > 0 else float("nan"),
+        "alloc_cpu_s": cpu1 - cpu0,
+        "alloc_rss_mib": rss_mib(allocator_pid),
+        "annotated": annotated(cp, namespace),
+    }
+    if config.get("extenders") and result["annotated"] != pods:
+        # The allocator's bind writes device-allocated within the binding: every pod must have it.
+        raise RuntimeError(f"{pods - result['annotated']:.0f} pods bound without {ALLOCATED}")
+    delete_pods(cp, namespace)
+    return result
+
+
+def histogram(health_port: int, verb: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of the allocator's request duration histogram for `verb`."""
+    text = urllib3.PoolManager().request("GET", f"http://{HOST}:{health_port}/metrics").data.decode()
+    prefix = "topoalloc_extender_request_duration_seconds_bucket{"
+    out = []
+    for line in text.splitlines():
+        if line.startswith(prefix) and f'verb="{verb}"' in line:
+            labels, value = line[len(prefix) :].rsplit("} ", 1)
+            le = labels.split('le="')[1].split('"')[0]
+            out.append((float(le), float(value)))
+    return sorted(out)
+
+
+def request_counts(health_port: int) -> str:
+    """The allocator's extender requests by verb and result, as one line."""
+    text = urllib3.PoolManager().request("GET", f"http://{HOST}:{health_port}/metrics").data.decode()
+    out = []
+    for line in text.splitlines():
+        if line.startswith("topoalloc_extender_requests_total{"):
+            labels, value = line.split("{", 1)[1].rsplit("} ", 1)
+            fields = dict(part.split("=", 1) for part in labels.split(","))
+            out.append(
+                f"{fields['verb'].strip(chr(34))}/{fields['result'].strip(chr(34))}={float(value):.0f}"
+            )
+    return " ".join(sorted(out))
+
+
+def quantile(before: list[tuple[float, float]], after: list[tuple[float, float]], q: float) -> float:
+    """The q-quantile of the observations between two scrapes (linear within a bucket)."""
+    base = dict(before)
+    counts = [(le, n - base.get(le, 0.0)) for le, n in after]
+    total = counts[-1][1]
+    rank = q * total
+    lower_le, lower_n = 0.0, 0.0
+    for le, n in counts:
+        if n >= rank:
+            if le == float("inf"):
+                return lower_le
+            return lower_le + (le - lower_le) * ((rank - lower_n) / max(n - lower_n, 1e-9))
+        lower_le, lower_n = le, n
+    return float("nan")
+
+
+def burst(cp: ControlPlane, replica: AllocatorReplica, config: dict[str, Any], pods: int) -> dict[str, float]:
+    before = histogram(replica.health_port, "bind")
+    result = one_run(cp, replica.process.pid, "burst", pods, config, timeout=600)
+    after = histogram(replica.health_port, "bind")
+    return {
+        "pods_per_s": result["pods_per_s"],
+        "bind_p50_ms": 1000 * quantile(before, after, 0.5),
+        "bind_p99_ms": 1000 * quantile(before, after, 0.99),
+    }
+
+
+def failover(
+    cp: ControlPlane, certs: Path, workdir: Path, replicas: list[AllocatorReplica]
+) -> dict[str, float]:
+    """Takeover times with the production Lease settings (15 s lease, 10 s renew, 2 s retry).
+    The standbys go into `replicas`, which the caller stops."""
+    out: dict[str, float] = {}
+    leader = replicas[0]
+    for how, stop in (("SIGKILL", lambda r: r.process.kill()), ("SIGTERM", lambda r: r.process.stop())):
+        standby = start_replica(cp, certs, workdir, f"standby-{how.lower()}")
+        replicas.append(standby)
+        wait_until(lambda r=standby: r.health("/syncz")[0] == 200, timeout=300, what="standby synced")
+        t0 = time.monotonic()
+        stop(leader)
+        standby.wait_ready(timeout=120)
+        out[f"failover_{how}_s"] = time.monotonic() - t0
+        leader = standby
+    out["leader_pid"] = leader.process.pid
+    return out
+
+
+# The allocator under cProfile counting CPU time (not wall time: on a busy machine a wall-clock
+# profile charges waiting for a CPU to whatever call was running). SIGUSR1 starts it (after the
+# start-up, so only the runs are profiled), SIGUSR2 writes the stats.
+CPROFILE = (
+    "import cProfile, signal, sys, time; from topoalloc.cli import main; sys.argv[0] = 'topoalloc'; "
+    "p = cProfile.Profile(time.process_time); "
+    "signal.signal(signal.SIGUSR1, lambda *_: p.enable()); "
+    "signal.signal(signal.SIGUSR2, lambda *_: (p.disable(), p.dump_stats({out!r}))); main()"
+)
+
+
+def start_replica(
+    cp: ControlPlane, certs: Path, workdir: Path, identity: str, cprofile: str | None = None
+) -> AllocatorReplica:
+    replica = AllocatorReplica(
+        cp.admin_kubeconfig, certs, workdir, identity, lease_duration=15, renew_deadline=10, retry_period=2
+    )
+    # Info logging as a deployment runs it, not the tests' debug logging.
+    argv = [a for a in replica.process.argv if a != "-vv"]
+    if cprofile:
+        argv = [
+            sys.executable,
+            "-c",
+            CPROFILE.format(out=cprofile),
+            *argv[-(len(argv) - argv.index("allocator")) :],
+        ]
+    replica.process.argv = argv
+    return replica.start()
+
+
+def profile(out: str | None, pid: int) -> subprocess.Popen[bytes] | None:
+    """py-spy (pip install py-spy) sampling the allocator until the runs end."""
+    if not out:
+        return None
+    spy = Path(sys.executable).parent / "py-spy"
+    fmt = "raw" if out.endswith(".txt") else "flamegraph"
+    argv = [str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", fmt, "-o", out]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def install(cp: ControlPlane) -> None:
+    cp.kubectl("apply", "-k", str(REPO / "deploy" / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+    with contextlib.suppress(ApiStatus):
+        cp.create_namespace(SYSTEM_NAMESPACE)
+
+
+def median_row(results: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in results)
+
+
+def run(args: argparse.Namespace, workdir: Path) -> int:
+    certs = make_certs(workdir / "extender-pki")
+    replicas: list[AllocatorReplica] = []
+    with ControlPlane(workdir / "k8s", scheduler=False, start_timeout=300) as cp:
+        try:
+            install(cp)
+            t0 = time.monotonic()
+            register_nodes(cp, args.nodes)
+            print(f"{args.nodes} nodes + Devices registered in {time.monotonic() - t0:.0f} s", flush=True)
+            replica = start_replica(cp, certs, workdir, "bench-a", args.cprofile)
+            replicas.append(replica)
+            replica.wait_ready(timeout=600)
+            wait_until(lambda: lease_holder(cp) == "bench-a", timeout=60, what="bench-a leads")
+            pid = replica.process.pid
+            print(f"allocator ready, RSS {rss_mib(pid):.0f} MiB", flush=True)
+            extender = scheduler_settings(args.qps, f"https://{HOST}:{replica.port}", certs)
+            plain = scheduler_settings(args.qps, None, certs)
+            results: dict[str, list[dict[str, float]]] = {"none": [], "topoalloc": []}
+            modes = [(m, {"none": plain, "topoalloc": extender}[m]) for m in args.modes]
+            profiler = profile(args.py_spy, pid)
+            if args.cprofile:
+                os.kill(pid, signal.SIGUSR1)
+            for i in range(args.runs):
+                for mode, config in modes:
+                    load = load_average()
+                    r = one_run(cp, pid, f"run-{i}-{mode}", args.pods, config, args.timeout)
+                    results[mode].append(r)
+                    per_pod = 1000 * r["alloc_cpu_s"] / args.pods
+                    print(
+                        f"run {i} {mode:>9}: {r['pods_per_s']:7.1f} pods/s, allocator "
+                        f"{per_pod:6.2f} ms CPU/pod, RSS {r['alloc_rss_mib']:.0f} MiB (load {load})",
+                        flush=True,
+                    )
+            if args.cprofile:
+                os.kill(pid, signal.SIGUSR2)
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(60)
+            print("allocator requests: " + request_counts(replica.health_port), flush=True)
+            if len(modes) == 2:
+                report(args, results)
+            if args.burst:
+                b = burst(cp, replica, extender, args.burst)
+                print(
+                    f"burst of {args.burst} pods: {b['pods_per_s']:.1f} pods/s, bind p50 "
+                    f"{b['bind_p50_ms']:.1f} ms, p99 {b['bind_p99_ms']:.1f} ms (load {load_average()})"
+                )
+            if args.failover:
+                f = failover(cp, certs, workdir, replicas)
+                print(
+                    f"failover (15 s lease): leader killed {f['failover_SIGKILL_s']:.1f} s, "
+                    f"leader stopped {f['failover_SIGTERM_s']:.2f} s"
+                )
+        finally:
+            for r in replicas:
+                r.process.stop()
+            stop_scheduler(cp)
+    return 0
+
+
+def report(args: argparse.Namespace, results: dict[str, list[dict[str, float]]]) -> None:
+    none, ours = median_row(results["none"], "pods_per_s"), median_row(results["topoalloc"], "pods_per_s")
+    cpu = 1000 * median_row(results["topoalloc"], "alloc_cpu_s") / args.pods
+    idle = 1000 * median_row(results["none"], "alloc_cpu_s") / args.pods
+    rss = max(r["alloc_rss_mib"] for r in results["topoalloc"])
+    print()
+    print(f"{'nodes':>6} {'pods':>6} {'runs':>4} {'none pods/s':>12} {'topoalloc pods/s':>17} {'ratio':>6} "
+          f"{'alloc CPU ms/pod':>17} {'(watch only)':>13} {'alloc RSS MiB':>14}")  # fmt: skip
+    print(f"{args.nodes:>6} {args.pods:>6} {args.runs:>4} {none:>12.1f} {ours:>17.1f} {ours / none:>6.2f} "
+          f"{cpu:>17.2f} {idle:>13.2f} {rss:>14.0f}")  # fmt: skip
+    print("(alloc CPU ms/pod: median over the extender runs; watch only: the same allocator while "
+          "kube-scheduler ran without it)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--runs", type=int, default=3, help="runs per mode, alternated")
+    parser.add_argument("--qps", type=int, default=1000, help="kube-scheduler's client qps and burst")
+    parser.add_argument("--burst", type=int, default=0, help="then a burst of this many pods (bind latency)")
+    parser.add_argument("--failover", action="store_true", help="then time a leader failover")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
+    parser.add_argument("--modes", nargs="+", choices=("none", "topoalloc"), default=["none", "topoalloc"])
+    parser.add_argument("--py-spy", metavar="SVG", help="record the allocator with py-spy into SVG")
+    parser.add_argument("--cprofile", metavar="OUT", help="run the allocator under cProfile (CPU time)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    args = parser.parse_args(argv)
+    missing = missing_parts()
+    if missing:
+        print("scheduler_throughput: skipped, this machine lacks " + "; ".join(missing))
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="topoalloc-sched-bench-"))
+    print(f"work directory {workdir} (load {load_average()})", flush=True)
+    try:
+        return run(args, workdir)
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
