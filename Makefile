@@ -30,7 +30,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
-# 100,000 generated calls to a running extender (HTTPS + mTLS) and 100,000 decoder inputs: ~5 min.
+# 100,000 generated calls to a running extender (HTTPS + mTLS) and 100,000 decoder inputs: 1.5-5 min.
 fuzz: $(STAMP)
 	$(BIN)/python bench/fuzz.py
 
