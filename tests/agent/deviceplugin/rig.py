@@ -129,7 +129,7 @@ class Rig:
             state_dir=str(self.state),
             check_seconds=0.1,
             crosscheck_seconds=3600,  # tests run the cross-check themselves
-            crosscheck_delay_seconds=0.0,
+            crosscheck_delay_seconds=3600,  # nor after a served Allocate: a background pass would race them
         )
         plugins = DevicePluginService(settings, node_name=NODE, sysfs_root=self.fx.sys_root, kube=kube)
         self.agent = Agent(
