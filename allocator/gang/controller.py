@@ -34,12 +34,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from allocator.core.gang.min_resources import min_resources_shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
 from allocator.core.gang.priority import gang_priority, queue_key
 from allocator.core.request.pod_request import PodRequest
 from allocator.gang.controller_state import Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
+from allocator.gang.member_events import Decision, MemberEvents
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_requests, sibling_nodes
 from allocator.gang.podgroup_status import podgroup_status
@@ -88,6 +90,7 @@ class GangController:
         self.plan_settings = plan_settings
         self.clock = clock
         self.wall = wall
+        self.member_events = MemberEvents(events, clock) if events is not None else None
         self.preemptor = GangPreemptor(api, cache, metrics, settings, plan_settings, clock)
         self.states: dict[str, GangState] = {}
         self.passes = 0
@@ -239,6 +242,8 @@ class GangController:
         effects += self._advance_preemption(gang, state)
         effects += self._release_gates(gang, state)
         if gang.podgroup is not None:
+            if self.member_events is not None:
+                self.member_events.tell(gang, state)
             effects += self._write_status(gang, state, failed, start)
         return effects
 
@@ -325,9 +330,17 @@ class GangController:
         restored = self.preemptor.restore(state, ready, lambda p: self._commit(gang, state, p, ready))
         if restored is not None:  # a hold recorded by an earlier leader (gang/hold_record.py)
             return self._report(gang, state, *restored)
-        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
         cluster = self.cache.core.cluster
         names = admitting_nodes(self.cache, ready)
+        if gang.podgroup is not None and gang.podgroup.min_resources:
+            removable = self.preemptor.removable(requests[:need], starving)
+            short = min_resources_shortage(cluster, gang.podgroup.min_resources, names, removable)
+            if short is not None:  # no plan can exist: do not search
+                state.attempt = seen
+                state.reason, state.wait_code = short.message, "InsufficientResources"
+                self.metrics.plans.labels("no_room").inc()
+                return
+        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
         found = plan_gang(cluster, requests, self.plan_settings, siblings=siblings, names=names)
         if isinstance(found, NoPlan) and len(requests) > need:
             fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
@@ -495,6 +508,9 @@ class GangController:
         force: bool = False,
     ) -> None:
         """An Event once per distinct note (writes.report_event)."""
+        if gang.podgroup is not None:
+            code = state.wait_code if reason == "GangWaiting" else ""
+            state.decision = Decision(reason, code, type_, note)  # told to the members (member_events.py)
         if self.events is not None and (note != state.reported or force):
             state.reported = note
             report_event(self.events, gang, type_, reason, note)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from allocator.core.gang.victims import Candidate
 from allocator.gang.index import MemberPod
+
+if TYPE_CHECKING:
+    from allocator.gang.member_events import Decision
 from allocator.service.cache.store import ClusterCache
 from allocator.service.events import PodRef
 from apis import podgroup as pg
@@ -63,6 +66,8 @@ class GangState:
     told: set[str] = field(default_factory=set)  # late members told why they wait
     preempting: Preempting | None = None  # victims being evicted for the plan (gates kept)
     record: str = ""  # id of the hold recorded on the members (gang/hold_record.py)
+    decision: Decision | None = None  # the latest decision reported (PodGroup gangs; member_events.py)
+    members_told: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod key -> (uid, kind)
 
 
 @dataclass
