@@ -11,8 +11,10 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
    member not yet bound at once (the core's `plan_gang`); if they do not all fit, just enough of
    them to reach minMember. Found: reserve every placement in the cache, then remove the members'
    gates. Not found: the members stay gated and hold nothing, the PodGroup status says
-   PreScheduling and an Event says why. Past the timeout: phase Failed, an Event, and the gang
-   is not planned again until its members are replaced.
+   PreScheduling and Events say why (on the PodGroup; once per kind of decision on each member,
+   member_events.py); a PodGroup whose minResources cannot be met waits without planning. Past
+   the timeout: phase Failed, an Event, and the gang is not planned again until its members are
+   replaced.
 4. Members beyond minMember of a gang that has its minimum are planned one by one, near their
    siblings.
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
