@@ -11,10 +11,9 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
    member not yet bound at once (the core's `plan_gang`); if they do not all fit, just enough of
    them to reach minMember. Found: reserve every placement in the cache, then remove the members'
    gates. Not found: the members stay gated and hold nothing, the PodGroup status says
-   PreScheduling and Events say why (on the PodGroup; once per kind of decision on each member,
-   member_events.py); a PodGroup whose minResources cannot be met waits without planning. Past
-   the timeout: phase Failed, an Event, and the gang is not planned again until its members are
-   replaced.
+   PreScheduling and Events say why (also on the members: member_events.py); so does a PodGroup
+   whose minResources cannot be met, unplanned. Past the timeout: phase Failed, an Event, and the
+   gang is not planned again until its members are replaced.
 4. Members beyond minMember of a gang that has its minimum are planned one by one, near their
    siblings.
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
@@ -40,13 +39,13 @@ from allocator.core.gang.min_resources import min_resources_shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
 from allocator.core.gang.priority import gang_priority, queue_key
 from allocator.core.request.pod_request import PodRequest
-from allocator.gang.controller_state import Gang, GangState, Planned
+from allocator.gang.controller_state import Decision, Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
-from allocator.gang.member_events import Decision, MemberEvents
+from allocator.gang.member_events import MemberEvents
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_requests, sibling_nodes
-from allocator.gang.podgroup_status import podgroup_status
+from allocator.gang.podgroup_status import status_update
 from allocator.gang.preempting import GangPreemptor, shortage_code
 from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
@@ -338,8 +337,7 @@ class GangController:
             removable = self.preemptor.removable(requests[:need], starving)
             short = min_resources_shortage(cluster, gang.podgroup.min_resources, names, removable)
             if short is not None:  # no plan can exist: do not search
-                state.attempt = seen
-                state.reason, state.wait_code = short.message, "InsufficientResources"
+                state.attempt, state.reason, state.wait_code = seen, short.message, "InsufficientResources"
                 self.metrics.plans.labels("no_room").inc()
                 return
         siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
@@ -456,7 +454,7 @@ class GangController:
                 # Released earlier (by us before a restart, or never gated): kube-scheduler parked
                 # it after our filter refused it; an update to the pod brings it back at once.
                 state.nudged[m.key] = planned.node
-                effects.append(self._annotate(m, planned.node))
+                effects.append(annotate_planned_node(self.api, m, planned.node))
         return effects
 
     def _status(self, gang: Gang, state: GangState) -> JSON:
@@ -466,32 +464,16 @@ class GangController:
         return gang.podgroup.status.to_dict() if gang.podgroup is not None else {}
 
     def _write_status(self, gang: Gang, state: GangState, failed: bool, start: float | None) -> list[Effect]:
-        recorded = self._status(gang, state)
-        planned = 0 if state.preempting is not None else len(state.plan)  # not released yet
-        p = state.preempting
-        status = podgroup_status(
-            gang,
-            planned,
-            failed,
-            start,
-            recorded,
-            waiting=(state.wait_code, state.reason) if state.reason else None,
-            preempting=f"{len(p.victims)} lower-priority pod(s) evicted for the gang" if p else "",
-            now=self.wall(),
-        )
-        wanted = {k: v for k, v in status.items() if v}
-        if wanted == {k: v for k, v in recorded.items() if v}:
+        status = status_update(gang, state, failed, start, self._status(gang, state), self.wall())
+        if status is None:
             return []
-        state.status = wanted
+        state.status = {k: v for k, v in status.items() if v}
         return [self._patch_status(gang, status)]
 
     async def _remove_gate(self, m: MemberPod) -> None:
         if not await remove_gate(self.api, m):
             # The next pass sees the pod as it is now and tries again (or finds it gone).
             self._ungating.pop(m.key, None)
-
-    async def _annotate(self, m: MemberPod, node: str) -> None:
-        await annotate_planned_node(self.api, m, node)
 
     async def _patch_status(self, gang: Gang, status: JSON) -> None:
         if not await patch_podgroup_status(self.api, gang.namespace, gang.name, status):

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from allocator.core.gang.victims import Candidate
 from allocator.gang.index import MemberPod
-
-if TYPE_CHECKING:
-    from allocator.gang.member_events import Decision
 from allocator.service.cache.store import ClusterCache
 from allocator.service.events import PodRef
 from apis import podgroup as pg
@@ -46,6 +43,35 @@ class Preempting:
             if entry is not None and entry.uid == victim.uid and entry.holds:
                 out.append(victim)
         return out
+
+
+# A wait that is really a preemption or a starvation hold is the same news as its start Event.
+_SAME_AS = {"Preempting": "GangPreempting", "HoldingRoom": "GangHoldingRoom"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The gang's latest reported decision (kept in GangState; told to members by member_events.py)."""
+
+    reason: str  # the Event reason: GangWaiting, GangPlanned, GangScheduled, ...
+    code: str  # GangWaiting's kind (the Waiting condition's reason), else ""
+    type: str
+    note: str
+
+    @property
+    def kind(self) -> str:
+        """What a member must be told again only when it changes."""
+        if self.reason != "GangWaiting":
+            return self.reason
+        return _SAME_AS.get(self.code, f"GangWaiting/{self.code}")
+
+    def member_note(self, gang_key: str) -> str:
+        lead = f"gang {gang_key}"
+        return (
+            f"{lead} waits ({self.code}): {self.note}"
+            if self.reason == "GangWaiting"
+            else f"{lead}: {self.note}"
+        )
 
 
 @dataclass

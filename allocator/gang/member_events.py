@@ -11,38 +11,9 @@ spending the recorder's shared write budget at once: members not told yet are to
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from allocator.gang.controller_state import Gang, GangState
 from allocator.service.events import EventRecorder, PodRef
-
-# A wait that is really a preemption or a starvation hold is the same news as its start Event.
-_SAME_AS = {"Preempting": "GangPreempting", "HoldingRoom": "GangHoldingRoom"}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The gang's latest reported decision (kept in GangState)."""
-
-    reason: str  # the Event reason: GangWaiting, GangPlanned, GangScheduled, ...
-    code: str  # GangWaiting's kind (the Waiting condition's reason), else ""
-    type: str
-    note: str
-
-    @property
-    def kind(self) -> str:
-        """What a member must be told again only when it changes."""
-        if self.reason != "GangWaiting":
-            return self.reason
-        return _SAME_AS.get(self.code, f"GangWaiting/{self.code}")
-
-    def member_note(self, gang_key: str) -> str:
-        lead = f"gang {gang_key}"
-        return (
-            f"{lead} waits ({self.code}): {self.note}"
-            if self.reason == "GangWaiting"
-            else f"{lead}: {self.note}"
-        )
 
 
 class MemberEvents:
