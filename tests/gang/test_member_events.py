@@ -64,15 +64,18 @@ async def test_min_resources_beyond_the_cluster_waits_without_planning(
         # The members themselves would fit (2 x 8 GPUs on two nodes): minResources says more.
         for i in range(2):
             await w.admission.create_pod(member(f"b{i}", group="big", gpus=8))
-        await until(lambda: condition(w.podgroup_status("big"), "Waiting").get("status") == "True", 5)
+        await until(
+            lambda: condition(w.podgroup_status("big"), "Waiting").get("reason") == "InsufficientResources", 5
+        )
         waiting = condition(w.podgroup_status("big"), "Waiting")
         assert waiting["reason"] == "InsufficientResources"
         assert (
             waiting["message"]
             == "minResources nvidia.com/gpu=24 is more than the nodes the gang may use have (16)"
         )
-        await until(lambda: reasons(w, "b0") == ["GangWaiting"], 5)
-        assert "(InsufficientResources): minResources" in w.notes_about("b0")[0]
+        # b1 was created after the gang had its minimum: its only Event is this one.
+        await until(lambda: reasons(w, "b1") == ["GangWaiting"], 5)
+        assert "waits (InsufficientResources): minResources nvidia.com/gpu=24" in w.notes_about("b1")[0]
         assert w.gang_reservations() == {}
         assert all(not node_of(p) for p in w.pods().values())
         # A third node: the cluster can offer 24 GPUs, so the gang is planned.
