@@ -11,8 +11,9 @@ Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`
    member not yet bound at once (the core's `plan_gang`); if they do not all fit, just enough of
    them to reach minMember. Found: reserve every placement in the cache, then remove the members'
    gates. Not found: the members stay gated and hold nothing, the PodGroup status says
-   PreScheduling and an Event says why. Past the timeout: phase Failed, an Event, and the gang
-   is not planned again until its members are replaced.
+   PreScheduling and Events say why (also on the members: member_events.py); so does a PodGroup
+   whose minResources cannot be met, unplanned. Past the timeout: phase Failed, an Event, and the
+   gang is not planned again until its members are replaced.
 4. Members beyond minMember of a gang that has its minimum are planned one by one, near their
    siblings.
 5. The PodGroup status follows: phase, scheduled, running, succeeded, failed, scheduleStartTime.
@@ -34,15 +35,17 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from allocator.core.gang.min_resources import min_resources_shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
 from allocator.core.gang.priority import gang_priority, queue_key
 from allocator.core.request.pod_request import PodRequest
-from allocator.gang.controller_state import Gang, GangState, Planned
+from allocator.gang.controller_state import Decision, Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
+from allocator.gang.member_events import MemberEvents
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_requests, sibling_nodes
-from allocator.gang.podgroup_status import podgroup_status
+from allocator.gang.podgroup_status import status_update
 from allocator.gang.preempting import GangPreemptor, shortage_code
 from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
@@ -88,6 +91,7 @@ class GangController:
         self.plan_settings = plan_settings
         self.clock = clock
         self.wall = wall
+        self.member_events = MemberEvents(events, clock) if events is not None else None
         self.preemptor = GangPreemptor(api, cache, metrics, settings, plan_settings, clock)
         self.states: dict[str, GangState] = {}
         self.passes = 0
@@ -239,6 +243,8 @@ class GangController:
         effects += self._advance_preemption(gang, state)
         effects += self._release_gates(gang, state)
         if gang.podgroup is not None:
+            if self.member_events is not None:
+                self.member_events.tell(gang, state)
             effects += self._write_status(gang, state, failed, start)
         return effects
 
@@ -325,9 +331,16 @@ class GangController:
         restored = self.preemptor.restore(state, ready, lambda p: self._commit(gang, state, p, ready))
         if restored is not None:  # a hold recorded by an earlier leader (gang/hold_record.py)
             return self._report(gang, state, *restored)
-        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
         cluster = self.cache.core.cluster
         names = admitting_nodes(self.cache, ready)
+        if gang.podgroup is not None and gang.podgroup.min_resources:
+            removable = self.preemptor.removable(requests[:need], starving)
+            short = min_resources_shortage(cluster, gang.podgroup.min_resources, names, removable)
+            if short is not None:  # no plan can exist: do not search
+                state.attempt, state.reason, state.wait_code = seen, short.message, "InsufficientResources"
+                self.metrics.plans.labels("no_room").inc()
+                return
+        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
         found = plan_gang(cluster, requests, self.plan_settings, siblings=siblings, names=names)
         if isinstance(found, NoPlan) and len(requests) > need:
             fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
@@ -441,7 +454,7 @@ class GangController:
                 # Released earlier (by us before a restart, or never gated): kube-scheduler parked
                 # it after our filter refused it; an update to the pod brings it back at once.
                 state.nudged[m.key] = planned.node
-                effects.append(self._annotate(m, planned.node))
+                effects.append(annotate_planned_node(self.api, m, planned.node))
         return effects
 
     def _status(self, gang: Gang, state: GangState) -> JSON:
@@ -451,32 +464,16 @@ class GangController:
         return gang.podgroup.status.to_dict() if gang.podgroup is not None else {}
 
     def _write_status(self, gang: Gang, state: GangState, failed: bool, start: float | None) -> list[Effect]:
-        recorded = self._status(gang, state)
-        planned = 0 if state.preempting is not None else len(state.plan)  # not released yet
-        p = state.preempting
-        status = podgroup_status(
-            gang,
-            planned,
-            failed,
-            start,
-            recorded,
-            waiting=(state.wait_code, state.reason) if state.reason else None,
-            preempting=f"{len(p.victims)} lower-priority pod(s) evicted for the gang" if p else "",
-            now=self.wall(),
-        )
-        wanted = {k: v for k, v in status.items() if v}
-        if wanted == {k: v for k, v in recorded.items() if v}:
+        status = status_update(gang, state, failed, start, self._status(gang, state), self.wall())
+        if status is None:
             return []
-        state.status = wanted
+        state.status = {k: v for k, v in status.items() if v}
         return [self._patch_status(gang, status)]
 
     async def _remove_gate(self, m: MemberPod) -> None:
         if not await remove_gate(self.api, m):
             # The next pass sees the pod as it is now and tries again (or finds it gone).
             self._ungating.pop(m.key, None)
-
-    async def _annotate(self, m: MemberPod, node: str) -> None:
-        await annotate_planned_node(self.api, m, node)
 
     async def _patch_status(self, gang: Gang, status: JSON) -> None:
         if not await patch_podgroup_status(self.api, gang.namespace, gang.name, status):
@@ -495,6 +492,9 @@ class GangController:
         force: bool = False,
     ) -> None:
         """An Event once per distinct note (writes.report_event)."""
+        if gang.podgroup is not None:
+            code = state.wait_code if reason == "GangWaiting" else ""
+            state.decision = Decision(reason, code, type_, note)  # told to the members (member_events.py)
         if self.events is not None and (note != state.reported or force):
             state.reported = note
             report_event(self.events, gang, type_, reason, note)

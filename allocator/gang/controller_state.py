@@ -45,6 +45,35 @@ class Preempting:
         return out
 
 
+# A wait that is really a preemption or a starvation hold is the same news as its start Event.
+_SAME_AS = {"Preempting": "GangPreempting", "HoldingRoom": "GangHoldingRoom"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The gang's latest reported decision (kept in GangState; told to members by member_events.py)."""
+
+    reason: str  # the Event reason: GangWaiting, GangPlanned, GangScheduled, ...
+    code: str  # GangWaiting's kind (the Waiting condition's reason), else ""
+    type: str
+    note: str
+
+    @property
+    def kind(self) -> str:
+        """What a member must be told again only when it changes."""
+        if self.reason != "GangWaiting":
+            return self.reason
+        return _SAME_AS.get(self.code, f"GangWaiting/{self.code}")
+
+    def member_note(self, gang_key: str) -> str:
+        lead = f"gang {gang_key}"
+        return (
+            f"{lead} waits ({self.code}): {self.note}"
+            if self.reason == "GangWaiting"
+            else f"{lead}: {self.note}"
+        )
+
+
 @dataclass
 class GangState:
     """What the controller remembers of a gang between passes (lost on restart by design)."""
@@ -63,6 +92,8 @@ class GangState:
     told: set[str] = field(default_factory=set)  # late members told why they wait
     preempting: Preempting | None = None  # victims being evicted for the plan (gates kept)
     record: str = ""  # id of the hold recorded on the members (gang/hold_record.py)
+    decision: Decision | None = None  # the latest decision reported (PodGroup gangs; member_events.py)
+    members_told: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod key -> (uid, kind)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.gang.controller_state import Gang
+from allocator.gang.controller_state import Gang, GangState
 from allocator.gang.timefmt import format_time
 
 JSON = dict[str, Any]
@@ -73,6 +73,27 @@ def podgroup_status(
         recorded.get("conditions") or [],
         now,
     )  # fmt: skip
+    return status
+
+
+def status_update(
+    gang: Gang, state: GangState, failed: bool, start: float | None, recorded: JSON, now: float
+) -> JSON | None:
+    """The status to write for the gang as the controller's `state` has it, or None when `recorded`
+    already says all of it."""
+    p = state.preempting
+    status = podgroup_status(
+        gang,
+        0 if p is not None else len(state.plan),  # a preempting plan is not released yet
+        failed,
+        start,
+        recorded,
+        waiting=(state.wait_code, state.reason) if state.reason else None,
+        preempting=f"{len(p.victims)} lower-priority pod(s) evicted for the gang" if p else "",
+        now=now,
+    )
+    if {k: v for k, v in status.items() if v} == {k: v for k, v in recorded.items() if v}:
+        return None
     return status
 
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 from allocator.core.cluster.state import ClusterState
 from allocator.core.gang.plan import GangPlan, PlanSettings
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption, whole_gpus_wanted
+from allocator.core.gang.priority import gang_priority
 from allocator.core.gang.victims import Candidate
 from allocator.core.request.pod_request import PodRequest
 from allocator.gang.controller_state import GangState, Preempting
@@ -178,6 +179,18 @@ class GangPreemptor:
         """The first waiting gang in queue order, waiting longer than the starvation bound."""
         bound = self.settings.starvation_bound
         return head and bound > 0 and start is not None and now - start >= bound
+
+    def removable(self, requests: list[PodRequest], starving: bool) -> set[str]:
+        """Keys of the running pods whose room the gang could get: every pod for a starving gang
+        (it waits for them), else those of a lower priority when preemption is on (an upper
+        bound: a running gang's member is counted alone, though it only goes with its gang)."""
+        candidates = all_candidates(self.cache)
+        if starving:
+            return {c.key for c in candidates}
+        if not self.settings.preemption:
+            return set()
+        priority = gang_priority(r.priority for r in requests)
+        return {c.key for c in candidates if c.priority < priority}
 
     def plan(
         self, requests: list[PodRequest], names: list[str], siblings: dict[str, int], *, wait: bool = False

@@ -31,10 +31,19 @@ def nodes(cluster: ClusterEnv) -> Iterator[None]:
         cluster.remove_node(node)
 
 
-def podgroup(cluster: ClusterEnv, ns: str, name: str, min_member: int, timeout: int | None = None) -> None:
+def podgroup(
+    cluster: ClusterEnv,
+    ns: str,
+    name: str,
+    min_member: int,
+    timeout: int | None = None,
+    min_resources: dict[str, str] | None = None,
+) -> None:
     spec: dict[str, Any] = {"minMember": min_member}
     if timeout is not None:
         spec["scheduleTimeoutSeconds"] = timeout
+    if min_resources:
+        spec["minResources"] = min_resources
     cluster.cp.admin.post(
         PODGROUPS.format(ns=ns),
         {
@@ -104,15 +113,39 @@ def test_gang_without_room_stays_gated_then_times_out(cluster: ClusterEnv, ns: s
         cluster.create_pod(ns, member(f"h{i}", "huge", 4))
     # First "waiting for members" while they are being created, then why the three cannot go.
     [waiting] = wait_until(
-        lambda: [e for e in gang_events(cluster, ns, "GangWaiting") if "no placement" in e["message"]],
+        lambda: [
+            e
+            for e in gang_events(cluster, ns, "GangWaiting")
+            if "no placement" in e["message"] and e["involvedObject"]["kind"] == "PodGroup"
+        ],
         timeout=60,
         what="a GangWaiting Event saying there is no placement",
     )
     assert "GPU" in waiting["message"], waiting["message"]
     assert all(not cluster.pod(ns, f"h{i}")["spec"].get("nodeName") for i in range(3))
     wait_until(lambda: phase(cluster, ns, "huge") == "Failed", timeout=60, what="PodGroup huge Failed")
-    [failed] = wait_until(lambda: gang_events(cluster, ns, "GangFailed"), timeout=30, what="GangFailed Event")
+    [failed] = wait_until(
+        lambda: [
+            e for e in gang_events(cluster, ns, "GangFailed") if e["involvedObject"]["kind"] == "PodGroup"
+        ],
+        timeout=30,
+        what="GangFailed Event",
+    )
     assert "timeout" in failed["message"], failed["message"]
+    # Each member is told too, once (kubectl describe pod shows why it never ran).
+    told = wait_until(
+        lambda: (
+            sorted(
+                e["involvedObject"]["name"]
+                for e in gang_events(cluster, ns, "GangFailed")
+                if e["involvedObject"]["kind"] == "Pod"
+            )
+            == ["h0", "h1", "h2"]
+        ),
+        timeout=30,
+        what="GangFailed Events on the three members",
+    )
+    assert told
     # Not even part of it was bound, and the members still carry the gate.
     for i in range(3):
         pod = cluster.pod(ns, f"h{i}")
@@ -155,3 +188,29 @@ def test_job_created_gang(cluster: ClusterEnv, ns: str) -> None:
     )
     assert planned[0]["involvedObject"]["name"] == "job-gang"
     assert "planned 2 member(s)" in planned[0]["message"], planned[0]["message"]
+
+
+def test_a_waiting_gang_explains_itself_on_its_pods_and_podgroup(cluster: ClusterEnv, ns: str) -> None:
+    # The pool has 8 GPUs; minResources asks for 9: the gang waits, and says so where users look.
+    podgroup(cluster, ns, "wide", 1, min_resources={"nvidia.com/gpu": "9"})
+    cluster.create_pod(ns, member("m0", "wide", 1))
+
+    def pod_told() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in gang_events(cluster, ns, "GangWaiting")
+            if e["involvedObject"]["kind"] == "Pod" and "InsufficientResources" in e["message"]
+        ]
+
+    [told] = wait_until(pod_told, timeout=60, what="a GangWaiting Event on the member pod")
+    assert told["involvedObject"]["name"] == "m0"
+    assert "minResources nvidia.com/gpu=9 is more than" in told["message"], told["message"]
+
+    def described() -> str | None:
+        out = cluster.cp.kubectl("describe", "podgroup", "wide", "-n", ns).stdout
+        return out if "InsufficientResources" in out else None
+
+    text = wait_until(described, timeout=30, what="kubectl describe podgroup showing the reason")
+    assert "minResources nvidia.com/gpu=9 is more than the nodes the gang may use have (8)" in text, text
+    pod = cluster.pod(ns, "m0")
+    assert not pod["spec"].get("nodeName") and gates(pod) == [GATE]
