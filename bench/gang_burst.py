@@ -42,7 +42,7 @@ from tests.cluster.burst import (  # noqa: E402
     gpu_uuids,
     judge,
     start_plugin_node,
-    stop_plugin_node,
+    stop_plugin_nodes,
     wait_annotations_match,
     wait_plugin_node,
 )
@@ -128,8 +128,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         )
         return 1 if any(r["bad"] for r in results) else 0
     finally:
-        for node in nodes:
-            stop_plugin_node(cluster, node)
+        stop_plugin_nodes(cluster, nodes)
         cluster.stop()
 
 

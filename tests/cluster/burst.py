@@ -96,6 +96,12 @@ def stop_plugin_node(cluster: ClusterEnv, node: PluginNode) -> None:
     shutil.rmtree(node.root, ignore_errors=True)
 
 
+def stop_plugin_nodes(cluster: ClusterEnv, nodes: list[PluginNode]) -> None:
+    """Several at once: each agent takes a moment to stop."""
+    with ThreadPoolExecutor(max(1, len(nodes))) as pool:
+        list(pool.map(lambda n: stop_plugin_node(cluster, n), nodes))
+
+
 def gpu_uuids(cluster: ClusterEnv, node: str) -> dict[int, str]:
     device = cluster.cp.admin.get(f"{DEVICES}/{node}")
     return {int(d["minor"]): str(d["id"]) for d in device["spec"]["devices"] if d["type"] == "gpu"}

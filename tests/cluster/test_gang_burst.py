@@ -19,7 +19,7 @@ from tests.cluster.burst import (
     gpu_uuids,
     judge,
     start_plugin_node,
-    stop_plugin_node,
+    stop_plugin_nodes,
     wait_annotations_match,
     wait_plugin_node,
 )
@@ -40,8 +40,7 @@ def nodes(cluster: ClusterEnv) -> Iterator[list[PluginNode]]:
             wait_plugin_node(cluster, node)
         yield started
     finally:
-        for node in started:
-            stop_plugin_node(cluster, node)
+        stop_plugin_nodes(cluster, started)
 
 
 def test_forty_pod_gang_admitted_whole_with_the_annotated_gpus(
