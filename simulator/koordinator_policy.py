@@ -126,14 +126,7 @@ class KoordinatorPolicy(Policy):
             return hit[1]
         state = NodeState(real.name, self._inventories[node], real.labels, real.allocatable)
         for pod in real.pods.values():
-            state.add_pod(
-                pod.key,
-                pod.allocations,
-                pod.cpu_milli,
-                pod.memory,
-                nonzero_cpu_milli=pod.nonzero_cpu_milli,
-                nonzero_memory=pod.nonzero_memory,
-            )
+            state.add_usage(pod)
         self._shadows[node] = (real.version, state)
         return state
 

@@ -337,14 +337,7 @@ def fork_node(state: NodeState) -> NodeState:
     """A private copy of a node: same inventory (immutable, shared), labels, allocatable and pods."""
     fork = NodeState(state.name, state.inventory, state.labels, state.allocatable)
     for entry in state.pods.values():
-        fork.add_pod(
-            entry.key,
-            entry.allocations,
-            entry.cpu_milli,
-            entry.memory,
-            nonzero_cpu_milli=entry.nonzero_cpu_milli,
-            nonzero_memory=entry.nonzero_memory,
-        )
+        fork.add_usage(entry)
     return fork
 
 

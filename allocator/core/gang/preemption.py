@@ -197,14 +197,7 @@ def _without(state: NodeState, keys: Iterable[str]) -> Iterator[None]:
         yield
     finally:
         for entry in gone:
-            state.add_pod(
-                entry.key,
-                entry.allocations,
-                entry.cpu_milli,
-                entry.memory,
-                nonzero_cpu_milli=entry.nonzero_cpu_milli,
-                nonzero_memory=entry.nonzero_memory,
-            )
+            state.add_usage(entry)
 
 
 @contextmanager

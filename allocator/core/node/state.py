@@ -205,7 +205,8 @@ class NodeState:
         self.nonzero_memory += entry.nonzero_memory
         self._changed()
 
-    def add_usage(self, usage: PodUsage) -> None:
+    def add_usage(self, usage: PodUsage | PodEntry) -> None:
+        """Count a bound pod's recorded usage, or re-add an entry taken from a NodeState."""
         self.add_pod(
             usage.key,
             usage.allocations,
