@@ -35,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.extender import load_average  # noqa: E402
 from tests.cluster.burst import (  # noqa: E402
     BurstKubelets,
     PluginNode,
@@ -51,10 +52,6 @@ from tests.support.controlplane import missing_parts, wait_until  # noqa: E402
 
 POOL = {"topoalloc.bench/pool": "gang-burst"}
 GOAL_S = 5.0
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def spread(values: list[float]) -> str:

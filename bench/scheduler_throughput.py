@@ -43,6 +43,7 @@ import urllib3
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.extender import load_average  # noqa: E402
 from tests.support.cluster_product import (  # noqa: E402
     SYSTEM_NAMESPACE,
     AllocatorReplica,
@@ -79,10 +80,6 @@ def cpu_seconds(pid: int) -> float:
 def rss_mib(pid: int) -> float:
     pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
     return pages * PAGE / 2**20
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 # ------------------------------------------------------------------------------------ the world
