@@ -1,25 +1,27 @@
-"""Which pod kubelet is admitting, and whether the devices it asks for are the allocator's choice.
+"""Serving kubelet's device plugin calls for the pod it is admitting, or refusing them.
 
-Kubelet's device plugin calls carry device IDs, never the pod. The pod is found among this node's
-pods that are bound, Pending, not being deleted and not yet served for the resource, oldest
-`creationTimestamp` first (kubelet admits the pods it receives together in that order), then by
-namespace/name:
+identity.py names the pod and container kubelet is admitting from kubelet's PodResources list,
+read in GetPreferredAllocation and kept for the Allocate that follows it (kubelet admits one
+container at a time and calls GetPreferredAllocation, then Allocate). An Allocate with no such
+GetPreferredAllocation before it (kubelet skips it when its Topology Manager leaves exactly the
+devices needed) reads the list itself. Not reading it while kubelet holds devices in flight keeps
+clear of a kubelet race (kubernetes/kubernetes#137534: a PodResources `List` during an `Allocate`
+can drop that reservation and let the next pod be offered the same devices). Then:
 
-* GetPreferredAllocation steers kubelet to the annotated devices of the first such pod whose next
-  container asks for that many IDs and whose annotated devices kubelet still has available.
-* Allocate serves the first such pod whose next container's annotated devices are exactly kubelet's
-  IDs. None: the call is refused with the reason (missing or malformed annotation, devices this node
-  lacks, or the allocator chose different ones) and the oldest pod that fits the request gets a
-  Warning Event; kubelet then fails that pod's admission. Devices still held by a pod that was served
-  earlier and is not finished are never handed out again.
+* GetPreferredAllocation steers kubelet to that container's annotated devices, taken from those
+  kubelet still has available.
+* Allocate serves it when kubelet's IDs are exactly its annotated devices. Otherwise the call is
+  refused with the reason (missing or malformed annotation, devices this node lacks, or the
+  allocator chose different ones) and the pod gets a Warning Event; kubelet then fails the pod's
+  admission. Devices still held by a pod that was served earlier and is not finished are never
+  handed out again.
 
-When two pending pods ask for the same count, kubelet may admit the younger first and receive the
-older one's devices; each then runs on devices the allocator chose for this node, and the PodResources
-cross-check (crosscheck.py) rewrites both annotations to what kubelet really assigned.
+So a container's devices are its annotation's, or it does not start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -28,19 +30,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.deviceplugin.events import REFUSALS
-from agent.deviceplugin.expectation import (
-    ContainerExpectation,
-    ExpectationError,
-    container_requests,
-    expectations,
-)
+from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError, expectations
 from agent.deviceplugin.grants import Grant, GrantBuilder
+from agent.deviceplugin.identity import Admitting, Unidentified, from_kubelet, pod_key, without_kubelet
 from agent.deviceplugin.inventory import Inventory
+from agent.deviceplugin.podresources import KubeletPods, PodResourcesError
 from apis import resources as rn
 
 log = logging.getLogger(__name__)
 
 REFUSED_REASON = "DeviceAllocationRefused"
+NAMED_SECONDS = 2.0  # how long GetPreferredAllocation's answer to "which pod" holds for Allocate
+
+__all__ = ["Admission", "EventSink", "Refused", "ServedPod", "pod_key"]
 
 
 class EventSink(Protocol):
@@ -57,8 +59,17 @@ class Refused(Exception):
 class ServedPod:
     namespace: str
     name: str
-    # resource -> kubelet IDs per served container, in container order
+    # resource -> kubelet IDs per container requesting it, in container order ([] not served yet)
     resources: dict[str, list[list[str]]] = field(default_factory=dict)
+
+    def served(self, resource: str, container: int) -> bool:
+        got = self.resources.get(resource, [])
+        return container < len(got) and bool(got[container])
+
+    def record(self, resource: str, container: int, ids: list[str]) -> None:
+        got = self.resources.setdefault(resource, [])
+        got.extend([] for _ in range(container + 1 - len(got)))
+        got[container] = list(ids)
 
     def to_wire(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "name": self.name, "resources": self.resources}
@@ -77,33 +88,8 @@ class ServedPod:
         )
 
 
-def pod_key(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
 def _uid(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("uid", ""))
-
-
-def _pending(pod: dict[str, Any]) -> bool:
-    meta = pod.get("metadata") or {}
-    phase = (pod.get("status") or {}).get("phase") or "Pending"
-    return phase == "Pending" and not meta.get("deletionTimestamp")
-
-
-def _order(pod: dict[str, Any]) -> tuple[str, str, str]:
-    meta = pod.get("metadata") or {}
-    return (str(meta.get("creationTimestamp", "")), str(meta.get("namespace", "")), str(meta.get("name", "")))
-
-
-@dataclass
-class _Candidate:
-    pod: dict[str, Any]
-    container: int  # index among the containers requesting the resource
-    count: int
-    expectation: ContainerExpectation | None
-    error: str = ""
 
 
 class Admission:
@@ -112,12 +98,14 @@ class Admission:
         *,
         list_pods: Callable[[], list[dict[str, Any]]],
         grants: GrantBuilder,
+        kubelet_pods: Callable[[], KubeletPods] | None = None,
         events: EventSink | None = None,
         on_served: Callable[[], None] | None = None,
         pod_cache_seconds: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.list_pods = list_pods
+        self.kubelet_pods = kubelet_pods  # PodResources List; raises PodResourcesError
         self.grants = grants
         self.events = events
         self.on_served = on_served
@@ -129,6 +117,15 @@ class Admission:
         self._pods: list[dict[str, Any]] = []
         self._pods_at = float("-inf")
         self.refusals = 0
+        self.unidentified_fallbacks = 0  # calls named without PodResources
+        self._named: dict[str, tuple[Admitting, float]] = {}  # resource -> GetPreferredAllocation's pod
+
+    @contextlib.contextmanager
+    def calls_held(self) -> Iterator[None]:
+        """No GetPreferredAllocation or Allocate is answered meanwhile: a PodResources `List` made
+        here cannot land inside kubelet's Allocate window (see the module doc)."""
+        with self._lock:
+            yield
 
     def served_snapshot(self) -> dict[str, ServedPod]:
         with self._lock:
@@ -151,96 +148,112 @@ class Admission:
                 del self.served[uid]  # finished or deleted: its devices are free again
         return self._pods
 
-    def _candidates(self, resource: str, pods: list[dict[str, Any]]) -> Iterator[_Candidate]:
-        """Pending pods with a container not yet served `resource`, oldest first; each annotation is
-        read only when the caller gets that far."""
-        for pod in sorted((p for p in pods if _pending(p)), key=_order):
-            served = self.served.get(_uid(pod))
-            done = len(served.resources.get(resource, [])) if served else 0
+    def _served(self, pod: dict[str, Any], resource: str, container: int) -> bool:
+        got = self.served.get(_uid(pod))
+        return got is not None and got.served(resource, container)
+
+    def _admitting(self, resource: str) -> Admitting:
+        """The container kubelet is admitting now. Raises Refused."""
+        kubelet: KubeletPods | None = None
+        why = "no PodResources socket configured"
+        if self.kubelet_pods is not None:
             try:
-                requests = container_requests(pod, resource)
-            except ExpectationError as exc:
-                yield _Candidate(pod, 0, 0, None, str(exc))
-                continue
-            if done >= len(requests):
-                continue
-            count = requests[done][1]
+                kubelet = self.kubelet_pods()
+            except PodResourcesError as exc:
+                why = str(exc)
+        last: Unidentified | None = None
+        for fresh in (False, True):  # a pod kubelet names may be newer than the cached list
+            pods = self._pod_list(fresh)
             try:
-                exps = expectations(pod, resource, self.inventory)
-                yield _Candidate(pod, done, count, exps[done])
-            except ExpectationError as exc:
-                yield _Candidate(pod, done, count, None, str(exc))
+                if kubelet is not None:
+                    return from_kubelet(resource, kubelet, pods)
+                hit = without_kubelet(resource, pods, lambda p, i: self._served(p, resource, i), why)
+                self.unidentified_fallbacks += 1
+                log.warning("%s: pod named without PodResources (%s)", resource, why)
+                return hit
+            except Unidentified as exc:
+                last = exc
+        assert last is not None
+        raise Refused(str(last))
+
+    def _expectation(self, hit: Admitting, resource: str) -> ContainerExpectation:
+        if hit.error:
+            raise Refused(f"pod {pod_key(hit.pod)}: {hit.error}", hit.pod)
+        try:
+            return expectations(hit.pod, resource, self.inventory)[hit.container]
+        except ExpectationError as exc:
+            raise Refused(f"pod {pod_key(hit.pod)}: {exc}", hit.pod) from None
 
     # -- the two calls ----------------------------------------------------------------------
     def preferred(self, resource: str, available: list[str], must: list[str], size: int) -> list[str]:
-        """The annotated IDs for the pod being admitted; [] when no pod fits (Allocate then refuses)."""
+        """The annotated IDs of the container being admitted; [] when there are none to prefer
+        (Allocate then refuses, with the reason)."""
         with self._lock:
-            for fresh in (False, True):
-                try:
-                    pods = self._pod_list(fresh)
-                except Refused as exc:
-                    log.warning("GetPreferredAllocation %s: %s", resource, exc)
-                    return []
-                for cand in self._candidates(resource, pods):
-                    if cand.expectation is None or cand.count != size:
-                        continue
-                    chosen = cand.expectation.choose(resource, available, must)
-                    if chosen is not None:
-                        return chosen
-        return []
+            self._named.pop(resource, None)
+            try:
+                hit = self._admitting(resource)
+                self._named[resource] = (hit, self.clock())
+                exp = self._expectation(hit, resource)
+            except Refused as exc:
+                log.warning("GetPreferredAllocation %s: %s", resource, exc)
+                return []
+            if exp.count != size:
+                return []
+            return exp.choose(resource, available, must) or []
+
+    def _named_for(self, resource: str, ids: list[str]) -> Admitting | None:
+        """The container GetPreferredAllocation just named for this Allocate, if it still fits: named
+        a moment ago, not served since, and `ids` are its annotated devices (otherwise the caller asks
+        kubelet again rather than blame a pod from a stale answer)."""
+        named = self._named.pop(resource, None)
+        if named is None or self.clock() - named[1] > NAMED_SECONDS:
+            return None
+        hit = named[0]
+        if hit.error or self._served(hit.pod, resource, hit.container):
+            return None
+        try:
+            exp = expectations(hit.pod, resource, self.inventory)[hit.container]
+        except (ExpectationError, IndexError):
+            return None
+        return hit if exp.accepts(resource, ids) else None
 
     def allocate(self, resource: str, ids: list[str]) -> Grant:
-        """Serve the pod whose annotation names exactly `ids`, or raise Refused."""
-        with self._lock:
-            pods: list[dict[str, Any]] = []
-            refusal: Refused | None = None
-            for fresh in (False, True):
-                try:
-                    pods = self._pod_list(fresh)
-                except Refused as exc:
-                    refusal = exc
-                    break
-                match = next(
-                    (
-                        c
-                        for c in self._candidates(resource, pods)
-                        if c.expectation is not None and c.expectation.accepts(resource, ids)
-                    ),
-                    None,
-                )
-                if match is not None:
-                    try:
-                        return self._serve(resource, match, ids)
-                    except Refused as exc:
-                        refusal = exc
-                        break
-            if refusal is None:
-                refusal = self._refusal(resource, ids, list(self._candidates(resource, pods)))
-        self.refusals += 1
-        REFUSALS.labels(resource).inc()
-        if refusal.pod is not None and self.events is not None:
-            self.events.warn(refusal.pod, REFUSED_REASON, str(refusal))
-        raise refusal
+        """Serve the container being admitted if `ids` are its annotated devices, or raise Refused."""
+        try:
+            with self._lock:
+                hit = self._named_for(resource, ids) or self._admitting(resource)
+                exp = self._expectation(hit, resource)
+                if not exp.accepts(resource, ids):
+                    raise Refused(
+                        f"pod {pod_key(hit.pod)}: kubelet asked for {resource} {sorted(ids)}, "
+                        f"the allocator chose {list(exp.bases)}",
+                        hit.pod,
+                    )
+                return self._serve(resource, hit, exp, ids)
+        except Refused as refusal:
+            self.refusals += 1
+            REFUSALS.labels(resource).inc()
+            if refusal.pod is not None and self.events is not None:
+                self.events.warn(refusal.pod, REFUSED_REASON, str(refusal))
+            raise
 
-    def _serve(self, resource: str, cand: _Candidate, ids: list[str]) -> Grant:
-        exp = cand.expectation
-        assert exp is not None
-        clash = self._held_elsewhere(resource, cand.pod, ids)
+    def _serve(self, resource: str, hit: Admitting, exp: ContainerExpectation, ids: list[str]) -> Grant:
+        clash = self._held_elsewhere(resource, hit.pod, ids)
         if clash:
             self._pod_list(fresh=True)  # the holder may have finished since the cached list
-            clash = self._held_elsewhere(resource, cand.pod, ids)
+            clash = self._held_elsewhere(resource, hit.pod, ids)
         if clash:
-            raise Refused(f"{resource} {clash} already serve another pod", cand.pod)
+            raise Refused(f"{resource} {clash} already serve another pod", hit.pod)
         try:
             grant = self.grants.build(resource, exp, self.inventory)
         except ExpectationError as exc:
-            raise Refused(f"pod {pod_key(cand.pod)}: {exc}", cand.pod) from None
-        meta = cand.pod.get("metadata") or {}
+            raise Refused(f"pod {pod_key(hit.pod)}: {exc}", hit.pod) from None
+        meta = hit.pod.get("metadata") or {}
         served = self.served.setdefault(
-            _uid(cand.pod), ServedPod(str(meta.get("namespace", "")), str(meta.get("name", "")))
+            _uid(hit.pod), ServedPod(str(meta.get("namespace", "")), str(meta.get("name", "")))
         )
-        served.resources.setdefault(resource, []).append(list(ids))
-        log.info("%s %s -> pod %s container %s", resource, ids, pod_key(cand.pod), exp.container)
+        served.record(resource, hit.container, ids)
+        log.info("%s %s -> pod %s container %s", resource, ids, pod_key(hit.pod), exp.container)
         if self.on_served is not None:
             self.on_served()
         return grant
@@ -256,17 +269,3 @@ class Admission:
             for i in got
         }
         return sorted(held.intersection(ids))
-
-    def _refusal(self, resource: str, ids: list[str], cands: list[_Candidate]) -> Refused:
-        fitting = [c for c in cands if c.count == len(ids) or (c.expectation is None and c.count == 0)]
-        if not fitting:
-            return Refused(f"no pending pod on this node requests {len(ids)} {resource}")
-        cand = fitting[0]
-        who = f"pod {pod_key(cand.pod)}"
-        if cand.expectation is None:
-            return Refused(f"{who}: {cand.error}", cand.pod)
-        return Refused(
-            f"{who}: kubelet asked for {resource} {sorted(ids)}, "
-            f"the allocator chose {list(cand.expectation.bases)}",
-            cand.pod,
-        )

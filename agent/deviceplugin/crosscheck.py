@@ -6,6 +6,10 @@ a Warning Event (`DeviceAllocationMismatch`) and a metric, and for GPUs the pod'
 annotation is rewritten to what kubelet assigned, so the allocator's cache counts the devices that
 are really in use. RDMA mismatches are reported but not rewritten: kubelet's IDs name the NIC, not
 the VF, so the truth about the VF is not known here.
+
+Admission names the pod from the same list, so with topoalloc as the only plugin for these
+resources nothing should differ; this catches another plugin serving them, a kubelet that lost its
+state, and hand edits.
 """
 
 from __future__ import annotations
@@ -17,14 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
 from agent.deviceplugin.admission import Admission, EventSink, pod_key
 from agent.deviceplugin.events import MISMATCHES
 from agent.deviceplugin.expectation import ExpectationError, container_requests, expectations
 from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
-from agent.deviceplugin.proto import podresources_v1_pb2 as pr
-from agent.deviceplugin.proto import podresources_v1_pb2_grpc as pr_grpc
+from agent.deviceplugin.podresources import PodResourcesClient, PodResourcesError
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocation, DeviceAllocations, parse_device_allocated
@@ -33,21 +34,7 @@ from apis.quantity import Format, Quantity
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MISMATCH_REASON = "DeviceAllocationMismatch"
-
-
-def list_pod_resources(socket: str, timeout: float = 5.0) -> dict[str, dict[str, dict[str, list[str]]]]:
-    """namespace/name -> container -> resource -> kubelet device IDs."""
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
-        reply = pr_grpc.PodResourcesListerStub(channel).List(pr.ListPodResourcesRequest(), timeout=timeout)
-    out: dict[str, dict[str, dict[str, list[str]]]] = {}
-    for pod in reply.pod_resources:
-        containers = out.setdefault(f"{pod.namespace}/{pod.name}", {})
-        for c in pod.containers:
-            for dev in c.devices:
-                containers.setdefault(c.name, {}).setdefault(dev.resource_name, []).extend(dev.device_ids)
-    return out
 
 
 @dataclass(frozen=True)
@@ -94,12 +81,12 @@ class CrossChecker:
     def __init__(
         self,
         *,
-        socket: str,
+        client: PodResourcesClient,
         admission: Admission,
         patch_annotation: Callable[[str, str, str], None] | None = None,
         events: EventSink | None = None,
     ) -> None:
-        self.socket = socket
+        self.client = client
         self.admission = admission
         self.patch_annotation = patch_annotation  # (namespace, name, device-allocated JSON)
         self.events = events
@@ -110,9 +97,10 @@ class CrossChecker:
     def check(self) -> list[Mismatch]:
         """One comparison of every pod kubelet lists; returns the mismatches found."""
         try:
-            assigned = list_pod_resources(self.socket)
-        except grpc.RpcError as exc:
-            self.error = f"PodResources {self.socket}: {exc.code().name} {exc.details()}"
+            with self.admission.calls_held():
+                assigned = self.client.list()
+        except PodResourcesError as exc:
+            self.error = str(exc)
             log.warning("%s", self.error)
             return []
         self.error = ""

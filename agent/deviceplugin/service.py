@@ -14,11 +14,12 @@ from typing import Any
 from agent.deviceplugin import checkpoint
 from agent.deviceplugin.admission import Admission, EventSink, Refused, ServedPod
 from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
-from agent.deviceplugin.crosscheck import DEFAULT_POD_RESOURCES_SOCKET, CrossChecker, CrossCheckLoop
+from agent.deviceplugin.crosscheck import CrossChecker, CrossCheckLoop
 from agent.deviceplugin.events import PodEvents
 from agent.deviceplugin.grants import GrantBuilder
 from agent.deviceplugin.inventory import SERVED_RESOURCES, inventory_from_device
 from agent.deviceplugin.plugin import DeviceList
+from agent.deviceplugin.podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
 from agent.deviceplugin.registration import Registrar
 from agent.discovery.device_health import HealthBook
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error
@@ -69,15 +70,20 @@ class DevicePluginService:
             host_dev=settings.host_dev,
             sysfs_root=sysfs_root,
         )
+        self.pod_resources = PodResourcesClient(settings.pod_resources_socket)
         self.admission = Admission(
-            list_pods=self.list_pods, grants=self.grants, events=events, on_served=self._served
+            list_pods=self.list_pods,
+            grants=self.grants,
+            kubelet_pods=self.pod_resources.list,
+            events=events,
+            on_served=self._served,
         )
         self.lists = {r: DeviceList() for r in self.resources}
         self.registrar = Registrar(
             settings.plugin_dir, self.admission, self.lists, check_seconds=settings.check_seconds
         )
         self.checker = CrossChecker(
-            socket=settings.pod_resources_socket,
+            client=self.pod_resources,
             admission=self.admission,
             patch_annotation=self._patch_annotation if kube is not None else None,
             events=events,
@@ -143,6 +149,7 @@ class DevicePluginService:
             self.registrar.stop()
             self.crosscheck.stop()
             self.writer.stop()
+        self.pod_resources.close()
         self.save()
 
     def save(self) -> None:

@@ -5,8 +5,9 @@ Each node runs the real agent (fixture mode, its node-bound identity, device plu
 stand-in kubelet (`tests/support/kubelet.py`). `BurstKubelets` plays the kubelets' pod sources: one
 watch on the namespace hands each pod, as soon as it is seen bound, to its node's admission worker,
 which admits it as kubelet does (GetPreferredAllocation, then Allocate). Like kubelet, a node admits
-one pod at a time, and the pods that arrived together oldest `creationTimestamp` first (a stable
-sort: ties keep their arrival order); nodes admit in parallel.
+one pod at a time, and the pods that arrived together oldest `creationTimestamp` first; kubelet's
+sort is not stable, so same-second pods are admitted in a random order here. Nodes admit in
+parallel.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import random
 import shutil
 import tempfile
 import threading
@@ -223,6 +225,7 @@ class BurstKubelets:
                 while (more := source.get_nowait()) is not None:
                     batch.append(more)
                 stopping = True
+            random.shuffle(batch)  # then a stable sort: ties in a random order, as kubelet's unstable one
             batch.sort(key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
             for pod in batch:
                 name = pod["metadata"]["name"]
@@ -271,11 +274,11 @@ class Verdict:
     refused: list[str] = field(default_factory=list)  # pod: kubelet's admission error
     foreign: list[str] = field(default_factory=list)  # a GPU the allocator did not give any pod of the node
     doubled: list[str] = field(default_factory=list)  # a GPU handed to two containers of a node
-    swapped: list[str] = field(default_factory=list)  # another gang member's annotated GPU on the same node
+    differs: list[str] = field(default_factory=list)  # a container's GPUs are not its pod's annotated ones
 
     @property
     def bad(self) -> list[str]:
-        return self.refused + self.foreign + self.doubled
+        return self.refused + self.foreign + self.doubled + self.differs
 
 
 def judge(times: dict[str, PodTimes], uuids: dict[str, dict[int, str]]) -> Verdict:
@@ -291,28 +294,21 @@ def judge(times: dict[str, PodTimes], uuids: dict[str, dict[int, str]]) -> Verdi
         granted.setdefault(t.node, []).extend(got)
         annotated.setdefault(t.node, set()).update(want)
         if got != want:
-            verdict.swapped.append(f"{name} on {t.node}: got {got}, annotated {want}")
+            verdict.differs.append(f"{name} on {t.node}: got {got}, annotated {want}")
     for node, ids in granted.items():
         verdict.doubled += [f"{node}: {i} twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
         verdict.foreign += [f"{node}: {i} not annotated" for i in sorted(set(ids) - annotated[node])]
     return verdict
 
 
-def wait_annotations_match(
-    cp: ControlPlane, ns: str, times: dict[str, PodTimes], uuids: dict[str, dict[int, str]], timeout: float
-) -> float:
-    """Until every pod's annotation names the GPUs its container got (the agent's PodResources
-    cross-check rewrites a differing one); returns when (time.monotonic)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pods = {p["metadata"]["name"]: p for p in cp.admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]}
-        wrong = [
-            name
-            for name, t in times.items()
-            if annotated_gpus(pods[name], uuids[t.node]) != sorted(t.granted["main"]["nvidia.com/gpu"].ids)
-        ]
-        if not wrong:
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"after {timeout:.0f}s the annotations of {sorted(wrong)} still differ")
-        time.sleep(0.1)
+def rewritten_annotations(cp: ControlPlane, ns: str, times: dict[str, PodTimes]) -> list[str]:
+    """Pods whose `device-allocated` annotation is no longer the one the allocator wrote at bind (the
+    agent's PodResources cross-check rewrites an annotation that differs from kubelet's truth)."""
+    pods = {p["metadata"]["name"]: p for p in cp.admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]}
+    out = []
+    for name, t in sorted(times.items()):
+        now = ((pods.get(name) or {}).get("metadata") or {}).get("annotations") or {}
+        then = (t.pod.get("metadata") or {}).get("annotations") or {}
+        if now.get(ALLOCATED) != then.get(ALLOCATED):
+            out.append(name)
+    return out

@@ -94,7 +94,7 @@ def test_scheduled_pod_gets_exactly_its_annotated_gpus(cluster: ClusterEnv, ns: 
 
 def test_refusal_event_and_annotation_fix_through_rbac_and_policy(cluster: ClusterEnv, ns: str, node) -> None:
     kubelet, _ = node
-    kubelet.allocations.clear()  # the earlier tests' pods are deleted: kubelet frees their devices
+    kubelet.forget()  # the earlier tests' pods are deleted: kubelet frees their devices
     # bound around the scheduler, no annotation: refused, with an Event the agent may post
     stray = gpu_pod("stray", gpus=1)
     stray["spec"]["nodeName"] = NODE

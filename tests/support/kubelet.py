@@ -7,8 +7,10 @@
   another pod, ask GetPreferredAllocation, keep the preferred IDs that are available and fill up from
   the rest in ID order, then call Allocate. A failed call fails the pod's admission (and releases
   what that pod got so far), like kubelet's UnexpectedAdmissionError.
-- PodResources server (`List`, `Get`, `GetAllocatableResources`) on its own socket, answering from the
-  allocations it made.
+- PodResources server (`List`, `Get`, `GetAllocatableResources`) on its own socket. Like kubelet's,
+  `List` names every active pod with every regular container: a pod is added before its admission
+  starts (so the pod being admitted is listed, its containers holding nothing yet), a container's
+  devices appear once its Allocate has returned, and a refused pod drops out.
 - `restart()`: what a kubelet restart does to plugins: the directory is emptied (plugin sockets
   deleted), a new `kubelet.sock` is created and registrations start from nothing; allocations
   survive (kubelet checkpoints them).
@@ -68,11 +70,17 @@ class StandInKubelet:
         self.registrations: list[tuple[str, str, str]] = []  # (version, endpoint, resource)
         # namespace/name -> container -> resource -> ids
         self.allocations: dict[str, dict[str, dict[str, list[str]]]] = {}
+        # namespace/name -> regular container names, of the pods kubelet's pod manager holds
+        self.active: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._registered = threading.Condition(self._lock)
         self._reg_server: grpc.Server | None = None
         self._pr_server: grpc.Server | None = None
         self.calls: list[tuple[str, str]] = []  # (rpc, resource)
+        self.pod_resources_lists = 0  # PodResources List calls answered
+        # False: Allocate without GetPreferredAllocation first, as kubelet does when its Topology
+        # Manager leaves exactly the devices needed
+        self.ask_preferred = True
         self.latencies: dict[str, list[float]] = {"GetPreferredAllocation": [], "Allocate": []}  # seconds
 
     # -- servers ----------------------------------------------------------------------------
@@ -108,6 +116,12 @@ class StandInKubelet:
             with contextlib.suppress(OSError):
                 entry.unlink()
         self._start_registration()
+
+    def stop_pod_resources(self) -> None:
+        """Stop only the PodResources server (a kubelet with the API off or its socket not mounted)."""
+        if self._pr_server is not None:
+            self._pr_server.stop(0).wait()
+            self._pr_server = None
 
     def stop(self) -> None:
         for server in (self._reg_server, self._pr_server):
@@ -177,6 +191,7 @@ class StandInKubelet:
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         out: dict[str, dict[str, Granted]] = {}
+        self.active[key] = [c["name"] for c in pod["spec"]["containers"]]  # before admission, as kubelet
         try:
             for container in pod["spec"]["containers"]:
                 requests = (container.get("resources") or {}).get("limits") or {}
@@ -192,6 +207,7 @@ class StandInKubelet:
                     out.setdefault(container["name"], {})[resource] = granted
         except AdmissionError:
             self.allocations.pop(key, None)
+            self.active.pop(key, None)  # rejected: Failed, no longer an active pod
             raise
         return out
 
@@ -201,7 +217,7 @@ class StandInKubelet:
         if len(available) < n:
             raise AdmissionError(f"insufficient {plugin.resource}: want {n}, {len(available)} available")
         chosen: list[str] = []
-        if plugin.preferred:
+        if plugin.preferred and self.ask_preferred:
             self.calls.append(("GetPreferredAllocation", plugin.resource))
             started = time.perf_counter()
             reply = plugin.stub.GetPreferredAllocation(
@@ -237,6 +253,12 @@ class StandInKubelet:
 
     def release(self, namespace: str, name: str) -> None:
         self.allocations.pop(f"{namespace}/{name}", None)
+        self.active.pop(f"{namespace}/{name}", None)
+
+    def forget(self) -> None:
+        """Every pod gone (deleted, or kubelet lost its state): no pod, no device held."""
+        self.allocations.clear()
+        self.active.clear()
 
 
 class _Registration(pb_grpc.RegistrationServicer):
@@ -258,25 +280,33 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
     def __init__(self, kubelet: StandInKubelet) -> None:
         self.kubelet = kubelet
 
+    def _keys(self) -> list[str]:
+        # a test may seed `allocations` for a pod it never admitted
+        return list(dict.fromkeys([*self.kubelet.active, *self.kubelet.allocations]))
+
     def _pod(self, key: str) -> pr.PodResources:
         namespace, name = key.split("/", 1)
+        held = self.kubelet.allocations.get(key, {})
+        names = list(dict.fromkeys([*self.kubelet.active.get(key, []), *held]))
         containers = [
             pr.ContainerResources(
                 name=cname,
-                devices=[pr.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in res.items()],
+                devices=[
+                    pr.ContainerDevices(resource_name=r, device_ids=ids)
+                    for r, ids in held.get(cname, {}).items()
+                ],
             )
-            for cname, res in self.kubelet.allocations[key].items()
+            for cname in names
         ]
         return pr.PodResources(name=name, namespace=namespace, containers=containers)
 
     def List(self, request: pr.ListPodResourcesRequest, context: Any) -> pr.ListPodResourcesResponse:
-        return pr.ListPodResourcesResponse(
-            pod_resources=[self._pod(k) for k in list(self.kubelet.allocations)]
-        )
+        self.kubelet.pod_resources_lists += 1
+        return pr.ListPodResourcesResponse(pod_resources=[self._pod(k) for k in self._keys()])
 
     def Get(self, request: pr.GetPodResourcesRequest, context: Any) -> pr.GetPodResourcesResponse:
         key = f"{request.pod_namespace}/{request.pod_name}"
-        if key not in self.kubelet.allocations:
+        if key not in self._keys():
             context.abort(grpc.StatusCode.NOT_FOUND, f"pod {key} not found")
         return pr.GetPodResourcesResponse(pod_resources=self._pod(key))
 

@@ -101,7 +101,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     "--pod-resources-socket",
     default="/var/lib/kubelet/pod-resources/kubelet.sock",
     show_default=True,
-    help="kubelet's PodResources API, for the after-admission cross-check.",
+    help="kubelet's PodResources API (which pod is being admitted; the cross-check).",
 )
 @click.option(
     "--cdi-root",

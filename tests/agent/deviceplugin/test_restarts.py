@@ -80,7 +80,7 @@ def test_agent_restart_keeps_served_pods_and_xid_history(make_rig) -> None:
     assert devices[H100[6]][0] == "Unhealthy"
 
     # a kubelet that lost its own state offers GPU 3 again: the agent still refuses to hand it out
-    kubelet.allocations.clear()
+    kubelet.forget()
     twice = rig.put_pod("twice", {"main": {"nvidia.com/gpu": "1"}}, allocated([gpu_entry(3, H100[3])]))
     from tests.support.kubelet import AdmissionError
 
@@ -163,4 +163,6 @@ def test_allocate_without_a_pod_fails_closed_over_grpc(make_rig) -> None:
         )
     channel.close()
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert err.value.details() == "topoalloc: no pending pod on this node requests 1 nvidia.com/gpu"
+    assert (
+        err.value.details() == "topoalloc: no pod kubelet is admitting on this node requests nvidia.com/gpu"
+    )
