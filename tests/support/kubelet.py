@@ -87,12 +87,17 @@ class StandInKubelet:
     def start(self) -> StandInKubelet:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._start_registration()
+        self.start_pod_resources()
+        return self
+
+    def start_pod_resources(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.pr_socket.unlink()  # a new socket file, as a restarted kubelet makes
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pr_grpc.add_PodResourcesListerServicer_to_server(_PodResources(self), server)
         server.add_insecure_port(f"unix://{self.pr_socket}")
         server.start()
         self._pr_server = server
-        return self
 
     def _start_registration(self) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

@@ -204,3 +204,18 @@ def test_a_preferred_answer_that_no_longer_fits_is_not_used(make_rig, why: str) 
     with pytest.raises(AdmissionError, match=r"pod default/b: kubelet asked for nvidia\.com/gpu"):
         kubelet.admit(b)
     assert admission.served == {}
+
+
+def test_pod_resources_back_after_a_kubelet_restart_is_used_at_once(make_rig) -> None:
+    rig = make_rig("dgx-h100")
+    kubelet = rig.start_kubelet()
+    rig.start_agent(wait_for=(GPU,))
+    one = rig.put_pod("one", {"main": {GPU: "1"}}, allocated([gpu_entry(1, H100[1])]))
+    assert kubelet.admit(one)["main"][GPU].ids == [H100[1]]
+    kubelet.stop_pod_resources()
+    kubelet.start_pod_resources()  # kubelet restarted: a new socket at the same path
+    a = rig.put_pod("a", {"main": {GPU: "1"}}, allocated([gpu_entry(3, H100[3])]))
+    b = rig.put_pod("b", {"main": {GPU: "1"}}, allocated([gpu_entry(5, H100[5])]))
+    assert kubelet.admit(b)["main"][GPU].ids == [H100[5]]  # two wait: only PodResources can tell
+    assert kubelet.admit(a)["main"][GPU].ids == [H100[3]]
+    assert rig.plugins.admission.unidentified_fallbacks == 0
