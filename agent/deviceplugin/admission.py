@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent.deviceplugin.events import REFUSALS
+from agent.deviceplugin.events import REFUSALS, UNNAMED
 from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError, expectations
 from agent.deviceplugin.grants import Grant, GrantBuilder
 from agent.deviceplugin.identity import Admitting, Unidentified, from_kubelet, pod_key, without_kubelet
@@ -169,6 +169,7 @@ class Admission:
                     return from_kubelet(resource, kubelet, pods)
                 hit = without_kubelet(resource, pods, lambda p, i: self._served(p, resource, i), why)
                 self.unidentified_fallbacks += 1
+                UNNAMED.labels(resource).inc()
                 log.warning("%s: pod named without PodResources (%s)", resource, why)
                 return hit
             except Unidentified as exc:

@@ -19,6 +19,11 @@ REFUSALS = Counter(
     "Allocate calls refused because kubelet's devices were not the allocator's choice",
     ["resource"],
 )
+UNNAMED = Counter(
+    "topoalloc_agent_admissions_without_pod_resources",
+    "Device plugin calls whose pod was named without kubelet's PodResources (it did not answer)",
+    ["resource"],
+)
 MISMATCHES = Counter(
     "topoalloc_agent_device_mismatches",
     "Containers whose kubelet-assigned devices (PodResources) differ from the pod annotation",

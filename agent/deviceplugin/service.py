@@ -184,6 +184,7 @@ class DevicePluginService:
             "served": len(self.admission.served),
             "refusals": self.admission.refusals,
             "mismatches": len(self.checker.mismatches),
+            "namedWithoutPodResources": self.admission.unidentified_fallbacks,
         }
 
 

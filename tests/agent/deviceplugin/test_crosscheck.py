@@ -108,6 +108,7 @@ def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
             "served": 0,
             "refusals": 1,
             "mismatches": 0,
+            "namedWithoutPodResources": 0,
         }
     finally:
         health.stop()

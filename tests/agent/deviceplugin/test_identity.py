@@ -8,6 +8,7 @@ import random
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from agent.deviceplugin.identity import Unidentified, from_kubelet, without_kubelet
 from tests.agent.deviceplugin.rig import allocated, gpu_entry, pod_doc, rdma_entry
@@ -136,8 +137,16 @@ def test_without_pod_resources_a_lone_pod_is_served_and_two_are_refused(make_rig
     rig.start_agent(wait_for=(GPU,))
     kubelet.stop_pod_resources()
     lone = rig.put_pod("lone", {"main": {GPU: "1"}}, allocated([gpu_entry(2, H100[2])]))
+    unnamed = (
+        REGISTRY.get_sample_value("topoalloc_agent_admissions_without_pod_resources_total", {"resource": GPU})
+        or 0.0
+    )
     assert kubelet.admit(lone)["main"][GPU].ids == [H100[2]]
-    assert rig.plugins.admission.unidentified_fallbacks >= 1
+    assert rig.plugins.state()["namedWithoutPodResources"] == 1  # in GetPreferredAllocation; kept
+    assert (
+        REGISTRY.get_sample_value("topoalloc_agent_admissions_without_pod_resources_total", {"resource": GPU})
+        == unnamed + 1
+    )
     a = rig.put_pod("a", {"main": {GPU: "1"}}, allocated([gpu_entry(3, H100[3])]))
     rig.put_pod("b", {"main": {GPU: "1"}}, allocated([gpu_entry(5, H100[5])]))
     with pytest.raises(AdmissionError) as err:
