@@ -205,19 +205,6 @@ def scheduler_settings(qps: int, extender_url: str | None, certs: Path) -> dict[
     return config
 
 
-def start_scheduler(cp: ControlPlane, config: dict[str, Any]) -> None:
-    # The launcher starts kube-scheduler from its `scheduler_config` (private: it is written for
-    # one scheduler per control plane; the benchmark swaps it between runs).
-    cp.scheduler_config = config
-    cp._start_scheduler()
-
-
-def stop_scheduler(cp: ControlPlane) -> None:
-    proc = cp.processes.pop("kube-scheduler", None)
-    if proc is not None:
-        proc.stop()
-
-
 def one_run(
     cp: ControlPlane, allocator_pid: int, namespace: str, pods: int, config: dict[str, Any], timeout: float
 ) -> dict[str, float]:
@@ -225,7 +212,7 @@ def one_run(
     create_pods(cp, namespace, pods)
     watch = BindWatch(cp, namespace)
     try:
-        start_scheduler(cp, config)
+        cp.start_scheduler(config)
         wait_until(
             lambda: len(watch.bound) >= pods, timeout=timeout, what=f"{pods} pods bound", interval=0.05
         )
@@ -234,7 +221,7 @@ def one_run(
         cpu1 = cpu_seconds(allocator_pid)
     finally:
         watch.close()
-        stop_scheduler(cp)
+        cp.stop_scheduler()
     times = sorted(watch.bound.values())
     span = times[-1] - times[0]
     result = {
@@ -431,7 +418,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         finally:
             for r in replicas:
                 r.process.stop()
-            stop_scheduler(cp)
+            cp.stop_scheduler()
     return 0
 
 

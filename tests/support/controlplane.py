@@ -632,6 +632,18 @@ class ControlPlane:
         )
         self._wait_healthz(proc, self.scheduler_port)
 
+    def start_scheduler(self, config: dict[str, Any]) -> None:
+        """(Re)start kube-scheduler with `config` (a KubeSchedulerConfiguration; the kubeconfig and
+        leader election are filled in), e.g. to compare runs with and without an extender."""
+        self.stop_scheduler()
+        self.scheduler_config = config
+        self._start_scheduler()
+
+    def stop_scheduler(self) -> None:
+        proc = self.processes.pop("kube-scheduler", None)
+        if proc is not None:
+            proc.stop()
+
     def _start_controller_manager(self) -> None:
         assert self.bin_dir is not None
         kubeconfig = self._component_kubeconfig("controller-manager", "system:kube-controller-manager")
