@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 REFUSED_REASON = "DeviceAllocationRefused"
 NAMED_SECONDS = 2.0  # how long GetPreferredAllocation's answer to "which pod" holds for Allocate
 
-__all__ = ["Admission", "EventSink", "Refused", "ServedPod", "pod_key"]
-
 
 class EventSink(Protocol):
     def warn(self, pod: dict[str, Any], reason: str, message: str) -> None: ...
@@ -118,7 +116,8 @@ class Admission:
         self._pods_at = float("-inf")
         self.refusals = 0
         self.unidentified_fallbacks = 0  # calls named without PodResources
-        self._named: dict[str, tuple[Admitting, float]] = {}  # resource -> GetPreferredAllocation's pod
+        # resource -> the container GetPreferredAllocation named, what it must get, and when
+        self._named: dict[str, tuple[Admitting, ContainerExpectation, float]] = {}
 
     @contextlib.contextmanager
     def calls_held(self) -> Iterator[None]:
@@ -185,6 +184,11 @@ class Admission:
         except ExpectationError as exc:
             raise Refused(f"pod {pod_key(hit.pod)}: {exc}", hit.pod) from None
 
+    def _identified(self, resource: str) -> tuple[Admitting, ContainerExpectation]:
+        """The container kubelet is admitting and what it must get. Raises Refused."""
+        hit = self._admitting(resource)
+        return hit, self._expectation(hit, resource)
+
     # -- the two calls ----------------------------------------------------------------------
     def preferred(self, resource: str, available: list[str], must: list[str], size: int) -> list[str]:
         """The annotated IDs of the container being admitted; [] when there are none to prefer
@@ -192,38 +196,32 @@ class Admission:
         with self._lock:
             self._named.pop(resource, None)
             try:
-                hit = self._admitting(resource)
-                self._named[resource] = (hit, self.clock())
-                exp = self._expectation(hit, resource)
+                hit, exp = self._identified(resource)
             except Refused as exc:
                 log.warning("GetPreferredAllocation %s: %s", resource, exc)
                 return []
+            self._named[resource] = (hit, exp, self.clock())
             if exp.count != size:
                 return []
             return exp.choose(resource, available, must) or []
 
-    def _named_for(self, resource: str, ids: list[str]) -> Admitting | None:
+    def _named_for(self, resource: str, ids: list[str]) -> tuple[Admitting, ContainerExpectation] | None:
         """The container GetPreferredAllocation just named for this Allocate, if it still fits: named
         a moment ago, not served since, and `ids` are its annotated devices (otherwise the caller asks
         kubelet again rather than blame a pod from a stale answer)."""
         named = self._named.pop(resource, None)
-        if named is None or self.clock() - named[1] > NAMED_SECONDS:
+        if named is None:
             return None
-        hit = named[0]
-        if hit.error or self._served(hit.pod, resource, hit.container):
+        hit, exp, at = named
+        if self.clock() - at > NAMED_SECONDS or self._served(hit.pod, resource, hit.container):
             return None
-        try:
-            exp = expectations(hit.pod, resource, self.inventory)[hit.container]
-        except (ExpectationError, IndexError):
-            return None
-        return hit if exp.accepts(resource, ids) else None
+        return (hit, exp) if exp.accepts(resource, ids) else None
 
     def allocate(self, resource: str, ids: list[str]) -> Grant:
         """Serve the container being admitted if `ids` are its annotated devices, or raise Refused."""
         try:
             with self._lock:
-                hit = self._named_for(resource, ids) or self._admitting(resource)
-                exp = self._expectation(hit, resource)
+                hit, exp = self._named_for(resource, ids) or self._identified(resource)
                 if not exp.accepts(resource, ids):
                     raise Refused(
                         f"pod {pod_key(hit.pod)}: kubelet asked for {resource} {sorted(ids)}, "

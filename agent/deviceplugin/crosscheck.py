@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.deviceplugin.admission import Admission, EventSink, pod_key
+from agent.deviceplugin.admission import Admission, EventSink
 from agent.deviceplugin.events import MISMATCHES
 from agent.deviceplugin.expectation import ExpectationError, container_requests, expectations
+from agent.deviceplugin.identity import pod_key
 from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
 from agent.deviceplugin.podresources import PodResourcesClient, PodResourcesError
 from apis import keys
