@@ -129,8 +129,10 @@ class CrossChecker:
                 continue
             if not requests:
                 continue
-            kubelet = {name: held.get(name, {}).get(resource, []) for name, _ in requests}
-            if not any(kubelet.values()):
+            # kubelet allocates a pod's containers one after another: one holding nothing yet is
+            # still being admitted, not a mismatch
+            kubelet = {name: ids for name, _ in requests if (ids := held.get(name, {}).get(resource))}
+            if not kubelet:
                 continue
             try:
                 exps = {e.container: e for e in expectations(pod, resource, inv)}
@@ -144,9 +146,9 @@ class CrossChecker:
             for name, reason in bad:
                 found.append(Mismatch(pod_key(pod), resource, name, tuple(kubelet[name]), reason))
                 MISMATCHES.labels(resource).inc()
-            if bad and resource != rn.RDMA:
-                all_ids = [i for name, _ in requests for i in kubelet[name]]
-                truth[resource] = all_ids
+            # the truth is rewritten once every container holds its IDs (a later pass, if not now)
+            if bad and resource != rn.RDMA and len(kubelet) == len(requests):
+                truth[resource] = [i for name, _ in requests for i in kubelet[name]]
         if found:
             message = "; ".join(
                 f"{m.resource} container {m.container!r}: kubelet assigned {list(m.kubelet)} ({m.reason})"

@@ -112,3 +112,33 @@ def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
         }
     finally:
         health.stop()
+
+
+def test_a_pod_kubelet_is_still_admitting_is_not_a_mismatch(make_rig) -> None:
+    """kubelet allocates a pod's containers one after another: between them the first holds its
+    GPUs and the second none yet. The cross-check judges the first and waits for the second; it
+    neither reports nor rewrites the annotation to the first container's GPUs alone."""
+    rig = make_rig("dgx-h100")
+    kubelet = rig.start_kubelet()
+    rig.start_agent(wait_for=("nvidia.com/gpu",))
+    annotation = allocated([gpu_entry(2, H100[2]), gpu_entry(3, H100[3]), gpu_entry(7, H100[7])])
+    rig.put_pod("split", {"trainer": {"nvidia.com/gpu": "2"}, "helper": {"nvidia.com/gpu": "1"}}, annotation)
+    kubelet.active["default/split"] = ["trainer", "helper"]
+    kubelet.allocations["default/split"] = {"trainer": {"nvidia.com/gpu": [H100[2], H100[3]]}}
+    assert rig.plugins.checker.check() == []
+    assert rig.events("DeviceAllocationMismatch") == []
+    pod = rig.server.get("pods", "split", "default")
+    assert pod["metadata"]["annotations"][keys.DEVICE_ALLOCATED] == annotation
+    # the first container on other GPUs is still a mismatch while the second waits
+    kubelet.allocations["default/split"]["trainer"]["nvidia.com/gpu"] = [H100[4], H100[5]]
+    found = rig.plugins.checker.check()
+    assert [(m.container, m.kubelet) for m in found] == [("trainer", (H100[4], H100[5]))]
+    pod = rig.server.get("pods", "split", "default")
+    assert pod["metadata"]["annotations"][keys.DEVICE_ALLOCATED] == annotation  # not from half the truth
+    # once the second container holds its GPU too, the annotation is rewritten to the whole truth
+    kubelet.allocations["default/split"]["helper"] = {"nvidia.com/gpu": [H100[7]]}
+    assert [m.container for m in rig.plugins.checker.check()] == ["trainer"]
+    fixed = parse_device_allocated(
+        rig.server.get("pods", "split", "default")["metadata"]["annotations"][keys.DEVICE_ALLOCATED]
+    )
+    assert [e.minor for e in fixed["gpu"]] == [4, 5, 7]
