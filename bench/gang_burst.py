@@ -70,7 +70,6 @@ def one_run(cluster: ClusterEnv, nodes: list[PluginNode], run: int, pods: int) -
     finally:
         kubelets.close()
     verdict = judge(times, uuids)
-    time.sleep(4)  # the cross-check runs 2 s after a served Allocate
     rewritten = rewritten_annotations(cluster.cp, ns, times)
     rows = list(times.values())
     ungated = [t.ungated - t0 for t in rows if t.ungated is not None]

@@ -104,9 +104,14 @@ def stop_plugin_nodes(cluster: ClusterEnv, nodes: list[PluginNode]) -> None:
         list(pool.map(lambda n: stop_plugin_node(cluster, n), nodes))
 
 
-def gpu_uuids(cluster: ClusterEnv, node: str) -> dict[int, str]:
+def device_ids(cluster: ClusterEnv, node: str, kind: str) -> dict[int, str]:
+    """minor -> id (GPU UUID, RDMA PF address) of one kind of device in the node's Device."""
     device = cluster.cp.admin.get(f"{DEVICES}/{node}")
-    return {int(d["minor"]): str(d["id"]) for d in device["spec"]["devices"] if d["type"] == "gpu"}
+    return {int(d["minor"]): str(d["id"]) for d in device["spec"]["devices"] if d["type"] == kind}
+
+
+def gpu_uuids(cluster: ClusterEnv, node: str) -> dict[int, str]:
+    return device_ids(cluster, node, "gpu")
 
 
 def create_gang(
@@ -301,9 +306,14 @@ def judge(times: dict[str, PodTimes], uuids: dict[str, dict[int, str]]) -> Verdi
     return verdict
 
 
+CROSSCHECK_SETTLE_SECONDS = 4.0  # the agents' cross-check runs 2 s after a served Allocate
+
+
 def rewritten_annotations(cp: ControlPlane, ns: str, times: dict[str, PodTimes]) -> list[str]:
     """Pods whose `device-allocated` annotation is no longer the one the allocator wrote at bind (the
-    agent's PodResources cross-check rewrites an annotation that differs from kubelet's truth)."""
+    agent's PodResources cross-check rewrites an annotation that differs from kubelet's truth),
+    read once the cross-check has had its time after the last admission."""
+    time.sleep(CROSSCHECK_SETTLE_SECONDS)
     pods = {p["metadata"]["name"]: p for p in cp.admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]}
     out = []
     for name, t in sorted(times.items()):

@@ -18,11 +18,12 @@ import pytest
 from tests.cluster.burst import (
     BurstKubelets,
     PluginNode,
+    device_ids,
     start_plugin_node,
     stop_plugin_nodes,
     wait_plugin_node,
 )
-from tests.cluster.harness import ALLOCATED, DEVICES, ClusterEnv, gpu_pod
+from tests.cluster.harness import ALLOCATED, ClusterEnv, gpu_pod
 
 POOL = {"topoalloc.test/pool": "pairs"}
 PODS = 8
@@ -40,11 +41,6 @@ def node(cluster: ClusterEnv) -> Iterator[PluginNode]:
         stop_plugin_nodes(cluster, [started])
 
 
-def _devices(cluster: ClusterEnv, node: str, kind: str) -> dict[int, str]:
-    device = cluster.cp.admin.get(f"{DEVICES}/{node}")
-    return {int(d["minor"]): str(d["id"]) for d in device["spec"]["devices"] if d["type"] == kind}
-
-
 def _pair(pod: dict[str, Any], gpus: dict[int, str], nics: dict[int, str]) -> tuple[str, str, str]:
     """(GPU UUID, PF address, the address SR-IOV CNI gets) from the pod's annotation."""
     ann = json.loads(pod["metadata"]["annotations"][ALLOCATED])
@@ -56,7 +52,7 @@ def _pair(pod: dict[str, Any], gpus: dict[int, str], nics: dict[int, str]) -> tu
 
 
 def test_each_container_gets_its_own_gpu_and_nic(cluster: ClusterEnv, ns: str, node: PluginNode) -> None:
-    gpus, nics = _devices(cluster, node.name, "gpu"), _devices(cluster, node.name, "rdma")
+    gpus, nics = device_ids(cluster, node.name, "gpu"), device_ids(cluster, node.name, "rdma")
     kubelets = BurstKubelets(cluster.cp, ns, {node.name: node.kubelet})
     try:
 
