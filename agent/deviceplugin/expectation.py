@@ -24,7 +24,7 @@ from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocation, parse_device_allocated
 from apis.errors import CodecError
-from apis.quantity import Quantity
+from apis.podresources import resource_quantity
 
 
 class ExpectationError(ValueError):
@@ -74,13 +74,6 @@ class ContainerExpectation:
         return chosen if len(chosen) == self.count else None
 
 
-def quantity_int(value: Any, where: str) -> int:
-    try:
-        return Quantity.parse(value, where).value()
-    except ValueError as exc:
-        raise ExpectationError(f"{where}: {exc}") from None
-
-
 def container_requests(pod: dict[str, Any], resource: str) -> list[tuple[str, int]]:
     """(container name, count) for every regular container requesting `resource`, in spec order."""
     spec = pod.get("spec") or {}
@@ -103,7 +96,12 @@ def _request(container: dict[str, Any], resource: str) -> int:
     value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
     if value is None:
         return 0
-    return quantity_int(value, f"container {container.get('name', '')!r} {resource}")
+    # the boundary check every entry point shares: no negative, fractional or overflowing amounts
+    where = f"container {container.get('name', '')!r} {resource}"
+    try:
+        return resource_quantity(resource, value, where).value()
+    except CodecError as exc:
+        raise ExpectationError(str(exc)) from None
 
 
 def _units(resource: str, entry: DeviceAllocation, where: str) -> int:

@@ -55,7 +55,12 @@ def test_rdma_units_spread_over_the_annotated_nic() -> None:
             {"a": {"nvidia.com/gpu": "1"}, "b": {"nvidia.com/gpu": "1"}},
             "the pod requests 2, the annotation allocates 1",
         ),
-        ({"a": {"nvidia.com/gpu": "1.5"}}, "nvidia.com/gpu"),
+        (
+            {"a": {"nvidia.com/gpu": "1.5"}},
+            r"container 'a' nvidia\.com/gpu: must be a whole number: nvidia\.com/gpu is an extended resource",
+        ),
+        ({"a": {"nvidia.com/gpu": "-1"}}, r"container 'a' nvidia\.com/gpu: must not be negative"),
+        ({"a": {"nvidia.com/gpu": "x1"}}, r"^container 'a' nvidia\.com/gpu: not a valid quantity"),
     ],
 )
 def test_requests_that_do_not_add_up(containers, reason) -> None:
