@@ -111,7 +111,7 @@ class Admission:
         self.clock = clock
         self.inventory = Inventory()
         self.served: dict[str, ServedPod] = {}  # pod uid ->
-        self._lock = threading.RLock()  # re-entered by on_served -> served_snapshot
+        self._lock = threading.Lock()
         self._pods: list[dict[str, Any]] = []
         self._pods_at = float("-inf")
         self.refusals = 0

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from concurrent import futures
@@ -324,7 +323,3 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
                 for r, p in self.kubelet.plugins.items()
             ]
         )
-
-
-def socket_inode(path: Path) -> int:
-    return os.stat(path).st_ino
