@@ -64,9 +64,6 @@ class Inventory:
     def nic_by_minor(self, minor: int) -> NicDev | None:
         return next((n for n in self.nics if n.minor == minor), None)
 
-    def nic_by_pf(self, pf: str) -> NicDev | None:
-        return next((n for n in self.nics if n.pf == pf), None)
-
     def devices(self, resource: str) -> list[PluginDevice]:
         """The list ListAndWatch sends for `resource`."""
         if resource == rn.NVIDIA_GPU:

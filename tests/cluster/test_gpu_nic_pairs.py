@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agent.deviceplugin.inventory import base_of
 from tests.cluster.burst import (
     BurstKubelets,
     PluginNode,
@@ -73,7 +74,7 @@ def test_each_container_gets_its_own_gpu_and_nic(cluster: ClusterEnv, ns: str, n
         got = t.granted["main"]
         assert got[GPU].ids == [uuid], name
         assert got[GPU].envs == {"NVIDIA_VISIBLE_DEVICES": uuid}, name
-        assert [i.rsplit("-u", 1)[0] for i in got[RDMA].ids] == [pf], name
+        assert [base_of(RDMA, i) for i in got[RDMA].ids] == [pf], name
         assert got[RDMA].envs == {"PCIDEVICE_KOORDINATOR_SH_RDMA": cni}, name
         pairs.add((uuid, cni))
     assert len(pairs) == PODS  # eight different GPUs, eight different VFs
