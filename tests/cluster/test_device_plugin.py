@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.burst import PLUGIN_RESOURCES, PluginNode, start_plugin_node, stop_plugin_node
-from tests.cluster.harness import ALLOCATED, DEVICES, ClusterEnv, allocated, gpu_minors, gpu_pod
+from tests.cluster.burst import PLUGIN_RESOURCES, PluginNode, gpu_uuids, start_plugin_node, stop_plugin_node
+from tests.cluster.harness import ALLOCATED, ClusterEnv, allocated, gpu_minors, gpu_pod
 from tests.support.controlplane import wait_until
 from tests.support.kubelet import AdmissionError
 
@@ -39,8 +39,7 @@ def test_scheduled_pod_gets_exactly_its_annotated_gpus(
     assert pod["spec"]["nodeName"] == NODE
     minors = gpu_minors(pod)
     assert len(minors) == 2
-    device = cluster.cp.admin.get(f"{DEVICES}/{NODE}")
-    uuid = {d["minor"]: d["id"] for d in device["spec"]["devices"] if d["type"] == "gpu"}
+    uuid = gpu_uuids(cluster, NODE)
 
     got = kubelet.admit(pod)["main"]["nvidia.com/gpu"]
     assert sorted(got.ids) == sorted(uuid[m] for m in minors)
@@ -81,8 +80,7 @@ def test_refusal_event_and_annotation_fix_through_rbac_and_policy(
     one = cluster.wait_bound(ns, "one")
     (minor,) = gpu_minors(one)
     kubelet.admit(one)
-    device = cluster.cp.admin.get(f"{DEVICES}/{NODE}")
-    uuid = {d["minor"]: d["id"] for d in device["spec"]["devices"] if d["type"] == "gpu"}
+    uuid = gpu_uuids(cluster, NODE)
     # the next served Allocate triggers the cross-check 2 s later; meanwhile kubelet's truth for
     # "one" changes (as if another device plugin had served it)
     cluster.create_pod(ns, gpu_pod("two", gpus=1, node_selector={"kubernetes.io/hostname": NODE}))
