@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from apis.documents import load_documents
-from apis.errors import InputError
 from apis.partitions import GPUPartitionTable, parse_gpu_partitions
 
 # Application XIDs that say nothing about the GPU's health (the NVIDIA device plugin's default set):
@@ -134,10 +133,7 @@ def load_config(path: str | Path | None) -> AgentConfig:
     cfg = AgentConfig()
     if path is None:
         return cfg
-    try:
-        docs = load_documents(path, "agent config")
-    except InputError as exc:
-        raise ConfigError(f"{exc.where}: {exc.why}") from None
+    docs = load_documents(path, "agent config")  # an unreadable file or bad YAML: InputError
     if len(docs) > 1:
         raise ConfigError(f"{path}: holds {len(docs)} YAML documents: expected one mapping")
     data = docs[0] if docs else {}

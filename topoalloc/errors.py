@@ -34,24 +34,24 @@ Exit status:
 --debug (or TOPOALLOC_DEBUG=1) shows the traceback of an internal error."""
 
 
-class BadInput(click.ClickException):
+class _ConventionError(click.ClickException):
+    """A failure said as `<what> (<where>): <why>`; the subclass sets the exit status."""
+
+    def __init__(self, what: str, where: str = "", why: str = "") -> None:
+        text = f"{what} ({where}): {why}" if where else f"{what}: {why}" if why else what
+        super().__init__(text)
+
+
+class BadInput(_ConventionError):
     """Input the user gave is unusable: exit 2."""
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, what: str, where: str = "", why: str = "") -> None:
-        text = f"{what} ({where}): {why}" if where else f"{what}: {why}" if why else what
-        super().__init__(text)
 
-
-class Failure(click.ClickException):
+class Failure(_ConventionError):
     """The work itself failed (cluster, network, machine): exit 1."""
 
     exit_code = EXIT_FAILURE
-
-    def __init__(self, what: str, where: str = "", why: str = "") -> None:
-        text = f"{what} ({where}): {why}" if where else f"{what}: {why}" if why else what
-        super().__init__(text)
 
 
 def debug_enabled() -> bool:

@@ -117,6 +117,7 @@ def _nested_groups(usable: list[GpuNode], sizes: list[int]) -> dict[int, list[li
     what that cut left over), largest size first."""
     ic = interconnect_of(usable)
     by_minor = {g.minor: g for g in usable}
+    order = {g.minor: i for i, g in enumerate(usable)}
     parents = [tuple(g.minor for g in usable)]
     out: dict[int, list[list[GpuNode]]] = {}
     for size in sorted(sizes, reverse=True):
@@ -130,7 +131,6 @@ def _nested_groups(usable: list[GpuNode], sizes: list[int]) -> dict[int, list[li
             rest = tuple(m for m in parent if m not in taken)
             if rest:
                 next_parents.append(rest)
-        order = {g.minor: i for i, g in enumerate(usable)}
         groups.sort(key=lambda group: min(order[m] for m in group))
         out[size] = [[by_minor[m] for m in sorted(group, key=order.__getitem__)] for group in groups]
         parents = next_parents
@@ -142,8 +142,9 @@ def derive_table(gpus: list[GpuNode]) -> GPUPartitionTable | None:
     if not usable:
         return None
     table: dict[int, list[GPUPartition]] = {}
-    grouped = _nested_groups(usable, _sizes(len(usable)))
-    for size in _sizes(len(usable)):
+    sizes = _sizes(len(usable))
+    grouped = _nested_groups(usable, sizes)
+    for size in sizes:
         parts = []
         for group in grouped[size]:
             whole = size == len(usable)

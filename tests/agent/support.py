@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,16 @@ FIXTURES = REPO / "hw-fixtures"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "machine.yaml").is_file())
 # Condition timestamps in the golden files come from this clock: 2024-01-01T00:00:00Z.
 FIXED_TIME = 1704067200.0
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
+    """Poll `predicate` until it is true (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def fixture_dir(name: str) -> Path:

@@ -4,7 +4,6 @@ odd sysfs. The agent keeps running, publishes what it knows and says why the res
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from agent.fixtures.loader import Fixture
 from agent.main_loop import Agent, carry_over
 from agent.publish.device_builder import build_device, device_object, node_resources
 from apis.device import Device
-from tests.agent.support import FIXTURES, copy_fixture
+from tests.agent.support import FIXTURES, copy_fixture, wait_for
 
 
 class Clock:
@@ -41,15 +40,6 @@ def _gpu(result, minor: int) -> dict:
     return next(d for d in doc["spec"]["devices"] if d["type"] == "gpu" and d["minor"] == minor)
 
 
-def _wait(predicate, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
 def test_critical_xid_marks_the_gpu_unhealthy_until_it_has_been_quiet(tmp_path: Path) -> None:
     clock = Clock()
     agent, fx = _agent(FIXTURES / "dgx-h100", clock, xid_hold_seconds=300)
@@ -62,7 +52,7 @@ def test_critical_xid_marks_the_gpu_unhealthy_until_it_has_been_quiet(tmp_path: 
         assert watcher.ready.wait(3)
         fx.nvml.emit(2, 13)  # an application Xid: ignored
         fx.nvml.emit(3, 79)  # fallen off the bus
-        _wait(lambda: agent.book.changed.is_set())
+        assert wait_for(lambda: agent.book.changed.is_set(), 3.0)
         result = agent.run_once()
         assert _gpu(result, 2)["health"] is True
         gpu3 = _gpu(result, 3)
@@ -92,7 +82,7 @@ def test_double_bit_ecc_event_is_critical() -> None:
     try:
         assert watcher.ready.wait(3)
         fx.nvml.emit(6, 0, event_type=fx.nvml.nvmlEventTypeDoubleBitEccError)
-        _wait(lambda: agent.book.changed.is_set())
+        assert wait_for(lambda: agent.book.changed.is_set(), 3.0)
         assert _gpu(agent.run_once(), 6)["conditions"][0]["reason"] == "DoubleBitEccError"
     finally:
         watcher.stop()

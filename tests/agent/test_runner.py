@@ -14,7 +14,7 @@ from agent.fixtures.loader import Fixture
 from agent.healthz import HealthServer
 from agent.kube import Kube
 from agent.main_loop import Agent
-from tests.agent.support import FIXTURES
+from tests.agent.support import FIXTURES, wait_for
 
 NODE = "loop-node"
 
@@ -25,15 +25,6 @@ def _get(port: int, path: str) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
-
-
-def _wait(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_loop_probes_and_xid_events(fake_api_thread, fake_api_sync_client) -> None:
@@ -59,17 +50,17 @@ def test_loop_probes_and_xid_events(fake_api_thread, fake_api_sync_client) -> No
     loop = threading.Thread(target=agent.run, args=(stop,), kwargs={"hotplug": False})
     loop.start()
     try:
-        assert _wait(lambda: server.get("devices", NODE) is not None, 10)
+        assert wait_for(lambda: server.get("devices", NODE) is not None, 10)
         assert _get(health.port, "/healthz") == (200, "ok\n")
-        assert _wait(lambda: _get(health.port, "/readyz")[0] == 200, 5)
+        assert wait_for(lambda: _get(health.port, "/readyz")[0] == 200, 5)
         status = json.loads(_get(health.port, "/status")[1])
         assert status["gpus"] == 8 and status["rdma"] == 12 and status["nvml"] == "ok"
         assert _get(health.port, "/nope")[0] == 404
 
-        assert _wait(lambda: agent.events is not None and agent.events.ready.is_set(), 5)
+        assert wait_for(lambda: agent.events is not None and agent.events.ready.is_set(), 5)
         sent = time.monotonic()
         fx.nvml.emit(6, 48)  # double-bit ECC Xid
-        assert _wait(lambda: server.get("devices", NODE)["status"]["devices"][6]["health"] is False, 2)
+        assert wait_for(lambda: server.get("devices", NODE)["status"]["devices"][6]["health"] is False, 2)
         assert time.monotonic() - sent < 2
         assert server.get("devices", NODE)["spec"]["devices"][6]["health"] is False
         entry = server.get("devices", NODE)["status"]["devices"][6]

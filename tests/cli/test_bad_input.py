@@ -68,6 +68,14 @@ def test_malformed_yaml_to_inspect_names_the_line(topoalloc: Run, tmp_path: Path
     assert f"error: device file ({bad}:" in ran.stderr and "not valid YAML" in ran.stderr
 
 
+def test_malformed_agent_config_names_the_line_once(topoalloc: Run, tmp_path: Path) -> None:
+    bad = _write(tmp_path, "agent.yaml", "resyncSeconds: [1\n")
+    ran = topoalloc("agent", "--config", bad, "--once", "--print", "--fixture", DGX)
+    assert ran.code == 2 and ran.clean_error
+    assert f"error: agent config ({bad}:2:1): not valid YAML" in ran.stderr
+    assert ran.stderr.count(str(bad)) == 1
+
+
 def test_certs_bad_ip_is_a_usage_error(topoalloc: Run, tmp_path: Path) -> None:
     ran = topoalloc("certs", "--out", tmp_path / "c", "--ip", "999.1.1.1")
     assert ran.code == 2 and ran.clean_error

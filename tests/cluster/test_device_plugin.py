@@ -7,79 +7,39 @@ agent's real RBAC and admission policy."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.cluster.harness import ALLOCATED, DEVICES, ClusterEnv, allocated, gpu_minors, gpu_pod
-from tests.support.cluster_product import FIXTURES, topoalloc_argv
-from tests.support.controlplane import Process, wait_until
-from tests.support.kubelet import AdmissionError, StandInKubelet
+from tests.cluster.burst import PLUGIN_RESOURCES, PluginNode, gpu_uuids, start_plugin_node, stop_plugin_node
+from tests.cluster.harness import ALLOCATED, ClusterEnv, allocated, gpu_minors, gpu_pod
+from tests.support.controlplane import wait_until
+from tests.support.kubelet import AdmissionError
 
 NODE = "dp-dgx"
 
 
 @pytest.fixture(scope="module")
-def node(cluster: ClusterEnv) -> Iterator[tuple[StandInKubelet, Path]]:
-    root = Path(tempfile.mkdtemp(prefix="dpc-", dir="/tmp"))  # unix socket paths must stay short
-    for name in ("nvidiactl", "nvidia-uvm"):
-        (root / "dev").mkdir(exist_ok=True)
-        (root / "dev" / name).touch()
-    kubelet = StandInKubelet(root / "dp", root / "pr.sock").start()
-    cluster.add_node(NODE, "dgx-h100", gpus=8, agent=False)
-    argv = topoalloc_argv(
-        "agent",
-        "--fixture",
-        str(FIXTURES / "dgx-h100"),
-        "--node-name",
-        NODE,
-        "--kubeconfig",
-        str(cluster.agent_identity(NODE)),
-        "--no-hotplug",
-        "--health-port",
-        "0",
-        "--resync",
-        "2",
-        "--device-plugin",
-        "--device-plugin-dir",
-        str(root / "dp"),
-        "--pod-resources-socket",
-        str(root / "pr.sock"),
-        "--cdi-root",
-        str(root / "cdi"),
-        "--dev-root",
-        str(root / "dev"),
-        "--state-dir",
-        str(root / "state"),
-        "-v",
-    )
-    agent = Process(f"agent-{NODE}", argv, cluster.workdir / f"agent-{NODE}.log").start()
-    cluster.extra.append(agent)
+def node(cluster: ClusterEnv) -> Iterator[PluginNode]:
+    plugin_node = start_plugin_node(cluster, NODE, labels={})
     try:
         cluster.wait_device(NODE)
-        kubelet.wait_registered(
-            ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma"], timeout=60
-        )
-        yield kubelet, root
+        plugin_node.kubelet.wait_registered(PLUGIN_RESOURCES, timeout=60)
+        yield plugin_node
     finally:
-        agent.stop()
-        kubelet.stop()
-        cluster.remove_node(NODE)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_plugin_node(cluster, plugin_node)
 
 
-def test_scheduled_pod_gets_exactly_its_annotated_gpus(cluster: ClusterEnv, ns: str, node) -> None:
-    kubelet, _ = node
+def test_scheduled_pod_gets_exactly_its_annotated_gpus(
+    cluster: ClusterEnv, ns: str, node: PluginNode
+) -> None:
+    kubelet = node.kubelet
     cluster.create_pod(ns, gpu_pod("pair", gpus=2, node_selector={"kubernetes.io/hostname": NODE}))
     pod = cluster.wait_bound(ns, "pair")
     assert pod["spec"]["nodeName"] == NODE
     minors = gpu_minors(pod)
     assert len(minors) == 2
-    device = cluster.cp.admin.get(f"{DEVICES}/{NODE}")
-    uuid = {d["minor"]: d["id"] for d in device["spec"]["devices"] if d["type"] == "gpu"}
+    uuid = gpu_uuids(cluster, NODE)
 
     got = kubelet.admit(pod)["main"]["nvidia.com/gpu"]
     assert sorted(got.ids) == sorted(uuid[m] for m in minors)
@@ -92,8 +52,10 @@ def test_scheduled_pod_gets_exactly_its_annotated_gpus(cluster: ClusterEnv, ns: 
     ]
 
 
-def test_refusal_event_and_annotation_fix_through_rbac_and_policy(cluster: ClusterEnv, ns: str, node) -> None:
-    kubelet, _ = node
+def test_refusal_event_and_annotation_fix_through_rbac_and_policy(
+    cluster: ClusterEnv, ns: str, node: PluginNode
+) -> None:
+    kubelet = node.kubelet
     kubelet.forget()  # the earlier tests' pods are deleted: kubelet frees their devices
     # bound around the scheduler, no annotation: refused, with an Event the agent may post
     stray = gpu_pod("stray", gpus=1)
@@ -118,8 +80,7 @@ def test_refusal_event_and_annotation_fix_through_rbac_and_policy(cluster: Clust
     one = cluster.wait_bound(ns, "one")
     (minor,) = gpu_minors(one)
     kubelet.admit(one)
-    device = cluster.cp.admin.get(f"{DEVICES}/{NODE}")
-    uuid = {d["minor"]: d["id"] for d in device["spec"]["devices"] if d["type"] == "gpu"}
+    uuid = gpu_uuids(cluster, NODE)
     # the next served Allocate triggers the cross-check 2 s later; meanwhile kubelet's truth for
     # "one" changes (as if another device plugin had served it)
     cluster.create_pod(ns, gpu_pod("two", gpus=1, node_selector={"kubernetes.io/hostname": NODE}))

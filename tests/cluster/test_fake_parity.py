@@ -51,6 +51,8 @@ def answer(rest: Rest, method: str, path: str, body: Any) -> tuple[int, Any]:
         ("generateName ending in '.'", {"generateName": "pod-0."}),
         ("generateName ending in '-'", {"generateName": "pod-0-"}),
         ("generateName longer than 58", {"generateName": "p" * 70 + "-"}),
+        ("generateName and the name it makes both invalid", {"generateName": "Pod-"}),
+        ("generateName valid, the name it makes invalid", {"generateName": "a.-"}),
         ("name ending in '.'", {"name": "pod-0."}),
     ],
 )

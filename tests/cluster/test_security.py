@@ -223,33 +223,16 @@ def _issue(
         ca = pki.make_ca("someone-else")
     else:
         ca = pki.Issued.load(cluster.certs / "ca.crt", cluster.certs / "ca.key")
-    leaf = pki.scheduler_client_cert(ca, common_name=cn)
-    if expired:
-        leaf = _expired_copy(ca, leaf)
+    if expired:  # valid from 10 days ago until yesterday
+        ten_days_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=10)
+        leaf = pki.issue(
+            ca, cn, organization=pki.SCHEDULER_CLIENT_ORG, client=True, not_before=ten_days_ago, days=9
+        )
+    else:
+        leaf = pki.scheduler_client_cert(ca, common_name=cn)
     out = cluster.workdir / "bad-clients"
     leaf.write(out / f"{name}.crt", out / f"{name}.key")
     return out / f"{name}.crt", out / f"{name}.key"
-
-
-def _expired_copy(ca: Any, leaf: Any) -> Any:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-
-    from allocator.service.certs import Issued
-
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(leaf.cert.subject)
-        .issuer_name(ca.cert.subject)
-        .public_key(leaf.key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=10))
-        .not_valid_after(now - dt.timedelta(days=1))
-    )
-    for ext in leaf.cert.extensions:
-        builder = builder.add_extension(ext.value, ext.critical)
-    return Issued(builder.sign(ca.key, hashes.SHA256()), leaf.key)
 
 
 def test_extender_serves_the_scheduler_cert(cluster: ClusterEnv) -> None:

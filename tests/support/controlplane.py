@@ -2,7 +2,7 @@
 + kube-controller-manager), for the real-cluster test tier and for benchmarks.
 
 No pytest here, so bench/ scripts can import it. Everything runs on 127.0.0.1 on free ports with a
-throw-away PKI (ECDSA P-256, made with `cryptography`); no kubelet, so Nodes are POSTed with their
+throw-away PKI (ECDSA P-256, from `allocator.service.certs`); no kubelet, so Nodes are POSTed with their
 status. Every wait has a deadline and reports the process log tail when it expires; processes are
 started in their own session and ended by PID (SIGTERM, then SIGKILL).
 
@@ -17,7 +17,6 @@ import base64
 import contextlib
 import datetime as dt
 import fcntl
-import ipaddress
 import json
 import os
 import shutil
@@ -33,10 +32,10 @@ from urllib.parse import urlencode
 
 import urllib3
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from allocator.service import certs
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO.parent / "shared" / "k8s"
@@ -122,101 +121,61 @@ def wait_until(
 
 @dataclass
 class Pki:
-    """A throw-away CA and the certificates it signs, as files in `dir`."""
+    """A throw-away CA and the certificates it signs (`allocator.service.certs`, the project's own
+    PKI code), as files in `dir`."""
 
     dir: Path
-    ca_key: ec.EllipticCurvePrivateKey = field(init=False)
-    ca_cert: x509.Certificate = field(init=False)
+    ca: certs.Issued = field(init=False)
 
     def __post_init__(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.ca_key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "topoalloc-test-cluster-ca")])
-        now = dt.datetime.now(dt.UTC)
-        self.ca_cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self.ca_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-            )
-            .sign(self.ca_key, hashes.SHA256())
-        )
-        self._write("ca.crt", self.ca_cert.public_bytes(serialization.Encoding.PEM))
+        self.ca = certs.make_ca("topoalloc-test-cluster-ca")
+        self.ca_file.write_bytes(self.ca.cert_pem)
 
     @property
     def ca_file(self) -> Path:
         return self.dir / "ca.crt"
-
-    def _write(self, name: str, data: bytes, mode: int = 0o644) -> Path:
-        path = self.dir / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        return path
-
-    def _key_file(self, name: str, key: ec.EllipticCurvePrivateKey) -> Path:
-        pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        return self._write(name, pem, 0o600)
 
     def issue(
         self,
         name: str,
         common_name: str,
         *,
-        orgs: tuple[str, ...] = (),
-        server_names: tuple[str, ...] = (),
+        organization: str | None = None,
+        dns_names: tuple[str, ...] = (),
+        ip_addresses: tuple[str, ...] = (),
     ) -> tuple[Path, Path]:
-        """A leaf for clients (no `server_names`) or servers; returns (cert file, key file)."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        now = dt.datetime.now(dt.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(subject))
-            .issuer_name(self.ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True
-            )
+        """A leaf for clients (no names) or servers; returns (cert file, key file)."""
+        server = bool(dns_names or ip_addresses)
+        leaf = certs.issue(
+            self.ca,
+            common_name,
+            organization=organization,
+            dns_names=dns_names,
+            ip_addresses=ip_addresses,
+            server=server,
+            client=not server,
         )
-        if server_names:
-            sans: list[x509.GeneralName] = []
-            for value in server_names:
-                try:
-                    sans.append(x509.IPAddress(ipaddress.ip_address(value)))
-                except ValueError:
-                    sans.append(x509.DNSName(value))
-            builder = builder.add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-            ).add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        else:
-            builder = builder.add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-            )
-        cert = builder.sign(self.ca_key, hashes.SHA256())
-        cert_file = self._write(f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM))
-        return cert_file, self._key_file(f"{name}.key", key)
+        cert_file, key_file = self.dir / f"{name}.crt", self.dir / f"{name}.key"
+        leaf.write(cert_file, key_file)
+        return cert_file, key_file
 
     def signing_key(self, name: str) -> tuple[Path, Path]:
         """A bare key pair (service-account token signing): (public key file, private key file)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        pub = key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        pub_file, key_file = self.dir / f"{name}.pub", self.dir / f"{name}.key"
+        pub_file.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
         )
-        return self._write(f"{name}.pub", pub), self._key_file(f"{name}.key", key)
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+        return pub_file, key_file
 
 
 # ---------------------------------------------------------------------------------- processes
@@ -463,7 +422,7 @@ class ControlPlane:
         self.url = f"https://{HOST}:{self.api_port}"
         self.etcd_url = f"http://{HOST}:{self.etcd_port}"
         self.pki = Pki(workdir / "pki")
-        self.admin_cert = self.pki.issue("admin", "topoalloc-test-admin", orgs=("system:masters",))
+        self.admin_cert = self.pki.issue("admin", "topoalloc-test-admin", organization="system:masters")
         self.admin_kubeconfig = self.write_kubeconfig("admin", cert=self.admin_cert)
         self.admin = Rest(self.url, self.pki.ca_file, self.admin_cert)
 
@@ -477,9 +436,9 @@ class ControlPlane:
         path.chmod(0o600)
         return path
 
-    def client_identity(self, name: str, common_name: str, orgs: tuple[str, ...] = ()) -> Path:
-        """A kubeconfig for a new certificate identity (user `common_name`, groups `orgs`)."""
-        return self.write_kubeconfig(name, cert=self.pki.issue(name, common_name, orgs=orgs))
+    def client_identity(self, name: str, common_name: str, organization: str | None = None) -> Path:
+        """A kubeconfig for a new certificate identity (user `common_name`, group `organization`)."""
+        return self.write_kubeconfig(name, cert=self.pki.issue(name, common_name, organization=organization))
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -582,7 +541,10 @@ class ControlPlane:
     def _start_apiserver(self) -> None:
         if not hasattr(self, "_apiserver_cert"):
             self._apiserver_cert = self.pki.issue(
-                "apiserver", "kube-apiserver", server_names=(HOST, "localhost", "kubernetes.default.svc")
+                "apiserver",
+                "kube-apiserver",
+                dns_names=("localhost", "kubernetes.default.svc"),
+                ip_addresses=(HOST,),
             )
             self._sa_keys = self.pki.signing_key("service-account")
         proc = self._spawn("kube-apiserver", self._apiserver_argv())

@@ -14,6 +14,7 @@ import click
 import yaml
 
 from agent.config import ConfigError, load_config
+from apis.errors import InputError
 from topoalloc.commands.record_fixture import record_fixture
 from topoalloc.errors import BadInput
 from topoalloc.output import dump
@@ -154,7 +155,9 @@ def agent(
 
     try:
         cfg = load_config(config_file)
-    except (ConfigError, OSError, yaml.YAMLError) as exc:
+    except InputError as exc:
+        raise BadInput(exc.what, exc.where, exc.why) from None
+    except ConfigError as exc:
         raise BadInput("agent config", str(config_file), str(exc).removeprefix(f"{config_file}: ")) from None
     if resync is not None:
         cfg.resync_seconds = resync

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.agent.deviceplugin.rig import CONTROL, allocated, gpu_entry, rdma_entry
+from tests.agent.support import wait_for as _wait  # also imported from here by sibling tests
 from tests.support.kubelet import AdmissionError
 
 H100 = {
@@ -287,17 +288,6 @@ def test_device_turned_unhealthy(make_rig) -> None:
     pod = rig.put_pod("late", {"main": {"nvidia.com/gpu": "1"}}, allocated([gpu_entry(6, H100[6])]))
     with pytest.raises(AdmissionError, match=r"the allocator chose \['" + H100[6]):
         kubelet.admit(pod)
-
-
-def _wait(predicate, timeout: float = 5.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_lost_gpu_and_nic_port_down_stream_as_unhealthy(make_rig, tmp_path) -> None:

@@ -149,20 +149,13 @@ class Operations:
                 {},
             )
         if not meta.get("name") and meta.get("generateName"):
-            prefix = str(meta["generateName"])
-            # kube-apiserver validates the prefix as a name, forgiving only a trailing "-".
-            prefix_errors = validate_name(prefix[:-1] if prefix.endswith("-") else prefix)
-            if prefix_errors:
-                raise errors.invalid(
-                    rt,
-                    prefix,
-                    [FieldError("Invalid", "metadata.generateName", e.detail, prefix) for e in prefix_errors],
-                )
-            meta["name"] = generated_name(prefix)
+            meta["name"] = generated_name(str(meta["generateName"]))
         name = meta.get("name") or ""
-        name_errors = validate_name(name, label=srt.behaviour.dns_label_names)
+        # As kube-apiserver: the prefix first, then the (generated) name, both in one 422.
+        name_errors = []
         if meta.get("generateName"):
             name_errors += validate_generate_name(meta["generateName"], label=srt.behaviour.dns_label_names)
+        name_errors += validate_name(name, label=srt.behaviour.dns_label_names)
         if name_errors:
             raise errors.invalid(rt, name, name_errors)
         if rt.view is not None:
