@@ -1,5 +1,7 @@
-"""A gang burst from PodGroup to container on the real control plane, shared by
-`tests/cluster/test_gang_burst.py` (correctness) and `bench/gang_burst.py` (timing). No pytest here.
+"""Nodes whose real agent serves its device plugins to a stand-in kubelet, and a gang burst from
+PodGroup to container on the real control plane; used by `tests/cluster/test_gang_burst.py`
+(correctness), `test_gpu_nic_pairs.py`, `test_device_plugin.py` and `bench/gang_burst.py` (timing).
+No pytest here.
 
 Each node runs the real agent (fixture mode, its node-bound identity, device plugins on) beside a
 stand-in kubelet (`tests/support/kubelet.py`). `BurstKubelets` plays the kubelets' pod sources: one
@@ -28,7 +30,7 @@ from typing import Any
 import urllib3
 
 from tests.cluster.harness import ALLOCATED, DEVICES, ClusterEnv, gpu_pod
-from tests.support.cluster_product import FIXTURES, topoalloc_argv
+from tests.support.cluster_product import agent_argv
 from tests.support.controlplane import ControlPlane, Process
 from tests.support.kubelet import AdmissionError, Granted, StandInKubelet
 
@@ -56,19 +58,11 @@ def start_plugin_node(
         (root / "dev" / dev).touch()
     kubelet = StandInKubelet(root / "dp", root / "pr.sock").start()
     cluster.add_node(name, fixture, gpus=gpus, labels=labels, agent=False)
-    argv = topoalloc_argv(
-        "agent",
-        "--fixture",
-        str(FIXTURES / fixture),
-        "--node-name",
+    argv = agent_argv(
+        fixture,
         name,
-        "--kubeconfig",
-        str(cluster.agent_identity(name)),
-        "--no-hotplug",
-        "--health-port",
-        "0",
-        "--resync",
-        "5",
+        cluster.agent_identity(name),
+        5,
         "--device-plugin",
         "--device-plugin-dir",
         str(root / "dp"),

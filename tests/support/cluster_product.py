@@ -227,6 +227,26 @@ def lease_holder(cluster: ControlPlane, name: str = "topoalloc-allocator") -> st
     return (lease.get("spec") or {}).get("holderIdentity") or None
 
 
+def agent_argv(fixture: str, node: str, kubeconfig: Path, resync: float, *more: str) -> list[str]:
+    """`topoalloc agent` replaying hw-fixtures/`fixture` as `node` under its node-bound identity
+    (no hot-plug, no health port), then `more` flags."""
+    return topoalloc_argv(
+        "agent",
+        "--fixture",
+        str(FIXTURES / fixture),
+        "--node-name",
+        node,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--no-hotplug",
+        "--health-port",
+        "0",
+        "--resync",
+        str(resync),
+        *more,
+    )
+
+
 class AgentProcess:
     """`topoalloc agent --fixture hw-fixtures/NAME` publishing for `node`, long-running."""
 
@@ -240,21 +260,7 @@ class AgentProcess:
         resync: float = 2.0,
     ) -> None:
         self.node = node
-        argv = topoalloc_argv(
-            "agent",
-            "--fixture",
-            str(FIXTURES / fixture),
-            "--node-name",
-            node,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--no-hotplug",
-            "--health-port",
-            "0",
-            "--resync",
-            str(resync),
-            "-v",
-        )
+        argv = agent_argv(fixture, node, kubeconfig, resync, "-v")
         self.process = Process(f"agent-{node}", argv, workdir / f"agent-{node}.log")
 
     def start(self) -> AgentProcess:
