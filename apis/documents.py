@@ -78,6 +78,19 @@ def load_documents(path: str | os.PathLike[str], what: str) -> list[Any]:
     return parse_yaml_documents(read_text(path, what), what, str(path))
 
 
+def load_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """A settings file: one YAML mapping; an empty file (or a null document) is an empty one."""
+    docs = load_documents(path, what)
+    if len(docs) > 1:
+        raise InputError(what, str(path), f"holds {len(docs)} YAML documents: expected one mapping")
+    data = docs[0] if docs else None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(what, str(path), f"expected a mapping at the top level, not {_kind_of(data)}")
+    return data
+
+
 def single_object(docs: list[Any], what: str, where: str, kind: str | None = None) -> dict[str, Any]:
     """The one object of a file that must hold exactly one (of `kind`, when given; an object
     without `kind` is taken to be one)."""

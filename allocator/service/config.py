@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from allocator.service.gang_settings import GangSettings
+from apis.documents import load_mapping
 
 DEFAULT_NAMESPACE = "topoalloc-system"
 DEFAULT_SERVICE = "topoalloc-allocator"
@@ -90,11 +89,8 @@ class ServiceConfig:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ServiceConfig:
-        text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping at the top level")
-        return cls.from_mapping(data)
+        """Raises InputError (a ValueError) for an unreadable file or one that is not one mapping."""
+        return cls.from_mapping(load_mapping(path, "allocator config"))
 
     def updated(self, **overrides: Any) -> ServiceConfig:
         """A copy with the given fields replaced; `None` means "not given" and keeps the value."""

@@ -194,3 +194,23 @@ def test_agent_with_a_sysfs_root_that_does_not_exist(topoalloc: Run) -> None:
     ran = topoalloc("agent", "--sysfs-root", "/nonexistent", "--once", "--print", "--node-name", "n")
     assert ran.code == 2 and ran.clean_error
     assert "--sysfs-root" in ran.stderr and "does not exist" in ran.stderr
+
+
+@pytest.mark.parametrize("flag", ["--config", "--scoring"])
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("port: [1\n", ":2:1): not valid YAML"),
+        ("- 1\n- 2\n", "): expected a mapping at the top level, not a list"),
+        ("a: 1\n---\nb: 2\n", "): holds 2 YAML documents: expected one mapping"),
+    ],
+)
+def test_allocator_settings_files_that_are_not_one_mapping(
+    topoalloc: Run, pem: Path, tmp_path: Path, flag: str, content: str, words: str
+) -> None:
+    bad = _write(tmp_path, "settings.yaml", content)
+    tls = ("--tls-cert", pem / "tls.crt", "--tls-key", pem / "tls.key", "--client-ca", pem / "ca.crt")
+    ran = topoalloc("allocator", *tls, flag, bad)
+    assert ran.code == 2 and ran.clean_error, ran
+    what = "allocator config" if flag == "--config" else "scoring file"
+    assert f"error: {what} ({bad}" in ran.stderr and words in ran.stderr, ran.stderr

@@ -12,6 +12,8 @@ from typing import Any
 import click
 
 from allocator.service.config import ServiceConfig
+from apis.documents import load_mapping
+from apis.errors import InputError
 from topoalloc.errors import BadInput
 
 
@@ -161,6 +163,8 @@ def allocator(
     try:
         cfg = ServiceConfig.load(config_file) if config_file else ServiceConfig()
         cfg = cfg.updated(**flags, leader_enabled=leader_enabled)
+    except InputError:
+        raise  # the file itself: `error: allocator config (<path>:<line>): ...`, exit 2
     except (ValueError, TypeError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
     if allowed_clients:
@@ -169,12 +173,7 @@ def allocator(
         cfg.gang.topology_keys = list(topology_keys)
     scoring = dict(cfg.scoring)
     if scoring_file:
-        import yaml
-
-        loaded = yaml.safe_load(scoring_file.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise click.UsageError(f"{scoring_file}: expected a mapping")
-        scoring.update(loaded)
+        scoring.update(load_mapping(scoring_file, "scoring file"))  # InputError: exit 2
     if weights:
         scoring.setdefault("weights", {}).update(_weights(weights))
     cfg.scoring = scoring
