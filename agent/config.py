@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,14 @@ def _camel(name: str) -> str:
     return head + "".join(p.capitalize() for p in rest)
 
 
+def _converted(convert: Callable[[Any], Any], value: Any, where: str, kind: str) -> Any:
+    """`convert(value)`, or a ConfigError naming the key when the value is not of that kind."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected {kind}, got {value!r}") from None
+
+
 def _apply(target: Any, data: dict[str, Any], where: str) -> None:
     known = {_camel(f.name): f for f in fields(target)}
     for key, value in data.items():
@@ -120,7 +129,8 @@ def _apply(target: Any, data: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: unknown key {key!r} (expected one of {', '.join(sorted(known))})")
         current = getattr(target, f.name)
         if isinstance(current, tuple):
-            value = tuple(int(v) for v in value)
+            as_ints = lambda v: tuple(int(x) for x in v)  # noqa: E731
+            value = _converted(as_ints, value, f"{where}.{key}", "a list of numbers")
         elif isinstance(current, bool):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}.{key}: expected true or false")
@@ -154,7 +164,8 @@ def load_config(path: str | Path | None) -> AgentConfig:
                     raise ConfigError(f"{key}: expected a mapping")
                 setattr(cfg, attr, {str(k): str(v) for k, v in value.items()})
             else:
-                setattr(cfg, attr, type(current)(value))
+                kind = "a number" if isinstance(current, int | float) else "a string"
+                setattr(cfg, attr, _converted(type(current), value, key, kind))
         else:
             raise ConfigError(f"{path}: unknown key {key!r}")
     if cfg.udev_source not in ("auto", "udev", "kernel"):

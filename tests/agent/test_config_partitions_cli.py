@@ -48,6 +48,9 @@ def test_config_file_overrides_defaults(tmp_path: Path) -> None:
         {"partitions": {"rules": [{"model": "X", "policy": "Always"}]}},
         {"partitions": {"rules": [{"model": "X", "table": '{"two": []}'}]}},
         {"udevSource": "systemd"},
+        {"resyncSeconds": "abc"},
+        {"health": {"ignoredXids": ["a"]}},
+        {"health": {"ignoredXids": 5}},
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path: Path, content: dict) -> None:
