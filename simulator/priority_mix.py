@@ -33,6 +33,7 @@ from allocator.core.cluster.state import ClusterState
 from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.gang.plan import GangPlan, PlanSettings, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
+from allocator.core.gang.priority import by_priority
 from allocator.core.gang.victims import Budget, Candidate
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -167,7 +168,7 @@ class _Sim:
         )
 
     def _schedule(self, now: float) -> None:
-        queue = sorted(self.waiting, key=lambda j: (-j.priority, j.arrived, j.name))
+        queue = by_priority(self.waiting, lambda j: j.priority, lambda j: j.arrived, lambda j: j.name)
         for job in queue:
             if job.members > 1:
                 self._try_gang(job, now)
