@@ -129,6 +129,7 @@ class _Sim:
         self.waiting: list[Job] = []
         self.running: dict[str, Job] = {}  # job name -> job
         self.pods: dict[str, Job] = {}  # pod key -> job
+        self.requests: dict[str, list[PodRequest]] = {}  # job name -> its pods, parsed once
         self.lost = 0.0
         self.preemptions = self.victims = 0
         self.busy = 0.0  # GPU-hours run to completion or lost
@@ -176,7 +177,12 @@ class _Sim:
                 self._try_pod(job, now)
 
     def _requests(self, job: Job) -> list[PodRequest]:
-        return [_pod(f"{job.name}-{i}", job.gpus, job.priority) for i in range(job.members)]
+        """The job's pods, parsed on its first try: a waiting job is tried again at every event."""
+        found = self.requests.get(job.name)
+        if found is None:
+            found = [_pod(f"{job.name}-{i}", job.gpus, job.priority) for i in range(job.members)]
+            self.requests[job.name] = found
+        return found
 
     def _try_gang(self, job: Job, now: float) -> None:
         members = self._requests(job)
