@@ -203,7 +203,8 @@ class _Sim:
             if isinstance(pre, PreemptionPlan) and pre.victims:
                 self.preemptions += 1
                 self.victims += len(pre.victims)
-                for name in {self.pods[v.key].name for v in pre.victims}:
+                # In the victims' order: a set's order follows the hash seed, and so would the sums.
+                for name in dict.fromkeys(self.pods[v.key].name for v in pre.victims):
                     victim = self.running[name]
                     self._stop(victim, now, finished=False)
                     self.waiting.append(victim)
