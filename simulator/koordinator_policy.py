@@ -97,13 +97,10 @@ class KoordinatorPolicy(Policy):
         self.fallbacks = 0  # placements where no node allocated under Koordinator's view
 
     def attach(self, cluster: SimCluster) -> None:
-        self._inventories = []
-        for state in cluster.states:
-            inv = state.inventory
-            if inv is None:
-                self._inventories.append(None)
-                continue
-            self._inventories.append(koordinator_inventory(inv, state.labels, cluster, state.name))
+        self._inventories = [
+            None if state.inventory is None else koordinator_inventory(state.labels, cluster, state.name)
+            for state in cluster.states
+        ]
 
     def shadow(self, cluster: SimCluster, node: int) -> NodeState:
         """Node ``node`` as Koordinator sees it, with the pods the cluster counts there."""
@@ -160,9 +157,7 @@ class KoordinatorPolicy(Policy):
         return cluster.allocate(node, req, scoring=self.scoring)
 
 
-def koordinator_inventory(
-    inv: NodeInventory, labels: Mapping[str, str], cluster: SimCluster, name: str
-) -> NodeInventory:
+def koordinator_inventory(labels: Mapping[str, str], cluster: SimCluster, name: str) -> NodeInventory:
     """The inventory built from the node's Device as upstream Koordinator reads it."""
     device = cluster.devices.get(name)
     if device is None:
