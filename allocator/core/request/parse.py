@@ -312,20 +312,13 @@ def _hint_error(exc: CodecError) -> Rejection:
     field_path = exc.field or ""
     for dtype in TYPE_ORDER:
         prefix = f"{keys.DEVICE_ALLOCATE_HINT}.{dtype}."
-        if field_path.startswith(prefix + "selector"):
-            code = rs.INVALID_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(
-                code,
-                f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} selector: "
-                f"{_problem(exc, prefix + 'selector')}",
-            )
-        if field_path.startswith(prefix + "vfSelector"):
-            code = rs.INVALID_VF_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(
-                code,
-                f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} vfSelector: "
-                f"{_problem(exc, prefix + 'vfSelector')}",
-            )
+        for name, code in (("selector", rs.INVALID_SELECTOR), ("vfSelector", rs.INVALID_VF_SELECTOR)):
+            if field_path.startswith(prefix + name):
+                return rs.invalid(
+                    code.format(type=dtype, err=text),
+                    f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} {name}: "
+                    f"{_problem(exc, prefix + name)}",
+                )
     return rs.invalid(rs.INVALID_HINT.format(err=text), annotation_problem(keys.DEVICE_ALLOCATE_HINT, exc))
 
 
