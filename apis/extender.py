@@ -205,6 +205,20 @@ def _victims(value: Any, path: str, *, meta: bool) -> MetaVictims:
     return MetaVictims(uids, count or 0)
 
 
+def _victims_map(data: dict[str, Any], name: str, path: str, *, meta: bool) -> dict[str, MetaVictims]:
+    """The node -> victims map in field `name` (a null map or a null node entry: none)."""
+    mpath = d.join(path, name)
+    return {
+        node: _victims(item, d.join(mpath, node), meta=meta)
+        for node, item in d.obj(data.get(name) or {}, mpath).items()
+        if item is not None
+    }
+
+
+def _meta_map(victims: dict[str, MetaVictims]) -> dict[str, Any]:
+    return {node: v.to_dict() for node, v in gojson.sorted_map(victims).items()}
+
+
 @dataclass
 class ExtenderPreemptionArgs:
     """POST <prefix>/<preemptVerb>: the pod and, per candidate node, the victims kube-scheduler's
@@ -226,25 +240,17 @@ class ExtenderPreemptionArgs:
         pod = d.obj(pod, d.join(path, "Pod"))
         meta = data.get("NodeNameToMetaVictims") is not None or data.get("NodeNameToVictims") is None
         name = "NodeNameToMetaVictims" if meta else "NodeNameToVictims"
-        mpath = d.join(path, name)
-        victims = {
-            node: _victims(item, d.join(mpath, node), meta=meta)
-            for node, item in d.obj(data.get(name) or {}, mpath).items()
-            if item is not None
-        }
-        return cls(pod, victims, meta)
+        return cls(pod, _victims_map(data, name, path, meta=meta), meta)
 
     def to_dict(self) -> dict[str, Any]:
         if self.meta:
-            return {"Pod": self.pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": self._map()}
+            meta = _meta_map(self.victims)
+            return {"Pod": self.pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta}
         full = {
             node: {"Pods": [{"metadata": {"uid": u}} for u in v.uids], "NumPDBViolations": v.pdb_violations}
             for node, v in gojson.sorted_map(self.victims).items()
         }
         return {"Pod": self.pod, "NodeNameToVictims": full, "NodeNameToMetaVictims": None}
-
-    def _map(self) -> dict[str, Any]:
-        return {node: v.to_dict() for node, v in gojson.sorted_map(self.victims).items()}
 
     def to_json(self) -> str:
         return gojson.dumps(self.to_dict())
@@ -259,17 +265,10 @@ class ExtenderPreemptionResult:
     @classmethod
     def from_dict(cls, value: Any, path: str = "ExtenderPreemptionResult") -> ExtenderPreemptionResult:
         data = d.struct(value, path, ("NodeNameToMetaVictims",))
-        mpath = d.join(path, "NodeNameToMetaVictims")
-        return cls(
-            {
-                node: _victims(item, d.join(mpath, node), meta=True)
-                for node, item in d.obj(data.get("NodeNameToMetaVictims") or {}, mpath).items()
-                if item is not None
-            }
-        )
+        return cls(_victims_map(data, "NodeNameToMetaVictims", path, meta=True))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"NodeNameToMetaVictims": {n: v.to_dict() for n, v in gojson.sorted_map(self.victims).items()}}
+        return {"NodeNameToMetaVictims": _meta_map(self.victims)}
 
     def to_json(self) -> str:
         return gojson.dumps(self.to_dict())

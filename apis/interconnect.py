@@ -130,13 +130,6 @@ class Interconnect:
     def signature(self) -> tuple:
         return (self.minors, self.values)
 
-    def describe_pair(self, i: int, j: int) -> str:
-        links = self.links[i][j]
-        host = TIER_NAMES[self.tiers[i][j]]
-        if links:
-            return f"NV{links} {links * self.link_gbps:g} GB/s, {host}"
-        return host
-
 
 def pair_value(links: int, link_gbps: float, tier: int) -> int:
     return round(links * link_gbps * 1000) * _TIER_SPAN + tier

@@ -182,7 +182,3 @@ def spec_priority(spec: Any) -> int:
     it). Anything but an integer counts as 0."""
     value = spec.get("priority") if isinstance(spec, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def pod_priority(pod: Any) -> int:
-    return spec_priority(pod.get("spec") if isinstance(pod, dict) else None)

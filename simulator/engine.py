@@ -13,7 +13,7 @@ import numpy as np
 
 from allocator.core.scoring.workload_mix import WorkloadMix
 from simulator.cluster import RequestFactory, SimCluster, SimRequest
-from simulator.gang_planner import Gang, place_gang
+from simulator.gang_planner import Gang, place_gang, place_pod
 from simulator.koordinator_policy import KoordinatorPolicy
 from simulator.metrics import Curves, EventLog, curves
 from simulator.objects import openb_node_objects, openb_pod_object
@@ -114,11 +114,7 @@ def replay(
                 stats.failed += len(item.members)
             members: Sequence[SimRequest] = item.members
         else:
-            feasible = cluster.feasible(item)
-            if feasible.any():
-                node, gpus = policy.select(cluster, item, feasible)
-                policy.place(cluster, node, item, gpus)
-            else:
+            if not place_pod(cluster, item, policy):
                 stats.failed += 1
             members = (item,)
         allocated_now = cluster.allocated_pct

@@ -1,5 +1,6 @@
 """All-or-nothing placement of a gang on the simulated cluster (a stand-in until the gang
-issue's planner exists; the simulator calls only `place_gang`).
+issue's planner exists; the simulator calls only `place_gang`), and `place_pod`, the step every
+lone pod and every member takes.
 
 Members are placed one after another through the policy and the core, as tentative assignments;
 if any member fits nowhere, every tentative assignment is taken back, so a gang either runs whole
@@ -26,17 +27,24 @@ class Gang:
         return sum(m.demand_pct for m in self.members)
 
 
+def place_pod(cluster: SimCluster, req: SimRequest, policy: Policy, *, observe: bool = True) -> bool:
+    """Place one pod on the node the policy selects among the feasible ones; False when none is."""
+    feasible = cluster.feasible(req)
+    if not feasible.any():
+        return False
+    node, gpus = policy.select(cluster, req, feasible)
+    policy.place(cluster, node, req, gpus, observe=observe)
+    return True
+
+
 def place_gang(cluster: SimCluster, members: Sequence[SimRequest], policy: Policy) -> bool:
     """Place every member or none; True when the gang was placed."""
     placed: list[SimRequest] = []
     for member in members:
-        feasible = cluster.feasible(member)
-        if not feasible.any():
+        if not place_pod(cluster, member, policy, observe=False):
             for done in reversed(placed):
                 cluster.unassign(done)
             return False
-        node, gpus = policy.select(cluster, member, feasible)
-        policy.place(cluster, node, member, gpus, observe=False)
         placed.append(member)
     for member in placed:
         for observe in cluster.core.observers:

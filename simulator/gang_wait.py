@@ -23,7 +23,7 @@ import numpy as np
 
 from simulator.cluster import SimCluster, SimRequest
 from simulator.engine import POLICIES, Arrival
-from simulator.gang_planner import Gang, place_gang
+from simulator.gang_planner import Gang, place_gang, place_pod
 from simulator.nodes import NodeObjects
 from simulator.policies import Policy
 from simulator.runner import workload_setup
@@ -81,10 +81,7 @@ def replay_queued(
             else:
                 waiting.append((tick, item))
             continue
-        feasible = cluster.feasible(item)
-        if feasible.any():
-            node, gpus = policy.select(cluster, item, feasible)
-            policy.place(cluster, node, item, gpus)
+        if place_pod(cluster, item, policy):
             placed(tick, (item,))
     out.never = len(waiting)
     return out

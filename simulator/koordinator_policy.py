@@ -37,6 +37,7 @@ from allocator.core.node.inventory import NodeInventory, build_inventory
 from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
 from allocator.core.scoring.device import DeviceScoring, least_requested
+from allocator.core.scoring.scorer import device_share_per_type
 from simulator.cluster import Feasible, SimCluster, SimRequest
 from simulator.policies import Choice, Policy
 
@@ -78,21 +79,7 @@ def balanced_score(state: NodeState, req: SimRequest) -> int:
 
 def device_share_raw(state: NodeState, req: SimRequest, scoring: DeviceScoring) -> int:
     """DeviceShare's Score before normalisation: `scoreNode` summed over the requested types."""
-    inv = state.inventory
-    if inv is None:
-        return 0
-    total = 0
-    pod = req.pod
-    for dtype, resources in pod.devices:
-        slots = inv.slots(dtype)
-        if not slots:
-            continue
-        request = pod.gpu.per_gpu_map if dtype == "gpu" and pod.gpu is not None else dict(resources)
-        frees = state.free.get(dtype, {})
-        total += scoring.score_node(
-            request, (s.total for s in slots), (frees.get(s.minor, {}) for s in slots)
-        )
-    return total
+    return sum(device_share_per_type(state, req.pod, scoring))
 
 
 class KoordinatorPolicy(Policy):
@@ -110,13 +97,10 @@ class KoordinatorPolicy(Policy):
         self.fallbacks = 0  # placements where no node allocated under Koordinator's view
 
     def attach(self, cluster: SimCluster) -> None:
-        self._inventories = []
-        for state in cluster.states:
-            inv = state.inventory
-            if inv is None:
-                self._inventories.append(None)
-                continue
-            self._inventories.append(koordinator_inventory(inv, state.labels, cluster, state.name))
+        self._inventories = [
+            None if state.inventory is None else koordinator_inventory(state.labels, cluster, state.name)
+            for state in cluster.states
+        ]
 
     def shadow(self, cluster: SimCluster, node: int) -> NodeState:
         """Node ``node`` as Koordinator sees it, with the pods the cluster counts there."""
@@ -173,9 +157,7 @@ class KoordinatorPolicy(Policy):
         return cluster.allocate(node, req, scoring=self.scoring)
 
 
-def koordinator_inventory(
-    inv: NodeInventory, labels: Mapping[str, str], cluster: SimCluster, name: str
-) -> NodeInventory:
+def koordinator_inventory(labels: Mapping[str, str], cluster: SimCluster, name: str) -> NodeInventory:
     """The inventory built from the node's Device as upstream Koordinator reads it."""
     device = cluster.devices.get(name)
     if device is None:

@@ -33,6 +33,7 @@ from allocator.core.cluster.state import ClusterState
 from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.gang.plan import GangPlan, PlanSettings, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
+from allocator.core.gang.priority import by_priority
 from allocator.core.gang.victims import Budget, Candidate
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -128,6 +129,7 @@ class _Sim:
         self.waiting: list[Job] = []
         self.running: dict[str, Job] = {}  # job name -> job
         self.pods: dict[str, Job] = {}  # pod key -> job
+        self.requests: dict[str, list[PodRequest]] = {}  # job name -> its pods, parsed once
         self.lost = 0.0
         self.preemptions = self.victims = 0
         self.busy = 0.0  # GPU-hours run to completion or lost
@@ -167,7 +169,7 @@ class _Sim:
         )
 
     def _schedule(self, now: float) -> None:
-        queue = sorted(self.waiting, key=lambda j: (-j.priority, j.arrived, j.name))
+        queue = by_priority(self.waiting, lambda j: j.priority, lambda j: j.arrived, lambda j: j.name)
         for job in queue:
             if job.members > 1:
                 self._try_gang(job, now)
@@ -175,7 +177,12 @@ class _Sim:
                 self._try_pod(job, now)
 
     def _requests(self, job: Job) -> list[PodRequest]:
-        return [_pod(f"{job.name}-{i}", job.gpus, job.priority) for i in range(job.members)]
+        """The job's pods, parsed on its first try: a waiting job is tried again at every event."""
+        found = self.requests.get(job.name)
+        if found is None:
+            found = [_pod(f"{job.name}-{i}", job.gpus, job.priority) for i in range(job.members)]
+            self.requests[job.name] = found
+        return found
 
     def _try_gang(self, job: Job, now: float) -> None:
         members = self._requests(job)
@@ -196,7 +203,8 @@ class _Sim:
             if isinstance(pre, PreemptionPlan) and pre.victims:
                 self.preemptions += 1
                 self.victims += len(pre.victims)
-                for name in {self.pods[v.key].name for v in pre.victims}:
+                # In the victims' order: a set's order follows the hash seed, and so would the sums.
+                for name in dict.fromkeys(self.pods[v.key].name for v in pre.victims):
                     victim = self.running[name]
                     self._stop(victim, now, finished=False)
                     self.waiting.append(victim)

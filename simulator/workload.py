@@ -29,7 +29,7 @@ from typing import Any
 
 from allocator.core.scoring.workload_mix import WorkloadMix
 from apis import keys
-from apis.documents import load_documents, single_object
+from apis.documents import load_object
 from apis.errors import InputError
 from simulator.cluster import RequestFactory, SimRequest
 from simulator.engine import Arrival, OpenbRequests
@@ -119,7 +119,7 @@ def _job(item: Any, i: int) -> Job:
 def load_workload(path: Path | str) -> Workload:
     path = Path(path)
     try:
-        data = single_object(load_documents(path, "workload"), "workload", str(path))
+        data = load_object(path, "workload")
     except InputError as exc:
         raise TraceError(str(exc)) from None
     return parse_workload(data, path.stem)

@@ -136,7 +136,8 @@ def plan_with_preemption(
     if isinstance(direct, GangPlan):
         return PreemptionPlan(direct, (), True)
     below = gang_priority(m.priority for m in members)
-    candidates = [c for c in candidates if c.key not in {m.key for m in members}]
+    own = {m.key for m in members}
+    candidates = [c for c in candidates if c.key not in own]
     scratch = _scratch(cluster, pool)
     units = units_of(candidates, below, lambda c: gpus_held(scratch.nodes.get(c.node), c.key))
     units = [u for u in units if any(p.node in scratch.nodes for p in u.pods)]

@@ -184,11 +184,11 @@ def _convert(dtype: str, subset: dict[str, int]) -> dict[str, int]:
         return dict(subset)
     names = frozenset(subset)
     rule = _GPU_COMBINATIONS.get(names)
-    if rule is None or not _combination_ok(rule, subset):
+    # A valid set of names with an amount out of range says which amount.
+    problem = None if rule is None else _amount_problem(rule, subset)
+    if rule is None or problem is not None:
         listed = " ".join(sorted(names))
-        message = f"unsupported combination of GPU resources: {', '.join(sorted(names))}"
-        if rule is not None:  # a valid set of names with an amount out of range: say which
-            message = _amount_problem(rule, subset)
+        message = problem or f"unsupported combination of GPU resources: {', '.join(sorted(names))}"
         raise _Invalid(rs.invalid(rs.INVALID_COMBINATION.format(names=listed), message))
     for whole in rn.WHOLE_GPU_RESOURCES:
         if whole in subset:
@@ -199,8 +199,9 @@ def _convert(dtype: str, subset: dict[str, int]) -> dict[str, int]:
     return dict(subset)
 
 
-def _amount_problem(rule: str, req: Mapping[str, int]) -> str:
-    """Why a combination `_combination_ok` refused is out of range, in the user's terms."""
+def _amount_problem(rule: str, req: Mapping[str, int]) -> str | None:
+    """Why the amounts of a valid combination of names are out of range, in the user's terms;
+    None when they are in range."""
     if rule == _PERCENT:
         for name in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO):
             if name in req and not _percent_ok(req[name]):
@@ -216,23 +217,9 @@ def _amount_problem(rule: str, req: Mapping[str, int]) -> str:
                     f"{name} must split evenly over the {shared} shared GPUs, at most 100 each"
                     f" (got {req[name]})"
                 )
-    if rule == _NPU:
+    if rule == _NPU and (req[rn.GPU_SHARED] > 1 or req.get(rn.NPU_DVPP, 0) > 100):
         return f"{rn.GPU_SHARED} must be 1 and {rn.NPU_DVPP} at most 100 for NPU requests"
-    return "unsupported amounts of GPU resources"
-
-
-def _combination_ok(rule: str, req: Mapping[str, int]) -> bool:
-    if rule == _PERCENT:
-        return all(_percent_ok(req[n]) for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if n in req)
-    if rule == _SHARED:
-        shared = req[rn.GPU_SHARED]
-        for name in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO):
-            if name in req and (req[name] % shared != 0 or req[name] // shared > 100):
-                return False
-        return True
-    if rule == _NPU:
-        return req[rn.GPU_SHARED] <= 1 and req.get(rn.NPU_DVPP, 0) <= 100
-    return True
+    return None
 
 
 def gpu_requirement(
@@ -325,20 +312,13 @@ def _hint_error(exc: CodecError) -> Rejection:
     field_path = exc.field or ""
     for dtype in TYPE_ORDER:
         prefix = f"{keys.DEVICE_ALLOCATE_HINT}.{dtype}."
-        if field_path.startswith(prefix + "selector"):
-            code = rs.INVALID_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(
-                code,
-                f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} selector: "
-                f"{_problem(exc, prefix + 'selector')}",
-            )
-        if field_path.startswith(prefix + "vfSelector"):
-            code = rs.INVALID_VF_SELECTOR.format(type=dtype, err=text)
-            return rs.invalid(
-                code,
-                f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} vfSelector: "
-                f"{_problem(exc, prefix + 'vfSelector')}",
-            )
+        for name, code in (("selector", rs.INVALID_SELECTOR), ("vfSelector", rs.INVALID_VF_SELECTOR)):
+            if field_path.startswith(prefix + name):
+                return rs.invalid(
+                    code.format(type=dtype, err=text),
+                    f"invalid {keys.DEVICE_ALLOCATE_HINT} annotation: {dtype} {name}: "
+                    f"{_problem(exc, prefix + name)}",
+                )
     return rs.invalid(rs.INVALID_HINT.format(err=text), annotation_problem(keys.DEVICE_ALLOCATE_HINT, exc))
 
 

@@ -143,11 +143,11 @@ class ScoringConfig:
         }
 
 
-def device_share_score(state: NodeState, req: PodRequest, scoring: DeviceScoring) -> float | None:
-    """Koordinator's DeviceShare Score: scoreNode per requested type, averaged over the types."""
+def device_share_per_type(state: NodeState, req: PodRequest, scoring: DeviceScoring) -> list[int]:
+    """Koordinator's DeviceShare `scoreNode` for each requested type the node has devices of."""
     inv = state.inventory
-    if inv is None or not req.devices:
-        return None
+    if inv is None:
+        return []
     scores = []
     for dtype, resources in req.devices:
         slots = inv.slots(dtype)
@@ -158,6 +158,12 @@ def device_share_score(state: NodeState, req: PodRequest, scoring: DeviceScoring
         scores.append(
             scoring.score_node(request, (s.total for s in slots), (frees.get(s.minor, {}) for s in slots))
         )
+    return scores
+
+
+def device_share_score(state: NodeState, req: PodRequest, scoring: DeviceScoring) -> float | None:
+    """Koordinator's DeviceShare Score: scoreNode per requested type, averaged over the types."""
+    scores = device_share_per_type(state, req, scoring)
     return sum(scores) / len(scores) if scores else None
 
 
