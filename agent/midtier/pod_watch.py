@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from apis.podgroup import spec_priority
 from apis.quantity import Quantity
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
     return PodInfo(
         uid=str(meta.get("uid", "")),
         name=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-        priority=int(spec.get("priority") or 0),
+        priority=spec_priority(spec),
         qos=str(status.get("qosClass") or ""),
         phase=str(status.get("phase") or ""),
         cpu_milli=cpu,
