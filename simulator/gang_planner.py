@@ -1,6 +1,6 @@
-"""All-or-nothing placement of a gang on the simulated cluster (a stand-in until the gang
-issue's planner exists; the simulator calls only `place_gang`), and `place_pod`, the step every
-lone pod and every member takes.
+"""All-or-nothing placement of a gang on the simulated cluster for the trace replays (`place_gang`;
+`topoalloc priority-mix` uses the core's topology-aware `plan_gang` instead), and `place_pod`, the
+step every lone pod and every member takes.
 
 Members are placed one after another through the policy and the core, as tentative assignments;
 if any member fits nowhere, every tentative assignment is taken back, so a gang either runs whole
