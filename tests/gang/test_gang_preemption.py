@@ -6,6 +6,7 @@ bound pod stays Terminating for ever, as on a control plane without kubelets).""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -208,3 +209,34 @@ async def test_a_restarted_allocator_continues_the_recorded_hold(fake_api: FakeA
             lambda: keys.GANG_HOLD not in (w.pods()["train0"]["metadata"].get("annotations") or {}), 5
         )
         assert keys.DEVICE_ALLOCATED in annotations
+
+
+async def test_victims_that_do_not_leave_in_time_give_the_hold_up(fake_api: FakeApiServer, pki: Pki) -> None:
+    gpu_node(fake_api, "n1")
+    fill(fake_api, "n1", 0, labels={"app": "batch"})
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "batch", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "batch"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    fake_api.put(pdb)
+    async with gang_world(fake_api, pki, preemption_timeout=1.0) as w:
+        await w.admission.create_podgroup(podgroup("train", 1))
+        await w.admission.create_pod(high_member("train0", "train", 8))
+
+        def record() -> str:
+            annotations = w.pods()["train0"]["metadata"].get("annotations") or {}
+            return str(json.loads(annotations.get(keys.GANG_HOLD) or "{}").get("plan") or "")
+
+        await until(lambda: bool(record()), 10)
+        first = record()
+        timed_out = ("topoalloc_gang_preemptions_total", {"result": "timed_out"})
+        await until(lambda: (w.service.metrics.registry.get_sample_value(*timed_out) or 0) >= 1, 10)
+        # The Event is written after the pass that gave up (Events are sent in the background).
+        why = "did not leave within 1s (a PodDisruptionBudget allows no disruption now)"
+        await until(lambda: any(why in n for n in w.notes_about("train", "PodGroup")), 5)
+        # The hold and its record went; the next pass holds the room again under a new plan.
+        await until(lambda: record() not in ("", first), 10)
+        assert gates_of(w.pods()["train0"]) == [keys.GANG_SCHEDULING_GATE] and terminating(w) == set()
