@@ -12,42 +12,32 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from apis import keys
-from apis import resources as rn
-from apis.annotations import DeviceAllocations
-from tests.gang.harness import RACK, GangWorld, gang_world, gates_of, gpu_node, member, node_of, podgroup
+from tests.gang.harness import (
+    RACK,
+    GangWorld,
+    bound_elsewhere,
+    gang_world,
+    gates_of,
+    gpu_node,
+    member,
+    node_of,
+    podgroup,
+)
 from tests.service.harness import double_booked, until
 from tests.service.pki import Pki
-from tests.support.allocations import entry
 from tests.support.fakeapi import FakeApiServer
 
 JSON = dict[str, Any]
-GIB = 81559 * 2**20
 HIGH = 1000
-
-
-def running(api: FakeApiServer, name: str, node: str, minors: list[int], priority: int, **extra: Any) -> None:
-    entries = [entry(m, {rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100, rn.GPU_MEMORY: GIB}) for m in minors]
-    pod = member(
-        name,
-        gpus=len(minors),
-        annotations={keys.DEVICE_ALLOCATED: DeviceAllocations({"gpu": entries}).to_json()},
-        **extra,
-    )
-    pod["spec"]["nodeName"] = node
-    pod["spec"]["priority"] = priority
-    pod["status"] = {"phase": "Running"}
-    api.put(pod)
 
 
 def fill(api: FakeApiServer, node: str, priority: int = 0, labels: dict[str, str] | None = None) -> None:
     for m in range(8):
-        running(api, f"f-{node}-{m}", node, [m], priority, labels=labels)
+        bound_elsewhere(api, f"f-{node}-{m}", node, [m], priority=priority, labels=labels)
 
 
 def high_member(name: str, group: str, gpus: int) -> JSON:
-    pod = member(name, group=group, gpus=gpus)
-    pod["spec"]["priority"] = HIGH
-    return pod
+    return member(name, group=group, gpus=gpus, priority=HIGH)
 
 
 def terminating(w: GangWorld) -> set[str]:
@@ -102,7 +92,7 @@ async def test_a_running_gang_goes_whole_and_equal_priority_stays(fake_api: Fake
     gpu_node(fake_api, "n1")
     gpu_node(fake_api, "n2")
     for i in range(2):
-        running(fake_api, f"job{i}", "n1", [4 * i + m for m in range(4)], 0, group="job")
+        bound_elsewhere(fake_api, f"job{i}", "n1", [4 * i + m for m in range(4)], priority=0, group="job")
     fill(fake_api, "n2", HIGH)
     fake_api.put(podgroup("job", 2))
     async with gang_world(fake_api, pki) as w:
