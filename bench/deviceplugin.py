@@ -27,13 +27,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.extender import pct  # noqa: E402
 from tests.agent.deviceplugin.rig import Rig, allocated, gpu_entry  # noqa: E402
 from tests.support.fakeapi import FakeApiServer, ServerThread  # noqa: E402
 
 
 def _ms(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return 1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    return 1000 * pct(values, q)
 
 
 def _finish(rig: Rig, name: str) -> None:

@@ -43,7 +43,7 @@ import urllib3
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.extender import load_average  # noqa: E402
+from bench.extender import load_average, rss_mib  # noqa: E402
 from tests.support.cluster_product import (  # noqa: E402
     SYSTEM_NAMESPACE,
     AllocatorReplica,
@@ -64,7 +64,6 @@ DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 CAPACITY = {"cpu": "224", "memory": "2015Gi", "pods": "250", "nvidia.com/gpu": "8"}
 TICKS = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # ------------------------------------------------------------------------------- process figures
@@ -75,11 +74,6 @@ def cpu_seconds(pid: int) -> float:
     text = Path(f"/proc/{pid}/stat").read_text()
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def rss_mib(pid: int) -> float:
-    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-    return pages * PAGE / 2**20
 
 
 # ------------------------------------------------------------------------------------ the world

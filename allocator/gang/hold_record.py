@@ -25,7 +25,7 @@ from allocator.core.gang.plan import GangPlan, Placement
 from allocator.core.gang.victims import Candidate
 from allocator.gang.index import MemberPod
 from apis import keys
-from apis.annotations import DeviceAllocations, parse_device_allocated
+from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
 
 
@@ -42,7 +42,7 @@ class HoldRecord:
             {
                 "plan": self.plan,
                 "node": self.node,
-                "devices": json.loads(self.devices.to_json()),
+                "devices": self.devices.to_dict(),
                 "victims": dict(sorted(self.victims.items())),
                 "evict": self.evict,
             },
@@ -56,7 +56,7 @@ def read_record(m: MemberPod) -> HoldRecord | None:
         return None
     try:
         data: Any = json.loads(raw)
-        devices = parse_device_allocated(json.dumps(data["devices"]))
+        devices = DeviceAllocations.from_dict(data["devices"])
         victims = {str(k): str(v) for k, v in dict(data.get("victims") or {}).items()}
         evict = bool(data.get("evict", True))
         return HoldRecord(str(data["plan"]), str(data["node"]), devices, victims, evict)

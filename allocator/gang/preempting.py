@@ -243,8 +243,7 @@ class GangPreemptor:
             state.reason, state.wait_code = self._holding(p), "HoldingRoom"
             return [], None
         if self.clock() - p.since > self.settings.preemption_timeout:
-            self.forget(state)
-            release()
+            release()  # the controller's release, which forgets the hold records too
             self.metrics.preemptions.labels("timed_out").inc()
             why = "; ".join(sorted(set(p.blocked.values()))) or "they are still terminating"
             note = (

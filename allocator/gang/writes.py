@@ -10,7 +10,7 @@ from typing import Any
 from allocator.gang.controller_state import Gang
 from allocator.gang.index import MemberPod
 from allocator.service.events import EventRecorder, PodRef
-from allocator.service.kube import ApiError, KubeApi
+from allocator.service.kube import MERGE_PATCH, ApiError, KubeApi
 from apis import keys
 from apis import podgroup as pg
 
@@ -18,7 +18,6 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 JSON_PATCH = "application/json-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
 
 
 def pod_path(m: MemberPod) -> str:
@@ -59,7 +58,7 @@ async def remove_gate(api: KubeApi, m: MemberPod) -> bool:
 async def annotate_planned_node(api: KubeApi, m: MemberPod, node: str) -> None:
     patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_PLANNED_NODE: node}}}
     try:
-        await api.raw("PATCH", pod_path(m), body=patch, content_type=MERGE_PATCH)
+        await api.patch_pod(m.namespace, m.name, patch)
     except ApiError as exc:
         log.warning("annotating %s with its planned node: %s", m.key, exc)
 
@@ -91,17 +90,16 @@ async def annotate_hold(api: KubeApi, m: MemberPod, record: str) -> None:
     """Record a held room on a member (gang/hold_record.py); uid precondition."""
     patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_HOLD: record}}}
     try:
-        await api.raw("PATCH", pod_path(m), body=patch, content_type=MERGE_PATCH)
+        await api.patch_pod(m.namespace, m.name, patch)
     except ApiError as exc:
         log.warning("recording the gang hold on %s: %s", m.key, exc)
 
 
 async def clear_hold(api: KubeApi, key: str, uid: str) -> None:
     namespace, _, name = key.partition("/")
-    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
     patch = {"metadata": {"uid": uid, "annotations": {keys.GANG_HOLD: None}}}
     try:
-        await api.raw("PATCH", path, body=patch, content_type=MERGE_PATCH)
+        await api.patch_pod(namespace, name, patch)
     except ApiError as exc:
         if exc.status != 404:
             log.warning("clearing the gang hold of %s: %s", key, exc)

@@ -17,21 +17,10 @@ def candidates_near(cache: ClusterCache, nodes: Iterable[str]) -> list[Candidate
     """The candidates on `nodes`, plus every pod of a gang one of them belongs to (wherever it
     runs), so a gang is only ever weighed whole."""
     wanted = set(nodes)
-    out: list[Candidate] = []
-    gangs: set[str] = set()
-    others: list[Candidate] = []
-    for entry in cache.pods.values():
-        if not entry.holds or entry.deleting or entry.key in cache.reservations:
-            continue
-        c = Candidate(entry.key, entry.node, entry.priority, entry.gang, entry.uid)
-        if entry.node in wanted:
-            out.append(c)
-            if entry.gang:
-                gangs.add(entry.gang)
-        elif entry.gang:
-            others.append(c)
-    out.extend(c for c in others if c.gang in gangs)
-    return out
+    pool = all_candidates(cache)
+    near = [c for c in pool if c.node in wanted]
+    gangs = {c.gang for c in near if c.gang}
+    return near + [c for c in pool if c.node not in wanted and c.gang in gangs]
 
 
 def all_candidates(cache: ClusterCache) -> list[Candidate]:

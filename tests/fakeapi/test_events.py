@@ -83,23 +83,6 @@ async def test_v1_validation(fake_api: FakeApiServer) -> None:
     assert status["message"].startswith('Event.events.k8s.io "bad" is invalid: [eventTime: Required value, ')
 
 
-async def test_a_generate_name_must_be_a_valid_prefix(fake_api: FakeApiServer) -> None:
-    """kube-apiserver validates generateName as a name, forgiving one trailing "-" (a real-cluster
-    fact: "pod." is refused)."""
-    async with aiohttp.ClientSession() as session:
-        url = f"{fake_api.url}/apis/events.k8s.io/v1/namespaces/default/events"
-        for prefix, want in (("w1.", 422), ("w1-", 201)):
-            body = _v1_event("")
-            body["metadata"] = {"generateName": prefix, "namespace": "default"}
-            async with session.post(url, json=body) as response:
-                status = await response.json()
-            assert response.status == want, status
-            if want == 422:
-                assert status["details"]["causes"][0]["field"] == "metadata.generateName"
-            else:
-                assert status["metadata"]["name"].startswith("w1-")
-
-
 async def test_watch_through_either_view(fake_api: FakeApiServer, fake_api_aio_client: Any) -> None:
     start = fake_api.resource_version
     v1_watch = await client.EventsV1Api(fake_api_aio_client).list_namespaced_event_without_preload_content(

@@ -75,8 +75,10 @@ def member(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     gated: bool = False,
+    priority: int | None = None,
 ) -> JSON:
-    """A pod asking for whole GPUs, in PodGroup `group` (label) when given."""
+    """A pod asking for whole GPUs, in PodGroup `group` (label) when given, with `spec.priority`
+    (what the API server's Priority admission fills in) when given."""
     meta: JSON = {"name": name, "namespace": "default", "labels": dict(labels or {})}
     if group:
         meta["labels"][keys.POD_GROUP_LABEL] = group
@@ -92,6 +94,8 @@ def member(
     }
     if gated:
         spec["schedulingGates"] = [{"name": keys.GANG_SCHEDULING_GATE}]
+    if priority is not None:
+        spec["priority"] = priority
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
@@ -368,16 +372,23 @@ async def allocator_front(
         await admission.close()
 
 
-def bound_elsewhere(api: FakeApiServer, name: str, node: str, minors: list[int]) -> None:
+def bound_elsewhere(api: FakeApiServer, name: str, node: str, minors: list[int], **extra: Any) -> str:
     """A running pod that already holds whole GPUs `minors` of `node` (bound by an earlier
-    allocator instance, or any other path): the API state every allocator rebuilds from."""
+    allocator instance, or any other path): the API state every allocator rebuilds from. `extra`
+    goes to `member` (group, labels, priority). Its uid."""
     gib = 81559 * 2**20  # the DGX H100 fixture's GPU memory
     entries = [entry(m, {rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100, rn.GPU_MEMORY: gib}) for m in minors]
     pod = member(
         name,
         gpus=len(minors),
         annotations={keys.DEVICE_ALLOCATED: DeviceAllocations({"gpu": entries}).to_json()},
+        **extra,
     )
     pod["spec"]["nodeName"] = node
     pod["status"] = {"phase": "Running"}
-    api.put(pod)
+    return str(api.put(pod)["metadata"]["uid"])
+
+
+def condition(status: JSON, type_: str) -> JSON:
+    """The PodGroup status condition of `type_` ({} when there is none)."""
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})

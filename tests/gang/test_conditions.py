@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from tests.gang.harness import bound_elsewhere, gang_world, gpu_node, member, node_of, podgroup
+from tests.gang.harness import bound_elsewhere, condition, gang_world, gpu_node, member, node_of, podgroup
 from tests.service.harness import until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
-
-
-def condition(status: dict, type_: str) -> dict:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
 async def test_enough_gpus_in_the_wrong_shape_is_insufficient_topology(

@@ -6,47 +6,38 @@ bound pod stays Terminating for ever, as on a control plane without kubelets).""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from apis import keys
-from apis import resources as rn
-from apis.annotations import DeviceAllocations
-from tests.gang.harness import RACK, GangWorld, gang_world, gates_of, gpu_node, member, node_of, podgroup
+from tests.gang.harness import (
+    RACK,
+    GangWorld,
+    bound_elsewhere,
+    gang_world,
+    gates_of,
+    gpu_node,
+    member,
+    node_of,
+    podgroup,
+)
 from tests.service.harness import double_booked, until
 from tests.service.pki import Pki
-from tests.support.allocations import entry
 from tests.support.fakeapi import FakeApiServer
 
 JSON = dict[str, Any]
-GIB = 81559 * 2**20
 HIGH = 1000
-
-
-def running(api: FakeApiServer, name: str, node: str, minors: list[int], priority: int, **extra: Any) -> None:
-    entries = [entry(m, {rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100, rn.GPU_MEMORY: GIB}) for m in minors]
-    pod = member(
-        name,
-        gpus=len(minors),
-        annotations={keys.DEVICE_ALLOCATED: DeviceAllocations({"gpu": entries}).to_json()},
-        **extra,
-    )
-    pod["spec"]["nodeName"] = node
-    pod["spec"]["priority"] = priority
-    pod["status"] = {"phase": "Running"}
-    api.put(pod)
 
 
 def fill(api: FakeApiServer, node: str, priority: int = 0, labels: dict[str, str] | None = None) -> None:
     for m in range(8):
-        running(api, f"f-{node}-{m}", node, [m], priority, labels=labels)
+        bound_elsewhere(api, f"f-{node}-{m}", node, [m], priority=priority, labels=labels)
 
 
 def high_member(name: str, group: str, gpus: int) -> JSON:
-    pod = member(name, group=group, gpus=gpus)
-    pod["spec"]["priority"] = HIGH
-    return pod
+    return member(name, group=group, gpus=gpus, priority=HIGH)
 
 
 def terminating(w: GangWorld) -> set[str]:
@@ -101,7 +92,7 @@ async def test_a_running_gang_goes_whole_and_equal_priority_stays(fake_api: Fake
     gpu_node(fake_api, "n1")
     gpu_node(fake_api, "n2")
     for i in range(2):
-        running(fake_api, f"job{i}", "n1", [4 * i + m for m in range(4)], 0, group="job")
+        bound_elsewhere(fake_api, f"job{i}", "n1", [4 * i + m for m in range(4)], priority=0, group="job")
     fill(fake_api, "n2", HIGH)
     fake_api.put(podgroup("job", 2))
     async with gang_world(fake_api, pki) as w:
@@ -208,3 +199,34 @@ async def test_a_restarted_allocator_continues_the_recorded_hold(fake_api: FakeA
             lambda: keys.GANG_HOLD not in (w.pods()["train0"]["metadata"].get("annotations") or {}), 5
         )
         assert keys.DEVICE_ALLOCATED in annotations
+
+
+async def test_victims_that_do_not_leave_in_time_give_the_hold_up(fake_api: FakeApiServer, pki: Pki) -> None:
+    gpu_node(fake_api, "n1")
+    fill(fake_api, "n1", 0, labels={"app": "batch"})
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "batch", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "batch"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    fake_api.put(pdb)
+    async with gang_world(fake_api, pki, preemption_timeout=1.0) as w:
+        await w.admission.create_podgroup(podgroup("train", 1))
+        await w.admission.create_pod(high_member("train0", "train", 8))
+
+        def record() -> str:
+            annotations = w.pods()["train0"]["metadata"].get("annotations") or {}
+            return str(json.loads(annotations.get(keys.GANG_HOLD) or "{}").get("plan") or "")
+
+        await until(lambda: bool(record()), 10)
+        first = record()
+        timed_out = ("topoalloc_gang_preemptions_total", {"result": "timed_out"})
+        await until(lambda: (w.service.metrics.registry.get_sample_value(*timed_out) or 0) >= 1, 10)
+        # The Event is written after the pass that gave up (Events are sent in the background).
+        why = "did not leave within 1s (a PodDisruptionBudget allows no disruption now)"
+        await until(lambda: any(why in n for n in w.notes_about("train", "PodGroup")), 5)
+        # The hold and its record went; the next pass holds the room again under a new plan.
+        await until(lambda: record() not in ("", first), 10)
+        assert gates_of(w.pods()["train0"]) == [keys.GANG_SCHEDULING_GATE] and terminating(w) == set()

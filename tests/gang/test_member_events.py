@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.gang.harness import GangWorld, bound_elsewhere, gang_world, gpu_node, member, node_of, podgroup
+from tests.gang.harness import (
+    GangWorld,
+    bound_elsewhere,
+    condition,
+    gang_world,
+    gpu_node,
+    member,
+    node_of,
+    podgroup,
+)
 from tests.service.harness import until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
-
-
-def condition(status: dict, type_: str) -> dict:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
 def reasons(w: GangWorld, pod: str) -> list[str]:

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from allocator.core.gang.priority import by_priority, gang_priority
 from tests.gang.harness import gang_world, gpu_node, member, node_of, podgroup
 from tests.service.harness import double_booked, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
-
-
-def prioritized(name: str, priority: int, **extra: Any) -> dict[str, Any]:
-    pod = member(name, **extra)
-    pod["spec"]["priority"] = priority  # what the API server's Priority admission fills in
-    return pod
 
 
 async def test_the_younger_higher_priority_gang_goes_first_when_room_frees(
@@ -28,11 +20,11 @@ async def test_the_younger_higher_priority_gang_goes_first_when_room_frees(
         # "old" (priority 10) has waited longer than "new" (priority 1000); each needs 6 GPUs.
         await w.admission.create_podgroup(podgroup("old", 3))
         for i in range(3):
-            await w.admission.create_pod(prioritized(f"old{i}", 10, group="old", gpus=2))
+            await w.admission.create_pod(member(f"old{i}", group="old", gpus=2, priority=10))
         await until(lambda: w.podgroup_status("old").get("phase") == "PreScheduling", 5)
         await w.admission.create_podgroup(podgroup("new", 3))
         for i in range(3):
-            await w.admission.create_pod(prioritized(f"new{i}", 1000, group="new", gpus=2))
+            await w.admission.create_pod(member(f"new{i}", group="new", gpus=2, priority=1000))
         await until(lambda: w.podgroup_status("new").get("phase") == "PreScheduling", 5)
         await w.admission.delete_pod("filler")
 

@@ -6,40 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from apis import keys
-from apis import resources as rn
-from apis.annotations import DeviceAllocations
-from tests.gang.harness import gpu_node, member
+from tests.gang.harness import bound_elsewhere, gpu_node, member
 from tests.service.harness import running_allocator
 from tests.service.pki import Pki
-from tests.support.allocations import entry
 from tests.support.fakeapi import FakeApiServer
 
 JSON = dict[str, Any]
-GIB = 81559 * 2**20
-
-
-def running(
-    api: FakeApiServer, name: str, node: str, minors: list[int], priority: int, group: str = ""
-) -> str:
-    """A Running pod holding whole GPUs `minors` of `node`; its uid."""
-    entries = [entry(m, {rn.GPU_CORE: 100, rn.GPU_MEMORY_RATIO: 100, rn.GPU_MEMORY: GIB}) for m in minors]
-    pod = member(
-        name,
-        group=group,
-        gpus=len(minors),
-        annotations={keys.DEVICE_ALLOCATED: DeviceAllocations({"gpu": entries}).to_json()},
-    )
-    pod["spec"]["nodeName"] = node
-    pod["spec"]["priority"] = priority
-    pod["status"] = {"phase": "Running"}
-    return api.put(pod)["metadata"]["uid"]
 
 
 def preemptor(gpus: int, priority: int, **extra: Any) -> JSON:
-    pod = member("big", gpus=gpus, **extra)
+    pod = member("big", gpus=gpus, priority=priority, **extra)
     pod["metadata"]["uid"] = "u-big"
-    pod["spec"]["priority"] = priority
     return pod
 
 
@@ -55,11 +32,12 @@ async def test_preempt_keeps_nodes_whose_victims_free_the_gpus_and_drops_the_res
         gpu_node(fake_api, name)
     # n1: eight 1-GPU pods of priority 0. n2: four of priority 0, four of priority 100 (equal to the
     # preemptor's). n3: one running 2-member gang (4 GPUs each), priority 0.
-    low1 = [running(fake_api, f"a{m}", "n1", [m], 0) for m in range(8)]
-    low2 = [running(fake_api, f"b{m}", "n2", [m], 0) for m in range(4)]
-    peers = [running(fake_api, f"c{m}", "n2", [m], 100) for m in range(4, 8)]
+    low1 = [bound_elsewhere(fake_api, f"a{m}", "n1", [m], priority=0) for m in range(8)]
+    low2 = [bound_elsewhere(fake_api, f"b{m}", "n2", [m], priority=0) for m in range(4)]
+    peers = [bound_elsewhere(fake_api, f"c{m}", "n2", [m], priority=100) for m in range(4, 8)]
     gang = [
-        running(fake_api, f"job{i}", "n3", [4 * i + m for m in range(4)], 0, group="job") for i in range(2)
+        bound_elsewhere(fake_api, f"job{i}", "n3", [4 * i + m for m in range(4)], priority=0, group="job")
+        for i in range(2)
     ]
     async with running_allocator(fake_api, pki) as r:
         # kube-scheduler counted: it would take all of n2 (it may not: equal priority) and one
@@ -79,7 +57,7 @@ async def test_gang_members_never_preempt_here_and_pods_without_devices_keep_the
     fake_api: FakeApiServer, pki: Pki
 ) -> None:
     gpu_node(fake_api, "n1")
-    uids = [running(fake_api, f"a{m}", "n1", [m], 0) for m in range(8)]
+    uids = [bound_elsewhere(fake_api, f"a{m}", "n1", [m], priority=0) for m in range(8)]
     async with running_allocator(fake_api, pki) as r:
         status, body = await r.client.post("preempt", args(preemptor(8, 100, group="g"), {"n1": uids}))
         assert status == 200 and body == {"NodeNameToMetaVictims": {}}

@@ -52,6 +52,18 @@ def test_node_deleted_and_created_again_gets_its_devices_back() -> None:
     assert fits(cache, 8, "gpu-1")
 
 
+def test_a_relist_replaying_a_device_cr_rebuilds_nothing() -> None:
+    cache = ClusterCache(CoreAdapter())
+    dev = stamped(device("gpu-1"))
+    cache.replace(DEVICES, [dev])
+    record = cache.devices["gpu-1"]
+    cache.replace(DEVICES, [copy.deepcopy(dev)])  # the same resourceVersion again
+    assert cache.devices["gpu-1"] is record
+    changed = stamped(dev)  # a new resourceVersion
+    cache.replace(DEVICES, [changed])
+    assert cache.devices["gpu-1"].resource_version == changed["metadata"]["resourceVersion"]
+
+
 def test_pods_seen_before_their_node_count_once_it_arrives() -> None:
     cache = ClusterCache(CoreAdapter())
     cache.apply(PODS, "ADDED", bound("early", "gpu-1", [0, 1, 2, 3]))

@@ -186,9 +186,9 @@ class ClusterCache:
         name = meta.get("name") or ""
         rv = meta.get("resourceVersion") or ""
         old = self.devices.get(name)
-        self.devices[name] = DeviceRecord.of(dev)
         if rv and old is not None and old.resource_version == rv:
-            return  # a relist replaying what we have: no inventory rebuild
+            return  # a relist replaying what we have: no inventory rebuild, no new record
+        self.devices[name] = DeviceRecord.of(dev)
         self._install_device(name, dev)
         self._notify(DEVICES.name, name, dev)
 
