@@ -122,7 +122,8 @@ class Metrics:
         )
         self.preemption_victims = Counter(
             "topoalloc_preemption_victims",
-            "Victims named to kube-scheduler (extender) or evicted for a gang (gang).",
+            "Victims named to kube-scheduler by the preempt verb (path=extender); a gang's evictions "
+            "are topoalloc_gang_preemption_victims.",
             ["path"],
             registry=r,
         )
