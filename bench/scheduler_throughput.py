@@ -143,43 +143,13 @@ class BindWatch:
     """Watches a namespace's pods and notes when each is first seen bound (monotonic seconds)."""
 
     def __init__(self, cp: ControlPlane, namespace: str) -> None:
-        self.cp = cp
-        self.namespace = namespace
         self.bound: dict[str, float] = {}
-        self.rv = cp.admin.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["metadata"]["resourceVersion"]
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        cp = self.cp
-        http = urllib3.PoolManager(
-            ca_certs=str(cp.pki.ca_file),
-            cert_file=str(cp.admin_cert[0]),
-            key_file=str(cp.admin_cert[1]),
-            retries=False,
-        )
-        while not self.stop.is_set():
-            url = (
-                f"{cp.url}/api/v1/namespaces/{self.namespace}/pods?watch=1&timeoutSeconds=30"
-                f"&allowWatchBookmarks=true&resourceVersion={self.rv}"
-            )
-            resp = http.request("GET", url, preload_content=False, timeout=urllib3.Timeout(read=60))
-            buffer = b""
-            for chunk in resp.stream(65536):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    self._event(json.loads(line))
-                if self.stop.is_set():
-                    break
-            resp.release_conn()
+        cp.watch_pods(namespace, self._event, self.stop, "bind-watch")
 
     def _event(self, event: dict[str, Any]) -> None:
         obj = event.get("object") or {}
-        meta = obj.get("metadata") or {}
-        self.rv = meta.get("resourceVersion") or self.rv
-        name = meta.get("name")
+        name = (obj.get("metadata") or {}).get("name")
         if name and (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
             self.bound[name] = time.monotonic()
 

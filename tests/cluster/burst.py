@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import urllib3
-
 from tests.cluster.harness import ALLOCATED, DEVICES, ClusterEnv, gpu_pod
 from tests.support.cluster_product import agent_argv
 from tests.support.controlplane import ControlPlane, Process
@@ -156,49 +154,18 @@ class BurstKubelets:
         self._changed = threading.Condition()
         self._queues: dict[str, queue.Queue[dict[str, Any] | None]] = {n: queue.Queue() for n in nodes}
         self._stop = threading.Event()
-        self._http = urllib3.PoolManager(
-            ca_certs=str(cp.pki.ca_file),
-            cert_file=str(cp.admin_cert[0]),
-            key_file=str(cp.admin_cert[1]),
-            retries=False,
-        )
-        self._rv = cp.admin.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["metadata"][
-            "resourceVersion"
-        ]
-        self._threads = [threading.Thread(target=self._watch, name="burst-watch", daemon=True)]
-        self._threads += [
+        self._threads = [
             threading.Thread(target=self._admit, args=(n,), name=f"kubelet-{n}", daemon=True) for n in nodes
         ]
         for t in self._threads:
             t.start()
+        cp.watch_pods(namespace, self._event, self._stop, "burst-watch")
 
     # -- the pod source ----------------------------------------------------------------------
-    def _watch(self) -> None:
-        cp = self.cp
-        while not self._stop.is_set():
-            url = (
-                f"{cp.url}/api/v1/namespaces/{self.namespace}/pods?watch=1&timeoutSeconds=5"
-                f"&allowWatchBookmarks=true&resourceVersion={self._rv}"
-            )
-            try:
-                resp = self._http.request("GET", url, preload_content=False, timeout=urllib3.Timeout(read=30))
-                buffer = b""
-                for chunk in resp.stream(65536):
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        self._event(json.loads(line))
-                    if self._stop.is_set():
-                        break
-                resp.release_conn()
-            except (urllib3.exceptions.HTTPError, OSError, ValueError):
-                time.sleep(0.1)
-
     def _event(self, event: dict[str, Any]) -> None:
         now = time.monotonic()
         obj = event.get("object") or {}
         meta = obj.get("metadata") or {}
-        self._rv = meta.get("resourceVersion") or self._rv
         if event.get("type") not in ("ADDED", "MODIFIED") or not meta.get("name"):
             return
         spec = obj.get("spec") or {}
@@ -253,9 +220,8 @@ class BurstKubelets:
         self._stop.set()
         for q in self._queues.values():
             q.put(None)
-        for t in self._threads[1:]:
+        for t in self._threads:
             t.join(10)
-        self._http.clear()
 
 
 def annotated_gpus(pod: dict[str, Any], uuids: dict[int, str]) -> list[str]:

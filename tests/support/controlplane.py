@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -678,6 +679,55 @@ class ControlPlane:
             self.admin.post(
                 f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "default"}}
             )
+
+    def watch_pods(
+        self, namespace: str, on_event: Callable[[dict[str, Any]], None], stop: threading.Event, name: str
+    ) -> threading.Thread:
+        """Start a thread `name` that feeds every watch event of `namespace`'s pods from now on (the
+        resourceVersion is read before this returns, so pods created next are seen) to `on_event`
+        until `stop` is set (checked between chunks, and at least every 5 s), resuming from the last
+        resourceVersion seen after a dropped stream."""
+        rv = self.admin.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["metadata"]["resourceVersion"]
+        thread = threading.Thread(
+            target=self._stream_pods, args=(namespace, rv, on_event, stop), name=name, daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _stream_pods(
+        self, namespace: str, rv: str, on_event: Callable[[dict[str, Any]], None], stop: threading.Event
+    ) -> None:
+        http = urllib3.PoolManager(
+            ca_certs=str(self.pki.ca_file),
+            cert_file=str(self.admin_cert[0]),
+            key_file=str(self.admin_cert[1]),
+            retries=False,
+        )
+        try:
+            while not stop.is_set():
+                url = (
+                    f"{self.url}/api/v1/namespaces/{namespace}/pods?watch=1&timeoutSeconds=5"
+                    f"&allowWatchBookmarks=true&resourceVersion={rv}"
+                )
+                try:
+                    resp = http.request("GET", url, preload_content=False, timeout=urllib3.Timeout(read=30))
+                    buffer = b""
+                    for chunk in resp.stream(65536):
+                        buffer += chunk
+                        *lines, buffer = buffer.split(b"\n")
+                        for line in lines:
+                            event = json.loads(line)
+                            rv = ((event.get("object") or {}).get("metadata") or {}).get(
+                                "resourceVersion"
+                            ) or rv
+                            on_event(event)
+                        if stop.is_set():
+                            break
+                    resp.release_conn()
+                except (urllib3.exceptions.HTTPError, OSError, ValueError):
+                    time.sleep(0.1)
+        finally:
+            http.clear()
 
     def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         self.admin.post("/api/v1/namespaces", {"metadata": {"name": name, "labels": dict(labels or {})}})
