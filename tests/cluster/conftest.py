@@ -1,7 +1,9 @@
-"""The real-cluster tier (marker `cluster`): one control plane for the whole session, a fresh
-namespace per test, the logs of every process attached to a failing test's report.
+"""The real-cluster tier (marker `cluster`): one control plane per Kubernetes release for the
+whole session (every test runs on v1.35.6 and on v1.36.3, tests/support/kube_releases.py;
+TOPOALLOC_K8S_VERSIONS narrows it), a fresh namespace per test, the logs of every process attached
+to a failing test's report. `@pytest.mark.k8s(min="1.36")` keeps a test to the releases it needs.
 
-Runs whenever ../shared/k8s, etcd and kubectl are present; under .ci/run
+Runs whenever ../shared/k8s, ../shared/k8s-1.36, etcd and kubectl are present; under .ci/run
 (TOPOALLOC_REQUIRE_SHARED=1) their absence fails the tier instead of skipping it.
 """
 
@@ -16,7 +18,7 @@ import pytest
 
 from tests.apis.paths import require_shared
 from tests.cluster.harness import ClusterEnv
-from tests.support.controlplane import missing_parts
+from tests.support.kube_releases import KubeRelease, selected_releases
 
 _names = itertools.count()
 HERE = Path(__file__).parent
@@ -43,10 +45,33 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             _running.pop().stop()
 
 
+@pytest.fixture(scope="session", params=selected_releases(), ids=lambda r: f"k8s-{r.minor}")
+def release(request: pytest.FixtureRequest) -> KubeRelease:
+    """The Kubernetes release of this run of the test (pytest groups the tests by it, so each
+    release's control plane is started once and stopped before the next one starts)."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _release_marker(request: pytest.FixtureRequest) -> None:
+    """Skip a test marked `k8s(min="1.36")` (or `max=`) on the releases outside its range."""
+    marker = request.node.get_closest_marker("k8s")
+    if marker is None or "release" not in request.fixturenames:
+        return
+    release: KubeRelease = request.getfixturevalue("release")
+    low, high = marker.kwargs.get("min"), marker.kwargs.get("max")
+    if (low and release.minor_int < _minor(low)) or (high and release.minor_int > _minor(high)):
+        pytest.skip(f"needs Kubernetes {low or ''}..{high or ''}, this run is {release.version}")
+
+
+def _minor(text: str) -> int:
+    return int(text.lstrip("v").split(".")[1])
+
+
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterEnv]:
-    require_shared(missing_parts())
-    env = ClusterEnv(tmp_path_factory.mktemp("cluster"))
+def cluster(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterEnv]:
+    require_shared(release.missing_parts())
+    env = ClusterEnv(tmp_path_factory.mktemp(f"cluster-{release.minor}"), release=release)
     try:
         env.start()
     except BaseException:
@@ -58,6 +83,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterEnv]:
         yield env
     finally:
         env.stop()
+        if env in _running:
+            _running.remove(env)
 
 
 @pytest.fixture

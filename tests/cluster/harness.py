@@ -27,6 +27,7 @@ from tests.support.cluster_product import (
     service_account_token,
 )
 from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, Process, wait_until
+from tests.support.kube_releases import DEFAULT, KubeRelease
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 AGENT_SA = "topoalloc-agent"
@@ -48,6 +49,7 @@ def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
 @dataclass
 class ClusterEnv:
     workdir: Path
+    release: KubeRelease = DEFAULT
     cp: ControlPlane = field(init=False)
     certs: Path = field(init=False)
     replicas: dict[str, AllocatorReplica] = field(default_factory=dict)
@@ -68,6 +70,7 @@ class ClusterEnv:
             self.workdir / "k8s",
             scheduler_config=scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs),
             controller_manager=True,
+            release=self.release,
         )
         self.cp.start()
         self.apply_manifests()

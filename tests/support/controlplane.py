@@ -2,13 +2,11 @@
 + kube-controller-manager), for the real-cluster test tier and for benchmarks.
 
 No pytest here, so bench/ scripts can import it. Everything runs on 127.0.0.1 on free ports with a
-throw-away PKI (ECDSA P-256, from `allocator.service.certs`); no kubelet, so Nodes are POSTed with their
-status. Every wait has a deadline and reports the process log tail when it expires; processes are
-started in their own session and ended by PID (SIGTERM, then SIGKILL).
+throw-away PKI (tests/support/pki.py); no kubelet, so Nodes are POSTed with their status. Every wait
+has a deadline and reports the process log tail when it expires (tests/support/processes.py).
 
-Binaries: etcd from Debian's etcd-server (/usr/bin/etcd), the three Kubernetes binaries unpacked
-from ../shared/k8s (`unpack DIR`) into a cache outside the repository (TOPOALLOC_K8S_BIN, default
-~/.cache/topoalloc/k8s-v1.35.6), under a file lock since several test runs may share it.
+Binaries: etcd from Debian's etcd-server (/usr/bin/etcd), the three Kubernetes binaries of the
+release asked for (tests/support/kube_releases.py: v1.35.6 or v1.36.3).
 """
 
 from __future__ import annotations
@@ -16,377 +14,46 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-import fcntl
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import urllib3
 import yaml
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
-from allocator.service import certs
-
-REPO = Path(__file__).resolve().parents[2]
-K8S_DIR = REPO.parent / "shared" / "k8s"
-ETCD = Path(os.environ.get("TOPOALLOC_ETCD", "/usr/bin/etcd"))
-KUBECTL = Path(os.environ.get("TOPOALLOC_KUBECTL") or shutil.which("kubectl") or "/usr/bin/kubectl")
-K8S_VERSION = "v1.35.6"
-BIN_CACHE = Path(
-    os.environ.get("TOPOALLOC_K8S_BIN", str(Path.home() / ".cache" / "topoalloc" / f"k8s-{K8S_VERSION}"))
+from tests.support.kube_releases import DEFAULT, ETCD, KUBECTL, REPO, KubeRelease, missing_parts
+from tests.support.pki import Pki
+from tests.support.processes import (
+    HOST,
+    ControlPlaneError,
+    Process,
+    free_port,
+    wait_until,
+    warnings_off,
 )
-HOST = "127.0.0.1"
+from tests.support.rest import ApiStatus, Rest, kubeconfig_text
+
+__all__ = [
+    "HOST",
+    "REPO",
+    "ApiStatus",
+    "ControlPlane",
+    "ControlPlaneError",
+    "KubeRelease",
+    "Process",
+    "Rest",
+    "free_port",
+    "missing_parts",
+    "wait_until",
+]
+
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-
-
-class ControlPlaneError(RuntimeError):
-    """A component did not start, died or missed its deadline; the message carries its log tail."""
-
-
-def missing_parts() -> list[str]:
-    """What this machine lacks to run a control plane (empty: everything is there)."""
-    out = []
-    if not (K8S_DIR / "unpack").is_file():
-        out.append(f"{K8S_DIR} (Kubernetes binaries and their unpack script)")
-    if not os.access(ETCD, os.X_OK):
-        out.append(f"{ETCD} (Debian package etcd-server)")
-    if not os.access(KUBECTL, os.X_OK):
-        out.append(f"{KUBECTL} (Debian package kubectl or kubernetes-client)")
-    return out
-
-
-def unpack_binaries(cache: Path = BIN_CACHE) -> Path:
-    """kube-apiserver, kube-scheduler and kube-controller-manager in `cache` (unpacked once)."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(cache.parent / f".{cache.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = subprocess.run(
-            [str(K8S_DIR / "unpack"), str(cache)], capture_output=True, text=True, timeout=300
-        )
-    if done.returncode != 0:
-        raise ControlPlaneError(f"unpacking the Kubernetes binaries failed: {done.stderr.strip()}")
-    return cache
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(
-    check: Callable[[], Any],
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.2,
-    process: Process | None = None,
-) -> Any:
-    """Call `check` until it returns something truthy (returned) or `timeout` seconds pass.
-
-    Exceptions from `check` count as "not yet". A `process` that exits ends the wait at once.
-    """
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while True:
-        try:
-            result = check()
-        except Exception as exc:
-            last, result = exc, None
-        if result:
-            return result
-        if process is not None and not process.alive():
-            raise ControlPlaneError(
-                f"{process.name} exited ({process.returncode()}) while waiting for {what}"
-            )
-        if time.monotonic() > deadline:
-            detail = f" (last error: {last})" if last else ""
-            tail = f"\n{process.tail()}" if process else ""
-            raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}{detail}{tail}")
-        time.sleep(interval)
-
-
-# ---------------------------------------------------------------------------------------- PKI
-
-
-@dataclass
-class Pki:
-    """A throw-away CA and the certificates it signs (`allocator.service.certs`, the project's own
-    PKI code), as files in `dir`."""
-
-    dir: Path
-    ca: certs.Issued = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.ca = certs.make_ca("topoalloc-test-cluster-ca")
-        self.ca_file.write_bytes(self.ca.cert_pem)
-
-    @property
-    def ca_file(self) -> Path:
-        return self.dir / "ca.crt"
-
-    def issue(
-        self,
-        name: str,
-        common_name: str,
-        *,
-        organization: str | None = None,
-        dns_names: tuple[str, ...] = (),
-        ip_addresses: tuple[str, ...] = (),
-    ) -> tuple[Path, Path]:
-        """A leaf for clients (no names) or servers; returns (cert file, key file)."""
-        server = bool(dns_names or ip_addresses)
-        leaf = certs.issue(
-            self.ca,
-            common_name,
-            organization=organization,
-            dns_names=dns_names,
-            ip_addresses=ip_addresses,
-            server=server,
-            client=not server,
-        )
-        cert_file, key_file = self.dir / f"{name}.crt", self.dir / f"{name}.key"
-        leaf.write(cert_file, key_file)
-        return cert_file, key_file
-
-    def signing_key(self, name: str) -> tuple[Path, Path]:
-        """A bare key pair (service-account token signing): (public key file, private key file)."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        pub_file, key_file = self.dir / f"{name}.pub", self.dir / f"{name}.key"
-        pub_file.write_bytes(
-            key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-        )
-        pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(pem)
-        return pub_file, key_file
-
-
-# ---------------------------------------------------------------------------------- processes
-
-
-class Process:
-    """One daemon: started in its own session, output to a log file, ended by its PID."""
-
-    def __init__(self, name: str, argv: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
-        self.name = name
-        self.argv = argv
-        self.log = log
-        self.env = dict(env) if env is not None else None
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Process:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self.env,
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.popen is not None, f"{self.name} was never started"
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def returncode(self) -> int | None:
-        return None if self.popen is None else self.popen.poll()
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM, then SIGKILL after `timeout`; always reaps the process."""
-        if self.popen is None:
-            return
-        if self.alive():
-            self.signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
-
-    def kill(self) -> None:
-        """SIGKILL now (a crash), and reap."""
-        self.signal(signal.SIGKILL)
-        if self.popen is not None:
-            self.popen.wait(10)
-
-    def text(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def tail(self, lines: int = 40) -> str:
-        body = "\n".join(self.text().splitlines()[-lines:])
-        return f"--- {self.name} (pid {self.popen.pid if self.popen else '-'}, log {self.log}) ---\n{body}"
-
-
-# --------------------------------------------------------------------------------------- REST
-
-
-class ApiStatus(Exception):
-    """An HTTP error answer of the API server, with its Status body."""
-
-    def __init__(self, status: int, body: Any, method: str, path: str) -> None:
-        self.status = status
-        self.body = body
-        message = body.get("message") if isinstance(body, dict) else body
-        super().__init__(f"{method} {path}: {status} {message}")
-
-    @property
-    def message(self) -> str:
-        return str(self.body.get("message", "")) if isinstance(self.body, dict) else str(self.body)
-
-
-class Rest:
-    """A small JSON client for the API server, for test set-up and checks (the product code under
-    test uses its own clients)."""
-
-    def __init__(
-        self,
-        url: str,
-        ca_file: Path | None = None,
-        cert: tuple[Path, Path] | None = None,
-        *,
-        token: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        """`ca_file` verifies an https `url`; without it the URL is plain http (the fake API server)."""
-        self.url = url
-        self.headers = dict(headers or {})
-        if token:
-            self.headers["Authorization"] = f"Bearer {token}"
-        tls: dict[str, Any] = {}
-        if ca_file is not None:
-            tls = {
-                "ca_certs": str(ca_file),
-                "cert_file": str(cert[0]) if cert else None,
-                "key_file": str(cert[1]) if cert else None,
-                "cert_reqs": "CERT_REQUIRED",
-            }
-        self.pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30), **tls)
-
-    def impersonating(
-        self, user: str, *, groups: tuple[str, ...] = (), extra: Mapping[str, str] = {}
-    ) -> Rest:
-        """The same credentials acting as `user` (Impersonate-* headers; needs the impersonate verb)."""
-        clone = object.__new__(Rest)
-        clone.url, clone.pool = self.url, self.pool
-        clone.headers = dict(self.headers)
-        clone.headers["Impersonate-User"] = user
-        # urllib3 takes one value per header name; the API server accepts groups comma-free only
-        # as repeated headers, so several groups are not supported here.
-        if groups:
-            assert len(groups) == 1, "one impersonated group at a time"
-            clone.headers["Impersonate-Group"] = groups[0]
-        for key, value in extra.items():
-            clone.headers[f"Impersonate-Extra-{_escape_extra(key)}"] = value
-        return clone
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        content_type: str = "application/json",
-        query: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
-        headers = dict(self.headers)
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = content_type
-        url = self.url + path
-        if query:
-            url += "?" + urlencode(query)
-        resp = self.pool.request(
-            method,
-            url,
-            body=data,
-            headers=headers,
-            timeout=urllib3.Timeout(connect=5, read=timeout) if timeout else None,
-        )
-        try:
-            parsed: Any = json.loads(resp.data) if resp.data else None
-        except ValueError:
-            parsed = resp.data.decode(errors="replace")
-        if resp.status >= 400:
-            raise ApiStatus(resp.status, parsed, method, path)
-        return parsed
-
-    def get(self, path: str, **query: Any) -> Any:
-        return self.request("GET", path, query=query or None)
-
-    def post(self, path: str, body: Any) -> Any:
-        return self.request("POST", path, body)
-
-    def put(self, path: str, body: Any) -> Any:
-        return self.request("PUT", path, body)
-
-    def merge_patch(self, path: str, body: Any) -> Any:
-        return self.request("PATCH", path, body, content_type="application/merge-patch+json")
-
-    def delete(self, path: str, **query: Any) -> Any:
-        return self.request("DELETE", path, query=query or None)
-
-
-def _escape_extra(key: str) -> str:
-    """Impersonate-Extra-* header names percent-encode what a header name cannot hold."""
-    return "".join(c if c.isalnum() or c in "-_.~!#$&'*+^`|" else f"%{ord(c):02X}" for c in key)
-
-
-# ------------------------------------------------------------------------------ control plane
-
-
-def kubeconfig_text(
-    url: str, ca_file: Path, *, cert: tuple[Path, Path] | None = None, token: str | None = None
-) -> str:
-    user: dict[str, str] = {}
-    if cert:
-        user = {"client-certificate": str(cert[0]), "client-key": str(cert[1])}
-    if token:
-        user["token"] = token
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": {"server": url, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "user", "user": user}],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "user"}}],
-        "current-context": "local",
-    }
-    return yaml.safe_dump(doc, sort_keys=False)
 
 
 class ControlPlane:
@@ -404,6 +71,7 @@ class ControlPlane:
         scheduler: bool = True,
         controller_manager: bool = False,
         bin_dir: Path | None = None,
+        release: KubeRelease = DEFAULT,
         start_timeout: float = 180.0,
         apiserver_args: tuple[str, ...] = (),
     ) -> None:
@@ -412,6 +80,7 @@ class ControlPlane:
         self.with_scheduler = scheduler
         self.with_controller_manager = controller_manager
         self.bin_dir = bin_dir
+        self.release = release
         self.start_timeout = start_timeout
         self.apiserver_args = apiserver_args
         self.processes: dict[str, Process] = {}
@@ -455,7 +124,7 @@ class ControlPlane:
         self.stop()
 
     def start(self) -> None:
-        self.bin_dir = self.bin_dir or unpack_binaries()
+        self.bin_dir = self.bin_dir or self.release.unpack()
         self._start_etcd()
         self._start_apiserver()
         if self.with_controller_manager:
@@ -782,13 +451,3 @@ class ControlPlane:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@contextlib.contextmanager
-def warnings_off() -> Iterator[None]:
-    """Silence urllib3's unverified-HTTPS warning for health probes of self-signed endpoints."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-        yield
