@@ -1,0 +1,126 @@
+"""topoalloc as a DRA driver (resource.k8s.io/v1): the names both halves agree on.
+
+One driver, `topoalloc.io`, publishes a node's GPUs, RDMA NICs (PFs) and their SR-IOV VFs in one
+pool named after the node. Because GPUs and NICs come from the same driver, the attributes they
+share (`pcieSwitch`, `socket`, and the standard `resource.kubernetes.io/pcieRoot` and `numaNode`)
+have one fully-qualified name for both kinds, so a claim's `matchAttribute` aligns a GPU with its
+NIC. Device names are DNS labels that encode the device: `gpu-<minor>`, `rdma-<minor>`,
+`rdma-<minor>-vf-<vf minor>`, so the allocator maps a slice's device back to the node's Device CR
+(its topology source) without reading the slice.
+
+Attribute names without a domain belong to the driver's domain (`topoalloc.io/<name>` in a
+`matchAttribute`, `device.attributes["topoalloc.io"].<name>` in CEL).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from apis.resources import DeviceType
+
+GROUP: Final = "resource.k8s.io"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+DRIVER: Final = "topoalloc.io"
+
+# DeviceClasses shipped in deploy/dra/: one per kind of device a claim asks for.
+GPU_CLASS: Final = "gpu.topoalloc.io"
+RDMA_CLASS: Final = "rdma.topoalloc.io"  # a whole NIC (its PF)
+RDMA_VF_CLASS: Final = "rdma-vf.topoalloc.io"  # one SR-IOV virtual function
+CLASSES: Final = (GPU_CLASS, RDMA_CLASS, RDMA_VF_CLASS)
+
+# Values of the `type` attribute.
+TYPE_GPU: Final = "gpu"
+TYPE_RDMA: Final = "rdma"
+TYPE_RDMA_VF: Final = "rdma-vf"
+CLASS_TYPE: Final = {GPU_CLASS: TYPE_GPU, RDMA_CLASS: TYPE_RDMA, RDMA_VF_CLASS: TYPE_RDMA_VF}
+
+# Standard attribute names (KEP-4381, KEP-6072): shared with every other driver.
+STANDARD: Final = "resource.kubernetes.io/"
+PCIE_ROOT: Final = STANDARD + "pcieRoot"
+PCI_BUS_ID: Final = STANDARD + "pciBusID"
+NUMA_NODE: Final = STANDARD + "numaNode"
+
+# topoalloc's attributes (the driver's domain).
+ATTR_TYPE: Final = "type"
+ATTR_UUID: Final = "uuid"
+ATTR_PRODUCT: Final = "productName"
+ATTR_MINOR: Final = "minor"
+ATTR_NVLINK_DOMAIN: Final = "nvlinkDomain"
+ATTR_PCIE_SWITCH: Final = "pcieSwitch"
+ATTR_SOCKET: Final = "socket"
+ATTR_PF: Final = "pf"  # on a VF: the name of its NIC's device
+CAPACITY_MEMORY: Final = "memory"
+
+
+def partition_attribute(size: int) -> str:
+    """`nvlinkPartition4`: on a GPU, the id of the partition of `size` GPUs it belongs to in the
+    node's partition table, so `matchAttribute: topoalloc.io/nvlinkPartition4` keeps a 4-GPU
+    claim inside one NVLink partition."""
+    return f"nvlinkPartition{size}"
+
+
+def qualified(name: str) -> str:
+    """The fully-qualified name of one of the driver's attributes (as `matchAttribute` takes it)."""
+    return name if "/" in name else f"{DRIVER}/{name}"
+
+
+# Node label: which device path a node is in. One node is in one mode; the allocator serves both.
+MODE_LABEL: Final = "topoalloc.io/device-mode"
+MODE_DEVICE_PLUGIN: Final = "device-plugin"
+MODE_DRA: Final = "dra"
+MODES: Final = (MODE_DEVICE_PLUGIN, MODE_DRA)
+
+# The scheduling gate put on a pod whose claims topoalloc allocates (removed once they are).
+SCHEDULING_GATE: Final = "topoalloc.io/dra"
+# On a ResourceClaim or a ResourceClaimTemplate's spec.metadata: "kube-scheduler" leaves the claim
+# to kube-scheduler's own (first-fit) allocation.
+ALLOCATOR_ANNOTATION: Final = "topoalloc.io/allocator"
+ALLOCATOR_KUBE_SCHEDULER: Final = "kube-scheduler"
+# On a claim whose allocation topoalloc wrote: the node it chose (for readers and for a restart).
+ALLOCATED_BY_ANNOTATION: Final = "topoalloc.io/allocated-by"
+ALLOCATED_BY: Final = "topoalloc"
+
+# API limits (resource.k8s.io/v1 validation).
+MAX_DEVICES_PER_SLICE: Final = 128
+MAX_ATTRIBUTES_PER_DEVICE: Final = 32  # attributes and capacities together
+MAX_REQUESTS_PER_CLAIM: Final = 32
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceName:
+    """What a slice device's name says: the device type, the minor in the Device CR, and for a VF
+    its own minor."""
+
+    type: str  # TYPE_GPU, TYPE_RDMA or TYPE_RDMA_VF
+    minor: int
+    vf: int | None = None
+
+    def __str__(self) -> str:
+        if self.type == TYPE_GPU:
+            return f"gpu-{self.minor}"
+        if self.type == TYPE_RDMA:
+            return f"rdma-{self.minor}"
+        return f"rdma-{self.minor}-vf-{self.vf}"
+
+    @property
+    def device_type(self) -> DeviceType:
+        return DeviceType.GPU if self.type == TYPE_GPU else DeviceType.RDMA
+
+
+_NAME = re.compile(r"(gpu|rdma)-(\d+)(?:-vf-(\d+))?")
+
+
+def parse_device_name(name: str) -> DeviceName | None:
+    """The device a topoalloc slice device name stands for (None: not one of ours)."""
+    m = _NAME.fullmatch(name)
+    if m is None or (m.group(1) == "gpu" and m.group(3) is not None):
+        return None
+    if m.group(1) == "gpu":
+        return DeviceName(TYPE_GPU, int(m.group(2)))
+    if m.group(3) is None:
+        return DeviceName(TYPE_RDMA, int(m.group(2)))
+    return DeviceName(TYPE_RDMA_VF, int(m.group(2)), int(m.group(3)))
