@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from typing import Any
 
 from prometheus_client import Counter
 
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error
+from apis.timestamps import format_time
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +31,6 @@ MISMATCHES = Counter(
 )
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class PodEvents:
     """Posts core/v1 Events on pods; a failure to post is logged, never raised."""
 
@@ -45,7 +41,7 @@ class PodEvents:
     def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
-        now = _now()
+        now = format_time()
         body = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import fcntl
 import json
 import os
@@ -37,6 +36,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from allocator.service import certs
+from apis.timestamps import format_time
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO.parent / "shared" / "k8s"
@@ -781,7 +781,7 @@ class ControlPlane:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time()
 
 
 @contextlib.contextmanager
