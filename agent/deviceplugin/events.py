@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter
 
@@ -29,6 +29,22 @@ MISMATCHES = Counter(
     "Containers whose kubelet-assigned devices (PodResources) differ from the pod annotation",
     ["resource"],
 )
+
+
+class EventSink(Protocol):
+    """Where the device plugins' Warning Events on pods go."""
+
+    def warn(self, pod: dict[str, Any], reason: str, message: str) -> None: ...
+
+
+class NoEvents:
+    """The sink of an agent without a cluster (`--print`): nowhere to post; the metrics still count."""
+
+    def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        pass
+
+
+NO_EVENTS = NoEvents()
 
 
 class PodEvents:
