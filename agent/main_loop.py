@@ -30,11 +30,11 @@ from agent.publish.device_builder import (
     build_device,
     node_labels,
     node_resources,
-    rfc3339,
 )
 from agent.publish.publisher import Publisher
 from apis import keys, resources
 from apis.device import Condition, Device
+from apis.timestamps import format_time
 
 if TYPE_CHECKING:  # grpc is imported only when the device plugins run
     from agent.deviceplugin.service import DevicePluginService
@@ -67,7 +67,7 @@ def carry_over(previous: Device | None, device: Device, snap: Snapshot, now: flo
         dev = copy.deepcopy(dev)
         if dev.health or not dev.conditions or dev.conditions[0].reason != NVML_UNAVAILABLE:
             dev.conditions = [
-                Condition(HEALTHY_CONDITION, "False", NVML_UNAVAILABLE, snap.nvml_reason, rfc3339(now))
+                Condition(HEALTHY_CONDITION, "False", NVML_UNAVAILABLE, snap.nvml_reason, format_time(now))
             ]
         dev.health = False
         kept.append(dev)
@@ -291,7 +291,7 @@ class Agent:
             "ready": ready,
             "notReadyReason": reason,
             "passes": self.passes,
-            "lastPassAt": rfc3339(self.last_pass_at) if self.last_pass_at else None,
+            "lastPassAt": format_time(self.last_pass_at) if self.last_pass_at else None,
             "lastPassMillis": round(snap.took_seconds * 1000, 1) if snap else None,
             "errors": last.errors if last else [],
             "nvml": "ok" if snap and snap.nvml_available else (snap.nvml_reason if snap else "unknown"),

@@ -82,9 +82,6 @@ class Quantity:
     def milli_value(self) -> int:
         return -(-self.nanos // (NANO // 1000))
 
-    def is_zero(self) -> bool:
-        return self.nanos == 0
-
     # -- arithmetic and comparison ----------------------------------------------------------
     def __add__(self, other: Quantity) -> Quantity:
         return Quantity(self.nanos + other.nanos, self.format)

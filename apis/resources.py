@@ -49,13 +49,6 @@ RESOURCE_DEVICE_TYPE: dict[str, DeviceType] = {
     FPGA: DeviceType.FPGA,
 }
 
-# What a healthy device advertises in its Device CR `resources`.
-DEVICE_RESOURCES: dict[DeviceType, tuple[str, ...]] = {
-    DeviceType.GPU: (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO),
-    DeviceType.RDMA: (RDMA,),
-    DeviceType.FPGA: (FPGA,),
-}
-
 # Mid-tier (reclaimable) node resources published by the agent.
 MID_CPU = "kubernetes.io/mid-cpu"  # milli-cores, integer
 MID_MEMORY = "kubernetes.io/mid-memory"  # bytes

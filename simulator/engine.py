@@ -93,7 +93,6 @@ def replay(
     cluster: SimCluster,
     arrivals: Sequence[Arrival],
     policy: Policy,
-    progress: Callable[[int], None] | None = None,
     quality: QualityStats | None = None,
 ) -> tuple[EventLog, ReplayStats]:
     """Place ``arrivals`` in order; returns the per-pod event log and the counts, and adds each
@@ -127,10 +126,6 @@ def replay(
             k += 1
             if quality is not None:
                 record(quality, cluster, member, demand / max(cluster.capacity_pct, 1) * 100.0)
-            if progress is not None and k % 500 == 0:
-                progress(500)
-    if progress is not None:
-        progress(n % 500)
     stats.pods = n
     return EventLog(cluster.capacity_pct, arrived, allocated, fragmented), stats
 
@@ -141,12 +136,11 @@ def run_replay(
     policy_name: str,
     policy: Policy,
     seed: int,
-    progress: Callable[[int], None] | None = None,
     started: float | None = None,
 ) -> RunResult:
     started = time.perf_counter() if started is None else started
     quality = QualityStats()
-    log, stats = replay(cluster, arrivals, policy, progress, quality)
+    log, stats = replay(cluster, arrivals, policy, quality)
     capacity = max(cluster.capacity_pct, 1)
     return RunResult(
         policy_name,
@@ -185,7 +179,6 @@ def run_paper(
     mix: WorkloadMix,
     policy: str,
     seed: int,
-    progress: Callable[[int], None] | None = None,
 ) -> RunResult:
     """One seed of the FGD paper protocol for one policy, on the production core."""
     started = time.perf_counter()
@@ -194,4 +187,4 @@ def run_paper(
     requests = [to_request(p) for p in setup.pods]
     cluster = openb_cluster(nodes, tie_seed=seed, metrics_mix=mix)
     chosen = POLICIES[policy](setup, mix)
-    return run_replay(cluster, requests, policy, chosen, seed, progress, started)
+    return run_replay(cluster, requests, policy, chosen, seed, started)

@@ -136,7 +136,7 @@ class _Sim:
         self.gang_waits: list[float] = []
         self.batch_waits: list[float] = []
 
-    def run(self, jobs: list[Job], progress: Callable[[float], None] | None = None) -> MixResult:
+    def run(self, jobs: list[Job], progress: Callable[[float], None] = lambda _: None) -> MixResult:
         for job in jobs:
             heapq.heappush(self.events, (job.arrived, next(self.seq), "arrive", job))
         horizon = self.s.days * 24
@@ -149,8 +149,7 @@ class _Sim:
             elif job.name in self.running and job.started + job.hours <= now + 1e-9:
                 self._stop(job, now, finished=True)
             self._schedule(now)
-            if progress is not None:
-                progress(now / horizon)
+            progress(now / horizon)
         gangs = [j for j in jobs if j.members > 1 and j.arrived <= horizon]
         # A gang still waiting at the end counts with the wait so far (a lower bound).
         unplaced = [horizon - j.arrived for j in gangs if j in self.waiting]
@@ -260,7 +259,7 @@ def _pct(values: list[float], q: int) -> float:
 
 
 def run_mix(
-    settings: MixSettings, *, preempt: bool, progress: Callable[[float], None] | None = None
+    settings: MixSettings, *, preempt: bool, progress: Callable[[float], None] = lambda _: None
 ) -> MixResult:
     sim = _Sim(settings, preempt)
     return sim.run(_workload(settings, sim.gpus), progress)

@@ -21,8 +21,6 @@ from simulator.cluster import SimCluster
 from simulator.engine import POLICIES, RunResult, run_paper, run_replay
 from simulator.nodes import NodeObjects
 from simulator.openb import (
-    OpenbNode,
-    OpenbPod,
     TraceError,
     load_nodes,
     load_pods,
@@ -126,10 +124,6 @@ def run_trace(
     for p in policies:
         result.runs[p] = [done[(p, s)] for s in seeds]
     return result
-
-
-def load_cluster_and_trace(trace: str | Path) -> tuple[list[OpenbNode], list[OpenbPod]]:
-    return load_nodes(), load_pods(resolve_trace(trace))
 
 
 def median_curve(runs: Sequence[RunResult], attr: str) -> np.ndarray:

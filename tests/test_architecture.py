@@ -3,12 +3,15 @@ allocator.core <- simulator; allocator/assembly.py is the one module that import
 and the gang package (the service defines the seam, `GangHooks`, and never imports allocator.gang).
 
 Inside the core, sub-packages form layers (`CORE_LAYERS`, lowest first): a module imports only
-from its own layer or lower ones. The core does no I/O. allocator/ has no import cycle (type-only
-imports count: they break the day someone needs the name at run time) and no module over
-`MAX_LINES` lines.
+from its own layer or lower ones. The core does no I/O.
 
 Inside the agent: discovery <- publish <- main_loop, midtier <- main_loop, and the runtime never
 imports the fixture tooling (agent/fixtures), which may use the runtime.
+
+The whole tree: no import cycle among the modules of `TREE` (type-only and relative imports count:
+a type-only cycle breaks the day someone needs the name at run time), no module anywhere over
+`MAX_LINES` lines, the product never imports tests or benchmarks, and the test support never
+imports a test area's modules.
 """
 
 from __future__ import annotations
@@ -19,6 +22,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The test areas (tests/<area>/ and tests/test_*.py): test modules and their own harnesses.
+TEST_AREAS = tuple(
+    sorted(
+        f"tests.{p.stem}"
+        for p in (REPO / "tests").iterdir()
+        if p.name not in ("support", "__init__.py", "conftest.py") and (p.is_dir() or p.suffix == ".py")
+        if not p.name.startswith((".", "__"))
+    )
+)
 
 # package -> top-level packages (or sub-packages) it must never import
 FORBIDDEN = {
@@ -55,6 +68,10 @@ FORBIDDEN = {
     # (for the checkpoint); they never drive discovery or publishing. Discovery, publishing and
     # mid-tier know nothing of them (main_loop names them only for type checking).
     "agent/deviceplugin": ("agent.main_loop", "agent.healthz", "agent.publish", "agent.fixtures"),
+    # What every test area shares (fake API server, control plane, kubelet, machines) builds on the
+    # product only, never on one area's tests or harness. topoalloc/commands and bench/ sit on top of
+    # everything and may import all of it (the commands lazily, see topoalloc/cli.py).
+    "tests/support": TEST_AREAS,
     "allocator/core": (
         "agent",
         "allocator.service",
@@ -98,10 +115,19 @@ CORE_IO_MODULES = (
 # allocator.core's sub-packages, lowest first (`reasons` is a module at the core's root).
 CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang")
 
+# The product: what users install and run. It never imports tests/ or bench/.
+PRODUCT = ("agent", "apis", "allocator", "simulator", "topoalloc")
+# The modules held to "no import cycle": the product, the benchmarks and the shared test support.
+TREE = (*PRODUCT, "bench", "tests/support")
+
 MAX_LINES = 500
-# Modules allowed over MAX_LINES (none: a module that grows past it is split by concern).
+# Modules allowed over MAX_LINES, anywhere in the tree (none: a module that grows past it is split
+# by concern).
 OVERSIZED_FOR_NOW: set[str] = set()
-# Import cycles allowed in allocator/ (none).
+# Not held to MAX_LINES: generated gRPC stubs and the recorded machines (data, not code).
+GENERATED = "_pb2"
+NOT_CODE = ("hw-fixtures",)
+# Import cycles allowed in TREE (none).
 KNOWN_CYCLES: set[tuple[str, ...]] = set()
 
 
@@ -112,16 +138,22 @@ AGENT_TOOLS = "agent/fixtures"
 
 
 def _imports(path: Path) -> set[str]:
-    """Every absolute module named by an import anywhere in the file (TYPE_CHECKING blocks and
-    function bodies included); `from a import b` names both `a` and `a.b`."""
+    """Every module named by an import anywhere in the file (TYPE_CHECKING blocks and function
+    bodies included), relative imports made absolute; `from a import b` names both `a` and `a.b`."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    parts = path.relative_to(REPO).with_suffix("").parts
+    package = parts[:-1]  # what `from . import` means here, for a module and an __init__ alike
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join((*base, *([node.module] if node.module else [])))
+            if not module:
+                continue
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -188,10 +220,10 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _import_graph(package: str) -> dict[str, set[str]]:
-    """module -> the modules of `package` it imports (the most specific module a name resolves
+def _import_graph(*roots: str) -> dict[str, set[str]]:
+    """module -> the modules under `roots` it imports (the most specific module a name resolves
     to, plus the packages above it, whose __init__ runs first, except the importer's own)."""
-    paths = {_module_name(p): p for p in (REPO / package).rglob("*.py")}
+    paths = {_module_name(p): p for root in roots for p in (REPO / root).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         own = {module.rsplit(".", i)[0] for i in range(module.count(".") + 1)}
@@ -253,13 +285,38 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == set()
 
 
-def test_no_import_cycles_in_allocator() -> None:
-    assert _cycles(_import_graph("allocator")) == KNOWN_CYCLES
+def test_relative_imports_are_made_absolute() -> None:
+    fakeapi = REPO / "tests" / "support" / "fakeapi"
+    # `from .reads import ListQuery` and `from . import errors` in a module; `from .errors import
+    # ApiError` in a package's __init__, where "." is the package itself.
+    assert {"tests.support.fakeapi.reads.ListQuery", "tests.support.fakeapi.errors"} <= _imports(
+        fakeapi / "deletion.py"
+    )
+    assert "tests.support.fakeapi.errors.ApiError" in _imports(fakeapi / "__init__.py")
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_import_graph(*TREE)) == KNOWN_CYCLES
+
+
+def test_the_product_never_imports_tests_or_benchmarks() -> None:
+    found = [v for package in PRODUCT for v in _violations(package, ("tests", "bench"))]
+    assert found == []
+
+
+def _code_modules() -> list[Path]:
+    """Every .py file of the repository that people write: not the virtualenv or other hidden
+    folders, not generated stubs, not the recorded machines."""
+    return [
+        p
+        for p in REPO.rglob("*.py")
+        if not any(part.startswith(".") or part in NOT_CODE for part in p.relative_to(REPO).parts)
+        and GENERATED not in p.name
+    ]
 
 
 def test_no_module_over_the_size_limit() -> None:
-    sizes = {
-        str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in (REPO / "allocator").rglob("*.py")
-    }
+    sizes = {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _code_modules()}
+    assert set(sizes) >= {"tests/test_architecture.py", "agent/main_loop.py", "bench/core.py"}
     oversized = {path for path, lines in sizes.items() if lines > MAX_LINES}
     assert oversized == OVERSIZED_FOR_NOW, {p: sizes.get(p) for p in oversized ^ OVERSIZED_FOR_NOW}

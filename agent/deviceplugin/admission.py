@@ -27,9 +27,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from agent.deviceplugin.events import REFUSALS, UNNAMED
+from agent.deviceplugin.events import NO_EVENTS, REFUSALS, UNNAMED, EventSink
 from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError, expectations
 from agent.deviceplugin.grants import Grant, GrantBuilder
 from agent.deviceplugin.identity import Admitting, Unidentified, from_kubelet, pod_key, without_kubelet
@@ -41,10 +41,6 @@ log = logging.getLogger(__name__)
 
 REFUSED_REASON = "DeviceAllocationRefused"
 NAMED_SECONDS = 2.0  # how long GetPreferredAllocation's answer to "which pod" holds for Allocate
-
-
-class EventSink(Protocol):
-    def warn(self, pod: dict[str, Any], reason: str, message: str) -> None: ...
 
 
 class Refused(Exception):
@@ -97,8 +93,8 @@ class Admission:
         list_pods: Callable[[], list[dict[str, Any]]],
         grants: GrantBuilder,
         kubelet_pods: Callable[[], KubeletPods] | None = None,
-        events: EventSink | None = None,
-        on_served: Callable[[], None] | None = None,
+        events: EventSink = NO_EVENTS,
+        on_served: Callable[[], None] = lambda: None,
         pod_cache_seconds: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -232,7 +228,7 @@ class Admission:
         except Refused as refusal:
             self.refusals += 1
             REFUSALS.labels(resource).inc()
-            if refusal.pod is not None and self.events is not None:
+            if refusal.pod is not None:
                 self.events.warn(refusal.pod, REFUSED_REASON, str(refusal))
             raise
 
@@ -253,8 +249,7 @@ class Admission:
         )
         served.record(resource, hit.container, ids)
         log.info("%s %s -> pod %s container %s", resource, ids, pod_key(hit.pod), exp.container)
-        if self.on_served is not None:
-            self.on_served()
+        self.on_served()
         return grant
 
     def _held_elsewhere(self, resource: str, pod: dict[str, Any], ids: list[str]) -> list[str]:

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.deviceplugin.admission import Admission, EventSink
-from agent.deviceplugin.events import MISMATCHES
+from agent.deviceplugin.admission import Admission
+from agent.deviceplugin.events import MISMATCHES, NO_EVENTS, EventSink
 from agent.deviceplugin.expectation import ExpectationError, container_requests, expectations
 from agent.deviceplugin.identity import pod_key
 from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
@@ -85,7 +85,7 @@ class CrossChecker:
         client: PodResourcesClient,
         admission: Admission,
         patch_annotation: Callable[[str, str, str], None] | None = None,
-        events: EventSink | None = None,
+        events: EventSink = NO_EVENTS,
     ) -> None:
         self.client = client
         self.admission = admission
@@ -155,8 +155,7 @@ class CrossChecker:
                 for m in found
             )
             log.warning("pod %s: %s", pod_key(pod), message)
-            if self.events is not None:
-                self.events.warn(pod, MISMATCH_REASON, message)
+            self.events.warn(pod, MISMATCH_REASON, message)
             if truth:
                 self._correct(pod, truth, inv)
         return found

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter
 
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error
+from apis.timestamps import format_time
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,20 @@ MISMATCHES = Counter(
 )
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+class EventSink(Protocol):
+    """Where the device plugins' Warning Events on pods go."""
+
+    def warn(self, pod: dict[str, Any], reason: str, message: str) -> None: ...
+
+
+class NoEvents:
+    """The sink of an agent without a cluster (`--print`): nowhere to post; the metrics still count."""
+
+    def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        pass
+
+
+NO_EVENTS = NoEvents()
 
 
 class PodEvents:
@@ -45,7 +57,7 @@ class PodEvents:
     def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
-        now = _now()
+        now = format_time()
         body = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.deviceplugin import checkpoint
-from agent.deviceplugin.admission import Admission, EventSink, Refused, ServedPod
+from agent.deviceplugin.admission import Admission, Refused, ServedPod
 from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
 from agent.deviceplugin.crosscheck import CrossChecker, CrossCheckLoop
-from agent.deviceplugin.events import PodEvents
+from agent.deviceplugin.events import NO_EVENTS, EventSink, PodEvents
 from agent.deviceplugin.grants import GrantBuilder
 from agent.deviceplugin.inventory import SERVED_RESOURCES, inventory_from_device
 from agent.deviceplugin.plugin import DeviceList
@@ -55,15 +55,13 @@ class DevicePluginService:
         node_name: str,
         sysfs_root: str | Path,
         kube: Kube | None,
-        events: EventSink | None = None,
     ) -> None:
         self.settings = settings
         self.node_name = node_name
         self.kube = kube
         self.resources = settings.resources
         self.checkpoint_path = Path(settings.state_dir) / checkpoint.FILE_NAME
-        if events is None and kube is not None:
-            events = PodEvents(kube, node_name)
+        events: EventSink = PodEvents(kube, node_name) if kube is not None else NO_EVENTS
         self.grants = GrantBuilder(
             cdi=CdiRegistry(settings.cdi_roots),
             dev_root=settings.dev_root,

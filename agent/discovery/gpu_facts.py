@@ -55,16 +55,6 @@ class GpuLoad:
     error: str = ""  # NVML error text when the GPU did not answer
 
 
-@dataclass
-class NvmlInventory:
-    available: bool
-    reason: str = ""  # why NVML is not usable ("NVML Shared Library Not Found", ...)
-    driver_version: str = ""
-    cuda_version: str = ""
-    count: int = 0
-    gpus: list[GpuFacts] = field(default_factory=list)
-
-
 def describe(exc: BaseException) -> str:
     """A stable, short text for an NVML error ("GPU is lost")."""
     if isinstance(exc, pynvml.NVMLError):

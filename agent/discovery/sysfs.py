@@ -32,10 +32,6 @@ class PciLocation:
     driver: str
 
     @property
-    def root_port(self) -> str:
-        return self.bridges[0] if self.bridges else ""
-
-    @property
     def switches(self) -> tuple[str, ...]:
         """Upstream ports of the PCIe switches above the device, outermost first.
 

@@ -6,7 +6,6 @@ are rounded (10% utilisation, 1 GiB memory by default) so that noise does not re
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from apis.device import (
     VirtualFunctionGroup,
 )
 from apis.quantity import Format, Quantity
+from apis.timestamps import format_time
 
 HEALTHY_CONDITION = "Healthy"
 # Extended resources the agent owns on the Node (nvidia.com/gpu belongs to the device plugin).
@@ -42,10 +42,6 @@ NODE_GPU_RESOURCES = (
 )
 NODE_RESOURCES = (*NODE_GPU_RESOURCES, resources.RDMA)
 NODE_LABELS = (keys.GPU_VENDOR, keys.GPU_MODEL, keys.GPU_DRIVER_VERSION, keys.GPU_PARTITION_POLICY)
-
-
-def rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(int(ts), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def gpu_model(name: str) -> str:
@@ -77,7 +73,7 @@ def _condition(verdict: Verdict) -> Condition:
         status="True" if verdict.healthy else "False",
         reason=verdict.reason,
         message=verdict.message,
-        last_transition_time=rfc3339(verdict.since),
+        last_transition_time=format_time(verdict.since),
     )
 
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
-from agent.publish.device_builder import device_object, rfc3339
+from agent.publish.device_builder import device_object
 from apis.device import Device
+from apis.timestamps import format_time
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class Publisher:
                 if self._status_due(current.get("status") or {}, status, now):
                     body = copy.deepcopy(current)
                     kept = {k: v for k, v in (current.get("status") or {}).items() if k == "allocations"}
-                    body["status"] = {**kept, **status, "updateTime": rfc3339(now)}
+                    body["status"] = {**kept, **status, "updateTime": format_time(now)}
                     self.kube.replace_device_status(name, body)
                     self.writes += 1
                     outcome.wrote = True

@@ -47,7 +47,6 @@ from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_requests, sibling_nodes
 from allocator.gang.podgroup_status import status_update
 from allocator.gang.preempting import GangPreemptor, shortage_code
-from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
 from allocator.service.cache.records import Reservation
 from allocator.service.cache.store import ClusterCache
@@ -55,6 +54,7 @@ from allocator.service.events import EventRecorder, PodRef
 from allocator.service.gang_settings import GangSettings
 from allocator.service.kube import KubeApi
 from apis import keys
+from apis.timestamps import parse_time
 
 log = logging.getLogger(__name__)
 

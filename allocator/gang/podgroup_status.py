@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from allocator.gang.controller_state import Gang, GangState
-from allocator.gang.timefmt import format_time
+from apis.timestamps import format_time
 
 JSON = dict[str, Any]
 

@@ -1,28 +1,11 @@
-"""Times as the API writes them (RFC 3339, metav1.Time) and Go durations (Koordinator's waiting-time)."""
+"""Go durations (Koordinator's waiting-time). Timestamps are apis.timestamps'."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_time(value: str) -> float | None:
-    """Seconds since the epoch of an RFC 3339 timestamp; None when it does not parse."""
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except (AttributeError, ValueError):
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.timestamp()
-
-
-def format_time(seconds: float) -> str:
-    """metav1.Time: RFC 3339 in UTC to the second."""
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_duration(value: str) -> float | None:

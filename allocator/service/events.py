@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.service.kube import ApiError, KubeApi
-from allocator.service.leader import micro_time
 from allocator.service.metrics import Metrics
+from apis.timestamps import micro_time
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ clock skew between replicas does not matter.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import random
 import time
@@ -22,16 +21,12 @@ from typing import Any
 
 from allocator.service.config import LeaderElection
 from allocator.service.kube import ApiError, KubeApi
+from apis.timestamps import micro_time
 
 log = logging.getLogger(__name__)
 
 # On the leader's own pod (optional): a Service selecting it reaches the leader only.
 LEADER_LABEL = "topoalloc.io/leader"
-
-
-def micro_time(now: dt.datetime | None = None) -> str:
-    """RFC3339 with exactly six fractional digits, as metav1.MicroTime requires."""
-    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import re
-import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,9 +285,3 @@ def allocated(pod: dict[str, Any]) -> dict[str, Any]:
 
 def gpu_minors(pod: dict[str, Any]) -> list[int]:
     return sorted(int(g["minor"]) for g in allocated(pod).get("gpu") or [])
-
-
-@contextlib.contextmanager
-def timed() -> Iterator[Callable[[], float]]:
-    start = time.monotonic()
-    yield lambda: time.monotonic() - start

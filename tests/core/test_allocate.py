@@ -1,4 +1,4 @@
-"""Protocol sections 4 and 7-9: which devices a pod gets, and the annotation written for them."""
+"""Protocol sections 4, 7 and 9: which devices a pod gets, and the annotation written for them."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 from allocator.core import reasons as rs
-from allocator.core.devices.allocate import Allocation, allocate, fits
+from allocator.core.devices.allocate import allocate
 from allocator.core.node.state import NodeState
-from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
-from allocator.core.scoring.device import DeviceScoring
 from apis import keys
+from tests.core.allocating import LEAST, MOST, ok, rejected, run
 from tests.core.nodes import (
     CORE,
     H800_MEMORY,
@@ -26,30 +25,9 @@ from tests.core.nodes import (
     use_vf,
 )
 from tests.core.pods import gpus, hint, joint, pod
-from tests.support.machines import dgx_h100_device, koordinator_example_device, l40s_device
+from tests.support.machines import dgx_h100_device, koordinator_example_device
 
 DATA = Path(__file__).parent / "data"
-MOST, LEAST = DeviceScoring("MostAllocated"), DeviceScoring("LeastAllocated")
-
-
-def ok(result: Allocation | Rejection) -> Allocation:
-    assert isinstance(result, Allocation), result
-    return result
-
-
-def rejected(result: Allocation | Rejection) -> Rejection:
-    assert isinstance(result, Rejection), result
-    return result
-
-
-def run(state: NodeState, p: dict, **kwargs) -> Allocation | Rejection:
-    """allocate, checking on the way that fits agrees with it."""
-    req = pod_request(p)
-    result = allocate(state, req, **kwargs)
-    verdict = fits(state, req)
-    if "scoring" not in kwargs and "numa_mask" not in kwargs and "required" not in kwargs:
-        assert verdict == (result if isinstance(result, Rejection) else None)
-    return result
 
 
 # -- 4.3: the worked example, byte for byte ------------------------------------------------------------
@@ -179,255 +157,6 @@ def test_vf_selector_needs_vf_groups() -> None:
     assert (r.code, r.unresolvable) == ("Insufficient rdma VirtualFunctions", True)
 
 
-# -- 8.3: the scope walk ------------------------------------------------------------------------------
-
-
-def test_walk_prefers_scopes_already_in_use() -> None:
-    """The protocol's example: GPU 5 used, 1 GPU wanted -> GPU 4 (its PCIe scope is in use)."""
-    state = state_of(plain_example_device())
-    use_gpus(state, 5)
-    got = ok(run(state, pod(gpus(1))))
-    assert (got.minors("gpu"), got.gpu_path) == ([4], "topology")
-
-
-def test_walk_bin_packs_numa_nodes() -> None:
-    state = state_of(plain_example_device())
-    use_gpus(state, 0)
-    p = pod(gpus(3), annotations=hint(gpu={"requiredTopologyScope": "NUMANode"}))
-    assert ok(run(state, p)).minors("gpu") == [1, 2, 3]
-
-
-def test_required_pcie_scope() -> None:
-    state = state_of(plain_example_device())
-    use_gpus(state, 0, 2)
-    p = pod(gpus(2), annotations=hint(gpu={"requiredTopologyScope": "PCIe"}))
-    assert ok(run(state, p)).minors("gpu") == [4, 5]
-    use_gpus(state, 4, 6)
-    r = rejected(run(state, p))
-    assert r.code == rs.INSUFFICIENT_SCOPED and not r.unresolvable
-    assert (
-        r.explained
-        == "need 2 free GPUs within one PCIe switch; the largest free set is 1 (switch pci0000:15)"
-    )
-
-
-def test_required_scope_on_real_pcie_switches() -> None:
-    state = state_of(l40s_device())
-    use_gpus(state, 0, 3)
-    p = pod(gpus(2), annotations=hint(gpu={"requiredTopologyScope": "PCIe"}))
-    got = ok(run(state, p))
-    assert got.minors("gpu") == [4, 5]
-    use_gpus(state, 4, 6)
-    r = rejected(run(state, p))
-    assert "largest free set is 1 (switch 0000:19:00.0)" in r.explained
-
-
-def test_device_scope_means_one_gpu() -> None:
-    state = state_of(plain_example_device())
-    one = pod(gpus(1), annotations=hint(gpu={"requiredTopologyScope": "Device"}))
-    assert ok(run(state, one)).minors("gpu") == [0]
-    two = pod(gpus(2), annotations=hint(gpu={"requiredTopologyScope": "Device"}))
-    r = rejected(run(state, two))
-    assert r.code == rs.UNSATISFIABLE_DEVICE_SCOPE and r.unresolvable and "asks for 2" in r.message
-
-
-def test_missing_topology_tree() -> None:
-    dev = plain_example_device()
-    for d in dev["spec"]["devices"]:
-        d.pop("topology", None)
-    state = state_of(dev)
-    scoped = pod(gpus(2), annotations=hint(gpu={"requiredTopologyScope": "PCIe"}))
-    r = rejected(run(state, scoped))
-    assert (r.code, r.unresolvable) == (rs.MISSING_TOPOLOGY_TREE, True)
-    got = ok(run(state, pod(gpus(2))))
-    assert (got.minors("gpu"), got.gpu_path) == ([0, 1], "plain")
-
-
-def test_multi_shared_gpu() -> None:
-    shared = {"koordinator.sh/gpu.shared": "2", CORE: "100", RATIO: "100"}
-    state = state_of(plain_example_device())
-    r = rejected(run(state, pod(shared, annotations=hint(gpu={"requiredTopologyScope": "NUMANode"}))))
-    assert (r.code, r.unresolvable) == (rs.UNSUPPORTED_MULTI_SHARED, True)
-    got = ok(run(state, pod(shared)))
-    assert got.minors("gpu") == [0, 1] and got.gpu_path == "plain"
-    assert json.loads(got.to_json())["gpu"][0]["resources"][CORE] == "50"
-
-
-def test_pcie_exclusive_policy_keeps_only_idle_switches() -> None:
-    state = state_of(plain_example_device())
-    use_gpus(state, 0)
-    assert ok(run(state, pod(gpus(1)))).minors("gpu") == [1]
-    exclusive = pod(gpus(1), annotations=hint(gpu={"exclusivePolicy": "PCIeLevel"}))
-    assert ok(run(state, exclusive)).minors("gpu") == [2]
-
-
-def test_nvlink_domain_is_preferred_for_multi_gpu_requests() -> None:
-    dev = plain_example_device()
-    domains = {0: "a", 1: "a", 4: "a", 5: "a", 2: "b", 3: "b", 6: "b", 7: "b"}
-    for d in dev["spec"]["devices"]:
-        if d["type"] == "gpu":
-            d["nvlink"] = {"domain": domains[d["minor"]]}
-    state = state_of(dev)
-    use_gpus(state, 0)
-    got = ok(run(state, pod(gpus(4))))
-    assert got.minors("gpu") == [2, 3, 6, 7]  # Koordinator's walk would take NUMA node 1: 4, 5, 6, 7
-    explain: list[str] = []
-    allocate(state, pod_request(pod(gpus(4))), explain=explain)
-    assert any("NVLink domain b" in line for line in explain)
-
-
-def test_shared_gpu_bin_packing_uses_the_real_device_score() -> None:
-    """⚠ Koordinator swaps free and total here, so every partly used GPU ties at 100."""
-    state = state_of(plain_example_device())
-    use_gpus(state, 0, share=25)
-    use_gpus(state, 1, share=75)
-    p = pod({"koordinator.sh/gpu": "20"})
-    assert ok(run(state, p, scoring=MOST)).minors("gpu") == [1]
-    assert ok(run(state, p)).minors("gpu") == [0]  # no scorer (Filter path): lowest minor of the best scope
-    got = ok(run(state, p, scoring=LEAST))
-    assert got.minors("gpu") == [0]
-
-
-def test_shared_gpu_rejection_message() -> None:
-    state = state_of(plain_example_device())
-    use_gpus(state, *range(8), share=60)
-    r = rejected(run(state, pod({"koordinator.sh/gpu": "50"})))
-    assert r.code == "Insufficient gpu devices" and not r.unresolvable
-    assert r.explained == "need 1 GPU with 50% compute and 50% memory free; no GPU has that much free"
-
-
-def test_whole_gpu_rejection_message() -> None:
-    state = state_of(plain_example_device())
-    use_gpus(state, 0, 1, 2, 3, 4, 5)
-    r = rejected(run(state, pod(gpus(4))))
-    assert (r.code, r.explained) == ("Insufficient gpu devices", "need 4 free GPUs; 2 are free")
-
-
-def test_unhealthy_gpus_are_never_chosen() -> None:
-    dev = plain_example_device()
-    for d in dev["spec"]["devices"][:7]:
-        d["health"] = False
-    state = state_of(dev)
-    assert ok(run(state, pod(gpus(1)))).minors("gpu") == [7]
-    assert rejected(run(state, pod(gpus(2)))).explained == "need 2 free GPUs; 1 is free"
-
-
-def test_numa_mask_and_selector_restrict_candidates() -> None:
-    dev = plain_example_device()
-    for d in dev["spec"]["devices"]:
-        if d["type"] == "gpu":
-            d["labels"] = {"pool": "a" if d["minor"] % 2 else "b"}
-    state = state_of(dev)
-    got = ok(allocate(state, pod_request(pod(gpus(2))), numa_mask=[1]))
-    assert got.minors("gpu") == [4, 5]
-    sel = pod(gpus(2), annotations=hint(gpu={"selector": {"matchLabels": {"pool": "a"}}}))
-    assert ok(run(state, sel)).minors("gpu") == [1, 3]
-    r = rejected(run(state, pod(gpus(5), annotations=hint(gpu={"selector": {"matchLabels": {"pool": "a"}}}))))
-    assert r.explained == "need 5 free GPUs matching the selector; 4 are free"
-
-
-def test_required_bounds() -> None:
-    state = state_of(plain_example_device())
-    bound = {
-        "gpu": {6: {CORE: 100, RATIO: 100, MEM: H800_MEMORY}, 7: {CORE: 100, RATIO: 100, MEM: H800_MEMORY}}
-    }
-    got = ok(allocate(state, pod_request(pod(gpus(2))), required=bound))
-    assert got.minors("gpu") == [6, 7]
-    assert isinstance(allocate(state, pod_request(pod(gpus(3))), required=bound), Rejection)
-
-
-# -- 8.4: per-device selection -------------------------------------------------------------------------
-
-
-def test_plain_selection_follows_the_device_scoring() -> None:
-    state = state_of(plain_example_device())
-    use_vf(state, 0, "0000:1a:00.2")
-    p = pod({RDMA: "1"})
-    assert ok(run(state, p)).minors("rdma") == [0]  # no scorer: lowest minor
-    assert ok(run(state, p, scoring=MOST)).minors("rdma") == [0]
-    assert ok(run(state, p, scoring=LEAST)).minors("rdma") == [1]
-
-
-def test_lowest_free_vf_is_chosen() -> None:
-    state = state_of(plain_example_device())
-    use_vf(state, 0, "0000:1a:00.2")
-    use_vf(state, 0, "0000:1a:00.4")
-    got = ok(run(state, pod({RDMA: "1"}, annotations=hint(rdma={"vfSelector": {}}))))
-    assert json.loads(got.to_json())["rdma"][0]["extension"] == {
-        "vfs": [{"minor": -1, "busID": "0000:1a:00.3"}]
-    }
-
-
-def test_device_without_a_free_vf_is_skipped() -> None:
-    state = state_of(plain_example_device())
-    for fn in (2, 3, 4, 5):
-        use_vf(state, 0, f"0000:1a:00.{fn}")
-    got = ok(
-        run(
-            state,
-            pod({RDMA: "1"}, annotations=hint(rdma={"vfSelector": {"matchLabels": {"type": "general"}}})),
-        )
-    )
-    assert got.minors("rdma") == [1]
-    none = pod({RDMA: "1"}, annotations=hint(rdma={"vfSelector": {"matchLabels": {"type": "other"}}}))
-    r = rejected(run(state, none))
-    assert (r.code, r.explained) == ("Insufficient rdma devices", "need 1 RDMA NIC with a free VF; 0 qualify")
-
-
-# -- 8.2: joint allocation ------------------------------------------------------------------------------
-
-
-def test_joint_without_same_pcie_takes_one_nic_per_gpu_pcie() -> None:
-    state = state_of(plain_example_device())
-    p = pod({"nvidia.com/gpu": "3", RDMA: "1"}, annotations=joint("gpu", "rdma", same_pcie=False))
-    got = ok(run(state, p))
-    assert got.minors("gpu") == [0, 1, 2] and got.minors("rdma") == [0, 1]
-
-
-def test_same_pcie_violation() -> None:
-    state = state_of(plain_example_device())
-    for fn in (2, 3, 4, 5):
-        use_vf(state, 1, f"0000:3c:00.{fn}")
-    p = pod(
-        {"nvidia.com/gpu": "4", RDMA: "1"},
-        annotations={**hint(rdma={"vfSelector": {}}), **joint("gpu", "rdma")},
-    )
-    r = rejected(run(state, p))
-    assert r.code == rs.JOINT_VIOLATION and not r.unresolvable
-    assert (
-        r.explained == "need a free RDMA NIC on the PCIe switch of every chosen GPU; none on PCIe pci0000:37"
-    )
-
-
-def test_dgx_h100_pairs_each_gpu_with_the_nic_on_its_switch() -> None:
-    state = state_of(dgx_h100_device())
-    use_gpus(state, 0)
-    use_vf(state, 1, "0000:2b:00.2")
-    p = pod(
-        {"nvidia.com/gpu": "4", RDMA: "1"},
-        annotations={**hint(rdma={"vfSelector": {}}), **joint("gpu", "rdma")},
-    )
-    got = ok(run(state, p, scoring=LEAST))
-    entries = json.loads(got.to_json())
-    assert [e["minor"] for e in entries["gpu"]] == [4, 5, 6, 7]
-    assert [e["minor"] for e in entries["rdma"]] == [4, 5, 6, 7]
-    assert entries["rdma"][0]["extension"]["vfs"][0]["busID"] == "0000:9b:00.2"
-    two = pod(
-        {"nvidia.com/gpu": "2", RDMA: "1"},
-        annotations={**hint(rdma={"vfSelector": {}}), **joint("gpu", "rdma")},
-    )
-    got = ok(run(state, two))
-    assert got.minors("gpu") == [1, 2] and got.minors("rdma") == [1, 2]
-    assert json.loads(got.to_json())["rdma"][0]["extension"]["vfs"][0]["busID"] == "0000:2b:00.3"
-
-
-def test_rdma_as_primary() -> None:
-    state = state_of(plain_example_device())
-    p = pod({"nvidia.com/gpu": "1", RDMA: "1"}, annotations=joint("rdma", "gpu"))
-    got = ok(run(state, p))
-    assert got.minors("rdma") == [0] and got.minors("gpu") == [0]
-
-
 # -- 9: partitions -----------------------------------------------------------------------------------------
 
 HOPPER_NODE = {keys.GPU_VENDOR: "nvidia", keys.GPU_MODEL: "H100"}
@@ -531,43 +260,3 @@ def test_shared_share_boundary() -> None:
     assert rejected(run(state, pod({"koordinator.sh/gpu": "51"}))).message.startswith(
         "need 1 GPU with 51% compute"
     )
-
-
-def _gpus_without_topology_two_nic_switches() -> dict:
-    """GPUs without topology (no scope tree: the plain path) and NICs on two root buses."""
-    gpu = {RATIO: "100", CORE: "100", MEM: "16Gi"}
-    devices = [
-        {"type": "gpu", "id": f"GPU-{m}", "minor": m, "health": True, "resources": gpu} for m in (0, 1)
-    ]
-    devices += [
-        {
-            "type": "rdma",
-            "id": f"0000:{m:02x}:00.0",
-            "minor": m,
-            "health": True,
-            "resources": {RDMA: "100"},
-            "topology": {"socketID": 0, "nodeID": 0, "pcieID": pcie, "busID": f"0000:{m:02x}:00.0"},
-        }
-        for m, pcie in ((0, "pci0000:15"), (1, "pci0000:37"))
-    ]
-    return {
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-        "kind": "Device",
-        "metadata": {"name": "n"},
-        "spec": {"devices": devices},
-    }
-
-
-@pytest.mark.parametrize("same_pcie", [False, True])
-def test_secondary_gpu_count_is_never_stretched_to_the_primary_switches(same_pcie: bool) -> None:
-    """Found by the Hypothesis property: rdma-first joint allocation over two switches must not
-    hand a pod that asked for 30% of one GPU a second card (compatibility #17)."""
-    state = state_of(_gpus_without_topology_two_nic_switches())
-    p = pod({RDMA: "200", "koordinator.sh/gpu": "30"}, annotations=joint("rdma", "gpu", same_pcie=same_pcie))
-    got = allocate(state, pod_request(p))
-    if same_pcie:
-        assert isinstance(got, Rejection) and got.code == rs.JOINT_VIOLATION
-    else:
-        assert isinstance(got, Allocation)
-        assert len(got.devices["gpu"]) == 1
-        assert len(got.devices["rdma"]) == 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support.fakeapi.builtin import builtin_registry
-from tests.support.fakeapi.operations import ListQuery, Operations
+from tests.support.fakeapi.operations import Operations
+from tests.support.fakeapi.reads import ListQuery
 from tests.support.fakeapi.store import Store, TooOld
 from tests.support.fakeapi.watch import END_OVERFLOW, Watcher, WatchSettings
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from allocator.gang.timefmt import format_time, parse_duration, parse_time
+from allocator.gang.timefmt import parse_duration
 from allocator.service.config import ServiceConfig
 from allocator.service.gang_settings import DEFAULT_TOPOLOGY_KEYS
 from apis import keys
+from apis.timestamps import format_time, parse_time
 from tests.gang.harness import gang_settings, gang_world, gates_of, gpu_node, member, node_of, podgroup
 from tests.service.harness import double_booked, running_allocator, until
 from tests.service.pki import Pki

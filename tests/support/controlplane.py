@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from typing import Any
 import urllib3
 import yaml
 
+from apis.timestamps import format_time
 from tests.support.kube_releases import DEFAULT, ETCD, KUBECTL, REPO, KubeRelease, missing_parts
 from tests.support.pki import Pki
 from tests.support.processes import (
@@ -450,4 +450,4 @@ class ControlPlane:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time()

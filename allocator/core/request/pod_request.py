@@ -95,10 +95,6 @@ class PodRequest:
 
     # -- convenience -------------------------------------------------------------------------
     @property
-    def device_map(self) -> dict[str, dict[str, int]]:
-        return {t: dict(r) for t, r in self.devices}
-
-    @property
     def device_types(self) -> tuple[str, ...]:
         return tuple(t for t, _ in self.devices)
 

@@ -2,8 +2,8 @@
 
 Adapts `NodeState` + `PodRequest` to the pure measure in `fragmentation.py` (`score_node`): the
 pod becomes a `TaskShape` (CPU, memory in MiB, per-GPU share, GPU count, accepted GPU models),
-the node gives its per-GPU free share, free CPU, free memory and GPU model (the
-`FragmentationView` summaries). The workload mix the measure plans for is an `OnlineMix`: an
+the node gives its per-GPU free share, free CPU, free memory and GPU model (`NodeState`
+summaries). The workload mix the measure plans for is an `OnlineMix`: an
 optional prior from the scoring config, blended with the shapes of the pods the cluster placed
 most recently (`observe`, fed by `ClusterState.assign(request=)`).
 

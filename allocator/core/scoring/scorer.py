@@ -6,7 +6,8 @@ from placed pods, `fragmentation_term.py`), `device` (Koordinator's DeviceShare 
 that does not apply to a pod (None) drops out of the mean. Components plug in (or replace a
 built-in) by name: `NodeScorer(config, components={"fragmentation": term})` with any callable
 `term(state, req) -> float | None` or an object with `prepare(req)`; a fragmentation term reads only
-the `FragmentationView` properties of the node. A weight whose component does not exist is ignored.
+the node's per-GPU free core share, free CPU and memory, GPU model and healthy GPU count. A weight
+whose component does not exist is ignored.
 
 `fine` is the weighted mean itself (0..100): nodes are ranked by it, ties going to a stable
 per-node key (`allocator.core.ranking`). `score` is the same rounded to kube-scheduler's 0..10.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -46,25 +47,6 @@ DEFAULT_WEIGHTS_BY_COMPONENT: Mapping[str, float] = {
     "fragmentation": 1.0,
     "device": 0.0,
 }
-
-
-class FragmentationView(Protocol):
-    """What a fragmentation term may read of a node (NodeState provides all of it)."""
-
-    @property
-    def gpu_free_core_pct(self) -> tuple[int, ...]: ...  # per GPU in minor order, 0..100
-
-    @property
-    def cpu_free_milli(self) -> int: ...
-
-    @property
-    def memory_free(self) -> int: ...
-
-    @property
-    def gpu_model(self) -> str: ...
-
-    @property
-    def healthy_gpu_count(self) -> int: ...
 
 
 ScoreComponent = Callable[[NodeState, PodRequest], "float | None"]
@@ -261,10 +243,6 @@ class NodeScorer:
                 return tuple(gpus)
         return None
 
-    def with_component(self, name: str, component: ScoreComponent) -> NodeScorer:
-        """A scorer like this one plus (or replacing) a named component."""
-        return NodeScorer(self.config, {**self.components, name: component})
-
     def prepare(self, req: PodRequest) -> list[tuple[str, float, Prepared]]:
         """The components that apply to this request shape, specialised for it."""
         hit = self._prepared.get(req.signature)
@@ -300,10 +278,6 @@ class NodeScorer:
             total += weight * value
             weight_sum += weight
         return total / weight_sum if weight_sum else 0.0
-
-    @staticmethod
-    def score_prepared(state: NodeState, prepared: list[tuple[str, float, Prepared]]) -> int:
-        return to_priority(NodeScorer.fine_prepared(state, prepared))
 
     @staticmethod
     def fine_grouped(

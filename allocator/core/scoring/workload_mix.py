@@ -184,10 +184,6 @@ class WorkloadMix:
         return cls.from_counts(Counter(tasks), coverage)
 
     @cached_property
-    def cpu_only_weight(self) -> float:
-        return sum(w for s, w in zip(self.shapes, self.weights, strict=True) if s.cpu_only)
-
-    @cached_property
     def cpu_per_gpu_milli(self) -> float:
         """CPU the mix's GPU tasks request per whole GPU of demand (milli-cores); 0 without GPU tasks."""
         cpu = gpus = 0.0

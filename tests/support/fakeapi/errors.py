@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .resources import ResourceType
+from typing import Any, Protocol
 
 JsonObj = dict[str, Any]
+
+
+class NamedResource(Protocol):
+    """What an error names of a resource type (`resources.ResourceType`, not imported: the resource
+    types hold the per-kind behaviour, which raises these errors)."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def plural(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -104,7 +115,7 @@ class _Names:
     details: JsonObj = field(default_factory=dict)
 
 
-def _names(rt: ResourceType, name: str, kind: str | None = None) -> _Names:
+def _names(rt: NamedResource, name: str, kind: str | None = None) -> _Names:
     details: JsonObj = {"name": name}
     if rt.group:
         details["group"] = rt.group
@@ -113,17 +124,17 @@ def _names(rt: ResourceType, name: str, kind: str | None = None) -> _Names:
     return _Names(qualified, details)
 
 
-def not_found(rt: ResourceType, name: str) -> ApiError:
+def not_found(rt: NamedResource, name: str) -> ApiError:
     n = _names(rt, name)
     return ApiError(404, "NotFound", f'{n.qualified} "{name}" not found', n.details)
 
 
-def already_exists(rt: ResourceType, name: str) -> ApiError:
+def already_exists(rt: NamedResource, name: str) -> ApiError:
     n = _names(rt, name)
     return ApiError(409, "AlreadyExists", f'{n.qualified} "{name}" already exists', n.details)
 
 
-def conflict(rt: ResourceType, name: str, why: str, *, subresource: str = "") -> ApiError:
+def conflict(rt: NamedResource, name: str, why: str, *, subresource: str = "") -> ApiError:
     """409 Conflict: `Operation cannot be fulfilled on <resource> "<name>": <why>`."""
     kind = f"{rt.plural}/{subresource}" if subresource else rt.plural
     n = _names(rt, name, kind)
@@ -139,7 +150,7 @@ MODIFIED_CONFLICT = (
 
 
 def precondition_failed(
-    rt: ResourceType, namespace: str, name: str, what: str, wanted: str, actual: str
+    rt: NamedResource, namespace: str, name: str, what: str, wanted: str, actual: str
 ) -> ApiError:
     """A UID or resourceVersion precondition mismatch, worded as the etcd storage layer words it."""
     key = "/".join(p for p in ("/registry", rt.group, rt.plural, namespace, name) if p)
@@ -150,7 +161,7 @@ def precondition_failed(
     return conflict(rt, name, why)
 
 
-def invalid(rt: ResourceType, name: str, errors: list[FieldError], *, kind: str = "") -> ApiError:
+def invalid(rt: NamedResource, name: str, errors: list[FieldError], *, kind: str = "") -> ApiError:
     """422 Invalid, listing each field error (one bare, several in brackets, as apimachinery does).
     `kind` overrides the kind named in the message (the generic registry sometimes names the resource)."""
     kind = kind or rt.kind
@@ -199,7 +210,7 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
-def forbidden(rt: ResourceType, name: str, why: str) -> ApiError:
+def forbidden(rt: NamedResource, name: str, why: str) -> ApiError:
     n = _names(rt, name)
     return ApiError(403, "Forbidden", f'{n.qualified} "{name}" is forbidden: {why}', n.details)
 

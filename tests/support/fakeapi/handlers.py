@@ -12,9 +12,11 @@ from typing import Any
 from aiohttp import web
 
 from . import discovery, errors
+from .deletion import DeleteOptions
 from .faults import FaultSet, RecordedRequest
 from .objects import encode
-from .operations import DeleteOptions, ListQuery, Operations, parse_resource_version
+from .operations import Operations
+from .reads import ListQuery, parse_resource_version
 from .resources import ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .watch import END_ABORTED, Watcher, WatchSettings, error_line

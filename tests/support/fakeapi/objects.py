@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from apis.timestamps import format_time
 
 from .errors import FieldError
 
@@ -39,8 +41,7 @@ SERVER_MANAGED = ("uid", "resourceVersion", "generation", "creationTimestamp", "
 
 def timestamp(offset_seconds: float = 0.0) -> str:
     """RFC 3339 in whole seconds, UTC, as the apiserver writes metav1.Time."""
-    moment = datetime.now(UTC) + timedelta(seconds=offset_seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(time.time() + offset_seconds)
 
 
 def new_uid() -> str:

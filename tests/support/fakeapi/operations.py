@@ -1,4 +1,5 @@
 """The generic registry: create, read, update, patch, delete and bind, with the apiserver's rules.
+Reads are in reads.py, deletes in deletion.py; `Operations` adds the writes on top of them.
 
 Everything here is synchronous and runs on the server's event loop; the HTTP layer parses requests into
 calls on `Operations` and renders what comes back (or the `ApiError` raised).
@@ -6,14 +7,12 @@ calls on `Operations` and renders what comes back (or the `ApiError` raised).
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors, pods
+from .deletion import DeleteOperations, deletes_on_update, finalizer_errors
 from .errors import FieldError, GoValue
 from .objects import (
     SERVER_MANAGED,
@@ -25,108 +24,16 @@ from .objects import (
     validate_name,
 )
 from .patching import apply_patch
-from .resources import Registry, ResourceType
-from .selectors import FieldSelector, LabelSelector
-from .store import Store, TooOld, object_key
+from .resources import ResourceType
 
 JsonObj = dict[str, Any]
 
 BINDING_TYPE_NAME = "Binding"
 
 
-@dataclass(frozen=True)
-class DeleteOptions:
-    grace_period: int | None = None
-    uid: str | None = None  # preconditions.uid
-    resource_version: str | None = None  # preconditions.resourceVersion
-
-
-@dataclass(frozen=True)
-class ListQuery:
-    labels: LabelSelector = field(default_factory=LabelSelector)
-    fields: FieldSelector = field(default_factory=FieldSelector)
-    resource_version: str = ""
-    resource_version_match: str = ""
-    limit: int = 0
-    continue_token: str = ""
-
-
-class Operations:
-    def __init__(self, types: Registry, store: Store, *, require_namespaces: bool = True) -> None:
-        self.types = types
-        self.store = store
-        self.require_namespaces = require_namespaces
-
-    # -- shapes --------------------------------------------------------------------------------------
-    def storage_type(self, rt: ResourceType) -> ResourceType:
-        if not rt.storage_of:
-            return rt
-        return self.types.resolve(rt.storage_of)
-
-    def present(self, rt: ResourceType, stored: JsonObj) -> JsonObj:
-        """A stored object as `rt` shows it: converted for views, kind/apiVersion first."""
-        return rt.stamp(rt.view.to_view(stored) if rt.view else stored)
-
-    def list_item(self, rt: ResourceType, stored: JsonObj) -> JsonObj:
-        """List items of built-in kinds carry no kind/apiVersion; custom resources keep theirs."""
-        shown = self.present(rt, stored)
-        if rt.custom:
-            return shown
-        return {k: v for k, v in shown.items() if k not in ("kind", "apiVersion")}
-
-    def _to_storage(self, rt: ResourceType, obj: JsonObj) -> JsonObj:
-        srt = self.storage_type(rt)
-        return srt.stamp(rt.view.from_view(obj) if rt.view else obj)
-
-    # -- reads ---------------------------------------------------------------------------------------
-    def get(self, rt: ResourceType, namespace: str, name: str) -> JsonObj:
-        return self.present(rt, self._stored(rt, namespace, name))
-
-    def _stored(self, rt: ResourceType, namespace: str, name: str) -> JsonObj:
-        obj = self.store.get(rt.storage_key, namespace, name)
-        if obj is None:
-            raise errors.not_found(rt, name)
-        return obj
-
-    def matches(self, rt: ResourceType, stored: JsonObj, namespace: str, query: ListQuery) -> bool:
-        srt = self.storage_type(rt)
-        meta = stored.get("metadata", {})
-        if namespace and meta.get("namespace") != namespace:
-            return False
-        return query.labels.matches(meta.get("labels")) and query.fields.matches(stored, srt.field_getters)
-
-    def list(self, rt: ResourceType, namespace: str, query: ListQuery) -> JsonObj:
-        """A list body. A resourceVersion newer than the store is the HTTP layer's to wait for."""
-        if query.continue_token:
-            list_rv, start = _decode_continue(query.continue_token)
-            try:
-                objects = self.store.snapshot_at(rt.storage_key, list_rv)
-            except TooOld as exc:
-                raise errors.expired(errors.CONTINUE_TOO_OLD) from exc
-        elif query.resource_version_match == "Exact" and query.resource_version not in ("", "0"):
-            list_rv, start = parse_resource_version(query.resource_version), ""
-            try:
-                objects = self.store.snapshot_at(rt.storage_key, list_rv)
-            except TooOld as exc:
-                raise errors.expired(errors.LIST_TOO_OLD) from exc
-        else:
-            list_rv, start = self.store.rv, ""
-            objects = self.store.list(rt.storage_key)
-
-        selected = [o for o in objects if self.matches(rt, o, namespace, query) and _key_str(o) > start]
-        metadata: JsonObj = {"resourceVersion": str(list_rv)}
-        if query.limit and len(selected) > query.limit:
-            page = selected[: query.limit]
-            metadata["continue"] = _encode_continue(list_rv, _key_str(page[-1]))
-            if not query.labels.requirements and not query.fields.terms:
-                metadata["remainingItemCount"] = len(selected) - len(page)
-            selected = page
-        return {
-            "kind": rt.list_kind,
-            "apiVersion": rt.api_version,
-            "metadata": metadata,
-            "items": [self.list_item(rt, o) for o in selected],
-        }
+class Operations(DeleteOperations):
+    """Everything the HTTP layer calls: reads (`ReadOperations`), deletes (`DeleteOperations`), and
+    here the writes (create, update, patch) and the pods' binding and eviction."""
 
     # -- create --------------------------------------------------------------------------------------
     def create(self, rt: ResourceType, namespace: str, body: Any) -> JsonObj:
@@ -281,13 +188,13 @@ class Operations:
             if srt.status_subresource:
                 new = {**new, "status": old["status"]} if "status" in old else _without(new, "status")
             srt.behaviour.prepare_update(old, new, now)
-            errs = _finalizer_errors(old_meta, new["metadata"]) + srt.behaviour.validate_update(old, new)
+            errs = finalizer_errors(old_meta, new["metadata"]) + srt.behaviour.validate_update(old, new)
             self._raise_invalid(rt, name, errs)
         if srt.tracks_generation and _spec_view(srt, old) != _spec_view(srt, new):
             new["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1
         srt.behaviour.canonicalise(new)
         new["metadata"] = canonical_metadata(new["metadata"])
-        if _deletes_on_update(old, new):
+        if deletes_on_update(old, new):
             # The last finalizer is gone: the object is deleted rather than written (one DELETED event
             # carrying its last stored state), and the client gets back the object it sent.
             self._remove(srt, old)
@@ -295,103 +202,6 @@ class Operations:
         if new == old:
             return self.present(rt, old)  # a no-op write stores nothing and emits no event
         return self.present(rt, self.store.replace(srt.key, new))
-
-    # -- delete --------------------------------------------------------------------------------------
-    def delete(self, rt: ResourceType, namespace: str, name: str, options: DeleteOptions) -> JsonObj:
-        """DELETE. Returns the response body: the object (pods, pending finalizers) or a Status."""
-        srt = self.storage_type(rt)
-        current = self._stored(rt, namespace, name)
-        meta = current["metadata"]
-        if options.uid and options.uid != meta["uid"]:
-            raise errors.precondition_failed(srt, namespace, name, "UID", options.uid, meta["uid"])
-        if options.resource_version and options.resource_version != meta["resourceVersion"]:
-            raise errors.precondition_failed(
-                srt, namespace, name, "ResourceVersion", options.resource_version, meta["resourceVersion"]
-            )
-        if srt.key == "namespaces":
-            return self.present(rt, self._delete_namespace(current))
-        final, removed = self._delete_stored(srt, current, options.grace_period)
-        if removed and not srt.behaviour.returns_deleted_object:
-            return _deleted_status(rt, final)
-        return self.present(rt, final)
-
-    def _delete_stored(
-        self, srt: ResourceType, current: JsonObj, requested_grace: int | None
-    ) -> tuple[JsonObj, bool]:
-        """Mark or remove one stored object: (its last state, whether it is gone). Kinds with graceful
-        deletion (pods) first record their deletionTimestamp (a MODIFIED), as the apiserver does."""
-        meta = current["metadata"]
-        finalizers = bool(meta.get("finalizers"))
-        if srt.behaviour.graceful_deletion:
-            grace = self._grace(srt, current, requested_grace)
-            if grace is None:  # graceful deletion already pending and not shortened
-                return current, False
-            if grace != meta.get("deletionGracePeriodSeconds") or not meta.get("deletionTimestamp"):
-                current = self.store.replace(srt.key, _marked_deleting(current, grace))
-            if grace > 0 or finalizers:
-                return current, False
-            return self._remove(srt, current), True
-        if finalizers:
-            if not meta.get("deletionTimestamp"):
-                current = self.store.replace(srt.key, _marked_deleting(current, 0))
-            return current, False
-        return self._remove(srt, current), True
-
-    def _grace(self, srt: ResourceType, current: JsonObj, requested: int | None) -> int | None:
-        meta = current["metadata"]
-        if not meta.get("deletionTimestamp"):
-            return srt.behaviour.grace_period(current, requested)
-        pending = meta.get("deletionGracePeriodSeconds")
-        if not pending:
-            return 0
-        if requested is None or requested >= pending:
-            return None
-        return max(requested, 0)
-
-    def _remove(self, srt: ResourceType, stored: JsonObj) -> JsonObj:
-        namespace, name = object_key(stored)
-        final = self.store.remove(srt.key, namespace, name)
-        if namespace:
-            self._finish_namespace_if_empty(namespace)
-        return final
-
-    def delete_collection(
-        self, rt: ResourceType, namespace: str, query: ListQuery, options: DeleteOptions
-    ) -> JsonObj:
-        srt = self.storage_type(rt)
-        deleted = [
-            self._delete_stored(srt, stored, options.grace_period)[0]
-            for stored in self.store.list(rt.storage_key)
-            if self.matches(rt, stored, namespace, query)
-        ]
-        return {
-            "kind": rt.list_kind,
-            "apiVersion": rt.api_version,
-            "metadata": {"resourceVersion": str(self.store.rv)},
-            "items": [self.list_item(rt, o) for o in deleted],
-        }
-
-    # -- namespaces: the namespace controller's part, done inline ------------------------------------
-    def _delete_namespace(self, ns: JsonObj) -> JsonObj:
-        name = ns["metadata"]["name"]
-        if not ns["metadata"].get("deletionTimestamp"):
-            terminating = _marked_deleting(ns, 0)
-            terminating["status"] = {**(terminating.get("status") or {}), "phase": "Terminating"}
-            ns = self.store.replace("namespaces", terminating)
-        for storage in self.store.storages_with_namespace(name):
-            srt = self.types.resolve(storage)
-            for stored in self.store.list(storage, name):
-                self._delete_stored(srt, stored, 0)
-        return self._finish_namespace_if_empty(name) or self.store.get("namespaces", "", name) or ns
-
-    def _finish_namespace_if_empty(self, namespace: str) -> JsonObj | None:
-        """Remove a terminating namespace once nothing is left in it; returns its final state."""
-        ns = self.store.get("namespaces", "", namespace)
-        if ns is None or not ns["metadata"].get("deletionTimestamp") or ns["metadata"].get("finalizers"):
-            return None
-        if self.store.count_in_namespace(namespace):
-            return None
-        return self.store.remove("namespaces", "", namespace)
 
     # -- binding -------------------------------------------------------------------------------------
     def bind(self, namespace: str, name: str, body: Any) -> JsonObj:
@@ -494,46 +304,6 @@ class Operations:
             raise errors.invalid(rt, name, errs)
 
 
-def parse_resource_version(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise errors.bad_request(
-            f'invalid resource version "{text}": must be a non-negative integer'
-        ) from exc
-    if value < 0:
-        raise errors.bad_request(f'invalid resource version "{text}": must be a non-negative integer')
-    return value
-
-
-def _key_str(obj: JsonObj) -> str:
-    namespace, name = object_key(obj)
-    return f"{namespace}/{name}"
-
-
-def _encode_continue(rv: int, last_key: str) -> str:
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": last_key + "\x00"}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_continue(token: str) -> tuple[int, str]:
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        return int(raw["rv"]), str(raw["start"]).rstrip("\x00")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
-
-
-def _deleted_status(rt: ResourceType, final: JsonObj) -> JsonObj:
-    """What a DELETE answers for kinds that do not return the object: a Success Status naming it."""
-    details: JsonObj = {"name": final["metadata"]["name"]}
-    if rt.group:
-        details["group"] = rt.group
-    details["kind"] = rt.plural
-    details["uid"] = final["metadata"]["uid"]
-    return errors.success_status(details=details)
-
-
 def _name_mismatch(body_name: str, url_name: str) -> str:
     return f"the name of the object ({body_name}) does not match the name on the URL ({url_name})"
 
@@ -546,46 +316,6 @@ def _spec_view(rt: ResourceType, obj: JsonObj) -> JsonObj:
     """What `metadata.generation` tracks: everything but metadata (and status, given a subresource)."""
     skip = ("metadata", "status") if rt.status_subresource else ("metadata",)
     return {k: v for k, v in obj.items() if k not in skip}
-
-
-def _marked_deleting(obj: JsonObj, grace: int) -> JsonObj:
-    """The object with its deletion recorded. Like the apiserver, the first mark bumps a tracked
-    generation, and an existing deletionTimestamp only ever moves earlier."""
-    meta = dict(obj["metadata"])
-    if not meta.get("deletionTimestamp") and meta.get("generation"):
-        meta["generation"] += 1
-    deadline = timestamp(grace)
-    if not meta.get("deletionTimestamp") or meta["deletionTimestamp"] > deadline:
-        meta["deletionTimestamp"] = deadline
-    meta["deletionGracePeriodSeconds"] = grace
-    return {**obj, "metadata": canonical_metadata(meta)}
-
-
-def _deletes_on_update(old: JsonObj, new: JsonObj) -> bool:
-    """An update that leaves no finalizer on an object being deleted (no grace period running) deletes it."""
-    meta = old["metadata"]
-    return (
-        bool(meta.get("deletionTimestamp"))
-        and not new["metadata"].get("finalizers")
-        and not meta.get("deletionGracePeriodSeconds")
-    )
-
-
-def _finalizer_errors(old_meta: JsonObj, new_meta: JsonObj) -> list[FieldError]:
-    if not old_meta.get("deletionTimestamp"):
-        return []
-    added = [f for f in new_meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
-    if not added:
-        return []
-    listed = ", ".join(f'"{f}"' for f in added)
-    return [
-        FieldError(
-            "Forbidden",
-            "metadata.finalizers",
-            "no new finalizers can be added if the object is being deleted, "
-            f"found new finalizers []string{{{listed}}}",
-        )
-    ]
 
 
 def _binding_type(pods_rt: ResourceType) -> ResourceType:

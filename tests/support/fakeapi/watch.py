@@ -11,7 +11,8 @@ from typing import Any
 
 from . import errors
 from .objects import encode
-from .operations import ListQuery, Operations, parse_resource_version
+from .operations import Operations
+from .reads import ListQuery, parse_resource_version
 from .resources import ResourceType
 from .store import Change, TooOld, with_resource_version
 
