@@ -445,9 +445,6 @@ class ControlPlane:
         }
         return self.admin.post("/api/v1/nodes", node)
 
-    def logs(self, lines: int = 40) -> str:
-        return "\n".join(p.tail(lines) for p in self.processes.values())
-
 
 def _now() -> str:
     return format_time()
