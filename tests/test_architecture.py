@@ -1,6 +1,7 @@
-"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.service <- allocator.gang;
-allocator.core <- simulator; allocator/assembly.py is the one module that imports both the service
-and the gang package (the service defines the seam, `GangHooks`, and never imports allocator.gang).
+"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.runtime <- (allocator.extender,
+allocator.gang side by side); allocator.core <- simulator; allocator/assembly.py is the one module that
+imports both the extender and the gang package (the extender defines the seam, `GangHooks`, and never
+imports allocator.gang; the gang package implements it structurally and never imports the extender).
 
 Inside the core, sub-packages form layers (`CORE_LAYERS`, lowest first): a module imports only
 from its own layer or lower ones. The core does no I/O. allocator/ has no import cycle (type-only
@@ -57,27 +58,51 @@ FORBIDDEN = {
     "agent/deviceplugin": ("agent.main_loop", "agent.healthz", "agent.publish", "agent.fixtures"),
     "allocator/core": (
         "agent",
-        "allocator.service",
+        "allocator.runtime",
+        "allocator.extender",
         "allocator.gang",
         "allocator.assembly",
         "simulator",
         "topoalloc",
     ),
-    # The service defines the gang seam (allocator/service/gang_hooks.py) and never imports the
-    # gang package; allocator/assembly.py is the one module that imports both.
-    "allocator/service": ("agent", "simulator", "allocator.gang", "allocator.assembly", "topoalloc"),
-    # Gang scheduling builds on the service's parts (cache, API client, events, TLS, settings) and
-    # is plugged in by allocator/assembly.py; it never reaches for the wiring itself.
+    # What every component on top shares (watch cache, hold ledger, API client, events, TLS, leader
+    # election, metrics, config, the core adapter); it knows none of them.
+    "allocator/runtime": (
+        "agent",
+        "simulator",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.assembly",
+        "topoalloc",
+    ),
+    # The extender defines the gang seam (allocator/extender/gang_hooks.py) and never imports the
+    # gang package.
+    "allocator/extender": (
+        "agent",
+        "simulator",
+        "allocator.gang",
+        "allocator.assembly",
+        "topoalloc",
+    ),
+    # Gang scheduling builds on the runtime (cache, API client, events, TLS, settings), implements
+    # `GangHooks` without importing the extender, and is plugged in by allocator/assembly.py.
     "allocator/gang": (
         "agent",
         "simulator",
+        "allocator.extender",
         "allocator.assembly",
-        "allocator.service.server",
-        "allocator.service.app",
-        "allocator.service.handlers",
         "topoalloc",
     ),
-    "simulator": ("agent", "allocator.service", "allocator.gang", "topoalloc", "kubernetes", "aiohttp"),
+    "simulator": (
+        "agent",
+        "allocator.runtime",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.assembly",
+        "topoalloc",
+        "kubernetes",
+        "aiohttp",
+    ),
 }
 # The pure core does no I/O: no files formats, no command line, no processes, sockets, threads or
 # event loops, no Kubernetes client. (open() and pathlib reads are not caught here.)
@@ -142,6 +167,22 @@ def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_run_one_way(package: str) -> None:
     assert _violations(package, FORBIDDEN[package]) == []
+
+
+# The one module that wires the extender and gang scheduling together (both imported).
+WIRING = "allocator/assembly.py"
+# Where a module importing both could hide: everything but the tests.
+PRODUCT = ("allocator", "agent", "apis", "simulator", "topoalloc", "bench")
+
+
+def test_only_the_wiring_imports_both_extender_and_gang() -> None:
+    both = []
+    for package in PRODUCT:
+        for path in sorted((REPO / package).rglob("*.py")):
+            names = _imports(path)
+            if all(any(_matches(n, p) for n in names) for p in ("allocator.extender", "allocator.gang")):
+                both.append(str(path.relative_to(REPO)))
+    assert both == [WIRING]
 
 
 def test_core_does_no_io() -> None:

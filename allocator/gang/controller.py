@@ -49,11 +49,11 @@ from allocator.gang.podgroup_status import status_update
 from allocator.gang.preempting import GangPreemptor, shortage_code
 from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
-from allocator.service.cache.records import Reservation
-from allocator.service.cache.store import ClusterCache
-from allocator.service.events import EventRecorder, PodRef
-from allocator.service.gang_settings import GangSettings
-from allocator.service.kube import KubeApi
+from allocator.runtime.cache.records import Reservation
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.events import EventRecorder, PodRef
+from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.kube import KubeApi
 from apis import keys
 
 log = logging.getLogger(__name__)

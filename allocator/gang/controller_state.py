@@ -7,8 +7,8 @@ from typing import Any
 
 from allocator.core.gang.victims import Candidate
 from allocator.gang.index import MemberPod
-from allocator.service.cache.store import ClusterCache
-from allocator.service.events import PodRef
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.events import PodRef
 from apis import podgroup as pg
 
 JSON = dict[str, Any]

@@ -7,9 +7,9 @@ held member elsewhere, and the reasons a hold could not be made.
 
 from __future__ import annotations
 
-from allocator.service.cache.records import Reservation
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import PodRequest, Rejection
+from allocator.runtime.cache.records import Reservation
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.coreadapter import PodRequest, Rejection
 from apis.annotations import DeviceAllocations
 
 GANG_PLAN = "topoalloc: gang plan"

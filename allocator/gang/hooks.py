@@ -1,7 +1,7 @@
-"""Gang scheduling behind the service's one seam (`GangHooks`, allocator/service/gang_hooks.py):
-the member index fed by the watch cache, the plan holds, the steering of the extender's verbs,
-the controller and the admission webhook. allocator/assembly.py passes `GangScheduling` to the
-service as its gang factory."""
+"""Gang scheduling behind the extender's one seam (`GangHooks`, allocator/extender/gang_hooks.py,
+implemented structurally: this package never imports the extender): the member index fed by the
+watch cache, the plan holds, the steering of the extender's verbs, the controller and the
+admission webhook. allocator/assembly.py builds `GangScheduling` and plugs it in."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ from allocator.gang.index import GangIndex
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.steering import GangSteering
 from allocator.gang.webhook import webhook_app
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import FilterVerdicts, PodRequest, Rejection
-from allocator.service.events import EventRecorder
-from allocator.service.gang_hooks import Spawn
-from allocator.service.gang_settings import WEBHOOK_SERVICE, GangSettings
-from allocator.service.kube import KubeApi
-from allocator.service.tls import ReloadingTLS, TLSFiles
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.coreadapter import FilterVerdicts, PodRequest, Rejection
+from allocator.runtime.events import EventRecorder
+from allocator.runtime.gang_settings import WEBHOOK_SERVICE, GangSettings
+from allocator.runtime.kube import KubeApi
+from allocator.runtime.tasks import Spawn
+from allocator.runtime.tls import ReloadingTLS, TLSFiles
 
 
 class GangScheduling:

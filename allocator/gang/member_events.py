@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from allocator.gang.controller_state import Gang, GangState
-from allocator.service.events import EventRecorder, PodRef
+from allocator.runtime.events import EventRecorder, PodRef
 
 
 class MemberEvents:

@@ -12,9 +12,9 @@ from allocator.gang.controller_state import Gang
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import parse_duration
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import PodRequest
-from allocator.service.gang_settings import GangSettings
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.coreadapter import PodRequest
+from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from apis import podgroup as pg
 from apis.errors import CodecError

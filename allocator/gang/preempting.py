@@ -28,10 +28,10 @@ from allocator.gang.hold_record import HoldRecord, restorable, victims_of
 from allocator.gang.index import MemberPod
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.writes import annotate_hold, clear_hold
-from allocator.service.cache.store import ClusterCache
-from allocator.service.gang_settings import GangSettings
-from allocator.service.kube import ApiError, KubeApi
-from allocator.service.victims import all_candidates
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.cache.victims import all_candidates
+from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.kube import ApiError, KubeApi
 
 Report = tuple[str, str, str]  # Event reason, note, type
 LOWEST = -(2**31)  # a starvation hold waits for any pod, whatever its priority

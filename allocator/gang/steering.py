@@ -21,8 +21,8 @@ from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
-from allocator.service.cache.store import ClusterCache
-from allocator.service.gang_settings import GangSettings
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.gang_settings import GangSettings
 
 HELD = "topoalloc: held for gang"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from allocator.gang.controller_state import Gang
 from allocator.gang.index import MemberPod
-from allocator.service.events import EventRecorder, PodRef
-from allocator.service.kube import MERGE_PATCH, ApiError, KubeApi
+from allocator.runtime.events import EventRecorder, PodRef
+from allocator.runtime.kube import MERGE_PATCH, ApiError, KubeApi
 from apis import keys
 from apis import podgroup as pg
 

@@ -32,8 +32,8 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from allocator.service.gang_settings import GangSettings
-from allocator.service.server import Allocator
+from allocator.assembly import Allocator
+from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from allocator.service.config import LeaderElection
+from allocator.runtime.config import LeaderElection
 from tests.service.harness import allocated, pod, running_allocator, seed_nodes, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer

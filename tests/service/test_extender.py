@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.service.handlers.common import dumps, loads
-from allocator.service.handlers.prioritize import host_priority_list
+from allocator.extender.handlers.common import dumps, loads
+from allocator.extender.handlers.prioritize import host_priority_list
 from apis import keys
 from tests.service.harness import (
     allocated,

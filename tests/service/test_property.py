@@ -17,7 +17,7 @@ import random
 import time
 from typing import Any
 
-from allocator.service.kube import ApiError
+from allocator.runtime.kube import ApiError
 from apis import keys
 from tests.service.harness import (
     api_holdings,

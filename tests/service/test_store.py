@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import CoreAdapter
-from allocator.service.kube import DEVICES, NODES, PODS
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.kube import DEVICES, NODES, PODS
 from apis import keys
 from tests.service.harness import device, node, pod
 

@@ -2,7 +2,7 @@
 + kube-controller-manager), for the real-cluster test tier and for benchmarks.
 
 No pytest here, so bench/ scripts can import it. Everything runs on 127.0.0.1 on free ports with a
-throw-away PKI (ECDSA P-256, from `allocator.service.certs`); no kubelet, so Nodes are POSTed with their
+throw-away PKI (ECDSA P-256, from `allocator.runtime.certs`); no kubelet, so Nodes are POSTed with their
 status. Every wait has a deadline and reports the process log tail when it expires; processes are
 started in their own session and ended by PID (SIGTERM, then SIGKILL).
 
@@ -36,7 +36,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from allocator.service import certs
+from allocator.runtime import certs
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO.parent / "shared" / "k8s"
@@ -122,7 +122,7 @@ def wait_until(
 
 @dataclass
 class Pki:
-    """A throw-away CA and the certificates it signs (`allocator.service.certs`, the project's own
+    """A throw-away CA and the certificates it signs (`allocator.runtime.certs`, the project's own
     PKI code), as files in `dir`."""
 
     dir: Path

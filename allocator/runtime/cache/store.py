@@ -13,9 +13,9 @@ bind that did not finish, and kube-scheduler will call bind again.
 A *hold* (`hold`) is a reservation without TTL made for someone else than bind: gang scheduling
 holds a member's planned devices from the moment its gang is planned until the member shows up
 bound or the gang drops the hold (allocator/gang/holds.py). Bind then takes the held devices,
-and asks the gang hooks (`gang`, allocator/service/gang_hooks.py) whether it may bind the pod
-to that node at all. `listeners` hear of every change the cache takes in, so the gang
-controller wakes up instead of polling.
+and asks `bind_guard` (gang scheduling's `bind_refusal`, plugged in by allocator/assembly.py)
+whether it may bind the pod to that node at all. `listeners` hear of every change the cache
+takes in, so the gang controller wakes up instead of polling.
 
 All methods are synchronous and the service runs one event loop: a method runs to completion
 before any other request or watch event is looked at, so choose-and-reserve in `reserve()` is a
@@ -33,9 +33,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from allocator.service.cache.records import (
+from allocator.runtime.cache.records import (
     JSON,
     Assigned,
+    BindGuard,
     DeviceRecord,
     Listener,
     NodeFacts,
@@ -43,13 +44,13 @@ from allocator.service.cache.records import (
     Reservation,
     containers_digest,
     meta_of,
+    no_refusal,
     node_facts,
     pod_key,
 )
-from allocator.service.coreadapter import NOT_IN_CACHE, CoreAdapter, PodRequest, PodUsage, Rejection
-from allocator.service.gang_hooks import GangHooks
-from allocator.service.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
-from allocator.service.metrics import Metrics
+from allocator.runtime.coreadapter import NOT_IN_CACHE, CoreAdapter, PodRequest, PodUsage, Rejection
+from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
+from allocator.runtime.metrics import Metrics
 from apis import keys
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
@@ -86,8 +87,8 @@ class ClusterCache:
         self._by_node: dict[str, set[str]] = defaultdict(set)  # the inverse of _target
         self._tokens = itertools.count(1)
         self.listeners: list[Listener] = []
-        # Gang scheduling's hooks, when it runs (set by the server at wiring time).
-        self.gang: GangHooks | None = None
+        # Why a pod must not be bound to a node now (gang scheduling's, set at wiring time).
+        self.bind_guard: BindGuard = no_refusal
 
     def _notify(self, kind: str, key: str, obj: JSON | None) -> None:
         for listener in self.listeners:
@@ -345,7 +346,7 @@ class ClusterCache:
         return True
 
     def _bind_refusal(self, req: PodRequest, node: str) -> Rejection | None:
-        return self.gang.bind_refusal(req, node) if self.gang is not None else None
+        return self.bind_guard(req, node)
 
     # -- holds (gang plans) ----------------------------------------------------------------------
 

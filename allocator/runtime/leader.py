@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from allocator.service.config import LeaderElection
-from allocator.service.kube import ApiError, KubeApi
+from allocator.runtime.config import LeaderElection
+from allocator.runtime.kube import ApiError, KubeApi
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.service.cache.store import ClusterCache, Reservation
-from allocator.service.coreadapter import CoreAdapter, Rejection
-from allocator.service.events import EventRecorder, PodRef
-from allocator.service.gang_hooks import GangHooks
-from allocator.service.kube import ApiError, KubeApi
+from allocator.extender.gang_hooks import GangHooks
+from allocator.runtime.cache.store import ClusterCache, Reservation
+from allocator.runtime.coreadapter import CoreAdapter, Rejection
+from allocator.runtime.events import EventRecorder, PodRef
+from allocator.runtime.kube import ApiError, KubeApi
 from apis import keys
 from apis.extender import ExtenderBindingArgs
 

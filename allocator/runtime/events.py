@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.service.kube import ApiError, KubeApi
-from allocator.service.leader import micro_time
-from allocator.service.metrics import Metrics
+from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.leader import micro_time
+from allocator.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from allocator.core.gang.victims import Candidate
-from allocator.service.cache.store import ClusterCache
+from allocator.runtime.cache.store import ClusterCache
 
 
 def candidates_near(cache: ClusterCache, nodes: Iterable[str]) -> list[Candidate]:

@@ -17,9 +17,9 @@ from collections import Counter
 
 from aiohttp import web
 
-from allocator.service.coreadapter import FilterVerdicts, PodRequest
-from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
-from allocator.service.handlers.service_view import ServiceView
+from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.extender.handlers.service_view import ServiceView
+from allocator.runtime.coreadapter import FilterVerdicts, PodRequest
 from apis.extender import ExtenderArgs
 
 # At most this many distinct reasons in one Event note.
@@ -33,7 +33,7 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan (the gang hooks, service/gang_hooks.py).
+    # A gang member's verdict comes from its gang's plan (the gang hooks, extender/gang_hooks.py).
     steered = svc.gang.steer_filter(req, names) if svc.gang is not None else None
     if req.invalid is not None:
         verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))

@@ -19,9 +19,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from allocator.core.gang.preemption import node_victims
-from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
-from allocator.service.handlers.service_view import ServiceView
-from allocator.service.victims import candidates_near
+from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.extender.handlers.service_view import ServiceView
+from allocator.runtime.cache.victims import candidates_near
 from apis.extender import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaVictims
 
 
