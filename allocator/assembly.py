@@ -91,7 +91,7 @@ class Allocator:
             else None
         )
         if self.gang is not None:
-            self.cache.bind_guard = self.gang.bind_refusal
+            self.cache.ledger.guard = self.gang.bind_refusal
             self.cache.listeners.append(self.gang.observe)
         self.binder = Binder(
             api,
@@ -212,7 +212,7 @@ class Allocator:
         period = max(0.05, min(5.0, self.config.reservation_ttl / 4))
         while True:
             await asyncio.sleep(period)
-            self.cache.expire_reservations()
+            self.cache.ledger.expire()
 
     async def _freeze_after_sync(self) -> None:
         """Move the first full cache (thousands of nodes, pods, inventories) out of the garbage

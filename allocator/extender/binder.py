@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator.extender.gang_hooks import GangHooks
-from allocator.runtime.cache.store import ClusterCache, Reservation
+from allocator.runtime.cache.records import Reservation
+from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
 from allocator.runtime.events import EventRecorder, PodRef
 from allocator.runtime.kube import ApiError, KubeApi
@@ -86,14 +87,14 @@ class Binder:
                 return BindOutcome(refusal.message, "gang")
             return await self._post_binding(args, None)
 
-        res = self.cache.reserve(pod, req, args.node)
+        res = self.cache.ledger.reserve(pod, req, args.node)
         if isinstance(res, Rejection):
             self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.explained}")
             return BindOutcome(f"node {args.node}: {res.explained}", "rejected")
         if self.clock() - started > self.deadline or not self.is_leader():
             # kube-scheduler has given up on this call (or we lost the lease): binding now would
             # race its retry. Undo instead.
-            self.cache.release(res)
+            self.cache.ledger.release(res)
             why = "bind deadline exceeded" if self.is_leader() else "lost leadership during bind"
             return BindOutcome(why, "deadline" if self.is_leader() else "not_leader")
         return await self._post_binding(args, res, pod)
@@ -134,7 +135,7 @@ class Binder:
             if exc.conflict and await self._bound_here(args):
                 return BindOutcome()
             if res is not None:
-                self.cache.release(res)
+                self.cache.ledger.release(res)
             return self._failed(pod, f"binding pod to {args.node}: {exc}", "binding_failed")
         return BindOutcome()
 

@@ -258,7 +258,7 @@ class GangController:
             if m is not None and m.uid == planned.uid and m.node:
                 del state.plan[key]  # bound: its pod holds the devices now
                 continue
-            res = self.cache.reservations.get(key)
+            res = self.cache.ledger.reservations.get(key)
             if m is None or m.uid != planned.uid or not m.active or res is None or res.uid != planned.uid:
                 lost.append(key)
         if lost:

@@ -1,6 +1,6 @@
-"""A gang's plan held in the watch cache: its members' devices reserved on their planned nodes.
+"""A gang's plan held in the hold ledger: its members' devices reserved on their planned nodes.
 
-The cache keeps holds as reservations without TTL (`ClusterCache.hold`); this module says what
+The hold ledger keeps holds as reservations without TTL (`HoldLedger.hold`); this module says what
 they mean for gang scheduling: which pod is held for which gang, why bind and filter refuse a
 held member elsewhere, and the reasons a hold could not be made.
 """
@@ -38,7 +38,7 @@ class PlanHolds:
 
     def planned(self, key: str) -> Reservation | None:
         """The pod's hold, if a gang's plan holds it."""
-        res = self.cache.reservations.get(key)
+        res = self.cache.ledger.reservations.get(key)
         return res if res is not None and res.holder else None
 
     def reserve(
@@ -46,9 +46,9 @@ class PlanHolds:
     ) -> Reservation | Rejection:
         """Hold a member's planned devices on its planned node until it is bound there or
         `release`. Refused while the pod is bound or another reservation holds it."""
-        got = self.cache.hold(key, uid, node, allocations, req, gang)
+        got = self.cache.ledger.hold(key, uid, node, allocations, req, gang)
         return Rejection(GANG_PLAN, got) if isinstance(got, str) else got
 
     def release(self, key: str, *, force: bool = False) -> bool:
         """Drop a member's hold unless its bind is under way; `force` drops it anyway."""
-        return self.cache.drop_hold(key, force=force)
+        return self.cache.ledger.drop_hold(key, force=force)

@@ -170,7 +170,7 @@ class GangPreemptor:
             if state.preempting is None:
                 continue
             for key in state.plan:
-                res = self.cache.reservations.get(key)
+                res = self.cache.ledger.reservations.get(key)
                 if res is not None:
                     held += sum(len(entries) for entries in res.allocations.by_type.values())
         return reasons, held

@@ -7,7 +7,7 @@
 * prioritize: a planned member scores 10 on its node; any pod with siblings (its gang, its
   `rl-job-group`) gets the sibling affinity blended into the core's score.
 * bind (`bind_refusal`, asked by the cache and the binder): a member without a plan is refused,
-  a planned member only goes to its planned node, with its planned devices (`ClusterCache.reserve`).
+  a planned member only goes to its planned node, with its planned devices (`HoldLedger.reserve`).
 """
 
 from __future__ import annotations

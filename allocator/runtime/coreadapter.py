@@ -6,7 +6,7 @@ I/O either. The verbs read top to bottom, one name per step:
 
     filter:     handlers/filter.py     -> `CoreAdapter.filter_nodes` -> `ClusterState.verdicts`
     prioritize: handlers/prioritize.py -> `CoreAdapter.score_nodes`  -> `ClusterState.priority_column`
-    bind:       handlers/bind.py -> `Binder.bind` -> `ClusterCache.reserve` -> `CoreAdapter.allocate`
+    bind:       handlers/bind.py -> `Binder.bind` -> `HoldLedger.reserve` -> `CoreAdapter.allocate`
                 -> `ClusterState.allocate`
 Gang members take a turn through the gang hooks first (service/gang_hooks.py).
 """

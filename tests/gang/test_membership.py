@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from allocator.gang.timefmt import format_time, parse_duration, parse_time
-from allocator.runtime.cache.records import no_refusal
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.gang_settings import DEFAULT_TOPOLOGY_KEYS
+from allocator.runtime.ledger import no_refusal
 from apis import keys
 from tests.gang.harness import gang_settings, gang_world, gates_of, gpu_node, member, node_of, podgroup
 from tests.service.harness import double_booked, running_allocator, until
@@ -83,7 +83,7 @@ async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: P
 
     async with running_allocator(fake_api, pki, gang=gang_settings(enabled=False)) as run:
         assert run.service.gang is None and run.service.webhook_port == 0
-        assert run.service.cache.bind_guard is no_refusal
+        assert run.service.cache.ledger.guard is no_refusal
 
 
 def test_settings_from_the_config_file_and_flags() -> None:

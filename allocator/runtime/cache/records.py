@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from allocator.runtime.coreadapter import PodRequest, PodUsage, Rejection
+from allocator.runtime.coreadapter import PodRequest, PodUsage
 from apis.annotations import DeviceAllocations
 
 JSON = dict[str, Any]
@@ -18,13 +18,6 @@ JSON = dict[str, Any]
 Assigned = tuple[str, int, "PodUsage | None"]
 # (kind name, object key, the object, or None once deleted)
 Listener = Callable[[str, str, "JSON | None"], None]
-# Why a pod must not be bound to a node now (None: go ahead); gang scheduling's `bind_refusal`.
-BindGuard = Callable[[PodRequest, str], "Rejection | None"]
-
-
-def no_refusal(req: PodRequest, node: str) -> Rejection | None:
-    """The bind guard without gang scheduling: every bind may go ahead."""
-    return None
 
 
 def pod_key(namespace: str, name: str) -> str:

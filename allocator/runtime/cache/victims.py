@@ -27,5 +27,5 @@ def all_candidates(cache: ClusterCache) -> list[Candidate]:
     return [
         Candidate(e.key, e.node, e.priority, e.gang, e.uid)
         for e in cache.pods.values()
-        if e.holds and not e.deleting and e.key not in cache.reservations
+        if e.holds and not e.deleting and e.key not in cache.ledger.reservations
     ]
