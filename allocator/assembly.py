@@ -81,6 +81,7 @@ class Allocator:
                 config.gang,
                 api=api,
                 cache=self.cache,
+                core=self.core,
                 registry=self.metrics.registry,
                 events=self.events,
                 is_leader=self.is_leader,

@@ -185,6 +185,29 @@ def test_only_the_wiring_imports_both_extender_and_gang() -> None:
     assert both == [WIRING]
 
 
+# Only the core adapter calls the core's cluster state (ClusterState and what takes it). Exempt: the
+# core itself, the simulator (its model of the cluster is the core's ClusterState), and the two
+# benchmarks that measure the core itself rather than the allocator (bench/core.py, bench/gang.py).
+CORE_ADAPTER = "allocator/runtime/coreadapter.py"
+THROUGH_THE_ADAPTER = ("allocator", "topoalloc", "bench")
+CORE_BENCHMARKS = ("bench/core.py", "bench/gang.py")
+
+
+def test_only_the_core_adapter_reaches_the_cluster_state() -> None:
+    found = []
+    for package in THROUGH_THE_ADAPTER:
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            if rel.startswith("allocator/core/") or rel == CORE_ADAPTER or rel in CORE_BENCHMARKS:
+                continue
+            if ".core.cluster" in path.read_text():
+                found.append(f"{rel} mentions .core.cluster")
+            found += [
+                f"{rel} imports {n}" for n in sorted(_imports(path)) if _matches(n, "allocator.core.cluster")
+            ]
+    assert found == []
+
+
 def test_core_does_no_io() -> None:
     assert _violations("allocator/core", CORE_IO_MODULES) == []
 

@@ -23,7 +23,7 @@ from allocator.gang.metrics import GangMetrics
 from allocator.gang.steering import GangSteering
 from allocator.gang.webhook import webhook_app
 from allocator.runtime.cache.store import ClusterCache
-from allocator.runtime.coreadapter import FilterVerdicts, PodRequest, Rejection
+from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest, Rejection
 from allocator.runtime.events import EventRecorder
 from allocator.runtime.gang_settings import WEBHOOK_SERVICE, GangSettings
 from allocator.runtime.kube import KubeApi
@@ -40,6 +40,7 @@ class GangScheduling:
         *,
         api: KubeApi,
         cache: ClusterCache,
+        core: CoreAdapter,
         registry: CollectorRegistry,
         events: EventRecorder | None,
         is_leader: Callable[[], bool],
@@ -50,13 +51,14 @@ class GangScheduling:
         self.index = GangIndex()
         self.metrics = GangMetrics(registry)
         self.holds = PlanHolds(cache)
-        self.steering = GangSteering(cache, self.holds, self.index, settings)
+        self.steering = GangSteering(core, self.holds, self.index, settings)
         plan_settings = PlanSettings(
-            topology_keys=tuple(settings.topology_keys), scoring=cache.core.scoring.device_scoring
+            topology_keys=tuple(settings.topology_keys), scoring=core.scoring.device_scoring
         )
         self.controller = GangController(
             api=api,
             cache=cache,
+            core=core,
             holds=self.holds,
             index=self.index,
             settings=settings,

@@ -17,9 +17,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
-from allocator.core.cluster.state import ClusterState
 from allocator.core.gang.plan import GangPlan, PlanSettings
-from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption, whole_gpus_wanted
+from allocator.core.gang.preemption import PreemptionPlan, whole_gpus_wanted
 from allocator.core.gang.priority import gang_priority
 from allocator.core.gang.victims import Candidate
 from allocator.core.request.pod_request import PodRequest
@@ -30,6 +29,7 @@ from allocator.gang.metrics import GangMetrics
 from allocator.gang.writes import annotate_hold, clear_hold
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.cache.victims import all_candidates
+from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import ApiError, KubeApi
 
@@ -81,6 +81,7 @@ class GangPreemptor:
         self,
         api: KubeApi,
         cache: ClusterCache,
+        core: CoreAdapter,
         metrics: GangMetrics,
         settings: GangSettings,
         plan_settings: PlanSettings,
@@ -88,6 +89,7 @@ class GangPreemptor:
     ) -> None:
         self.api = api
         self.cache = cache
+        self.core = core
         self.metrics = metrics
         self.settings = settings
         self.plan_settings = plan_settings
@@ -200,8 +202,7 @@ class GangPreemptor:
         candidates = all_candidates(self.cache)
         if wait:
             candidates = [replace(c, priority=LOWEST) for c in candidates]
-        found = plan_with_preemption(
-            self.cache.core.cluster,
+        found = self.core.plan_with_preemption(
             requests,
             candidates,
             self.plan_settings,
@@ -257,10 +258,9 @@ class GangPreemptor:
         return [evict_into(self.api, p, v) for v in p.due(left)], None
 
 
-def shortage_code(cluster: ClusterState, requests: list[PodRequest], names: list[str]) -> str:
+def shortage_code(requests: list[PodRequest], free: int) -> str:
     """Why no placement, in one word for the Waiting condition: enough whole GPUs are free on the
-    nodes the gang may use but not in a shape that holds it (InsufficientTopology), or not even
-    that many (InsufficientResources)."""
+    nodes the gang may use (`free`) but not in a shape that holds it (InsufficientTopology), or
+    not even that many (InsufficientResources)."""
     wanted = sum(whole_gpus_wanted(r) for r in requests)
-    free = sum(cluster.nodes[n].whole_gpus_free for n in names if n in cluster.nodes)
     return "InsufficientTopology" if wanted and free >= wanted else "InsufficientResources"

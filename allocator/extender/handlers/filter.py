@@ -87,7 +87,7 @@ def _event(
     parts = []
     for msg, n in counts.most_common(EVENT_REASONS):
         node = example[msg]
-        rejection = svc.core.cluster.feasible(req, [node])[1].get(node)
+        rejection = svc.core.node_rejection(req, node)
         detail = rejection.detail if rejection is not None and rejection.message == msg else ""
         parts.append(f"{n} {msg}" + (f" (e.g. {node}: {detail})" if detail else ""))
     more = len(counts) - EVENT_REASONS
