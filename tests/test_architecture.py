@@ -76,21 +76,24 @@ FORBIDDEN = {
         "topoalloc",
     ),
     # The extender defines the gang seam (allocator/extender/gang_hooks.py) and never imports the
-    # gang package.
+    # gang package; it sees the cache through its own view (extender/cache_view.py), not the class.
     "allocator/extender": (
         "agent",
         "simulator",
         "allocator.gang",
         "allocator.assembly",
+        "allocator.runtime.cache.store",
         "topoalloc",
     ),
-    # Gang scheduling builds on the runtime (cache, API client, events, TLS, settings), implements
-    # `GangHooks` without importing the extender, and is plugged in by allocator/assembly.py.
+    # Gang scheduling builds on the runtime (cache records, hold ledger, API client, events, TLS,
+    # settings) through its own cache view (gang/cache_view.py), implements `GangHooks` without
+    # importing the extender, and is plugged in by allocator/assembly.py.
     "allocator/gang": (
         "agent",
         "simulator",
         "allocator.extender",
         "allocator.assembly",
+        "allocator.runtime.cache.store",
         "topoalloc",
     ),
     "simulator": (

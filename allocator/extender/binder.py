@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.extender.cache_view import ExtenderCache
 from allocator.extender.gang_hooks import GangHooks
 from allocator.runtime.cache.records import Reservation
-from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
 from allocator.runtime.events import EventRecorder, PodRef
 from allocator.runtime.kube import ApiError, KubeApi
@@ -45,7 +45,7 @@ class Binder:
     def __init__(
         self,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: ExtenderCache,
         core: CoreAdapter,
         *,
         is_leader: Callable[[], bool],

@@ -38,6 +38,7 @@ from typing import Any
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
 from allocator.core.gang.priority import gang_priority, queue_key
 from allocator.core.request.pod_request import PodRequest
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller_state import Decision, Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
@@ -49,7 +50,6 @@ from allocator.gang.preempting import GangPreemptor, shortage_code
 from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
 from allocator.runtime.cache.records import Reservation
-from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, PodRef
 from allocator.runtime.gang_settings import GangSettings
@@ -67,7 +67,7 @@ class GangController:
         self,
         *,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: GangCache,
         core: CoreAdapter,
         holds: PlanHolds,
         index: GangIndex,

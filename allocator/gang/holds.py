@@ -7,8 +7,8 @@ held member elsewhere, and the reasons a hold could not be made.
 
 from __future__ import annotations
 
+from allocator.gang.cache_view import GangLedger
 from allocator.runtime.cache.records import Reservation
-from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import PodRequest, Rejection
 from apis.annotations import DeviceAllocations
 
@@ -33,12 +33,12 @@ def plan_refusal(res: Reservation, req: PodRequest, node: str) -> Rejection | No
 class PlanHolds:
     """Gang members' planned devices, held in the cache from planning until bound or released."""
 
-    def __init__(self, cache: ClusterCache) -> None:
-        self.cache = cache
+    def __init__(self, ledger: GangLedger) -> None:
+        self.ledger = ledger
 
     def planned(self, key: str) -> Reservation | None:
         """The pod's hold, if a gang's plan holds it."""
-        res = self.cache.ledger.reservations.get(key)
+        res = self.ledger.reservations.get(key)
         return res if res is not None and res.holder else None
 
     def reserve(
@@ -46,9 +46,9 @@ class PlanHolds:
     ) -> Reservation | Rejection:
         """Hold a member's planned devices on its planned node until it is bound there or
         `release`. Refused while the pod is bound or another reservation holds it."""
-        got = self.cache.ledger.hold(key, uid, node, allocations, req, gang)
+        got = self.ledger.hold(key, uid, node, allocations, req, gang)
         return Rejection(GANG_PLAN, got) if isinstance(got, str) else got
 
     def release(self, key: str, *, force: bool = False) -> bool:
         """Drop a member's hold unless its bind is under way; `force` drops it anyway."""
-        return self.cache.ledger.drop_hold(key, force=force)
+        return self.ledger.drop_hold(key, force=force)

@@ -16,13 +16,13 @@ from prometheus_client import CollectorRegistry
 
 from allocator.core.gang.plan import PlanSettings
 from allocator.gang.cabundle import CaBundleInjector
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller import GangController
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.steering import GangSteering
 from allocator.gang.webhook import webhook_app
-from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest, Rejection
 from allocator.runtime.events import EventRecorder
 from allocator.runtime.gang_settings import WEBHOOK_SERVICE, GangSettings
@@ -39,7 +39,7 @@ class GangScheduling:
         settings: GangSettings,
         *,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: GangCache,
         core: CoreAdapter,
         registry: CollectorRegistry,
         events: EventRecorder | None,
@@ -50,7 +50,7 @@ class GangScheduling:
         self.settings = settings
         self.index = GangIndex()
         self.metrics = GangMetrics(registry)
-        self.holds = PlanHolds(cache)
+        self.holds = PlanHolds(cache.ledger)
         self.steering = GangSteering(core, self.holds, self.index, settings)
         plan_settings = PlanSettings(
             topology_keys=tuple(settings.topology_keys), scoring=core.scoring.device_scoring

@@ -8,11 +8,11 @@ import json
 from collections import Counter
 from typing import Any
 
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller_state import Gang
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import parse_duration
-from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
 from apis import keys
@@ -22,7 +22,7 @@ from apis.errors import CodecError
 JSON = dict[str, Any]
 
 
-def member_requests(cache: ClusterCache, core: CoreAdapter, members: list[MemberPod]) -> list[PodRequest]:
+def member_requests(cache: GangCache, core: CoreAdapter, members: list[MemberPod]) -> list[PodRequest]:
     """The parsed request of each member the cache has in the version the index saw."""
     out = []
     for m in members:
@@ -32,7 +32,7 @@ def member_requests(cache: ClusterCache, core: CoreAdapter, members: list[Member
     return out
 
 
-def admitting_nodes(cache: ClusterCache, core: CoreAdapter, members: list[MemberPod]) -> list[str]:
+def admitting_nodes(cache: GangCache, core: CoreAdapter, members: list[MemberPod]) -> list[str]:
     """Nodes whose taints and cordon every one of the members tolerates."""
     kinds: dict[str, list[JSON]] = {}
     for m in members:
@@ -57,7 +57,7 @@ def sibling_nodes(core: CoreAdapter, index: GangIndex, gang: str, members: list[
     return dict(Counter(n for n in (where.get(k) for k in keys_) if n))
 
 
-def gang_view(index: GangIndex, cache: ClusterCache, settings: GangSettings, key: str) -> Gang:
+def gang_view(index: GangIndex, cache: GangCache, settings: GangSettings, key: str) -> Gang:
     """One gang as a pass sees it: members for the schedulers we serve, its PodGroup (or why it
     has none usable), its size and its timeout."""
     names = settings.scheduler_names

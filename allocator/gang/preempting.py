@@ -22,12 +22,12 @@ from allocator.core.gang.preemption import PreemptionPlan, whole_gpus_wanted
 from allocator.core.gang.priority import gang_priority
 from allocator.core.gang.victims import Candidate
 from allocator.core.request.pod_request import PodRequest
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller_state import GangState, Preempting
 from allocator.gang.hold_record import HoldRecord, restorable, victims_of
 from allocator.gang.index import MemberPod
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.writes import annotate_hold, clear_hold
-from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.cache.victims import all_candidates
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.gang_settings import GangSettings
@@ -80,7 +80,7 @@ class GangPreemptor:
     def __init__(
         self,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: GangCache,
         core: CoreAdapter,
         metrics: GangMetrics,
         settings: GangSettings,
@@ -186,7 +186,7 @@ class GangPreemptor:
         """Keys of the running pods whose room the gang could get: every pod for a starving gang
         (it waits for them), else those of a lower priority when preemption is on (an upper
         bound: a running gang's member is counted alone, though it only goes with its gang)."""
-        candidates = all_candidates(self.cache)
+        candidates = all_candidates(self.cache.pods, self.cache.ledger.reservations)
         if starving:
             return {c.key for c in candidates}
         if not self.settings.preemption:
@@ -199,7 +199,7 @@ class GangPreemptor:
     ) -> PreemptionPlan | None:
         """A placement with the cheapest victims, or None (no victims help, or none needed).
         `wait`: every running pod counts (a starvation hold waits for them instead of evicting)."""
-        candidates = all_candidates(self.cache)
+        candidates = all_candidates(self.cache.pods, self.cache.ledger.reservations)
         if wait:
             candidates = [replace(c, priority=LOWEST) for c in candidates]
         found = self.core.plan_with_preemption(

@@ -36,7 +36,7 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return json_reply(request, ExtenderPreemptionResult().to_dict(), "gang")
     if not req.wants_devices:
         return json_reply(request, ExtenderPreemptionResult(args.victims).to_dict(), "no_devices")
-    pool = candidates_near(svc.cache, args.victims)
+    pool = candidates_near(svc.cache.pods, svc.cache.ledger.reservations, args.victims)
     # Nodes where no set makes room (or it fits already: the filter will say so) are left out.
     kept: dict[str, MetaVictims] = {}
     for node, victims in svc.core.preemption_victims(req, args.victims, pool).items():

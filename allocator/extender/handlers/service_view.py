@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from allocator.extender.binder import Binder
+from allocator.extender.cache_view import ExtenderCache
 from allocator.extender.gang_hooks import GangHooks
-from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder
 from allocator.runtime.metrics import Metrics
@@ -17,7 +17,7 @@ from allocator.runtime.metrics import Metrics
 
 class ServiceView(Protocol):
     core: CoreAdapter
-    cache: ClusterCache
+    cache: ExtenderCache
     binder: Binder
     gang: GangHooks | None
     events: EventRecorder | None
