@@ -26,7 +26,7 @@ from allocator.runtime.cache.reflector import Backoff, Reflector
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
-from allocator.runtime.events import EventRecorder
+from allocator.runtime.events import EventRecorder, EventSink, NullEvents
 from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, ApiError, KubeApi
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
@@ -66,10 +66,10 @@ class Allocator:
         ]
         le = config.leader_election
         self.elector = LeaderElector(api, le, on_change=self._leader_changed) if le.enabled else None
-        self.events = (
+        self.events: EventSink = (
             EventRecorder(api, instance=le.identity, window=config.event_window, metrics=self.metrics)
             if config.events
-            else None
+            else NullEvents()
         )
         tls_files = TLSFiles(Path(config.tls_cert), Path(config.tls_key), Path(config.client_ca))
         self.tls = ReloadingTLS(
@@ -168,7 +168,7 @@ class Allocator:
                 if not cfg.leader_election.pod_name:
                     raise ValueError("leader_election.label_pod needs the pod name (POD_NAME)")
                 self._spawn("leader label", self._label_loop())
-        if self.events:
+        if cfg.events:
             self._spawn("event recorder", self.events.run())
         self._spawn("TLS reload", self.tls.watch(cfg.tls_reload_interval))
         self._spawn("reservation expiry", self._expire_loop())
@@ -244,9 +244,8 @@ class Allocator:
                 with contextlib.suppress(ApiError):
                     await self._label_pod(False)
             await self.elector.release()
-        if self.events:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.events.drain(), 2.0)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.events.drain(), 2.0)
 
 
 def build_allocator(config: ServiceConfig, api: KubeApi, *, metrics: Metrics | None = None) -> Allocator:

@@ -21,7 +21,7 @@ from allocator.extender.cache_view import ExtenderCache
 from allocator.extender.gang_hooks import GangHooks
 from allocator.runtime.cache.records import Reservation
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
-from allocator.runtime.events import EventRecorder, PodRef
+from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.kube import ApiError, KubeApi
 from apis import keys
 from apis.extender import ExtenderBindingArgs
@@ -49,7 +49,7 @@ class Binder:
         core: CoreAdapter,
         *,
         is_leader: Callable[[], bool],
-        events: EventRecorder | None = None,
+        events: EventSink,
         gang: GangHooks | None = None,
         deadline: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
@@ -154,5 +154,4 @@ class Binder:
         return BindOutcome(message, reason)
 
     def _event(self, pod: JSON, reason: str, note: str) -> None:
-        if self.events is not None:
-            self.events.warn(PodRef.of(pod), reason, "Binding", note)
+        self.events.warn(PodRef.of(pod), reason, "Binding", note)

@@ -51,7 +51,7 @@ from allocator.gang.timefmt import parse_time
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
 from allocator.runtime.cache.records import Reservation
 from allocator.runtime.coreadapter import CoreAdapter
-from allocator.runtime.events import EventRecorder, PodRef
+from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
 from apis import keys
@@ -73,7 +73,7 @@ class GangController:
         index: GangIndex,
         settings: GangSettings,
         metrics: GangMetrics,
-        events: EventRecorder | None,
+        events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         plan_settings: PlanSettings,
@@ -93,7 +93,7 @@ class GangController:
         self.plan_settings = plan_settings
         self.clock = clock
         self.wall = wall
-        self.member_events = MemberEvents(events, clock) if events is not None else None
+        self.member_events = MemberEvents(events, clock)
         self.preemptor = GangPreemptor(api, cache, core, metrics, settings, plan_settings, clock)
         self.states: dict[str, GangState] = {}
         self.passes = 0
@@ -245,8 +245,7 @@ class GangController:
         effects += self._advance_preemption(gang, state)
         effects += self._release_gates(gang, state)
         if gang.podgroup is not None:
-            if self.member_events is not None:
-                self.member_events.tell(gang, state)
+            self.member_events.tell(gang, state)
             effects += self._write_status(gang, state, failed, start)
         return effects
 
@@ -404,7 +403,7 @@ class GangController:
             )
             if isinstance(found, GangPlan) and self._commit(gang, state, found, [m]):
                 continue
-            if isinstance(found, NoPlan) and self.events is not None and m.key not in state.told:
+            if isinstance(found, NoPlan) and m.key not in state.told:
                 state.told.add(m.key)
                 self.events.warn(
                     PodRef(m.namespace, m.name, m.uid), "GangWaiting", "Scheduling", found.message
@@ -495,6 +494,6 @@ class GangController:
         if gang.podgroup is not None:
             code = state.wait_code if reason == "GangWaiting" else ""
             state.decision = Decision(reason, code, type_, note)  # told to the members (member_events.py)
-        if self.events is not None and (note != state.reported or force):
+        if note != state.reported or force:
             state.reported = note
             report_event(self.events, gang, type_, reason, note)

@@ -24,7 +24,7 @@ from allocator.gang.metrics import GangMetrics
 from allocator.gang.steering import GangSteering
 from allocator.gang.webhook import webhook_app
 from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest, Rejection
-from allocator.runtime.events import EventRecorder
+from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import WEBHOOK_SERVICE, GangSettings
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.tasks import Spawn
@@ -42,7 +42,7 @@ class GangScheduling:
         cache: GangCache,
         core: CoreAdapter,
         registry: CollectorRegistry,
-        events: EventRecorder | None,
+        events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         tls_files: TLSFiles,

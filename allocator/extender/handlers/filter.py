@@ -77,8 +77,6 @@ def _event(
     """One Event per pod attempt that fits nowhere, summarising the reasons by count. The reasons
     are the stable messages kube-scheduler aggregates; the Event adds, per reason, what one such
     node has left (the rejection's detail), which the reply itself never carries."""
-    if svc.events is None:
-        return
     rejected = {**failed, **unresolvable}
     counts = Counter(rejected.values())
     example = {}

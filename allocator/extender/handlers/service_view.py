@@ -11,7 +11,7 @@ from allocator.extender.binder import Binder
 from allocator.extender.cache_view import ExtenderCache
 from allocator.extender.gang_hooks import GangHooks
 from allocator.runtime.coreadapter import CoreAdapter
-from allocator.runtime.events import EventRecorder
+from allocator.runtime.events import EventSink
 from allocator.runtime.metrics import Metrics
 
 
@@ -20,7 +20,7 @@ class ServiceView(Protocol):
     cache: ExtenderCache
     binder: Binder
     gang: GangHooks | None
-    events: EventRecorder | None
+    events: EventSink
     metrics: Metrics
 
     @property
