@@ -40,14 +40,10 @@ KINDS = (NODES, DEVICES, PODS, PODGROUPS)
 
 
 class Allocator:
-    def __init__(
-        self,
-        config: ServiceConfig,
-        api: KubeApi,
-        *,
-        metrics: Metrics | None = None,
-    ) -> None:
-        """Gang scheduling runs unless the config turns it off (`gang.enabled: false`)."""
+    """One allocator process: its runtime parts, the extender, gang scheduling (unless the config
+    turns it off, `gang.enabled: false`), started and stopped together."""
+
+    def __init__(self, config: ServiceConfig, api: KubeApi, *, metrics: Metrics | None = None) -> None:
         self.config = config
         self.api = api
         self.metrics = metrics or Metrics()

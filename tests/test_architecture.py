@@ -2,6 +2,7 @@
 allocator.gang side by side); allocator.core <- simulator; allocator/assembly.py is the one module that
 imports both the extender and the gang package (the extender defines the seam, `GangHooks`, and never
 imports allocator.gang; the gang package implements it structurally and never imports the extender).
+Only allocator/runtime/coreadapter.py reaches the core's cluster state (`allocator.core.cluster`).
 
 Inside the core, sub-packages form layers (`CORE_LAYERS`, lowest first): a module imports only
 from its own layer or lower ones. The core does no I/O. allocator/ has no import cycle (type-only
