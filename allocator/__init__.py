@@ -1,1 +1,2 @@
-"""Central allocator: pure allocation/scoring core plus the scheduler-extender service."""
+"""Central allocator: the pure allocation/scoring core (`core/`), the runtime on top of it (`runtime/`),
+the scheduler extender (`extender/`) and gang scheduling (`gang/`) side by side, wired by `assembly.py`."""

@@ -42,8 +42,8 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from allocator.service import certs  # noqa: E402
-from allocator.service.coreadapter import CoreAdapter, Rejection  # noqa: E402
+from allocator.runtime import certs  # noqa: E402
+from allocator.runtime.coreadapter import CoreAdapter, Rejection  # noqa: E402
 from apis import keys  # noqa: E402
 from tests.support.fakeapi import FakeApiServer  # noqa: E402
 from tests.support.machines import machine_device  # noqa: E402

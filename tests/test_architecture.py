@@ -1,6 +1,8 @@
-"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.service <- allocator.gang;
-allocator.core <- simulator; allocator/assembly.py is the one module that imports both the service
-and the gang package (the service defines the seam, `GangHooks`, and never imports allocator.gang).
+"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.runtime <- (allocator.extender,
+allocator.gang side by side); allocator.core <- simulator; allocator/assembly.py is the one module that
+imports both the extender and the gang package (the extender defines the seam, `GangHooks`, and never
+imports allocator.gang; the gang package implements it structurally and never imports the extender).
+Only allocator/runtime/coreadapter.py reaches the core's cluster state (`allocator.core.cluster`).
 
 Inside the core, sub-packages form layers (`CORE_LAYERS`, lowest first): a module imports only
 from its own layer or lower ones. The core does no I/O.
@@ -74,27 +76,54 @@ FORBIDDEN = {
     "tests/support": TEST_AREAS,
     "allocator/core": (
         "agent",
-        "allocator.service",
+        "allocator.runtime",
+        "allocator.extender",
         "allocator.gang",
         "allocator.assembly",
         "simulator",
         "topoalloc",
     ),
-    # The service defines the gang seam (allocator/service/gang_hooks.py) and never imports the
-    # gang package; allocator/assembly.py is the one module that imports both.
-    "allocator/service": ("agent", "simulator", "allocator.gang", "allocator.assembly", "topoalloc"),
-    # Gang scheduling builds on the service's parts (cache, API client, events, TLS, settings) and
-    # is plugged in by allocator/assembly.py; it never reaches for the wiring itself.
+    # What every component on top shares (watch cache, hold ledger, API client, events, TLS, leader
+    # election, metrics, config, the core adapter); it knows none of them.
+    "allocator/runtime": (
+        "agent",
+        "simulator",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.assembly",
+        "topoalloc",
+    ),
+    # The extender defines the gang seam (allocator/extender/gang_hooks.py) and never imports the
+    # gang package; it sees the cache through its own view (extender/cache_view.py), not the class.
+    "allocator/extender": (
+        "agent",
+        "simulator",
+        "allocator.gang",
+        "allocator.assembly",
+        "allocator.runtime.cache.store",
+        "topoalloc",
+    ),
+    # Gang scheduling builds on the runtime (cache records, hold ledger, API client, events, TLS,
+    # settings) through its own cache view (gang/cache_view.py), implements `GangHooks` without
+    # importing the extender, and is plugged in by allocator/assembly.py.
     "allocator/gang": (
         "agent",
         "simulator",
+        "allocator.extender",
         "allocator.assembly",
-        "allocator.service.server",
-        "allocator.service.app",
-        "allocator.service.handlers",
+        "allocator.runtime.cache.store",
         "topoalloc",
     ),
-    "simulator": ("agent", "allocator.service", "allocator.gang", "topoalloc", "kubernetes", "aiohttp"),
+    "simulator": (
+        "agent",
+        "allocator.runtime",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.assembly",
+        "topoalloc",
+        "kubernetes",
+        "aiohttp",
+    ),
 }
 # The pure core does no I/O: no files formats, no command line, no processes, sockets, threads or
 # event loops, no Kubernetes client. (open() and pathlib reads are not caught here.)
@@ -174,6 +203,41 @@ def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_run_one_way(package: str) -> None:
     assert _violations(package, FORBIDDEN[package]) == []
+
+
+# The one module that wires the extender and gang scheduling together (both imported).
+WIRING = "allocator/assembly.py"
+def test_only_the_wiring_imports_both_extender_and_gang() -> None:
+    both = []
+    for package in (*PRODUCT, "bench"):  # where a module importing both could hide
+        for path in sorted((REPO / package).rglob("*.py")):
+            names = _imports(path)
+            if all(any(_matches(n, p) for n in names) for p in ("allocator.extender", "allocator.gang")):
+                both.append(str(path.relative_to(REPO)))
+    assert both == [WIRING]
+
+
+# Only the core adapter calls the core's cluster state (ClusterState and what takes it). Exempt: the
+# core itself, the simulator (its model of the cluster is the core's ClusterState), and the two
+# benchmarks that measure the core itself rather than the allocator (bench/core.py, bench/gang.py).
+CORE_ADAPTER = "allocator/runtime/coreadapter.py"
+THROUGH_THE_ADAPTER = ("allocator", "topoalloc", "bench")
+CORE_BENCHMARKS = ("bench/core.py", "bench/gang.py")
+
+
+def test_only_the_core_adapter_reaches_the_cluster_state() -> None:
+    found = []
+    for package in THROUGH_THE_ADAPTER:
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            if rel.startswith("allocator/core/") or rel == CORE_ADAPTER or rel in CORE_BENCHMARKS:
+                continue
+            if ".core.cluster" in path.read_text():
+                found.append(f"{rel} mentions .core.cluster")
+            found += [
+                f"{rel} imports {n}" for n in sorted(_imports(path)) if _matches(n, "allocator.core.cluster")
+            ]
+    assert found == []
 
 
 def test_core_does_no_io() -> None:

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from allocator.service.kube import ApiError, KubeApi
+from allocator.runtime.kube import ApiError, KubeApi
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from allocator.core.gang.min_resources import min_resources_shortage
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
 from allocator.core.gang.priority import gang_priority, queue_key
 from allocator.core.request.pod_request import PodRequest
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller_state import Decision, Gang, GangState, Planned
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex, MemberPod
@@ -48,11 +48,11 @@ from allocator.gang.plan_inputs import admitting_nodes, gang_view, member_reques
 from allocator.gang.podgroup_status import status_update
 from allocator.gang.preempting import GangPreemptor, shortage_code
 from allocator.gang.writes import annotate_planned_node, patch_podgroup_status, remove_gate, report_event
-from allocator.service.cache.records import Reservation
-from allocator.service.cache.store import ClusterCache
-from allocator.service.events import EventRecorder, PodRef
-from allocator.service.gang_settings import GangSettings
-from allocator.service.kube import KubeApi
+from allocator.runtime.cache.records import Reservation
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.events import EventSink, PodRef
+from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.kube import KubeApi
 from apis import keys
 from apis.timestamps import parse_time
 
@@ -67,12 +67,13 @@ class GangController:
         self,
         *,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: GangCache,
+        core: CoreAdapter,
         holds: PlanHolds,
         index: GangIndex,
         settings: GangSettings,
         metrics: GangMetrics,
-        events: EventRecorder | None,
+        events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         plan_settings: PlanSettings,
@@ -81,6 +82,7 @@ class GangController:
     ) -> None:
         self.api = api
         self.cache = cache
+        self.core = core
         self.holds = holds
         self.index = index
         self.settings = settings
@@ -91,8 +93,8 @@ class GangController:
         self.plan_settings = plan_settings
         self.clock = clock
         self.wall = wall
-        self.member_events = MemberEvents(events, clock) if events is not None else None
-        self.preemptor = GangPreemptor(api, cache, metrics, settings, plan_settings, clock)
+        self.member_events = MemberEvents(events, clock)
+        self.preemptor = GangPreemptor(api, cache, core, metrics, settings, plan_settings, clock)
         self.states: dict[str, GangState] = {}
         self.passes = 0
         self._wake = asyncio.Event()
@@ -243,8 +245,7 @@ class GangController:
         effects += self._advance_preemption(gang, state)
         effects += self._release_gates(gang, state)
         if gang.podgroup is not None:
-            if self.member_events is not None:
-                self.member_events.tell(gang, state)
+            self.member_events.tell(gang, state)
             effects += self._write_status(gang, state, failed, start)
         return effects
 
@@ -258,7 +259,7 @@ class GangController:
             if m is not None and m.uid == planned.uid and m.node:
                 del state.plan[key]  # bound: its pod holds the devices now
                 continue
-            res = self.cache.reservations.get(key)
+            res = self.cache.ledger.reservations.get(key)
             if m is None or m.uid != planned.uid or not m.active or res is None or res.uid != planned.uid:
                 lost.append(key)
         if lost:
@@ -325,32 +326,31 @@ class GangController:
         seen = (tuple((m.key, m.uid) for m in ready), len(bound), self.index.generation, starving)
         if state.attempt == seen:
             return  # nothing changed since the last attempt found no room
-        requests = member_requests(self.cache, ready)
+        requests = member_requests(self.cache, self.core, ready)
         if len(requests) < need:
             return  # the cache has not caught up with a member yet
         restored = self.preemptor.restore(state, ready, lambda p: self._commit(gang, state, p, ready))
         if restored is not None:  # a hold recorded by an earlier leader (gang/hold_record.py)
             return self._report(gang, state, *restored)
-        cluster = self.cache.core.cluster
-        names = admitting_nodes(self.cache, ready)
+        names = admitting_nodes(self.cache, self.core, ready)
         if gang.podgroup is not None and gang.podgroup.min_resources:
             removable = self.preemptor.removable(requests[:need], starving)
-            short = min_resources_shortage(cluster, gang.podgroup.min_resources, names, removable)
+            short = self.core.min_resources_shortage(gang.podgroup.min_resources, names, removable)
             if short is not None:  # no plan can exist: do not search
                 state.attempt, state.reason, state.wait_code = seen, short.message, "InsufficientResources"
                 self.metrics.plans.labels("no_room").inc()
                 return
-        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
-        found = plan_gang(cluster, requests, self.plan_settings, siblings=siblings, names=names)
+        siblings = sibling_nodes(self.core, self.index, gang.key, ready)
+        found = self.core.plan_gang(requests, self.plan_settings, siblings=siblings, names=names)
         if isinstance(found, NoPlan) and len(requests) > need:
-            fewer = plan_gang(cluster, requests[:need], self.plan_settings, siblings=siblings, names=names)
+            fewer = self.core.plan_gang(requests[:need], self.plan_settings, siblings=siblings, names=names)
             found = fewer if isinstance(fewer, GangPlan) else found
         if isinstance(found, NoPlan) and self._make_room(gang, state, ready, requests, names, starving):
             return
         if isinstance(found, NoPlan):
             state.attempt = seen
             state.reason = f"no placement for {need} more member(s) at once: {found.message}"
-            state.wait_code = shortage_code(cluster, requests[:need], names)
+            state.wait_code = shortage_code(requests[:need], self.core.whole_gpus_free(names))
             self.metrics.plans.labels("no_room").inc()
             return
         if not self._commit(gang, state, found, ready):
@@ -371,7 +371,7 @@ class GangController:
         starving: bool,
     ) -> bool:
         """Evict lower-priority pods, or (starving) hold the room others free; see preempting.py."""
-        siblings = sibling_nodes(self.cache, self.index, gang.key, ready)
+        siblings = sibling_nodes(self.core, self.index, gang.key, ready)
         report = self.preemptor.make_room(
             state, ready, requests, names, siblings, starving, lambda p: self._commit(gang, state, p, ready)
         )
@@ -392,19 +392,18 @@ class GangController:
         for m in sorted(pending, key=lambda m: -m.priority):
             if m.key in state.plan or m.other_gates:
                 continue
-            requests = member_requests(self.cache, [m])
+            requests = member_requests(self.cache, self.core, [m])
             if not requests:
                 continue
-            found = plan_gang(
-                self.cache.core.cluster,
+            found = self.core.plan_gang(
                 requests,
                 self.plan_settings,
-                siblings=sibling_nodes(self.cache, self.index, gang.key, [m]),
-                names=admitting_nodes(self.cache, [m]),
+                siblings=sibling_nodes(self.core, self.index, gang.key, [m]),
+                names=admitting_nodes(self.cache, self.core, [m]),
             )
             if isinstance(found, GangPlan) and self._commit(gang, state, found, [m]):
                 continue
-            if isinstance(found, NoPlan) and self.events is not None and m.key not in state.told:
+            if isinstance(found, NoPlan) and m.key not in state.told:
                 state.told.add(m.key)
                 self.events.warn(
                     PodRef(m.namespace, m.name, m.uid), "GangWaiting", "Scheduling", found.message
@@ -417,7 +416,7 @@ class GangController:
         for placement in plan.placements:
             m = by_key[placement.key]
             entry = self.cache.pods[m.key]
-            req = self.cache.core.request(entry.raw or {})
+            req = self.core.request(entry.raw or {})
             got = self.holds.reserve(
                 m.key, m.uid, placement.node, placement.allocation.devices, req, gang.key
             )
@@ -495,6 +494,6 @@ class GangController:
         if gang.podgroup is not None:
             code = state.wait_code if reason == "GangWaiting" else ""
             state.decision = Decision(reason, code, type_, note)  # told to the members (member_events.py)
-        if self.events is not None and (note != state.reported or force):
+        if note != state.reported or force:
             state.reported = note
             report_event(self.events, gang, type_, reason, note)

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.core.gang.victims import Candidate
+from allocator.gang.cache_view import GangCache
 from allocator.gang.index import MemberPod
-from allocator.service.cache.store import ClusterCache
-from allocator.service.events import PodRef
+from allocator.runtime.events import PodRef
 from apis import podgroup as pg
 
 JSON = dict[str, Any]
@@ -35,7 +35,7 @@ class Preempting:
         """Victims to evict now: not accepted yet and not in flight."""
         return [v for v in left if v.key not in self.evicted and v.key not in self.evicting]
 
-    def left(self, cache: ClusterCache) -> list[Candidate]:
+    def left(self, cache: GangCache) -> list[Candidate]:
         """Victims still holding their devices (the same pod, bound and active in the cache)."""
         out = []
         for key, victim in self.victims.items():

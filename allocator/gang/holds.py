@@ -1,15 +1,15 @@
-"""A gang's plan held in the watch cache: its members' devices reserved on their planned nodes.
+"""A gang's plan held in the hold ledger: its members' devices reserved on their planned nodes.
 
-The cache keeps holds as reservations without TTL (`ClusterCache.hold`); this module says what
+The hold ledger keeps holds as reservations without TTL (`HoldLedger.hold`); this module says what
 they mean for gang scheduling: which pod is held for which gang, why bind and filter refuse a
 held member elsewhere, and the reasons a hold could not be made.
 """
 
 from __future__ import annotations
 
-from allocator.service.cache.records import Reservation
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import PodRequest, Rejection
+from allocator.gang.cache_view import GangLedger
+from allocator.runtime.cache.records import Reservation
+from allocator.runtime.coreadapter import PodRequest, Rejection
 from apis.annotations import DeviceAllocations
 
 GANG_PLAN = "topoalloc: gang plan"
@@ -33,12 +33,12 @@ def plan_refusal(res: Reservation, req: PodRequest, node: str) -> Rejection | No
 class PlanHolds:
     """Gang members' planned devices, held in the cache from planning until bound or released."""
 
-    def __init__(self, cache: ClusterCache) -> None:
-        self.cache = cache
+    def __init__(self, ledger: GangLedger) -> None:
+        self.ledger = ledger
 
     def planned(self, key: str) -> Reservation | None:
         """The pod's hold, if a gang's plan holds it."""
-        res = self.cache.reservations.get(key)
+        res = self.ledger.reservations.get(key)
         return res if res is not None and res.holder else None
 
     def reserve(
@@ -46,9 +46,9 @@ class PlanHolds:
     ) -> Reservation | Rejection:
         """Hold a member's planned devices on its planned node until it is bound there or
         `release`. Refused while the pod is bound or another reservation holds it."""
-        got = self.cache.hold(key, uid, node, allocations, req, gang)
+        got = self.ledger.hold(key, uid, node, allocations, req, gang)
         return Rejection(GANG_PLAN, got) if isinstance(got, str) else got
 
     def release(self, key: str, *, force: bool = False) -> bool:
         """Drop a member's hold unless its bind is under way; `force` drops it anyway."""
-        return self.cache.drop_hold(key, force=force)
+        return self.ledger.drop_hold(key, force=force)

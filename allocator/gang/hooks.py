@@ -1,7 +1,7 @@
-"""Gang scheduling behind the service's one seam (`GangHooks`, allocator/service/gang_hooks.py):
-the member index fed by the watch cache, the plan holds, the steering of the extender's verbs,
-the controller and the admission webhook. allocator/assembly.py passes `GangScheduling` to the
-service as its gang factory."""
+"""Gang scheduling behind the extender's one seam (`GangHooks`, allocator/extender/gang_hooks.py,
+implemented structurally: this package never imports the extender): the member index fed by the
+watch cache, the plan holds, the steering of the extender's verbs, the controller and the
+admission webhook. allocator/assembly.py builds `GangScheduling` and plugs it in."""
 
 from __future__ import annotations
 
@@ -16,19 +16,19 @@ from prometheus_client import CollectorRegistry
 
 from allocator.core.gang.plan import PlanSettings
 from allocator.gang.cabundle import CaBundleInjector
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller import GangController
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.steering import GangSteering
 from allocator.gang.webhook import webhook_app
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import FilterVerdicts, PodRequest, Rejection
-from allocator.service.events import EventRecorder
-from allocator.service.gang_hooks import Spawn
-from allocator.service.gang_settings import WEBHOOK_SERVICE, GangSettings
-from allocator.service.kube import KubeApi
-from allocator.service.tls import ReloadingTLS, TLSFiles
+from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest, Rejection
+from allocator.runtime.events import EventSink
+from allocator.runtime.gang_settings import WEBHOOK_SERVICE, GangSettings
+from allocator.runtime.kube import KubeApi
+from allocator.runtime.tasks import Spawn
+from allocator.runtime.tls import ReloadingTLS, TLSFiles
 
 
 class GangScheduling:
@@ -39,9 +39,10 @@ class GangScheduling:
         settings: GangSettings,
         *,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: GangCache,
+        core: CoreAdapter,
         registry: CollectorRegistry,
-        events: EventRecorder | None,
+        events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         tls_files: TLSFiles,
@@ -49,14 +50,15 @@ class GangScheduling:
         self.settings = settings
         self.index = GangIndex()
         self.metrics = GangMetrics(registry)
-        self.holds = PlanHolds(cache)
-        self.steering = GangSteering(cache, self.holds, self.index, settings)
+        self.holds = PlanHolds(cache.ledger)
+        self.steering = GangSteering(core, self.holds, self.index, settings)
         plan_settings = PlanSettings(
-            topology_keys=tuple(settings.topology_keys), scoring=cache.core.scoring.device_scoring
+            topology_keys=tuple(settings.topology_keys), scoring=core.scoring.device_scoring
         )
         self.controller = GangController(
             api=api,
             cache=cache,
+            core=core,
             holds=self.holds,
             index=self.index,
             settings=settings,

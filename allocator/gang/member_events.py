@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from allocator.gang.controller_state import Gang, GangState
-from allocator.service.events import EventRecorder, PodRef
+from allocator.runtime.events import EventSink, PodRef
 
 
 class MemberEvents:
     def __init__(
-        self, events: EventRecorder, clock: Callable[[], float], *, rate: float = 2.0, burst: int = 20
+        self, events: EventSink, clock: Callable[[], float], *, rate: float = 2.0, burst: int = 20
     ) -> None:
         self.events = events
         self.clock = clock

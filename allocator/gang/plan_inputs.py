@@ -8,13 +8,13 @@ import json
 from collections import Counter
 from typing import Any
 
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller_state import Gang
 from allocator.gang.index import GangIndex, MemberPod
 from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import parse_duration
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import PodRequest
-from allocator.service.gang_settings import GangSettings
+from allocator.runtime.coreadapter import CoreAdapter, PodRequest
+from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from apis import podgroup as pg
 from apis.errors import CodecError
@@ -22,37 +22,34 @@ from apis.errors import CodecError
 JSON = dict[str, Any]
 
 
-def member_requests(cache: ClusterCache, members: list[MemberPod]) -> list[PodRequest]:
+def member_requests(cache: GangCache, core: CoreAdapter, members: list[MemberPod]) -> list[PodRequest]:
     """The parsed request of each member the cache has in the version the index saw."""
     out = []
     for m in members:
         entry = cache.pods.get(m.key)
         if entry is not None and entry.raw is not None and entry.uid == m.uid:
-            out.append(cache.core.request(entry.raw))
+            out.append(core.request(entry.raw))
     return out
 
 
-def admitting_nodes(cache: ClusterCache, members: list[MemberPod]) -> list[str]:
+def admitting_nodes(cache: GangCache, core: CoreAdapter, members: list[MemberPod]) -> list[str]:
     """Nodes whose taints and cordon every one of the members tolerates."""
     kinds: dict[str, list[JSON]] = {}
     for m in members:
         entry = cache.pods.get(m.key)
         tolerations = tolerations_of(entry.raw) if entry is not None and entry.raw is not None else []
         kinds[json.dumps(tolerations, sort_keys=True)] = tolerations
-    core = cache.core.cluster.nodes
     return [
         name
         for name, (_, _, spec) in cache.nodes.items()
-        if name in core and all(admits(spec, t) for t in kinds.values())
+        if core.has_node(name) and all(admits(spec, t) for t in kinds.values())
     ]
 
 
-def sibling_nodes(
-    cache: ClusterCache, index: GangIndex, gang: str, members: list[MemberPod]
-) -> dict[str, int]:
+def sibling_nodes(core: CoreAdapter, index: GangIndex, gang: str, members: list[MemberPod]) -> dict[str, int]:
     """node -> how many siblings of the members (their gang `gang`, their job groups), the
     members themselves left out, hold or reserve room there."""
-    where = cache.core.cluster.pod_node
+    where = core.pod_nodes
     keys_ = set()
     for m in members:
         keys_ |= set(index.siblings(m.key, gang, m.job_key))
@@ -60,7 +57,7 @@ def sibling_nodes(
     return dict(Counter(n for n in (where.get(k) for k in keys_) if n))
 
 
-def gang_view(index: GangIndex, cache: ClusterCache, settings: GangSettings, key: str) -> Gang:
+def gang_view(index: GangIndex, cache: GangCache, settings: GangSettings, key: str) -> Gang:
     """One gang as a pass sees it: members for the schedulers we serve, its PodGroup (or why it
     has none usable), its size and its timeout."""
     names = settings.scheduler_names

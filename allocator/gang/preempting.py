@@ -17,21 +17,21 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
-from allocator.core.cluster.state import ClusterState
 from allocator.core.gang.plan import GangPlan, PlanSettings
-from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption, whole_gpus_wanted
+from allocator.core.gang.preemption import PreemptionPlan, whole_gpus_wanted
 from allocator.core.gang.priority import gang_priority
 from allocator.core.gang.victims import Candidate
 from allocator.core.request.pod_request import PodRequest
+from allocator.gang.cache_view import GangCache
 from allocator.gang.controller_state import GangState, Preempting
 from allocator.gang.hold_record import HoldRecord, restorable, victims_of
 from allocator.gang.index import MemberPod
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.writes import annotate_hold, clear_hold
-from allocator.service.cache.store import ClusterCache
-from allocator.service.gang_settings import GangSettings
-from allocator.service.kube import ApiError, KubeApi
-from allocator.service.victims import all_candidates
+from allocator.runtime.cache.victims import all_candidates
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.kube import ApiError, KubeApi
 
 Report = tuple[str, str, str]  # Event reason, note, type
 LOWEST = -(2**31)  # a starvation hold waits for any pod, whatever its priority
@@ -80,7 +80,8 @@ class GangPreemptor:
     def __init__(
         self,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: GangCache,
+        core: CoreAdapter,
         metrics: GangMetrics,
         settings: GangSettings,
         plan_settings: PlanSettings,
@@ -88,6 +89,7 @@ class GangPreemptor:
     ) -> None:
         self.api = api
         self.cache = cache
+        self.core = core
         self.metrics = metrics
         self.settings = settings
         self.plan_settings = plan_settings
@@ -170,7 +172,7 @@ class GangPreemptor:
             if state.preempting is None:
                 continue
             for key in state.plan:
-                res = self.cache.reservations.get(key)
+                res = self.cache.ledger.reservations.get(key)
                 if res is not None:
                     held += sum(len(entries) for entries in res.allocations.by_type.values())
         return reasons, held
@@ -184,7 +186,7 @@ class GangPreemptor:
         """Keys of the running pods whose room the gang could get: every pod for a starving gang
         (it waits for them), else those of a lower priority when preemption is on (an upper
         bound: a running gang's member is counted alone, though it only goes with its gang)."""
-        candidates = all_candidates(self.cache)
+        candidates = all_candidates(self.cache.pods, self.cache.ledger.reservations)
         if starving:
             return {c.key for c in candidates}
         if not self.settings.preemption:
@@ -197,11 +199,10 @@ class GangPreemptor:
     ) -> PreemptionPlan | None:
         """A placement with the cheapest victims, or None (no victims help, or none needed).
         `wait`: every running pod counts (a starvation hold waits for them instead of evicting)."""
-        candidates = all_candidates(self.cache)
+        candidates = all_candidates(self.cache.pods, self.cache.ledger.reservations)
         if wait:
             candidates = [replace(c, priority=LOWEST) for c in candidates]
-        found = plan_with_preemption(
-            self.cache.core.cluster,
+        found = self.core.plan_with_preemption(
             requests,
             candidates,
             self.plan_settings,
@@ -257,10 +258,9 @@ class GangPreemptor:
         return [evict_into(self.api, p, v) for v in p.due(left)], None
 
 
-def shortage_code(cluster: ClusterState, requests: list[PodRequest], names: list[str]) -> str:
+def shortage_code(requests: list[PodRequest], free: int) -> str:
     """Why no placement, in one word for the Waiting condition: enough whole GPUs are free on the
-    nodes the gang may use but not in a shape that holds it (InsufficientTopology), or not even
-    that many (InsufficientResources)."""
+    nodes the gang may use (`free`) but not in a shape that holds it (InsufficientTopology), or
+    not even that many (InsufficientResources)."""
     wanted = sum(whole_gpus_wanted(r) for r in requests)
-    free = sum(cluster.nodes[n].whole_gpus_free for n in names if n in cluster.nodes)
     return "InsufficientTopology" if wanted and free >= wanted else "InsufficientResources"

@@ -7,7 +7,7 @@
 * prioritize: a planned member scores 10 on its node; any pod with siblings (its gang, its
   `rl-job-group`) gets the sibling affinity blended into the core's score.
 * bind (`bind_refusal`, asked by the cache and the binder): a member without a plan is refused,
-  a planned member only goes to its planned node, with its planned devices (`ClusterCache.reserve`).
+  a planned member only goes to its planned node, with its planned devices (`HoldLedger.reserve`).
 """
 
 from __future__ import annotations
@@ -15,23 +15,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from allocator.core.gang.siblings import sibling_priorities
 from allocator.core.reasons import Rejection
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
-from allocator.service.cache.store import ClusterCache
-from allocator.service.gang_settings import GangSettings
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.gang_settings import GangSettings
 
 HELD = "topoalloc: held for gang"
 
 
 class GangSteering:
-    def __init__(
-        self, cache: ClusterCache, holds: PlanHolds, index: GangIndex, settings: GangSettings
-    ) -> None:
-        self.cache = cache
+    def __init__(self, core: CoreAdapter, holds: PlanHolds, index: GangIndex, settings: GangSettings) -> None:
+        self.core = core
         self.holds = holds
         self.index = index
         self.settings = settings
@@ -90,9 +87,8 @@ class GangSteering:
         siblings = self.sibling_nodes(req)
         if not siblings or self.settings.sibling_weight <= 0:
             return dict(scores)
-        core = self.cache.core
         keys, weight = self.settings.topology_keys, self.settings.sibling_weight
-        return sibling_priorities(core.cluster, req, names, core.scorer, siblings, keys, weight)
+        return self.core.sibling_priorities(req, names, siblings, keys, weight)
 
     def sibling_nodes(self, req: PodRequest) -> dict[str, int]:
         """node -> how many of the pod's siblings (gang, job group) hold or reserve room there."""
@@ -100,6 +96,6 @@ class GangSteering:
         gang = req.gang.key if req.gang is not None else ""
         if not gang and job is None:
             return {}
-        where = self.cache.core.cluster.pod_node
+        where = self.core.pod_nodes
         nodes = (where.get(k) for k in self.index.siblings(req.key, gang, job))
         return dict(Counter(n for n in nodes if n))

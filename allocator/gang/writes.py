@@ -9,8 +9,8 @@ from typing import Any
 
 from allocator.gang.controller_state import Gang
 from allocator.gang.index import MemberPod
-from allocator.service.events import EventRecorder, PodRef
-from allocator.service.kube import MERGE_PATCH, ApiError, KubeApi
+from allocator.runtime.events import EventSink, PodRef
+from allocator.runtime.kube import MERGE_PATCH, ApiError, KubeApi
 from apis import keys
 from apis import podgroup as pg
 
@@ -74,7 +74,7 @@ async def patch_podgroup_status(api: KubeApi, namespace: str, name: str, status:
     return True
 
 
-def report_event(events: EventRecorder, gang: Gang, type_: str, reason: str, note: str) -> None:
+def report_event(events: EventSink, gang: Gang, type_: str, reason: str, note: str) -> None:
     """An Event on the PodGroup, or on each waiting member of a gang without one (Events are
     rate-limited: one per member of a 256-pod gang would crowd out every other Event)."""
     if gang.podgroup is not None:

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from allocator.service import certs as pki
+from allocator.runtime import certs as pki
 from tests.cli.conftest import Ran
 
 Run = Callable[..., Ran]

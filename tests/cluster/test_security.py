@@ -217,7 +217,7 @@ def _client_context(cluster: ClusterEnv, cert: tuple[Path, Path] | None) -> ssl.
 def _issue(
     cluster: ClusterEnv, name: str, cn: str, *, foreign_ca: bool = False, expired: bool = False
 ) -> tuple[Path, Path]:
-    from allocator.service import certs as pki
+    from allocator.runtime import certs as pki
 
     if foreign_ca:
         ca = pki.make_ca("someone-else")

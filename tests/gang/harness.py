@@ -32,8 +32,8 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from allocator.service.gang_settings import GangSettings
-from allocator.service.server import Allocator
+from allocator.assembly import Allocator
+from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
@@ -335,7 +335,7 @@ class GangWorld:
         return [e.get("note") or e.get("message") or "" for e in self.events_about(name, kind)]
 
     def gang_reservations(self) -> dict[str, str]:
-        return {k: r.node for k, r in self.service.cache.reservations.items() if r.holder}
+        return {k: r.node for k, r in self.service.cache.ledger.reservations.items() if r.holder}
 
 
 def gang_settings(**overrides: Any) -> GangSettings:

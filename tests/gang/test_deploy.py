@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from cryptography import x509
 
 from allocator.gang.webhook import PATH
-from allocator.service import certs
-from allocator.service.config import DEFAULT_NAMESPACE
-from allocator.service.gang_settings import WEBHOOK_SERVICE
+from allocator.runtime import certs
+from allocator.runtime.config import DEFAULT_NAMESPACE
+from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from apis import keys
 from tests.gang.harness import gang_world, member
 from tests.service.harness import until

@@ -7,11 +7,21 @@ import pytest
 from click.testing import CliRunner
 
 from allocator.gang.timefmt import parse_duration
-from allocator.service.config import ServiceConfig
-from allocator.service.gang_settings import DEFAULT_TOPOLOGY_KEYS
+from allocator.runtime.config import ServiceConfig
+from allocator.runtime.gang_settings import DEFAULT_TOPOLOGY_KEYS
+from allocator.runtime.ledger import no_refusal
 from apis import keys
 from apis.timestamps import format_time, parse_time
-from tests.gang.harness import gang_settings, gang_world, gates_of, gpu_node, member, node_of, podgroup
+from tests.gang.harness import (
+    allocator_front,
+    gang_settings,
+    gang_world,
+    gates_of,
+    gpu_node,
+    member,
+    node_of,
+    podgroup,
+)
 from tests.service.harness import double_booked, running_allocator, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
@@ -83,7 +93,25 @@ async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: P
 
     async with running_allocator(fake_api, pki, gang=gang_settings(enabled=False)) as run:
         assert run.service.gang is None and run.service.webhook_port == 0
-        assert run.service.cache.gang is None
+        assert run.service.cache.ledger.guard is no_refusal
+
+
+async def test_a_gang_is_placed_with_events_turned_off(fake_api: FakeApiServer, pki: Pki) -> None:
+    """`events: false` hands gang scheduling the null recorder: it plans and reports as usual,
+    and nothing reaches the API server as an Event."""
+    gpu_node(fake_api, "n1")
+    async with (
+        running_allocator(fake_api, pki, events=False, gang=gang_settings()) as run,
+        allocator_front(fake_api, pki, run) as w,
+    ):
+        await w.admission.create_podgroup(podgroup("quiet", 2))
+        await w.admission.create_pod(member("q0", group="quiet", gpus=4))
+        await until(lambda: w.podgroup_status("quiet").get("phase") == "Pending", 5)  # waits for q1
+        assert gates_of(w.pods()["q0"]) == [keys.GANG_SCHEDULING_GATE]
+        await w.admission.create_pod(member("q1", group="quiet", gpus=4))
+        await until(lambda: all(node_of(p) == "n1" for p in w.pods().values()), 10)
+        await until(lambda: w.podgroup_status("quiet").get("phase") == "Scheduled", 5)
+        assert fake_api.list_objects("events", "default") == []
 
 
 def test_settings_from_the_config_file_and_flags() -> None:

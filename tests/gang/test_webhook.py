@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator.gang.webhook import PATH, webhook_app
-from allocator.service.tls import ReloadingTLS
+from allocator.runtime.tls import ReloadingTLS
 from apis import keys
 from tests.gang.harness import member
 from tests.service.pki import Pki

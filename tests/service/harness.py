@@ -16,12 +16,11 @@ from typing import Any
 
 import aiohttp
 
-from allocator.assembly import build_allocator
-from allocator.service.config import LeaderElection, ServiceConfig
-from allocator.service.coreadapter import CoreAdapter
-from allocator.service.gang_settings import GangSettings
-from allocator.service.kube import KubeApi
-from allocator.service.server import Allocator
+from allocator.assembly import Allocator, build_allocator
+from allocator.runtime.config import LeaderElection, ServiceConfig
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.kube import KubeApi
 from apis import keys
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer

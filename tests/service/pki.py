@@ -7,8 +7,8 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from allocator.service import certs
-from allocator.service.tls import TLSFiles
+from allocator.runtime import certs
+from allocator.runtime.tls import TLSFiles
 
 
 @dataclass

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from allocator.service.tls import TLSFiles, build_server_context
+from allocator.runtime.tls import TLSFiles, build_server_context
 from topoalloc.cli import main
 from topoalloc.commands.certs import CLIENT_SECRET, SERVER_SECRET
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from allocator.service.config import ServiceConfig
+from allocator.runtime.config import ServiceConfig
 from topoalloc.cli import main
 
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from allocator.service import certs
-from allocator.service.app import HEALTH_PATHS, VERBS
-from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE, ServiceConfig
-from allocator.service.gang_settings import WEBHOOK_SERVICE
-from allocator.service.leader import LEADER_LABEL
+from allocator.extender.app import HEALTH_PATHS, VERBS
+from allocator.runtime import certs
+from allocator.runtime.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE, ServiceConfig
+from allocator.runtime.gang_settings import WEBHOOK_SERVICE
+from allocator.runtime.leader import LEADER_LABEL
 from apis import resources as rn
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

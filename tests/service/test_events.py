@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from allocator.service.events import CONTROLLER, EventRecorder, PodRef
-from allocator.service.kube import KubeApi
-from allocator.service.metrics import Metrics
+from allocator.runtime.events import CONTROLLER, EventRecorder, PodRef
+from allocator.runtime.kube import KubeApi
+from allocator.runtime.metrics import Metrics
 from tests.support.fakeapi import FakeApiServer
 
 
@@ -57,7 +57,7 @@ async def test_distinct_causes_are_distinct_events_and_the_rate_is_capped(
 async def test_a_failing_api_never_reaches_the_caller(
     fake_api: FakeApiServer, api: KubeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="allocator.service.events")
+    caplog.set_level(logging.WARNING, logger="allocator.runtime.events")
     metrics = Metrics()
     rec = EventRecorder(api, instance="allocator-a", metrics=metrics)
     fake_api.inject_fault("POST", "/events", status=500, times=None)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.service.handlers.common import dumps, loads
-from allocator.service.handlers.prioritize import host_priority_list
+from allocator.extender.handlers.common import dumps, loads
+from allocator.extender.handlers.prioritize import host_priority_list
 from apis import keys
 from tests.service.harness import (
     allocated,
@@ -41,7 +41,7 @@ async def test_filter_prioritize_bind_one_pod(fake_api: FakeApiServer, pki: Pki)
         assert stored["spec"]["nodeName"] == "gpu-2"
         alloc = json.loads(allocated(stored))
         assert len(alloc["gpu"]) == 4
-        await until(lambda: not run.service.cache.reservations)  # the watch confirmed the bind
+        await until(lambda: not run.service.cache.ledger.reservations)  # the watch confirmed the bind
         assert run.service.cache.holdings() == {"default/trainer": ("gpu-2", allocated(stored))}
         assert run.metric("topoalloc_extender_requests_total", {"verb": "bind", "result": "ok"}) == 1
 

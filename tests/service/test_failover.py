@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from allocator.service.config import LeaderElection
-from allocator.service.leader import LEADER_LABEL
+from allocator.runtime.config import LeaderElection
+from allocator.runtime.leader import LEADER_LABEL
 from tests.service.harness import (
     SchedulerClient,
     allocator_process,

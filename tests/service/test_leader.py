@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from allocator.service.config import LeaderElection
-from allocator.service.kube import KubeApi
-from allocator.service.leader import LeaderElector
+from allocator.runtime.config import LeaderElection
+from allocator.runtime.kube import KubeApi
+from allocator.runtime.leader import LeaderElector
 from tests.support.fakeapi import FakeApiServer
 
 NS = "kube-system"

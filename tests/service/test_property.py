@@ -17,7 +17,7 @@ import random
 import time
 from typing import Any
 
-from allocator.service.kube import ApiError
+from allocator.runtime.kube import ApiError
 from apis import keys
 from tests.service.harness import (
     api_holdings,
@@ -192,7 +192,7 @@ async def test_random_concurrent_operations_never_double_book(fake_api: FakeApiS
         # Settle: reservations end (bound or expired) and the cache catches up with the API.
         stored = fake_api.list_objects("pods", "default")
         assert double_booked(stored) == []
-        await until(lambda: not run.service.cache.reservations, timeout=10)
+        await until(lambda: not run.service.cache.ledger.reservations, timeout=10)
         await until(lambda: run.service.cache.holdings() == api_holdings(fake_api.list_objects("pods", "default")),
                     timeout=10)  # fmt: skip
         stored = fake_api.list_objects("pods", "default")

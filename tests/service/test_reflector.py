@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from allocator.service.cache.reflector import Backoff, Reflector
-from allocator.service.kube import NODES, Kind, KubeApi
-from allocator.service.metrics import Metrics
+from allocator.runtime.cache.reflector import Backoff, Reflector
+from allocator.runtime.kube import NODES, Kind, KubeApi
+from allocator.runtime.metrics import Metrics
 from tests.support.fakeapi import FakeApiServer
 
 JSON = dict[str, Any]

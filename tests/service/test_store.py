@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import CoreAdapter
-from allocator.service.kube import DEVICES, NODES, PODS
+from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.kube import DEVICES, NODES, PODS
 from apis import keys
 from tests.service.harness import device, node, pod
 
@@ -138,15 +138,15 @@ def test_reservation_holds_until_the_pod_shows_up_bound() -> None:
     cache = cache_with("gpu-1")
     p = stamped(pod("w", gpus=8))
     cache.apply(PODS, "ADDED", p)
-    res = cache.reserve(p, cache.core.request(p), "gpu-1")
+    res = cache.ledger.reserve(p, cache.core.request(p), "gpu-1")
     assert not isinstance(res, type(None)) and not fits(cache, 1, "gpu-1")
     annotated = stamped(p)
     annotated["metadata"]["annotations"] = {keys.DEVICE_ALLOCATED: res.annotation}
     cache.apply(PODS, "MODIFIED", annotated)  # the PATCH, seen before the binding
-    assert cache.reservations and not fits(cache, 1, "gpu-1")
+    assert cache.ledger.reservations and not fits(cache, 1, "gpu-1")
     bound_pod = stamped(annotated)
     bound_pod["spec"]["nodeName"] = "gpu-1"
     cache.apply(PODS, "MODIFIED", bound_pod)  # the binding: the pod's annotation takes over
-    assert not cache.reservations and not fits(cache, 1, "gpu-1")
-    assert cache.release(res) is False  # a late rollback of a confirmed bind does nothing
+    assert not cache.ledger.reservations and not fits(cache, 1, "gpu-1")
+    assert cache.ledger.release(res) is False  # a late rollback of a confirmed bind does nothing
     assert not fits(cache, 1, "gpu-1")

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from allocator.service import certs
-from allocator.service.tls import ClientAllowlist, ReloadingTLS, client_auth_middleware, peer_identity
+from allocator.runtime import certs
+from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, client_auth_middleware, peer_identity
 from tests.service.pki import Pki
 
 

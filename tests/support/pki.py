@@ -9,12 +9,12 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from allocator.service import certs
+from allocator.runtime import certs
 
 
 @dataclass
 class Pki:
-    """A throw-away CA and the certificates it signs (`allocator.service.certs`, the project's own
+    """A throw-away CA and the certificates it signs (`allocator.runtime.certs`, the project's own
     PKI code), as files in `dir`."""
 
     dir: Path

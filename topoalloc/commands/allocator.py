@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from allocator.service.config import ServiceConfig
+from allocator.runtime.config import ServiceConfig
 from apis.documents import load_mapping
 from apis.errors import InputError
 from topoalloc.errors import BadInput
@@ -177,13 +177,13 @@ def allocator(
     if weights:
         scoring.setdefault("weights", {}).update(_weights(weights))
     cfg.scoring = scoring
-    from allocator.service.coreadapter import CoreAdapter
+    from allocator.runtime.coreadapter import CoreAdapter
 
     try:
         CoreAdapter.check_scoring(scoring)
     except (ValueError, TypeError, KeyError) as exc:
         raise click.UsageError(f"scoring: {exc}") from None
-    from allocator.service.certs import CertError, check_serving_files
+    from allocator.runtime.certs import CertError, check_serving_files
 
     try:  # before anything listens or connects: a bad file is the user's to fix, said in one line
         check_serving_files(cfg.tls_cert, cfg.tls_key, cfg.client_ca)
@@ -196,7 +196,7 @@ async def serve(cfg: ServiceConfig, *, api_host: str | None = None) -> None:
     from kubernetes.aio.config import ConfigException
 
     from allocator.assembly import build_allocator
-    from allocator.service.kube import KubeApi
+    from allocator.runtime.kube import KubeApi
 
     try:
         api = await KubeApi.connect(

@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 import yaml
 
-from allocator.service import certs as pki
-from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
-from allocator.service.gang_settings import WEBHOOK_SERVICE
+from allocator.runtime import certs as pki
+from allocator.runtime.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
+from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from topoalloc.errors import BadInput
 
 SERVER_SECRET = "topoalloc-allocator-tls"

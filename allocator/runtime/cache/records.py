@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from allocator.service.coreadapter import PodRequest, PodUsage
+from allocator.runtime.coreadapter import PodRequest, PodUsage
 from apis.annotations import DeviceAllocations
 
 JSON = dict[str, Any]

@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from allocator.service.kube import ApiError, Kind, KubeApi
-from allocator.service.metrics import Metrics
+from allocator.runtime.kube import ApiError, Kind, KubeApi
+from allocator.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

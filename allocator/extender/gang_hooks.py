@@ -1,29 +1,28 @@
-"""The one seam between the service and gang scheduling.
+"""The one seam between the extender and gang scheduling.
 
-Imports run one way: `allocator.gang` imports the service's parts (the watch cache, the API
-client, events, TLS, settings) and implements `GangHooks`; the service never imports
-`allocator.gang`. `allocator/assembly.py` plugs the gang package in by passing its factory
-(`GangFactory`, in allocator/service/server.py) to `Allocator`, which hands the hooks to the
-cache, the binder and the verbs. Without gang scheduling (`gang.enabled: false`) the service
+Imports run one way: `allocator.gang` builds on the runtime (the watch cache, the API client,
+events, TLS, settings) and implements `GangHooks` structurally, without importing the extender;
+the extender never imports `allocator.gang`. `allocator/assembly.py`, the one module importing
+both, builds the gang package's `GangScheduling` and hands it to the cache (its bind guard and a
+listener), the binder and the verbs. Without gang scheduling (`gang.enabled: false`) the extender
 runs with no hooks at all.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 from aiohttp import web
 
-from allocator.service.coreadapter import FilterVerdicts, PodRequest, Rejection
-
-Spawn = Callable[[str, Coroutine[Any, Any, None]], None]
+from allocator.runtime.coreadapter import FilterVerdicts, PodRequest, Rejection
+from allocator.runtime.tasks import Spawn
 
 
 class GangHooks(Protocol):
-    """What the service asks of gang scheduling, step by step of a pod's way."""
+    """What the extender asks of gang scheduling, step by step of a pod's way."""
 
     def steer_filter(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
         """filter: the verdict for a gang member (its plan's node, or none); None for other pods."""
@@ -50,5 +49,5 @@ class GangHooks(Protocol):
         ...
 
     def stop(self) -> None:
-        """The service stops: hold nothing."""
+        """The process stops: hold nothing."""
         ...

@@ -1,26 +1,34 @@
-"""The one place the service touches the allocator core (docs/design/core.md).
+"""The one place the allocator's runtime, extender and gang scheduling touch the core's cluster
+state (docs/design/core.md).
 
-Everything the service asks of the core goes through `CoreAdapter`, so a change in the core's
-signatures is a change in this file only. The core is synchronous and pure; the adapter adds no
-I/O either. The verbs read top to bottom, one name per step:
+Everything they ask of `ClusterState` goes through `CoreAdapter`, so a change in the core's
+signatures is a change in this file only; nothing else names `allocator.core.cluster`
+(tests/test_architecture.py). Pure core types and functions that take no cluster state (`PodRequest`,
+`GangPlan`, `queue_key`, ...) are imported where they are used. The core is synchronous and pure;
+the adapter adds no I/O either. The verbs read top to bottom, one name per step:
 
     filter:     handlers/filter.py     -> `CoreAdapter.filter_nodes` -> `ClusterState.verdicts`
     prioritize: handlers/prioritize.py -> `CoreAdapter.score_nodes`  -> `ClusterState.priority_column`
-    bind:       handlers/bind.py -> `Binder.bind` -> `ClusterCache.reserve` -> `CoreAdapter.allocate`
+    bind:       handlers/bind.py -> `Binder.bind` -> `HoldLedger.reserve` -> `CoreAdapter.allocate`
                 -> `ClusterState.allocate`
-Gang members take a turn through the gang hooks first (service/gang_hooks.py).
+Gang members take a turn through the gang hooks first (extender/gang_hooks.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from allocator.core.cluster.columns import FilterVerdicts
 from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
+from allocator.core.gang.min_resources import Shortage, min_resources_shortage
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
+from allocator.core.gang.siblings import sibling_priorities
+from allocator.core.gang.victims import Candidate
 from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -28,6 +36,7 @@ from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
+from apis.quantity import Quantity
 
 __all__ = ["NOT_IN_CACHE", "CoreAdapter", "FilterVerdicts", "PodRequest", "PodUsage", "Rejection"]
 
@@ -87,6 +96,11 @@ class CoreAdapter:
 
     def has_node(self, name: str) -> bool:
         return name in self.cluster.nodes
+
+    @property
+    def pod_nodes(self) -> Mapping[str, str]:
+        """pod key -> the node the core counts it on (bound, reserved or held)."""
+        return self.cluster.pod_node
 
     def set_node(self, node: Mapping[str, Any]) -> str | None:
         """Install a Node's labels and allocatable; a problem string if it does not decode."""
@@ -177,3 +191,79 @@ class CoreAdapter:
         if isinstance(result, Rejection):
             return result
         return result.devices
+
+    def node_rejection(self, req: PodRequest, node: str) -> Rejection | None:
+        """The core's own reason `node` cannot host the pod, with its detail (what the node has
+        left), for an Event; None when it can."""
+        return self.cluster.feasible(req, [node])[1].get(node)
+
+    # -- preemption and gang planning ---------------------------------------------------------------
+
+    def preemption_victims(
+        self, req: PodRequest, nodes: Iterable[str], candidates: Sequence[Candidate]
+    ) -> dict[str, list[Candidate]]:
+        """Per node of `nodes` (in their order), the cheapest lower-priority victims among
+        `candidates` that make room for the pod's devices there (the real device choice on a copy
+        of the node without them); a node where no set does, none is needed or the core does not
+        know is left out. A gang's candidates are weighed wherever they run (a gang goes whole)."""
+        out: dict[str, list[Candidate]] = {}
+        scoring = self.scoring.device_scoring
+        for node in nodes:
+            state = self.cluster.nodes.get(node)
+            if state is None:
+                continue
+            here = [c for c in candidates if c.node == node or c.gang]
+            got = node_victims(state, req, here, scoring=scoring)
+            if got is not None and got.victims:
+                out[node] = list(got.victims)
+        return out
+
+    def plan_gang(
+        self,
+        requests: Sequence[PodRequest],
+        settings: PlanSettings,
+        *,
+        siblings: Mapping[str, int],
+        names: Iterable[str],
+    ) -> GangPlan | NoPlan:
+        """A placement for every member at once among `names` (core/gang/plan.py)."""
+        return plan_gang(self.cluster, requests, settings, siblings=siblings, names=names)
+
+    def plan_with_preemption(
+        self,
+        requests: Sequence[PodRequest],
+        candidates: Iterable[Candidate],
+        settings: PlanSettings,
+        *,
+        names: Iterable[str],
+        siblings: Mapping[str, int],
+    ) -> PreemptionPlan | NoPlan:
+        """A placement for every member and the cheapest victims among `candidates` that make room
+        for it (core/gang/preemption.py)."""
+        return plan_with_preemption(
+            self.cluster, requests, candidates, settings, names=names, siblings=siblings
+        )
+
+    def min_resources_shortage(
+        self, wanted: Mapping[str, Quantity], names: Iterable[str], removable: Collection[str]
+    ) -> Shortage | None:
+        """The first resource of a PodGroup's minResources the nodes `names` cannot offer, even
+        with the pods `removable` gone (core/gang/min_resources.py); None when they can."""
+        return min_resources_shortage(self.cluster, wanted, names, removable)
+
+    def whole_gpus_free(self, names: Iterable[str]) -> int:
+        """Whole GPUs free on the nodes `names` (those the core does not know count none)."""
+        nodes = self.cluster.nodes
+        return sum(nodes[n].whole_gpus_free for n in names if n in nodes)
+
+    def sibling_priorities(
+        self,
+        req: PodRequest,
+        names: Sequence[str],
+        siblings: Mapping[str, int],
+        keys: Sequence[str],
+        weight: float,
+    ) -> dict[str, int]:
+        """The prioritize answer for a pod with siblings: the scorer's scores blended with the
+        affinity to nodes sharing `keys` labels with them (core/gang/siblings.py)."""
+        return sibling_priorities(self.cluster, req, names, self.scorer, siblings, keys, weight)

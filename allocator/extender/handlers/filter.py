@@ -17,9 +17,9 @@ from collections import Counter
 
 from aiohttp import web
 
-from allocator.service.coreadapter import FilterVerdicts, PodRequest
-from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
-from allocator.service.handlers.service_view import ServiceView
+from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.extender.handlers.service_view import ServiceView
+from allocator.runtime.coreadapter import FilterVerdicts, PodRequest
 from apis.extender import ExtenderArgs
 
 # At most this many distinct reasons in one Event note.
@@ -33,7 +33,7 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan (the gang hooks, service/gang_hooks.py).
+    # A gang member's verdict comes from its gang's plan (the gang hooks, extender/gang_hooks.py).
     steered = svc.gang.steer_filter(req, names) if svc.gang is not None else None
     if req.invalid is not None:
         verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))
@@ -77,8 +77,6 @@ def _event(
     """One Event per pod attempt that fits nowhere, summarising the reasons by count. The reasons
     are the stable messages kube-scheduler aggregates; the Event adds, per reason, what one such
     node has left (the rejection's detail), which the reply itself never carries."""
-    if svc.events is None:
-        return
     rejected = {**failed, **unresolvable}
     counts = Counter(rejected.values())
     example = {}
@@ -87,7 +85,7 @@ def _event(
     parts = []
     for msg, n in counts.most_common(EVENT_REASONS):
         node = example[msg]
-        rejection = svc.core.cluster.feasible(req, [node])[1].get(node)
+        rejection = svc.core.node_rejection(req, node)
         detail = rejection.detail if rejection is not None and rejection.message == msg else ""
         parts.append(f"{n} {msg}" + (f" (e.g. {node}: {detail})" if detail else ""))
     more = len(counts) - EVENT_REASONS

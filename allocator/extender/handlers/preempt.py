@@ -2,7 +2,7 @@
 
 kube-scheduler asks after its own dry run picked victims per candidate node by counting
 resources. For each such node we answer with the cheapest lower-priority victims that really
-make room for the pod's devices there (`core.gang.preemption.node_victims`: the real device
+make room for the pod's devices there (`CoreAdapter.preemption_victims`: the real device
 choice on a copy of the node without them, so the freed GPUs sit in the right NVLink domain or
 PCIe switch, beside a free NIC for a joint request), and leave out nodes where no set does. A
 member of a running gang is named only together with its whole gang, so only when the whole gang
@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from allocator.core.gang.preemption import node_victims
-from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
-from allocator.service.handlers.service_view import ServiceView
-from allocator.service.victims import candidates_near
+from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.extender.handlers.service_view import ServiceView
+from allocator.runtime.cache.victims import candidates_near
 from apis.extender import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaVictims
 
 
@@ -37,19 +36,12 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return json_reply(request, ExtenderPreemptionResult().to_dict(), "gang")
     if not req.wants_devices:
         return json_reply(request, ExtenderPreemptionResult(args.victims).to_dict(), "no_devices")
-    cluster = svc.core.cluster
-    scoring = svc.core.scoring.device_scoring
-    pool = candidates_near(svc.cache, args.victims)
+    pool = candidates_near(svc.cache.pods, svc.cache.ledger.reservations, args.victims)
+    # Nodes where no set makes room (or it fits already: the filter will say so) are left out.
     kept: dict[str, MetaVictims] = {}
-    for node, proposed in args.victims.items():
-        state = cluster.nodes.get(node)
-        if state is None:
-            continue
-        got = node_victims(state, req, [c for c in pool if c.node == node or c.gang], scoring=scoring)
-        if got is None or not got.victims:
-            continue  # no set makes room here (or it fits already: the filter will say so)
-        kept[node] = MetaVictims([v.uid for v in got.victims], proposed.pdb_violations)
-        svc.metrics.preemption_victims.labels("extender").inc(len(got.victims))
+    for node, victims in svc.core.preemption_victims(req, args.victims, pool).items():
+        kept[node] = MetaVictims([v.uid for v in victims], args.victims[node].pdb_violations)
+        svc.metrics.preemption_victims.labels("extender").inc(len(victims))
     svc.metrics.preemption_nodes.labels("kept").inc(len(kept))
     svc.metrics.preemption_nodes.labels("dropped").inc(len(args.victims) - len(kept))
     return json_reply(request, ExtenderPreemptionResult(kept).to_dict(), "ok" if kept else "no_fit")

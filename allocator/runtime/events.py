@@ -16,10 +16,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from allocator.service.kube import ApiError, KubeApi
-from allocator.service.metrics import Metrics
+from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.metrics import Metrics
 from apis.timestamps import micro_time
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,37 @@ class PodRef:
     def of(cls, pod: dict[str, Any]) -> PodRef:
         meta = pod.get("metadata") or {}
         return cls(meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or "")
+
+
+class EventSink(Protocol):
+    """What components record Events through: the `EventRecorder`, or `NullEvents` when the
+    process writes none (`events: false`)."""
+
+    def warn(self, pod: dict[str, Any] | PodRef, reason: str, action: str, note: str) -> None: ...
+
+    def record(
+        self, pod: dict[str, Any] | PodRef, type_: str, reason: str, action: str, note: str
+    ) -> None: ...
+
+    async def run(self) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+class NullEvents:
+    """Events turned off: every call is accepted and nothing is written."""
+
+    def warn(self, pod: dict[str, Any] | PodRef, reason: str, action: str, note: str) -> None:
+        pass
+
+    def record(self, pod: dict[str, Any] | PodRef, type_: str, reason: str, action: str, note: str) -> None:
+        pass
+
+    async def run(self) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
 
 
 @dataclass

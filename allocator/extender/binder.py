@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.service.cache.store import ClusterCache, Reservation
-from allocator.service.coreadapter import CoreAdapter, Rejection
-from allocator.service.events import EventRecorder, PodRef
-from allocator.service.gang_hooks import GangHooks
-from allocator.service.kube import ApiError, KubeApi
+from allocator.extender.cache_view import ExtenderCache
+from allocator.extender.gang_hooks import GangHooks
+from allocator.runtime.cache.records import Reservation
+from allocator.runtime.coreadapter import CoreAdapter, Rejection
+from allocator.runtime.events import EventSink, PodRef
+from allocator.runtime.kube import ApiError, KubeApi
 from apis import keys
 from apis.extender import ExtenderBindingArgs
 
@@ -44,11 +45,11 @@ class Binder:
     def __init__(
         self,
         api: KubeApi,
-        cache: ClusterCache,
+        cache: ExtenderCache,
         core: CoreAdapter,
         *,
         is_leader: Callable[[], bool],
-        events: EventRecorder | None = None,
+        events: EventSink,
         gang: GangHooks | None = None,
         deadline: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
@@ -86,14 +87,14 @@ class Binder:
                 return BindOutcome(refusal.message, "gang")
             return await self._post_binding(args, None)
 
-        res = self.cache.reserve(pod, req, args.node)
+        res = self.cache.ledger.reserve(pod, req, args.node)
         if isinstance(res, Rejection):
             self._event(pod, "FailedDeviceAllocation", f"node {args.node}: {res.explained}")
             return BindOutcome(f"node {args.node}: {res.explained}", "rejected")
         if self.clock() - started > self.deadline or not self.is_leader():
             # kube-scheduler has given up on this call (or we lost the lease): binding now would
             # race its retry. Undo instead.
-            self.cache.release(res)
+            self.cache.ledger.release(res)
             why = "bind deadline exceeded" if self.is_leader() else "lost leadership during bind"
             return BindOutcome(why, "deadline" if self.is_leader() else "not_leader")
         return await self._post_binding(args, res, pod)
@@ -134,7 +135,7 @@ class Binder:
             if exc.conflict and await self._bound_here(args):
                 return BindOutcome()
             if res is not None:
-                self.cache.release(res)
+                self.cache.ledger.release(res)
             return self._failed(pod, f"binding pod to {args.node}: {exc}", "binding_failed")
         return BindOutcome()
 
@@ -153,5 +154,4 @@ class Binder:
         return BindOutcome(message, reason)
 
     def _event(self, pod: JSON, reason: str, note: str) -> None:
-        if self.events is not None:
-            self.events.warn(PodRef.of(pod), reason, "Binding", note)
+        self.events.warn(PodRef.of(pod), reason, "Binding", note)

@@ -16,8 +16,8 @@ from operator import add
 import numpy as np
 from aiohttp import web
 
-from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
-from allocator.service.handlers.service_view import ServiceView
+from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.extender.handlers.service_view import ServiceView
 from apis.extender import MAX_PRIORITY, ExtenderArgs
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from allocator.service.handlers.common import BadRequest, bad_request, json_reply, parse_body
-from allocator.service.handlers.service_view import ServiceView
+from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.extender.handlers.service_view import ServiceView
 from apis.extender import ExtenderBindingArgs
 
 

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from allocator.service.binder import Binder
-from allocator.service.cache.store import ClusterCache
-from allocator.service.coreadapter import CoreAdapter
-from allocator.service.events import EventRecorder
-from allocator.service.gang_hooks import GangHooks
-from allocator.service.metrics import Metrics
+from allocator.extender.binder import Binder
+from allocator.extender.cache_view import ExtenderCache
+from allocator.extender.gang_hooks import GangHooks
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.events import EventSink
+from allocator.runtime.metrics import Metrics
 
 
 class ServiceView(Protocol):
     core: CoreAdapter
-    cache: ClusterCache
+    cache: ExtenderCache
     binder: Binder
     gang: GangHooks | None
-    events: EventRecorder | None
+    events: EventSink
     metrics: Metrics
 
     @property

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from allocator.service.config import LeaderElection
-from allocator.service.kube import ApiError, KubeApi
+from allocator.runtime.config import LeaderElection
+from allocator.runtime.kube import ApiError, KubeApi
 from apis.timestamps import micro_time
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from allocator.service.gang_settings import GangSettings
+from allocator.runtime.gang_settings import GangSettings
 from apis.documents import load_mapping
 
 DEFAULT_NAMESPACE = "topoalloc-system"

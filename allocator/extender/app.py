@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from allocator.service.handlers import bind, common, filter, preempt, prioritize
-from allocator.service.handlers.service_view import ServiceView
-from allocator.service.tls import ClientAllowlist, client_auth_middleware
+from allocator.extender.handlers import bind, common, filter, preempt, prioritize
+from allocator.extender.handlers.service_view import ServiceView
+from allocator.runtime.tls import ClientAllowlist, client_auth_middleware
 
 log = logging.getLogger(__name__)
 

@@ -1,57 +1,46 @@
 """The watch cache: raw Nodes, Pods, Devices and PodGroups, fed incrementally into the allocator
-core's cluster state, plus the bind path's reservations ("assumed" pods).
+core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods.
 
 Who holds devices:
   * a pod with `spec.nodeName` that has not terminated holds what its `device-allocated`
     annotation says (this is how a restart rebuilds every allocation: the first LIST replays
     every bound pod);
-  * a reservation holds what bind chose, from the moment of choice until the watch shows the pod
-    bound (it becomes the pod's own entry), the bind fails (rolled back) or the TTL passes.
+  * an entry of the ledger (`ledger`: a bind reservation, a gang's hold) holds what it says,
+    and takes precedence over the pod's own entry until the pod shows up bound.
 A pod that carries the annotation but is not bound holds nothing: the annotation was written by a
 bind that did not finish, and kube-scheduler will call bind again.
 
-A *hold* (`hold`) is a reservation without TTL made for someone else than bind: gang scheduling
-holds a member's planned devices from the moment its gang is planned until the member shows up
-bound or the gang drops the hold (allocator/gang/holds.py). Bind then takes the held devices,
-and asks the gang hooks (`gang`, allocator/service/gang_hooks.py) whether it may bind the pod
-to that node at all. `listeners` hear of every change the cache takes in, so the gang
-controller wakes up instead of polling.
-
-All methods are synchronous and the service runs one event loop: a method runs to completion
-before any other request or watch event is looked at, so choose-and-reserve in `reserve()` is a
-critical section without a lock, and as short as the core's `allocate()`.
+`listeners` hear of every change the cache takes in, so the gang controller wakes up instead of
+polling. All methods are synchronous and the process runs one event loop (see the ledger on why
+that makes choose-and-reserve a critical section without a lock).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from allocator.service.cache.records import (
+from allocator.runtime.cache.records import (
     JSON,
     Assigned,
     DeviceRecord,
     Listener,
     NodeFacts,
     PodEntry,
-    Reservation,
     containers_digest,
     meta_of,
     node_facts,
     pod_key,
 )
-from allocator.service.coreadapter import NOT_IN_CACHE, CoreAdapter, PodRequest, PodUsage, Rejection
-from allocator.service.gang_hooks import GangHooks
-from allocator.service.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
-from allocator.service.metrics import Metrics
+from allocator.runtime.coreadapter import CoreAdapter, PodUsage
+from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
+from allocator.runtime.ledger import HoldLedger
+from allocator.runtime.metrics import Metrics
 from apis import keys
-from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
 from apis.podgroup import gang_of, spec_priority
 from apis.resources import TERMINAL_POD_PHASES
@@ -69,9 +58,6 @@ class ClusterCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.core = core
-        self.reservation_ttl = reservation_ttl
-        self.metrics = metrics
-        self.clock = clock
         # Of a Node only what the allocator reads: a real Node is mostly status that changes often.
         self.nodes: dict[str, NodeFacts] = {}
         # Of a Device its resourceVersion and itself as compressed JSON (2-3 KB instead of a
@@ -79,15 +65,20 @@ class ClusterCache:
         self.devices: dict[str, DeviceRecord] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
-        self.reservations: dict[str, Reservation] = {}
         # what the core has assigned per pod key
         self._assigned: dict[str, Assigned] = {}
         self._target: dict[str, str] = {}  # pod key -> the node it holds devices on
         self._by_node: dict[str, set[str]] = defaultdict(set)  # the inverse of _target
-        self._tokens = itertools.count(1)
         self.listeners: list[Listener] = []
-        # Gang scheduling's hooks, when it runs (set by the server at wiring time).
-        self.gang: GangHooks | None = None
+        self.ledger = HoldLedger(
+            core.allocate,
+            pods=self.pods,
+            nodes=self.nodes,
+            settle=self._sync_core,
+            ttl=reservation_ttl,
+            metrics=metrics,
+            clock=clock,
+        )
 
     def _notify(self, kind: str, key: str, obj: JSON | None) -> None:
         for listener in self.listeners:
@@ -148,7 +139,7 @@ class ClusterCache:
         elif name == PODS.name:
             entry = self.pods.pop(key, None)
             if entry is not None:
-                self._drop_reservation(key)
+                self.ledger.drop(key)
                 self._sync_core(key)
                 self._notify(name, key, None)
         elif name == DEVICES.name:
@@ -207,7 +198,7 @@ class ClusterCache:
         if old is not None and old.uid != uid:
             # Same name, new pod: the old one is gone.
             self.pods.pop(key)
-            self._drop_reservation(key)
+            self.ledger.drop(key)
             self._sync_core(key)
             old = None
         spec = pod.get("spec") or {}
@@ -215,7 +206,7 @@ class ClusterCache:
         active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
         node = sys.intern(spec.get("nodeName") or "")  # one string per node, not one per pod
         containers = containers_digest(spec)
-        res = self.reservations.get(key)
+        res = self.ledger.reservations.get(key)
         usage: PodUsage | None = None
         if node and active:  # pending and finished pods hold nothing: no need to read them
             if (
@@ -250,7 +241,7 @@ class ClusterCache:
             # Bound (its annotation takes over from the reservation), finished, or another pod.
             if entry.holds and entry.node == res.node and annotation != res.annotation:
                 log.warning("%s is bound with an annotation that differs from its reservation", key)
-            self._drop_reservation(key)
+            self.ledger.drop(key)
         self._sync_core(key)
         self._notify(PODS.name, key, pod)
 
@@ -258,7 +249,7 @@ class ClusterCache:
         """Make the core's assignment of `key` match its reservation, else its pod entry. A pod
         on a node without a Node object (not seen yet, or deleted) is installed once it exists."""
         entry = self.pods.get(key)
-        res = self.reservations.get(key)
+        res = self.ledger.reservations.get(key)
         want: Assigned | None = None
         if res is not None:
             want = (res.node, res.token, None)
@@ -288,123 +279,6 @@ class ClusterCache:
             self.core.assign_usage(key, node, entry.usage)
         self._assigned[key] = installable
 
-    # == the bind path (the filter and score verbs ask the core directly: coreadapter.py) ==========
-
-    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection:
-        """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume").
-
-        Synchronous from choice to hold: no other bind can run in between."""
-        meta = meta_of(pod)
-        key = pod_key(meta.get("namespace") or "default", meta.get("name") or "")
-        held = self.reservations.get(key)
-        if held is not None and held.holder and not held.binding:
-            refusal = self._bind_refusal(req, node)
-            if refusal is not None:
-                return refusal
-            held.binding = True
-            return held
-        if held is not None:
-            return Rejection("topoalloc: bind in progress", "another bind of this pod is in progress")
-        if node not in self.nodes:
-            return NOT_IN_CACHE
-        entry = self.pods.get(key)
-        if entry is not None and entry.holds:
-            return Rejection("topoalloc: already bound", f"pod is already bound to {entry.node}", True)
-        refusal = self._bind_refusal(req, node)
-        if refusal is not None:
-            return refusal
-        chosen = self.core.allocate(req, node)
-        if isinstance(chosen, Rejection):
-            return chosen
-        res = Reservation(
-            token=next(self._tokens),
-            key=key,
-            uid=meta.get("uid") or "",
-            node=node,
-            allocations=chosen,
-            annotation=chosen.to_json(),
-            request=req,
-            expires=self.clock() + self.reservation_ttl,
-        )
-        self.reservations[key] = res
-        self._sync_core(key)
-        self._gauge()
-        return res
-
-    def release(self, res: Reservation) -> bool:
-        """Roll back `res` if it is still the pod's current reservation. A planned one stays held
-        (its holder's plan stands; bind may be tried again): only its bind is over."""
-        current = self.reservations.get(res.key)
-        if current is None or current.token != res.token:
-            return False
-        if current.holder:
-            current.binding = False
-            return True
-        self._drop_reservation(res.key)
-        self._sync_core(res.key)
-        return True
-
-    def _bind_refusal(self, req: PodRequest, node: str) -> Rejection | None:
-        return self.gang.bind_refusal(req, node) if self.gang is not None else None
-
-    # -- holds (gang plans) ----------------------------------------------------------------------
-
-    def hold(
-        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
-    ) -> Reservation | str:
-        """Hold devices for the pending pod `key` on `node` on behalf of `holder`, until the pod is
-        bound there or `drop_hold`. Refused (the reason) while the pod is bound or another
-        reservation holds it."""
-        entry = self.pods.get(key)
-        if entry is None or entry.uid != uid or entry.node or not entry.active:
-            return "the pod is gone, bound or finished"
-        if key in self.reservations or node not in self.nodes:
-            return "the pod or its node is busy"
-        res = Reservation(
-            token=next(self._tokens),
-            key=key,
-            uid=uid,
-            node=node,
-            allocations=allocations,
-            annotation=allocations.to_json(),
-            request=req,
-            expires=math.inf,  # its holder releases it, not the TTL
-            holder=holder,
-        )
-        self.reservations[key] = res
-        self._sync_core(key)
-        self._gauge()
-        return res
-
-    def drop_hold(self, key: str, *, force: bool = False) -> bool:
-        """Drop a hold unless its bind is under way (that bind ends in a binding or in a rollback
-        that leaves the hold to its holder again); `force` drops it anyway (leadership lost, or a
-        bind that never finished)."""
-        res = self.reservations.get(key)
-        if res is None or not res.holder or (res.binding and not force):
-            return False
-        self._drop_reservation(key)
-        self._sync_core(key)
-        return True
-
-    def expire_reservations(self) -> int:
-        now = self.clock()
-        expired = [r for r in self.reservations.values() if r.expires <= now]
-        for res in expired:
-            log.warning("reservation of %s on %s expired: the pod never showed up bound", res.key, res.node)
-            self.release(res)
-        if expired and self.metrics:
-            self.metrics.reservations_expired.inc(len(expired))
-        return len(expired)
-
-    def _drop_reservation(self, key: str) -> None:
-        if self.reservations.pop(key, None) is not None:
-            self._gauge()
-
-    def _gauge(self) -> None:
-        if self.metrics:
-            self.metrics.reservations.set(len(self.reservations))
-
     # == views ========================================================================================
 
     def pod(self, namespace: str, name: str) -> PodEntry | None:
@@ -414,9 +288,9 @@ class ClusterCache:
         """pod key -> (node, device-allocated JSON) for everything that holds devices now."""
         out: dict[str, tuple[str, str]] = {}
         for key, entry in self.pods.items():
-            if entry.holds and key not in self.reservations and entry.allocations:
+            if entry.holds and key not in self.ledger.reservations and entry.allocations:
                 out[key] = (entry.node, entry.allocations.to_json())
-        for key, res in self.reservations.items():
+        for key, res in self.ledger.reservations.items():
             out[key] = (res.node, res.annotation)
         return out
 
@@ -424,7 +298,7 @@ class ClusterCache:
         """(node, device type, devices with something allocated) for the metrics scrape."""
         taken: dict[tuple[str, str], set[int]] = defaultdict(set)
         for key, (node, _token, _usage) in self._assigned.items():
-            res = self.reservations.get(key)
+            res = self.ledger.reservations.get(key)
             allocs = res.allocations if res is not None else self.pods[key].allocations
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)

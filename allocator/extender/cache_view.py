@@ -1,0 +1,40 @@
+"""What the extender reads and does with the watch cache, and nothing more.
+
+The binder reads a pending pod and reserves its devices in the hold ledger (or rolls the
+reservation back); the preempt verb lists the running pods it may name as victims. The runtime's
+`ClusterCache` is the one implementation in the process (tests/runtime/test_cache_views.py checks
+it fits); tests/extender/fakes.py has an in-memory one for unit tests of the binder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from allocator.runtime.cache.records import PodEntry, Reservation
+from allocator.runtime.coreadapter import PodRequest, Rejection
+
+JSON = dict[str, Any]
+
+
+@runtime_checkable
+class BindLedger(Protocol):
+    """The bind path's part of the hold ledger (allocator/runtime/ledger.py)."""
+
+    @property
+    def reservations(self) -> Mapping[str, Reservation]: ...
+
+    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection: ...
+
+    def release(self, res: Reservation) -> bool: ...
+
+
+@runtime_checkable
+class ExtenderCache(Protocol):
+    @property
+    def pods(self) -> Mapping[str, PodEntry]: ...
+
+    @property
+    def ledger(self) -> BindLedger: ...
+
+    def pod(self, namespace: str, name: str) -> PodEntry | None: ...

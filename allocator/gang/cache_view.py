@@ -1,0 +1,48 @@
+"""What gang scheduling reads and does with the watch cache, and nothing more.
+
+The controller reads the members' pod entries, the Nodes' facts (taints, cordon) and the
+PodGroups, and holds (or drops) its plans' devices in the hold ledger. The runtime's
+`ClusterCache` is the one implementation in the process, handed in by allocator/assembly.py
+(tests/runtime/test_cache_views.py checks it fits); tests/gang/fakes.py has an in-memory one for
+unit tests of the steering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from allocator.runtime.cache.records import NodeFacts, PodEntry, Reservation
+from allocator.runtime.coreadapter import PodRequest
+from apis.annotations import DeviceAllocations
+
+JSON = dict[str, Any]
+
+
+@runtime_checkable
+class GangLedger(Protocol):
+    """Gang plans' part of the hold ledger (allocator/runtime/ledger.py)."""
+
+    @property
+    def reservations(self) -> Mapping[str, Reservation]: ...
+
+    def hold(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
+    ) -> Reservation | str: ...
+
+    def drop_hold(self, key: str, *, force: bool = False) -> bool: ...
+
+
+@runtime_checkable
+class GangCache(Protocol):
+    @property
+    def pods(self) -> Mapping[str, PodEntry]: ...
+
+    @property
+    def nodes(self) -> Mapping[str, NodeFacts]: ...
+
+    @property
+    def podgroups(self) -> Mapping[str, JSON]: ...
+
+    @property
+    def ledger(self) -> GangLedger: ...

@@ -1,0 +1,197 @@
+"""The hold ledger: devices held for a pod beyond what the pod itself says it holds.
+
+The watch cache counts what bound pods hold (their `device-allocated` annotation); the ledger
+keeps everything else that takes devices, per pod key, as a `Reservation`:
+  * a *bind reservation* holds what bind chose, from the moment of choice until the watch shows
+    the pod bound (the pod's own entry takes over), the bind fails (rolled back) or the TTL passes;
+  * a *hold* (`hold`) is a reservation without TTL made for someone else than bind: gang scheduling
+    holds a member's planned devices from the moment its gang is planned until the member shows up
+    bound or the gang drops the hold (allocator/gang/holds.py). Bind then takes the held devices,
+    and asks `guard` (gang scheduling's `bind_refusal`, plugged in by allocator/assembly.py) whether
+    it may bind the pod to that node at all.
+DRA claim allocations and Reservations (room held for pods not created yet) are the next entries
+this ledger will carry, beside these.
+
+Every change of an entry is handed to `settle(key)` (the cache's: it makes the core count the
+pod's reservation, else its own entry). All methods are synchronous and the process runs one
+event loop: a method runs to completion before any other request or watch event is looked at, so
+choose-and-reserve in `reserve()` is a critical section without a lock, and as short as the
+core's `allocate()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Container, Mapping
+
+from allocator.runtime.cache.records import (
+    JSON,
+    PodEntry,
+    Reservation,
+    meta_of,
+    pod_key,
+)
+from allocator.runtime.coreadapter import NOT_IN_CACHE, PodRequest, Rejection
+from allocator.runtime.metrics import Metrics
+from apis.annotations import DeviceAllocations
+
+log = logging.getLogger(__name__)
+
+# The core's bind-time choice of devices (`CoreAdapter.allocate`).
+Allocate = Callable[[PodRequest, str], "DeviceAllocations | Rejection"]
+# Why a pod must not be bound to a node now (None: go ahead); gang scheduling's `bind_refusal`.
+BindGuard = Callable[[PodRequest, str], "Rejection | None"]
+
+
+def no_refusal(req: PodRequest, node: str) -> Rejection | None:
+    """The bind guard without gang scheduling: every bind may go ahead."""
+    return None
+
+
+class HoldLedger:
+    def __init__(
+        self,
+        allocate: Allocate,
+        *,
+        pods: Mapping[str, PodEntry],
+        nodes: Container[str],
+        settle: Callable[[str], None],
+        ttl: float = 120.0,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`pods` and `nodes`: the watch cache's (read, never written here)."""
+        self.allocate = allocate
+        self.pods = pods
+        self.nodes = nodes
+        self.settle = settle
+        self.ttl = ttl
+        self.metrics = metrics
+        self.clock = clock
+        self.reservations: dict[str, Reservation] = {}
+        # Why a pod must not be bound to a node now (gang scheduling's, set at wiring time).
+        self.guard: BindGuard = no_refusal
+        self._tokens = itertools.count(1)
+
+    # -- the bind path ---------------------------------------------------------------------------
+
+    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection:
+        """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume").
+
+        Synchronous from choice to hold: no other bind can run in between."""
+        meta = meta_of(pod)
+        key = pod_key(meta.get("namespace") or "default", meta.get("name") or "")
+        held = self.reservations.get(key)
+        if held is not None and held.holder and not held.binding:
+            refusal = self.guard(req, node)
+            if refusal is not None:
+                return refusal
+            held.binding = True
+            return held
+        if held is not None:
+            return Rejection("topoalloc: bind in progress", "another bind of this pod is in progress")
+        if node not in self.nodes:
+            return NOT_IN_CACHE
+        entry = self.pods.get(key)
+        if entry is not None and entry.holds:
+            return Rejection("topoalloc: already bound", f"pod is already bound to {entry.node}", True)
+        refusal = self.guard(req, node)
+        if refusal is not None:
+            return refusal
+        chosen = self.allocate(req, node)
+        if isinstance(chosen, Rejection):
+            return chosen
+        res = Reservation(
+            token=next(self._tokens),
+            key=key,
+            uid=meta.get("uid") or "",
+            node=node,
+            allocations=chosen,
+            annotation=chosen.to_json(),
+            request=req,
+            expires=self.clock() + self.ttl,
+        )
+        self._add(res)
+        return res
+
+    def release(self, res: Reservation) -> bool:
+        """Roll back `res` if it is still the pod's current reservation. A planned one stays held
+        (its holder's plan stands; bind may be tried again): only its bind is over."""
+        current = self.reservations.get(res.key)
+        if current is None or current.token != res.token:
+            return False
+        if current.holder:
+            current.binding = False
+            return True
+        self.drop(res.key)
+        self.settle(res.key)
+        return True
+
+    # -- holds (gang plans) ----------------------------------------------------------------------
+
+    def hold(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
+    ) -> Reservation | str:
+        """Hold devices for the pending pod `key` on `node` on behalf of `holder`, until the pod is
+        bound there or `drop_hold`. Refused (the reason) while the pod is bound or another
+        reservation holds it."""
+        entry = self.pods.get(key)
+        if entry is None or entry.uid != uid or entry.node or not entry.active:
+            return "the pod is gone, bound or finished"
+        if key in self.reservations or node not in self.nodes:
+            return "the pod or its node is busy"
+        res = Reservation(
+            token=next(self._tokens),
+            key=key,
+            uid=uid,
+            node=node,
+            allocations=allocations,
+            annotation=allocations.to_json(),
+            request=req,
+            expires=math.inf,  # its holder releases it, not the TTL
+            holder=holder,
+        )
+        self._add(res)
+        return res
+
+    def drop_hold(self, key: str, *, force: bool = False) -> bool:
+        """Drop a hold unless its bind is under way (that bind ends in a binding or in a rollback
+        that leaves the hold to its holder again); `force` drops it anyway (leadership lost, or a
+        bind that never finished)."""
+        res = self.reservations.get(key)
+        if res is None or not res.holder or (res.binding and not force):
+            return False
+        self.drop(key)
+        self.settle(key)
+        return True
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    def expire(self) -> int:
+        """Roll back the reservations whose TTL has passed; how many there were."""
+        now = self.clock()
+        expired = [r for r in self.reservations.values() if r.expires <= now]
+        for res in expired:
+            log.warning("reservation of %s on %s expired: the pod never showed up bound", res.key, res.node)
+            self.release(res)
+        if expired and self.metrics:
+            self.metrics.reservations_expired.inc(len(expired))
+        return len(expired)
+
+    def drop(self, key: str) -> None:
+        """Forget the pod's entry without settling it: the cache does, once it has taken in the
+        change that ended it (the pod bound, finished, deleted or replaced)."""
+        if self.reservations.pop(key, None) is not None:
+            self._gauge()
+
+    def _add(self, res: Reservation) -> None:
+        self.reservations[res.key] = res
+        self.settle(res.key)
+        self._gauge()
+
+    def _gauge(self) -> None:
+        if self.metrics:
+            self.metrics.reservations.set(len(self.reservations))

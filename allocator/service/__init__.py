@@ -1,1 +1,0 @@
-"""Scheduler-extender service: mTLS HTTP server, watch cache, binding, leader election, metrics."""

@@ -1,0 +1,106 @@
+"""The hold ledger on its own: plain dicts for the cache's pods and nodes, a stand-in for the
+core's choice, and a record of what it asked the cache to settle (no watch cache, no core state)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allocator.runtime.cache.records import PodEntry
+from allocator.runtime.coreadapter import CoreAdapter, PodRequest, Rejection
+from allocator.runtime.ledger import HoldLedger
+from allocator.runtime.metrics import Metrics
+from apis.annotations import DeviceAllocations
+from tests.service.harness import pod
+from tests.support.allocations import entry
+
+GPUS = DeviceAllocations({"gpu": [entry(0, {"koordinator.sh/gpu-core": 100})]})
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.pods: dict[str, PodEntry] = {}
+        self.nodes = {"gpu-1"}
+        self.settled: list[str] = []
+        self.chosen: list[tuple[str, str]] = []
+        self.now = 100.0
+        self.metrics = Metrics()
+        self.ledger = HoldLedger(
+            self.allocate,
+            pods=self.pods,
+            nodes=self.nodes,
+            settle=self.settled.append,
+            ttl=30.0,
+            metrics=self.metrics,
+            clock=lambda: self.now,
+        )
+
+    def metric(self, name: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name)
+
+    def allocate(self, req: PodRequest, node: str) -> DeviceAllocations | Rejection:
+        self.chosen.append((req.key, node))
+        return GPUS
+
+    def pending(self, name: str) -> tuple[dict[str, Any], PodRequest]:
+        p = pod(name, gpus=1)
+        p["metadata"]["uid"] = f"uid-{name}"
+        key = f"default/{name}"
+        self.pods[key] = PodEntry(key, f"uid-{name}", "", True, None, None, b"", p)
+        return p, CoreAdapter().request(p)
+
+
+def test_a_bind_reservation_holds_until_its_ttl_then_rolls_back() -> None:
+    rig = Rig()
+    p, req = rig.pending("w")
+    res = rig.ledger.reserve(p, req, "gpu-1")
+    assert not isinstance(res, Rejection)
+    assert rig.chosen == [("default/w", "gpu-1")] and rig.settled == ["default/w"]
+    assert res.annotation == GPUS.to_json() and res.expires == 130.0 and not res.holder
+    assert rig.metric("topoalloc_reservations") == 1
+    rig.now = 129.0
+    assert rig.ledger.expire() == 0 and "default/w" in rig.ledger.reservations
+    rig.now = 130.0
+    assert rig.ledger.expire() == 1
+    assert rig.ledger.reservations == {} and rig.settled == ["default/w", "default/w"]
+    assert rig.metric("topoalloc_reservations") == 0
+    assert rig.metric("topoalloc_reservations_expired_total") == 1
+
+
+def test_the_guard_refuses_before_the_core_chooses() -> None:
+    rig = Rig()
+    p, req = rig.pending("w")
+    refusal = Rejection("topoalloc: held for gang", "held")
+    rig.ledger.guard = lambda _req, _node: refusal
+    assert rig.ledger.reserve(p, req, "gpu-1") is refusal
+    assert rig.chosen == [] and rig.ledger.reservations == {} and rig.settled == []
+
+
+def test_a_hold_is_taken_by_bind_and_survives_its_rollback() -> None:
+    rig = Rig()
+    p, req = rig.pending("m")
+    held = rig.ledger.hold("default/m", "uid-m", "gpu-1", GPUS, req, "ns/gang")
+    assert not isinstance(held, str) and held.holder == "ns/gang"
+    assert (
+        rig.ledger.hold("default/m", "uid-m", "gpu-1", GPUS, req, "ns/gang") == "the pod or its node is busy"
+    )
+    got = rig.ledger.reserve(p, req, "gpu-1")
+    assert got is held and held.binding and rig.chosen == []  # bind takes the held devices
+    assert rig.ledger.drop_hold("default/m") is False  # its bind is under way
+    assert rig.ledger.release(held) is True and not held.binding  # the plan stands
+    assert "default/m" in rig.ledger.reservations
+    rig.now = 10**9
+    assert rig.ledger.expire() == 0  # a hold has no TTL
+    assert rig.ledger.drop_hold("default/m") is True and rig.ledger.reservations == {}
+
+
+def test_a_hold_is_refused_for_a_pod_that_is_gone_or_bound() -> None:
+    rig = Rig()
+    _, req = rig.pending("m")
+    assert rig.ledger.hold("default/m", "another-uid", "gpu-1", GPUS, req, "g") == (
+        "the pod is gone, bound or finished"
+    )
+    rig.pods["default/m"].node = "gpu-1"
+    assert (
+        rig.ledger.hold("default/m", "uid-m", "gpu-1", GPUS, req, "g") == "the pod is gone, bound or finished"
+    )
+    assert rig.ledger.reservations == {} and rig.settled == []
