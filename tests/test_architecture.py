@@ -207,6 +207,8 @@ def test_imports_run_one_way(package: str) -> None:
 
 # The one module that wires the extender and gang scheduling together (both imported).
 WIRING = "allocator/assembly.py"
+
+
 def test_only_the_wiring_imports_both_extender_and_gang() -> None:
     both = []
     for package in (*PRODUCT, "bench"):  # where a module importing both could hide
