@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.deviceplugin import checkpoint
+from agent import checkpoint
 from agent.deviceplugin.admission import Admission, EventSink, Refused, ServedPod
 from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
 from agent.deviceplugin.crosscheck import CrossChecker, CrossCheckLoop

@@ -1,9 +1,11 @@
-"""The agent's state that must outlive a restart, in one msgpack file written atomically.
+"""The agent's state that must outlive a restart, in msgpack files written atomically.
 
-Contents: which pods were served which devices (so a restarted agent never hands them out again and
-can cross-check them), the mid-tier usage windows and the Xid history. The file carries a format
-version; a file that is unreadable, corrupt or of another version is set aside with a warning and the
-agent starts empty, never crashes.
+`FILE_NAME` (the device plugins' service): which pods were served which devices (so a restarted
+agent never hands them out again and can cross-check them), the mid-tier usage windows and the Xid
+history. The DRA plugin keeps its prepared claims in a file of its own (agent/dra/prepared.py),
+written before each answer to kubelet. Each file carries a format version; a file that is
+unreadable, corrupt or of another version is set aside with a warning and the agent starts empty,
+never crashes.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ VERSION = 1
 FILE_NAME = "agent-checkpoint.msgpack"
 
 
-def save(path: str | Path, state: dict[str, Any], *, now: float | None = None) -> None:
-    """Write `state` (msgpack-able) so that a reader sees the old file or the new one, never half."""
+def save(
+    path: str | Path, state: dict[str, Any], *, now: float | None = None, version: int = VERSION
+) -> None:
+    """Write `state` (msgpack-able) so that a reader sees the old file or the new one, never half,
+    and the new one survives a power cut once this returns (file and directory fsynced)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = msgpack.packb({"version": VERSION, "savedAt": time.time() if now is None else now, "state": state})
+    data = msgpack.packb({"version": version, "savedAt": time.time() if now is None else now, "state": state})
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -45,7 +50,7 @@ def save(path: str | Path, state: dict[str, Any], *, now: float | None = None) -
         os.close(dir_fd)
 
 
-def load(path: str | Path) -> tuple[dict[str, Any], float] | None:
+def load(path: str | Path, *, version: int = VERSION) -> tuple[dict[str, Any], float] | None:
     """(state, savedAt), or None when there is no usable checkpoint (the reason is logged)."""
     path = Path(path)
     try:
@@ -60,9 +65,9 @@ def load(path: str | Path) -> tuple[dict[str, Any], float] | None:
     except (ValueError, msgpack.UnpackException) as exc:
         log.warning("checkpoint %s is corrupt, discarded: %s", path, exc)
         return None
-    if not isinstance(doc, dict) or doc.get("version") != VERSION:
-        version = doc.get("version") if isinstance(doc, dict) else None
-        log.warning("checkpoint %s has version %r, this agent reads %d: discarded", path, version, VERSION)
+    if not isinstance(doc, dict) or doc.get("version") != version:
+        found = doc.get("version") if isinstance(doc, dict) else None
+        log.warning("checkpoint %s has version %r, this agent reads %d: discarded", path, found, version)
         return None
     state, saved = doc.get("state"), doc.get("savedAt")
     if not isinstance(state, dict) or not isinstance(saved, int | float):
