@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 VERSION = 1
 FILE_NAME = "agent-checkpoint.msgpack"
+DEFAULT_STATE_DIR = "/var/lib/topoalloc"  # where the agent keeps its checkpoints
 
 
 def save(
@@ -30,9 +31,15 @@ def save(
 ) -> None:
     """Write `state` (msgpack-able) so that a reader sees the old file or the new one, never half,
     and the new one survives a power cut once this returns (file and directory fsynced)."""
+    data = msgpack.packb({"version": version, "savedAt": time.time() if now is None else now, "state": state})
+    write_atomically(path, data)
+
+
+def write_atomically(path: str | Path, data: bytes) -> None:
+    """Replace `path` with `data`: a reader sees the old file or the new one, never half, and the new
+    one is on disk (file and directory fsynced) once this returns."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = msgpack.packb({"version": version, "savedAt": time.time() if now is None else now, "state": state})
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

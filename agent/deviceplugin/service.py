@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import checkpoint
+from agent.checkpoint import DEFAULT_STATE_DIR
 from agent.deviceplugin.admission import Admission, EventSink, Refused, ServedPod
 from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
 from agent.deviceplugin.crosscheck import CrossChecker, CrossCheckLoop
@@ -30,7 +31,6 @@ from apis.device import Device
 log = logging.getLogger(__name__)
 
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-DEFAULT_STATE_DIR = "/var/lib/topoalloc"
 
 
 @dataclass
