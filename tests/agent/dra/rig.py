@@ -197,3 +197,30 @@ class DraRig:
         if self.kubelet is not None:
             self.kubelet.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def exercise_dra(server: FakeApiServer, api_client: Any) -> None:
+    """Drive every API call of dra mode (for the RBAC test): list the node's slices, create them,
+    delete a stale one, update them on a health change, read a claim to prepare it."""
+    from agent.dra.slices import pool_slices
+    from tests.agent.support import wait_for
+
+    rig = DraRig(server, api_client)
+    try:
+        stale = pool_slices(NODE, [], 1)[0]
+        stale["metadata"]["name"] = f"{NODE}-{dra.DRIVER}-9"
+        server.put(stale)
+        kubelet = rig.start_kubelet()
+        rig.start_agent()
+        assert wait_for(
+            lambda: [s["metadata"]["name"] for s in rig.slices()] == [f"{NODE}-{dra.DRIVER}-0"], 10
+        )
+        assert rig.fx is not None and rig.agent is not None
+        generation = rig.slices()[0]["spec"]["pool"]["generation"]
+        rig.fx.nvml.lose(0)
+        rig.agent.request_resync()
+        assert wait_for(lambda: rig.slices()[0]["spec"]["pool"]["generation"] == generation + 1, 10)
+        pod, _ = rig.claim_pod("rbac", "rbac-claim", ["gpu-1"])
+        kubelet.prepare(pod)
+    finally:
+        rig.close()
