@@ -35,6 +35,7 @@ FORBIDDEN = {
         "kubernetes",
         "agent.fixtures",
         "agent.deviceplugin",
+        "agent.dra",
     ),
     "agent/publish": (
         "agent.midtier",
@@ -42,6 +43,7 @@ FORBIDDEN = {
         "agent.healthz",
         "agent.fixtures",
         "agent.deviceplugin",
+        "agent.dra",
     ),
     "agent/midtier": (
         "agent.discovery",
@@ -50,11 +52,27 @@ FORBIDDEN = {
         "agent.healthz",
         "agent.fixtures",
         "agent.deviceplugin",
+        "agent.dra",
     ),
     # The device plugins take the Device the main loop built and the health book / mid-tier it owns
     # (for the checkpoint); they never drive discovery or publishing. Discovery, publishing and
     # mid-tier know nothing of them (main_loop names them only for type checking).
-    "agent/deviceplugin": ("agent.main_loop", "agent.healthz", "agent.publish", "agent.fixtures"),
+    "agent/deviceplugin": (
+        "agent.main_loop",
+        "agent.healthz",
+        "agent.publish",
+        "agent.fixtures",
+        "agent.dra",
+    ),
+    # dra mode likewise: its slices and its kubelet plugin are built from the Device the main loop
+    # built; the two kubelet plugins share only agent/{checkpoint,unix_grpc,container_devices}.py.
+    "agent/dra": (
+        "agent.main_loop",
+        "agent.healthz",
+        "agent.publish",
+        "agent.fixtures",
+        "agent.deviceplugin",
+    ),
     "allocator/core": (
         "agent",
         "allocator.service",

@@ -16,6 +16,7 @@ Calls are serialized: a prepare and an unprepare never interleave.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -184,6 +185,7 @@ class Preparer:
             for claim in gone:
                 self.store.claims[claim.uid] = claim
                 if claim.cdi_spec is not None:
-                    self.specs.write(claim.uid, claim.cdi_spec)
+                    with contextlib.suppress(OSError):  # kubelet retries; prepare writes it again
+                        self.specs.write(claim.uid, claim.cdi_spec)
                 out[claim.uid] = error
             return False

@@ -121,8 +121,7 @@ def _vfs(info: DeviceInfo, max_vfs: int) -> list[dict[str, Any]]:
             dra.ATTR_MINOR: _int(info.minor),
             dra.ATTR_PF: _string(pf),
         }
-        attrs.update(_place(info, ""))  # the PF's place: its VFs sit on its bus
-        attrs[dra.PCI_BUS_ID] = _string(bus_id)
+        attrs.update(_place(info, bus_id))  # its own address, its PF's place: VFs sit on the PF's bus
         name = dra.DeviceName(dra.TYPE_RDMA_VF, info.minor, index)
         out.append({"name": str(name), "attributes": attrs})
     return out
