@@ -48,7 +48,7 @@ def _servicer(pb: ModuleType, pb_grpc: ModuleType, preparer: Preparer) -> Any:
     def refs(request: Any) -> list[ClaimRef]:
         return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
 
-    class Servicer(pb_grpc.DRAPluginServicer):  # type: ignore[name-defined,misc]
+    class Servicer(pb_grpc.DRAPluginServicer):
         def NodePrepareResources(self, request: Any, context: Any) -> Any:
             answers = preparer.prepare(refs(request))
             return pb.NodePrepareResourcesResponse(

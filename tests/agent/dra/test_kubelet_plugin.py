@@ -298,3 +298,28 @@ def test_kubelet_sees_the_plugin_go_and_come_back(rig: DraRig) -> None:
     assert wait_for(lambda: len(kubelet.registrations) == 2, 10)  # served again, registered again
     pod, claim = rig.claim_pod("p", "c1", ["gpu-0"])
     assert kubelet.prepare(pod) == {"main": [cdi_id(claim, "gpu-0")]}
+
+
+def test_the_agent_in_dra_mode_publishes_its_pool_and_labels_its_node(rig: DraRig) -> None:
+    assert wait_for(lambda: rig.slices(), 10)
+    (piece,) = rig.slices()
+    names = [d["name"] for d in piece["spec"]["devices"]]
+    assert names[:8] == [f"gpu-{i}" for i in range(8)] and "rdma-0-vf-3" in names
+    node = rig.server.get("nodes", NODE)
+    assert node is not None and node["metadata"]["labels"][dra.MODE_LABEL] == "dra"
+    assert not any(k.startswith("koordinator.sh/") for k in node["status"]["allocatable"])
+    assert rig.agent is not None and rig.agent.health_state()["draPlugin"]["registered"] is True
+
+
+def test_an_xid_takes_the_gpu_out_of_the_slices_at_once(rig: DraRig) -> None:
+    assert wait_for(lambda: rig.slices(), 10) and rig.fx is not None and rig.agent is not None
+    generation = rig.slices()[0]["spec"]["pool"]["generation"]
+    assert wait_for(lambda: rig.agent.events is not None and rig.agent.events.ready.is_set(), 10)
+    rig.fx.nvml.emit(3, 79)  # fallen off the bus: the event triggers a pass (resync is 30 s here)
+    assert wait_for(lambda: rig.slices()[0]["spec"]["pool"]["generation"] == generation + 1, 10)
+    assert "gpu-3" not in {d["name"] for d in rig.slices()[0]["spec"]["devices"]}
+    # and a claim kube-scheduler had already given gpu-3 is refused at prepare, with the reason
+    pod, _ = rig.claim_pod("p", "c1", ["gpu-3"])
+    assert rig.kubelet is not None
+    with pytest.raises(PrepareError, match=r"device gpu-3 is unhealthy \(XidCriticalError\)"):
+        rig.kubelet.prepare(pod)
