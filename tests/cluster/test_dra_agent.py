@@ -117,11 +117,37 @@ def _example(path: Path, ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return template, pod
 
 
+def _run(cluster: ClusterEnv, ns: str, example: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The example's template and pod created; once bound: the pod as kubelet would see it (its
+    claim named in its status by kube-controller-manager) and its claim (allocated and reserved
+    for it by kube-scheduler)."""
+    template, pod = _example(example, ns)
+    cluster.cp.admin.post(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", template)
+    cluster.create_pod(ns, pod)
+    name = pod["metadata"]["name"]
+    assert cluster.wait_bound(ns, name)["spec"]["nodeName"] == NODE
+    bound = wait_until(
+        lambda: (p := cluster.pod(ns, name)).get("status", {}).get("resourceClaimStatuses") and p,
+        timeout=30,
+        what="the pod's resourceClaimStatuses",
+    )
+    (claim,) = _claims(cluster, ns)
+    return bound, claim
+
+
 def _claims(cluster: ClusterEnv, ns: str) -> list[dict[str, Any]]:
     return list(cluster.cp.admin.get(CLAIMS.format(ns=ns))["items"])
 
 
+def _cdi_ids(claim: dict[str, Any]) -> list[str]:
+    uid = claim["metadata"]["uid"]
+    return [
+        f"topoalloc.io/claim={uid}-{r['device']}" for r in claim["status"]["allocation"]["devices"]["results"]
+    ]
+
+
 def _check_constraints(claim: dict[str, Any], devices: dict[str, dict[str, Any]]) -> None:
+    """Each matchAttribute of the claim holds among the devices kube-scheduler chose."""
     results = claim["status"]["allocation"]["devices"]["results"]
     for constraint in claim["spec"]["devices"].get("constraints") or []:
         name = constraint["matchAttribute"].removeprefix(f"{dra.DRIVER}/")
@@ -129,68 +155,39 @@ def _check_constraints(claim: dict[str, Any], devices: dict[str, dict[str, Any]]
         assert len(values) == 1, (constraint, results)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_kube_scheduler_allocates_each_example_and_the_plugin_prepares_it(
-    cluster: ClusterEnv, node: DraNode, ns: str, example: Path
-) -> None:
-    template, pod = _example(example, ns)
-    cluster.cp.admin.post(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", template)
-    cluster.create_pod(ns, pod)
-    bound = cluster.wait_bound(ns, pod["metadata"]["name"])
-    assert bound["spec"]["nodeName"] == NODE
-    (claim,) = _claims(cluster, ns)
-    results = claim["status"]["allocation"]["devices"]["results"]
-    assert {(r["driver"], r["pool"]) for r in results} == {(dra.DRIVER, NODE)}
-    _check_constraints(claim, pool(cluster, node))
-    # kube-controller-manager names the claim in the pod's status; kube-scheduler reserved it
-    bound = wait_until(
-        lambda: (
-            (p := cluster.pod(ns, pod["metadata"]["name"])).get("status", {}).get("resourceClaimStatuses")
-            and p
-        ),
-        timeout=30,
-        what="the pod's resourceClaimStatuses",
-    )
-    got = node.kubelet.prepare(bound)
-    uid = claim["metadata"]["uid"]
-    container = pod["spec"]["containers"][0]["name"]
-    assert got == {container: [f"topoalloc.io/claim={uid}-{r['device']}" for r in results]}
-    spec = yaml.safe_load((node.cdi / f"topoalloc.io-claim_{uid}.json").read_text())
-    assert [d["name"] for d in spec["devices"]] == [f"{uid}-{r['device']}" for r in results]
-    node.kubelet.unprepare(bound)
-    assert not (node.cdi / f"topoalloc.io-claim_{uid}.json").exists()
+def _done(cluster: ClusterEnv, ns: str) -> None:
     cluster.delete_pods(ns)
     wait_until(lambda: not _claims(cluster, ns), timeout=60, what="the pod's claim deleted with it")
 
 
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_kube_scheduler_allocates_each_example_and_the_plugin_prepares_it(
+    cluster: ClusterEnv, node: DraNode, ns: str, example: Path
+) -> None:
+    bound, claim = _run(cluster, ns, example)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {(r["driver"], r["pool"]) for r in results} == {(dra.DRIVER, NODE)}
+    _check_constraints(claim, pool(cluster, node))
+    got = node.kubelet.prepare(bound)
+    uid = claim["metadata"]["uid"]
+    assert got == {bound["spec"]["containers"][0]["name"]: _cdi_ids(claim)}
+    spec = yaml.safe_load((node.cdi / f"topoalloc.io-claim_{uid}.json").read_text())
+    assert [d["name"] for d in spec["devices"]] == [f"{uid}-{r['device']}" for r in results]
+    node.kubelet.unprepare(bound)
+    assert not (node.cdi / f"topoalloc.io-claim_{uid}.json").exists()
+    _done(cluster, ns)
+
+
 def test_an_agent_started_again_keeps_the_prepared_claim(cluster: ClusterEnv, node: DraNode, ns: str) -> None:
-    template, pod = _example(REPO / "examples" / "dra" / "nvlink-pair.yaml", ns)
-    cluster.cp.admin.post(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", template)
-    cluster.create_pod(ns, pod)
-    cluster.wait_bound(ns, pod["metadata"]["name"])
-    bound = wait_until(
-        lambda: (
-            (p := cluster.pod(ns, pod["metadata"]["name"])).get("status", {}).get("resourceClaimStatuses")
-            and p
-        ),
-        timeout=30,
-        what="the pod's resourceClaimStatuses",
-    )
+    bound, claim = _run(cluster, ns, REPO / "examples" / "dra" / "nvlink-pair.yaml")
     first = node.kubelet.prepare(bound)
-    (claim,) = _claims(cluster, ns)
+    assert first == {"trainer": _cdi_ids(claim)}
     registered = len(node.kubelet.registrations)
     restart_agent(cluster, node, 1)  # a new process on the same checkpoint folder
     node.kubelet.wait_registered(dra.DRIVER, timeout=60, count=registered + 1)
     node.kubelet.cache.clear()  # kubelet asks again, as after its own restart
     assert node.kubelet.prepare(bound) == first
     assert [c[0] for c in node.kubelet.calls[-2:]] == ["NodePrepareResources", "NodePrepareResources"]
-    assert first == {
-        "trainer": [
-            f"topoalloc.io/claim={claim['metadata']['uid']}-{r['device']}"
-            for r in claim["status"]["allocation"]["devices"]["results"]
-        ]
-    }
     node.kubelet.unprepare(bound)  # what the first process prepared, the second unprepares
     assert not list(node.cdi.glob("*.json"))
-    cluster.delete_pods(ns)
-    wait_until(lambda: not _claims(cluster, ns), timeout=60, what="the pod's claim deleted with it")
+    _done(cluster, ns)

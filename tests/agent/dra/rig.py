@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from agent.fixtures.loader import Fixture
 from agent.kube import Kube
 from agent.main_loop import Agent
 from apis import dra
-from tests.agent.support import FIXTURES
+from tests.agent.support import FIXTURES, AgentLoop
 from tests.support.dra_kubelet import DraKubelet
 from tests.support.fakeapi import FakeApiServer
 from tests.support.rest import Rest
@@ -87,8 +86,7 @@ class DraRig:
     kubelet: DraKubelet | None = None
     fixture_dir: Path | None = None
     fx: Fixture | None = None
-    _stop: threading.Event | None = None
-    _loop: threading.Thread | None = None
+    _loop: AgentLoop | None = None
 
     def __post_init__(self) -> None:
         serve_resource_api(self.server)
@@ -139,19 +137,15 @@ class DraRig:
             dra_plugin=plugin,
         )
         registered = len(self.kubelet.registrations) if self.kubelet is not None else 0
-        self._stop = threading.Event()
-        self._loop = threading.Thread(target=self.agent.run, args=(self._stop,), kwargs={"hotplug": False})
-        self._loop.start()
+        self._loop = AgentLoop(self.agent)
         if wait and self.kubelet is not None:
             self.kubelet.wait_registered(dra.DRIVER, count=registered + 1)
         return self.agent
 
     def stop_agent(self) -> None:
-        if self._stop is not None and self._loop is not None:
-            self._stop.set()
-            self._loop.join(15)
-            assert not self._loop.is_alive()
-        self._stop = self._loop = None
+        if self._loop is not None:
+            self._loop.stop()
+        self._loop = None
 
     @property
     def plugin(self) -> DraService:
