@@ -78,7 +78,8 @@ class Preparer:
                 out[ref.uid] = Prepared(list(claim.devices))
             if new and not self._saved(new, [], out):
                 for uid in new:
-                    self.specs.remove(uid)
+                    with contextlib.suppress(OSError):  # a stray spec names no device anyone uses
+                        self.specs.remove(uid)
             return out
 
     def _prepare_one(self, ref: ClaimRef) -> PreparedClaim:

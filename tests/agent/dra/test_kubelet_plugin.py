@@ -323,3 +323,17 @@ def test_an_xid_takes_the_gpu_out_of_the_slices_at_once(rig: DraRig) -> None:
     assert rig.kubelet is not None
     with pytest.raises(PrepareError, match=r"device gpu-3 is unhealthy \(XidCriticalError\)"):
         rig.kubelet.prepare(pod)
+
+
+def test_a_prepare_that_cannot_be_checkpointed_is_not_reported_done(rig: DraRig) -> None:
+    assert rig.kubelet is not None
+    pod, claim = rig.claim_pod("p", "c1", ["gpu-0"])
+    good = rig.plugin.store.path
+    blocker = rig.root / "not-a-dir"
+    blocker.write_text("")
+    rig.plugin.store.path = blocker / "dra-checkpoint.msgpack"  # the state folder is unusable
+    with pytest.raises(PrepareError, match=r"checkpoint .* not written"):
+        rig.kubelet.prepare(pod)
+    assert rig.plugin.store.claims == {} and not list(rig.cdi.glob("*.json"))
+    rig.plugin.store.path = good
+    assert rig.kubelet.prepare(pod) == {"main": [cdi_id(claim, "gpu-0")]}
