@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.gang.controller_state import Gang, GangState
+from allocator.core.gang.gang_state import GangState
+from allocator.core.gang.view import Gang
 from apis.timestamps import format_time
 
 JSON = dict[str, Any]
