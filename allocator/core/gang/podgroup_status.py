@@ -1,4 +1,4 @@
-"""A PodGroup's status as the gang controller computes it from its members (the phases of the
+"""A PodGroup's status as the gang lifecycle computes it from its members (the phases of the
 scheduler-plugins coscheduling API: Pending, PreScheduling, Scheduling, Scheduled, Running,
 Finished, Failed)."""
 
@@ -80,7 +80,7 @@ def podgroup_status(
 def status_update(
     gang: Gang, state: GangState, failed: bool, start: float | None, recorded: JSON, now: float
 ) -> JSON | None:
-    """The status to write for the gang as the controller's `state` has it, or None when `recorded`
+    """The status to write for the gang as the lifecycle's `state` has it, or None when `recorded`
     already says all of it."""
     p = state.preempting
     status = podgroup_status(
