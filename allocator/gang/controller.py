@@ -170,12 +170,14 @@ class GangController:
             gangs.append(gang_view(self.index, self.cache, self.settings, key, outcomes))
         run = GangPass(gangs, self.states, self._now(), self.settings)
         effects: list[Effect] = []
-        for gang in run.order:
-            for action in run.step(gang, self._now(), self.planner):
+        try:
+            for gang in run.order:
+                for action in run.step(gang, self._now(), self.planner):
+                    effects.extend(self._apply(action))
+            for action in run.finish():
                 effects.extend(self._apply(action))
-        for action in run.finish():
-            effects.extend(self._apply(action))
-        self.states = run.states
+        finally:
+            self.states = run.states  # the gangs stepped so far hold what the ledger holds for them
         if effects:
             await asyncio.gather(*effects)
 
