@@ -15,7 +15,9 @@ def test_control_plane_runs_the_release(cluster: ClusterEnv, release: KubeReleas
 
 
 def test_served_apis_the_product_uses(cluster: ClusterEnv, release: KubeRelease) -> None:
-    groups = {g["name"]: [v["version"] for v in g["versions"]] for g in cluster.cp.admin.get("/apis")["groups"]}
+    groups = {
+        g["name"]: [v["version"] for v in g["versions"]] for g in cluster.cp.admin.get("/apis")["groups"]
+    }
     assert "v1" in groups["resource.k8s.io"]  # DRA, GA since 1.34
     assert "v1alpha1" in groups["scheduling.koordinator.sh"]  # our CRDs applied
     assert "v1" in groups["policy"]

@@ -21,7 +21,7 @@ SERVER_SECRET = "topoalloc-allocator-tls"
 CLIENT_SECRET = "topoalloc-scheduler-client"
 
 
-def _secret(name: str, namespace: str, files: dict[str, bytes]) -> dict:
+def secret_manifest(name: str, namespace: str, files: dict[str, bytes]) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -202,12 +202,12 @@ def certs(
     client.write(out_dir / "client.crt", out_dir / "client.key")
     if secrets_yaml:
         docs = [
-            _secret(
+            secret_manifest(
                 SERVER_SECRET,
                 namespace,
                 {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem},
             ),
-            _secret(
+            secret_manifest(
                 CLIENT_SECRET,
                 scheduler_namespace,
                 {"tls.crt": client.cert_pem, "tls.key": client.key_pem, "ca.crt": ca.cert_pem},
