@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Mapping
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from allocator.service import certs as pki
 from allocator.service.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
@@ -49,8 +50,9 @@ def unusable(existing: Mapping[str, Mapping[str, bytes]], namespace: str = DEFAU
             cert = x509.load_pem_x509_certificate(files["tls.crt"])
             ca = x509.load_pem_x509_certificate(files["ca.crt"])
             cert.verify_directly_issued_by(ca)
-        except (ValueError, TypeError) as exc:
-            return f"Secret {name} holds no certificate issued by its ca.crt ({exc})"
+        except (ValueError, TypeError, InvalidSignature) as exc:
+            why = str(exc) or type(exc).__name__
+            return f"Secret {name} holds no certificate issued by its ca.crt ({why})"
         if cert.not_valid_after_utc - now < RENEW_BEFORE:
             return f"Secret {name}'s certificate ends {cert.not_valid_after_utc:%Y-%m-%d}"
         cas.add(files["ca.crt"])
