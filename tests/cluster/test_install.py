@@ -359,6 +359,9 @@ def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
     assert "Deployment topoalloc-system/topoalloc-scheduler" in ran.stdout  # pruned: no second scheduler
     with pytest.raises(ApiStatus):
         world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-scheduler")
+    # A plain re-run keeps the recorded mode (and version), not the defaults.
+    again = world.topoalloc("install", "--version", UPGRADE_TO, "--kubeadm-dir", str(folder))
+    assert "allocator Service ClusterIP" in again.stdout and "removed" not in again.stdout
     config = yaml.safe_load((folder / "kube-scheduler-config.yaml").read_text())
     (extender,) = config["extenders"]
     assert extender["urlPrefix"] == f"https://{cluster_ip}:8443"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -190,11 +191,10 @@ def _request(flags: dict[str, Any]) -> Any:
     )
 
 
-def _deploy(options: InstallOptions, flags: dict[str, Any], root: Path) -> None:
+def _deploy(cluster: Any, options: InstallOptions, flags: dict[str, Any], root: Path) -> None:
     from topoalloc.commands.certs import unignored_private_keys
     from topoalloc.commands.installer.lifecycle import deploy
 
-    cluster = _connect(flags["kubeconfig"], flags["context"], flags["in_cluster"])
     outcome = _render_errors(lambda: deploy(cluster, options, _request(flags), root))
     if flags["dry_run"]:
         _print(outcome.report, results_to_stderr=True)
@@ -223,17 +223,25 @@ def install(kube_version: str | None, manifests: Path | None, **flags: Any) -> N
 
     \b
     Says which nodes the agent will run on, labels GPU nodes that lack GPU labels (--gpu-nodes),
-    and warns about an NVIDIA device plugin on those nodes. Re-running it is safe: it applies the
-    same objects and removes those it made that no longer belong.
+    and warns about an NVIDIA device plugin on those nodes. Re-running it is safe: it starts from
+    the choices recorded by the last run (flags change them), applies the same objects and removes
+    those it made that no longer belong.
     """
+    from topoalloc.commands.installer.record import recorded_options
+
     root = _root(manifests)
-    options = _options(InstallOptions(version=_package_version()), flags)
+    fresh = InstallOptions(version=_package_version())
     if kube_version is not None:
         if not flags["dry_run"]:
             raise click.UsageError("--kube-version renders without a cluster: it needs --dry-run")
-        _offline(options, kube_version, root, flags["output"])
+        _offline(_options(fresh, flags), kube_version, root, flags["output"])
         return
-    _deploy(options, flags, root)
+    cluster = _connect(flags["kubeconfig"], flags["context"], flags["in_cluster"])
+    # Installed already: the recorded choices stand unless a flag changes them (the version is
+    # this package's, or --version; the scheduler follows the server again).
+    recorded = recorded_options(cluster)
+    base = replace(recorded, version=fresh.version, scheduler_version="") if recorded else fresh
+    _deploy(cluster, _options(base, flags), flags, root)
 
 
 def _offline(options: InstallOptions, kube_version: str, root: Path, output: str) -> None:
@@ -273,12 +281,11 @@ def upgrade(manifests: Path | None, **flags: Any) -> None:
             cluster.host,
             "no installation found (no ConfigMap topoalloc-system/topoalloc-install): run topoalloc install",
         )
-    flags["version"] = flags["version"] or _package_version()
-    flags["scheduler_version"] = flags["scheduler_version"] or ""  # the server's, read again
-    options = _options(recorded, flags)
+    base = replace(recorded, version=_package_version(), scheduler_version="")  # the server's, read again
+    options = _options(base, flags)
     if not flags["dry_run"]:
         click.echo(f"upgrade: {recorded.image}:{recorded.version} -> {options.image}:{options.version}")
-    _deploy(options, flags, root)
+    _deploy(cluster, options, flags, root)
 
 
 @click.command("uninstall")
