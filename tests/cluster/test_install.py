@@ -151,6 +151,11 @@ def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world
     # A dry run changes nothing.
     with pytest.raises(ApiStatus):
         world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}")
+    # A user RBAC allows nothing: one line, exit 1, no traceback.
+    nobody = world.cp.client_identity("nobody", "nobody")
+    ran = world.topoalloc("install", "--kubeconfig", str(nobody), check=False)
+    assert ran.returncode == 1 and ran.stderr.count("\n") == 1, ran.stderr
+    assert ran.stderr.startswith(f"error: cluster ({world.cp.url}): HTTP 403") and "forbidden" in ran.stderr
 
 
 def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> None:
@@ -431,32 +436,29 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
     assert "topoalloc.io/gpu-node" not in world.cp.admin.get("/api/v1/nodes/gpu-b")["metadata"]["labels"]
     world.cp.admin.get("/api/v1/namespaces/default/configmaps/not-ours")
 
-    # Koordinator installed the Device CRD (no installer label): install leaves it, purge keeps it.
-    koordinator = yaml.safe_load(
-        (REPO / "deploy" / "crds" / "devices.scheduling.koordinator.sh.yaml").read_text()
-    )
+    # Koordinator installed the Device CRD and someone made the namespace (no installer label on
+    # either): install leaves both as they are, and purge deletes neither.
+    path = REPO / "deploy" / "crds" / "devices.scheduling.koordinator.sh.yaml"
+    koordinator = yaml.safe_load(path.read_text())
     koordinator["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "koordinator"}
     world.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(koordinator))
-    world.wait(
-        lambda: _established(world, "devices.scheduling.koordinator.sh"), "Koordinator's CRD established"
-    )
+    world.wait(lambda: _established(world, "devices.scheduling.koordinator.sh"), "Koordinator's CRD")
+    world.cp.create_namespace(NAMESPACE, labels={"team": "platform"})
     ran = world.topoalloc("install")
-    assert (
-        "CustomResourceDefinition devices.scheduling.koordinator.sh: exists and was not created by the installer"
-        in ran.stdout
-    )
+    for kind, name in (
+        ("CustomResourceDefinition", "devices.scheduling.koordinator.sh"),
+        ("Namespace", NAMESPACE),
+    ):
+        assert f"{kind} {name}: exists and was not created by the installer" in ran.stdout, ran.stdout
     crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
     assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
     world.topoalloc(*shlex.split(purge)[1:])
-    world.wait(
-        lambda: finish_terminating(world.cp) >= 0 and _gone(world, f"/api/v1/namespaces/{NAMESPACE}"),
-        "namespace gone",
-    )
     world.wait(lambda: _gone(world, f"{CRDS}/podgroups.scheduling.x-k8s.io"), "PodGroup CRD gone")
     assert world.ours() == []
-    assert world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")["metadata"]["labels"] == {
-        "app.kubernetes.io/managed-by": "koordinator"
-    }
+    crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
+    assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
+    namespace = world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}")
+    assert namespace["status"]["phase"] == "Active" and namespace["metadata"]["labels"]["team"] == "platform"
 
 
 def _established(world: World, name: str) -> bool:

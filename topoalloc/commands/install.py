@@ -22,7 +22,7 @@ from topoalloc.commands.installer.manifests import (
     repo_root,
 )
 from topoalloc.commands.installer.report import Report
-from topoalloc.errors import BadInput
+from topoalloc.errors import BadInput, Failure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,11 +82,17 @@ def _print_docs(docs: list[dict[str, Any]], output: str) -> None:
         click.echo(dump(docs), nl=False)
 
 
-def _render_errors(func: Callable[[], Any]) -> Any:
+def _guarded(func: Callable[[], Any], host: str = "") -> Any:
+    """A base that does not render is bad input; an API error nobody expected (RBAC refusing the
+    user, a webhook of the cluster refusing an object) is a runtime failure, said in one line."""
+    from topoalloc.commands.installer.cluster import ApiError
+
     try:
         return func()
     except KustomizeError as exc:
         raise BadInput("manifests", str(exc.where), exc.why) from None
+    except ApiError as exc:
+        raise Failure("cluster", host, str(exc)) from None
 
 
 OPTION_FLAGS = [
@@ -195,7 +201,7 @@ def _deploy(cluster: Any, options: InstallOptions, flags: dict[str, Any], root: 
     from topoalloc.commands.certs import unignored_private_keys
     from topoalloc.commands.installer.lifecycle import deploy
 
-    outcome = _render_errors(lambda: deploy(cluster, options, _request(flags), root))
+    outcome = _guarded(lambda: deploy(cluster, options, _request(flags), root), cluster.host)
     if flags["dry_run"]:
         _print(outcome.report, results_to_stderr=True)
         _print_docs(outcome.docs, flags["output"])
@@ -239,7 +245,7 @@ def install(kube_version: str | None, manifests: Path | None, **flags: Any) -> N
     cluster = _connect(flags["kubeconfig"], flags["context"], flags["in_cluster"])
     # Installed already: the recorded choices stand unless a flag changes them (the version is
     # this package's, or --version; the scheduler follows the server again).
-    recorded = recorded_options(cluster)
+    recorded = _guarded(lambda: recorded_options(cluster), cluster.host)
     base = replace(recorded, version=fresh.version, scheduler_version="") if recorded else fresh
     _deploy(cluster, _options(base, flags), flags, root)
 
@@ -256,7 +262,7 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
         raise BadInput("--kube-version", kube_version, why)
     options = lifecycle.pin_scheduler(options, server, options.scheduler_version)
     facts = ClusterFacts(tls=tls.issue_secrets() if options.certs == "generate" else None)
-    docs = _render_errors(lambda: render(options, facts, root))
+    docs = _guarded(lambda: render(options, facts, root))
     _print_docs(docs, output)
     if options.certs == "generate":
         click.echo("warning: the output holds private keys (the TLS Secrets); keep it out of git", err=True)
@@ -274,7 +280,7 @@ def upgrade(manifests: Path | None, **flags: Any) -> None:
 
     root = _root(manifests)
     cluster = _connect(flags["kubeconfig"], flags["context"], flags["in_cluster"])
-    recorded = recorded_options(cluster)
+    recorded = _guarded(lambda: recorded_options(cluster), cluster.host)
     if recorded is None:
         raise BadInput(
             "upgrade",
@@ -312,4 +318,4 @@ def uninstall(
 
     root = _root(manifests)
     cluster = _connect(kubeconfig, context, in_cluster)
-    _print(_render_errors(lambda: remove(cluster, purge=purge, dry_run=dry_run, root=root)))
+    _print(_guarded(lambda: remove(cluster, purge=purge, dry_run=dry_run, root=root), cluster.host))
