@@ -298,8 +298,8 @@ def upgrade(manifests: Path | None, **flags: Any) -> None:
 @click.option(
     "--purge",
     is_flag=True,
-    help="Also delete the CRDs the installer created, with every Device and PodGroup, and the node "
-    "labels it added.",
+    help="Also delete the CRDs the installer created, with every Device and PodGroup, and the "
+    "topoalloc.io/gpu-node label from the nodes.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
 @cluster_options
