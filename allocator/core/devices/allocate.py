@@ -15,6 +15,7 @@ from allocator.core import reasons as rs
 from allocator.core.devices.context import Bounds, Ctx, Pick, View, noun
 from allocator.core.devices.gpu import feasible_partitions
 from allocator.core.devices.messages import (
+    beyond_node,
     gpu_shortage,
 )
 from allocator.core.devices.plain import pcie_scopes
@@ -127,7 +128,10 @@ def _quick_gpu_verdict(state: NodeState, req: PodRequest, g: GPURequirement) -> 
         if g.count == 1 and g.equal_share is not None:
             # One GPU with x% of compute and of memory: the node's best GPU decides.
             return None if state.gpu_max_share >= g.equal_share else gpu_shortage(g, 0, selector=False)
-    elif g.honor_partition or inv.partition_honor:
+    honor = not g.shared and (g.honor_partition or inv.partition_honor)
+    if (too_many := beyond_node(g, inv.gpu_mask.bit_count(), partitions=honor)) is not None:
+        return too_many
+    if honor:
         return _UNDECIDED
     feasible = state.gpu_whole_mask if g.whole else state.gpu_fit_mask(g.per_gpu)
     available = feasible.bit_count()

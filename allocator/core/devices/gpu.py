@@ -9,6 +9,7 @@ from allocator.core import reasons as rs
 from allocator.core.devices.context import Ctx, Pick, device_score, minor_list
 from allocator.core.devices.gpu_set_pick import pick_gpu_set
 from allocator.core.devices.messages import (
+    beyond_node,
     gpu_shortage,
     partition_shortage,
     scope_label,
@@ -291,7 +292,9 @@ class GPUHandler:
                 f"requiredTopologyScope Device holds one GPU; the pod asks for {g.count}",
                 True,
             )
-        return g.per_gpu, g.count
+        honor = not g.shared and (g.honor_partition or ctx.inv.partition_honor)
+        too_many = beyond_node(g, ctx.inv.gpu_mask.bit_count(), partitions=honor)
+        return too_many if too_many is not None else (g.per_gpu, g.count)
 
     def choose(
         self, ctx: Ctx, per: Resources, desired: int, pcies: frozenset[str], *, need_picks: bool
