@@ -20,6 +20,8 @@ import numpy as np
 
 from allocator.core.cluster.state import ClusterState, affinity_matches
 from allocator.core.devices.allocate import Allocation
+from allocator.core.node.gpu_features import gpu_model
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -144,7 +146,7 @@ class SimCluster:
         self.index = {name: i for i, name in enumerate(names)}
         self.states = [self.core.nodes[name] for name in names]
         n = self.size = len(names)
-        self.models = [s.gpu_model for s in self.states]
+        self.models = [gpu_model(s) for s in self.states]
         self.gpu_count = np.array(
             [len(s.inventory.gpu_minors) if s.inventory else 0 for s in self.states], dtype=np.int64
         )
@@ -173,12 +175,12 @@ class SimCluster:
     def refresh(self, i: int) -> None:
         """Re-read node ``i``'s row from its NodeState (after it changed)."""
         s = self.states[i]
-        free = s.gpu_free_core_pct
+        free = GPUSummary.of(s).free_pct
         self.gpu_rows[i] = free
         self.gpu_matrix[i, : len(free)] = free
         self.gpu_free_total[i] = sum(free)
         self.gpu_free_max[i] = max(free, default=0)
-        self.gpu_full_count[i] = s.whole_gpus_free
+        self.gpu_full_count[i] = GPUSummary.of(s).whole_free
         cpu = s.cpu_free_milli
         self.cpu_free[i] = cpu
         self.mem_free[i] = s.memory_free
@@ -242,7 +244,7 @@ class SimCluster:
         if scorer is not None:
             result = self.core.allocate(req.pod, self.names[i], scoring, scorer=scorer)
         else:
-            result = self.core.allocate(req.pod, self.names[i], scoring, prefer_gpus=prefer)
+            result = self.core.allocate(req.pod, self.names[i], scoring, prefer=prefer)
         if isinstance(result, Rejection):
             raise SimulationError(f"{req.key} passed the filter on {self.names[i]} but: {result.explained}")
         return result

@@ -7,6 +7,7 @@ import pytest
 from sim_helpers import make_state, request
 
 from allocator.core.cluster.state import affinity_matches, resources_fit
+from allocator.core.node.gpu_summary import GPUSummary
 from apis.annotations import parse_device_allocated
 from simulator.cluster import SimulationError
 
@@ -42,7 +43,7 @@ def test_place_goes_through_the_core_and_updates_the_mirrors() -> None:
     assert allocation.minors("gpu") == [0, 1]
     state = cluster.states[1]
     assert state.pods[req.key].allocations.minors("gpu") == [0, 1]
-    assert cluster.gpu_rows[1] == (0, 0, 100, 100) == state.gpu_free_core_pct
+    assert cluster.gpu_rows[1] == (0, 0, 100, 100) == GPUSummary.of(state).free_pct
     assert cluster.gpu_matrix[1].tolist() == [0, 0, 100, 100]
     assert (cluster.gpu_free_total[1], cluster.gpu_full_count[1], cluster.gpu_free_max[1]) == (200, 2, 100)
     assert (cluster.cpu_free[1], cluster.mem_free[1]) == (6_000, 3_000 * 2**20)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sim_helpers import make_state, request
 
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.scoring.workload_mix import TaskShape, WorkloadMix
 from simulator.policies import (
     BestFitPolicy,
@@ -106,7 +107,7 @@ def test_topoalloc_runs_the_production_scorer_and_allocates_the_gpu_it_scored(rn
     # Koordinator's default device scoring (LeastAllocated) would take idle GPU 1; the
     # fragmentation term scored GPU 0 (70% free), and the bind path takes that one
     assert allocation.minors("gpu") == [0]
-    assert cluster.states[2].gpu_free_core_pct == (40, 100, 100, 20)
+    assert GPUSummary.of(cluster.states[2]).free_pct == (40, 100, 100, 20)
 
 
 def test_cached_scores_follow_node_changes(rng: random.Random) -> None:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from allocator.core.node.gpu_summary import GPUSummary
 from apis import keys
 from simulator.cluster import SimCluster
 from simulator.engine import POLICIES
@@ -70,11 +71,11 @@ def test_gangs_are_placed_whole_or_not_at_all(tmp_path: Path) -> None:
     assert place_gang(cluster, pair.members, policy)
     # both on the L40S, one NUMA node each (the A100 board would split a member across sockets)
     assert [cluster.core.pod_node[m.key] for m in pair.members] == ["l40s-8x-pcie-00"] * 2
-    before = [s.gpu_free_core_pct for s in cluster.states]
+    before = [GPUSummary.of(s).free_pct for s in cluster.states]
     # 8 GPUs per member: the first fits nowhere now (0 + 4 free whole GPUs left)... and nothing stays held
     assert not place_gang(cluster, huge.members, policy)
     assert all(m.key not in cluster.core.pod_node for m in huge.members)
-    assert [s.gpu_free_core_pct for s in cluster.states] == before
+    assert [GPUSummary.of(s).free_pct for s in cluster.states] == before
 
 
 def test_a_failing_last_member_rolls_back_the_others() -> None:

@@ -9,7 +9,8 @@ inventory class and usage, ...) kept as int64 columns: hashable values are inter
 ids, so nodes in the same state share an id and a request shape can be decided once per id
 instead of once per node. A feature is re-read only for the slots whose stamp is newer than the
 feature's own refresh. Ids are never reused: when an intern table grows past its bound it starts
-a new generation, and caches keyed by ids (`generation`) start over.
+a new generation, and caches keyed by ids (`generation`) start over. Rows (`rows`) are the same
+for per-node int tuples, kept as the rows of a 2-D column.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from allocator.core.node.features import Feature
+    from allocator.core.node.features import Feature, Rows
     from allocator.core.node.state import NodeState
 
 Extract = Callable[["NodeState"], Any]
@@ -40,6 +41,16 @@ class _Feature:
         self.ids: dict[Hashable, int] = {}
         self.by_id: list[Any] = []
         self.generation = 0
+
+
+class _Rows:
+    __slots__ = ("extract", "pad", "synced", "values")
+
+    def __init__(self, spec: Rows) -> None:
+        self.extract = spec.extract
+        self.pad = spec.pad
+        self.values = np.full((0, 1), spec.pad, np.int64)
+        self.synced = -1
 
 
 class _Total:
@@ -81,6 +92,7 @@ class NodeTable:
         self.layout = 0  # bumps when slots are assigned or freed
         self._free: list[int] = []
         self._features: dict[str, _Feature] = {}
+        self._rows: dict[str, _Rows] = {}
         self._totals: dict[tuple[str, str], _Total] = {}
         self._recent: list[tuple[list[str], np.ndarray]] = []
 
@@ -182,6 +194,33 @@ class NodeTable:
             self._read_interned(f, dirty.tolist())
         f.synced = self.clock
         return f.values
+
+    def rows(self, spec: Rows) -> np.ndarray:
+        """The rows' 2-D int64 column over all slots (free slots and the tails of short rows hold
+        `spec.pad`; at least one wide), re-read where stale."""
+        r = self._rows.get(spec.name)
+        if r is None:
+            r = self._rows[spec.name] = _Rows(spec)
+        if r.synced == self.clock:
+            return r.values
+        if len(r.values) < len(self.stamp):
+            grown = np.full((len(self.stamp), r.values.shape[1]), r.pad, np.int64)
+            grown[: len(r.values)] = r.values
+            r.values = grown
+        dirty = np.arange(len(self.states)) if r.synced < 0 else self.changed_since(r.synced)
+        states, extract, pad = self.states, r.extract, r.pad
+        for slot in dirty.tolist():
+            state = states[slot]
+            row = () if state is None else extract(state)
+            if len(row) > r.values.shape[1]:
+                wider = np.full((len(r.values), len(row)), pad, np.int64)
+                wider[:, : r.values.shape[1]] = r.values
+                r.values = wider
+            values = r.values[slot]
+            values[: len(row)] = row
+            values[len(row) :] = pad
+        r.synced = self.clock
+        return r.values
 
     def totals(self, group: Feature, value: Feature) -> dict[Any, int]:
         """The sum of the raw feature `value` over the nodes of each value of the interned feature

@@ -6,7 +6,7 @@ from placed pods, `fragmentation_term.py`), `device` (Koordinator's DeviceShare 
 that does not apply to a pod (None) drops out of the mean. Components plug in (or replace a
 built-in) by name: `NodeScorer(config, components={"fragmentation": term})` with any callable
 `term(state, req) -> float | None` or an object with `prepare(req)`; a fragmentation term reads only
-the `FragmentationView` properties of the node. A weight whose component does not exist is ignored.
+what `FragmentationView` names of the node. A weight whose component does not exist is ignored.
 
 `fine` is the weighted mean itself (0..100): nodes are ranked by it, ties going to a stable
 per-node key (`allocator.core.ranking`). `score` is the same rounded to kube-scheduler's 0..10.
@@ -49,10 +49,9 @@ DEFAULT_WEIGHTS_BY_COMPONENT: Mapping[str, float] = {
 
 
 class FragmentationView(Protocol):
-    """What a fragmentation term may read of a node (NodeState provides all of it)."""
-
-    @property
-    def gpu_free_core_pct(self) -> tuple[int, ...]: ...  # per GPU in minor order, 0..100
+    """What a fragmentation term may read of a node (NodeState provides all of it): free cpu and
+    memory, and of its GPUs (`GPUSummary.of(state)`, `gpu_features.gpu_model(state)`) the free
+    share of each GPU in minor order (`free_pct`, 0..100), the healthy count and the model."""
 
     @property
     def cpu_free_milli(self) -> int: ...
@@ -61,10 +60,10 @@ class FragmentationView(Protocol):
     def memory_free(self) -> int: ...
 
     @property
-    def gpu_model(self) -> str: ...
+    def summaries(self) -> Mapping[str, Any]: ...  # per device type; the GPUs' is a GPUSummary
 
     @property
-    def healthy_gpu_count(self) -> int: ...
+    def labels(self) -> Mapping[str, str]: ...  # the GPU model label
 
 
 ScoreComponent = Callable[[NodeState, PodRequest], "float | None"]
