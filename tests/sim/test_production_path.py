@@ -44,10 +44,9 @@ def test_each_choice_is_the_extenders_single_top_node() -> None:
         if not feasible.any():
             continue
         priorities = cluster.core.priorities(req.pod, feasible.names, policy.scorer)
-        node, _ = policy.select(cluster, req, feasible)
-        assert priorities[cluster.names[node]] == 10
+        (one,) = cluster.place((req,), policy).placed
+        assert priorities[cluster.names[one.node]] == 10
         assert sorted(priorities.values()).count(10) == 1
-        policy.place(cluster, node, req, None)
         placed += 1
     assert placed > 60  # the cluster filled up on the way
     assert policy.scorer.components["fragmentation"].mix().shapes  # learned from the placements

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 Extract = Callable[["NodeState"], Any]
 _RAW_LIMIT = 2**62  # raw int features are clamped into int64 (see `feature`)
 _RECENT_LISTS = 8
+_LOG_LIMIT = 1 << 16
 
 
 class _Feature:
@@ -95,6 +96,10 @@ class NodeTable:
         self._rows: dict[str, _Rows] = {}
         self._totals: dict[tuple[str, str], _Total] = {}
         self._recent: list[tuple[list[str], np.ndarray]] = []
+        # Slots in the order they were touched since clock `_log_start` (the i-th at clock
+        # `_log_start + i + 1`): the few nodes changed since a recent clock, without a scan.
+        self._log: list[int] = []
+        self._log_start = 0
 
     @property
     def capacity(self) -> int:
@@ -141,10 +146,35 @@ class NodeTable:
         """The node in `slot` changed (called by `NodeState._changed`)."""
         self.clock += 1
         self.stamp[slot] = self.clock
+        log = self._log
+        log.append(slot)
+        if len(log) > _LOG_LIMIT:
+            self._log, self._log_start = [], self.clock
 
     def changed_since(self, clock: int) -> np.ndarray:
-        """Slots whose node changed (or was attached or detached) after `clock`."""
+        """Slots whose node changed (or was attached or detached) after `clock`, ascending."""
+        recent = self._recent_changes(clock)
+        if recent is not None:
+            return np.array(recent, np.intp)
         return np.flatnonzero(self.stamp[: len(self.states)] > clock)
+
+    def changed_list(self, clock: int) -> list[int]:
+        """`changed_since` as a list, every slot for a negative clock (never read): for loops
+        that re-read the changed nodes."""
+        if clock < 0:
+            return list(range(len(self.states)))
+        recent = self._recent_changes(clock)
+        if recent is not None:
+            return recent
+        return np.flatnonzero(self.stamp[: len(self.states)] > clock).tolist()
+
+    def _recent_changes(self, clock: int) -> list[int] | None:
+        """The slots changed after `clock` from the log, when it reaches back that far and they
+        are few (None: scan the stamps instead)."""
+        if clock < self._log_start:
+            return None
+        recent = self._log[clock - self._log_start :]
+        return sorted(set(recent)) if 8 * len(recent) < len(self.states) else None
 
     # -- names -----------------------------------------------------------------------------------
     def slots_of(self, names: Sequence[str]) -> np.ndarray:
@@ -183,15 +213,15 @@ class NodeTable:
             grown = np.full(len(self.stamp), -1, np.int64)
             grown[: len(f.values)] = f.values
             f.values = grown
-        dirty = np.arange(n) if f.synced < 0 else self.changed_since(f.synced)
+        dirty = self.changed_list(f.synced)
         if f.raw:
-            self._read_raw(f, dirty.tolist())
+            self._read_raw(f, dirty)
         else:
             if len(f.ids) > 4 * len(self.slots) + 10_000:
                 f.ids, f.by_id = {}, []
                 f.generation += 1
-                dirty = np.arange(n)
-            self._read_interned(f, dirty.tolist())
+                dirty = list(range(n))
+            self._read_interned(f, dirty)
         f.synced = self.clock
         return f.values
 
@@ -207,9 +237,8 @@ class NodeTable:
             grown = np.full((len(self.stamp), r.values.shape[1]), r.pad, np.int64)
             grown[: len(r.values)] = r.values
             r.values = grown
-        dirty = np.arange(len(self.states)) if r.synced < 0 else self.changed_since(r.synced)
         states, extract, pad = self.states, r.extract, r.pad
-        for slot in dirty.tolist():
+        for slot in self.changed_list(r.synced):
             state = states[slot]
             row = () if state is None else extract(state)
             if len(row) > r.values.shape[1]:
