@@ -1,8 +1,15 @@
-"""`NodeTable.rows`: a per-node tuple as a row of a 2-D column, re-read only where nodes changed."""
+"""`NodeTable.changed_since` (from its change log or the stamps) and `NodeTable.rows` (a per-node
+tuple as a row of a 2-D column, re-read only where nodes changed)."""
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
+import pytest
+
 from allocator.core.cluster.state import ClusterState
+from allocator.core.node import table as node_table
 from allocator.core.node.features import Rows
 from allocator.core.node.gpu_features import FREE_PCT_ROWS
 from apis.annotations import DeviceAllocations
@@ -51,3 +58,25 @@ def test_rows_read_only_the_changed_nodes() -> None:
     c.assign("ns/x", "b", None, 100)
     assert c.table.rows(spec)[:3].tolist() == [[0], [1], [0]] and reads == ["b"]
     assert c.table.rows(spec) is c.table.rows(spec) and reads == ["b"]  # nothing changed since
+
+
+@pytest.mark.parametrize("log_limit", [3, 1 << 16])
+def test_changed_since_equals_the_stamps(monkeypatch: pytest.MonkeyPatch, log_limit: int) -> None:
+    monkeypatch.setattr(node_table, "_LOG_LIMIT", log_limit)  # 3: the log restarts all the time
+    rng = random.Random(5)
+    c = ClusterState()
+    for i in range(40):
+        c.upsert_node(_node(f"n{i}"))
+    t = c.table
+    for step in range(300):
+        name = f"n{rng.randrange(45)}"
+        if name in c.nodes and rng.random() < 0.05:
+            c.remove_node(name)
+        elif name not in c.nodes:
+            c.upsert_node(_node(name))
+        else:
+            c.assign(f"ns/p{step}", name, None, rng.randrange(1, 100))
+        for since in {-1, 0, t.clock, t.clock - 1, t.clock - rng.randrange(1, 12), rng.randrange(t.clock)}:
+            want = np.flatnonzero(t.stamp[: len(t.states)] > since).tolist()
+            assert t.changed_since(since).tolist() == want, (step, since)
+            assert t.changed_list(since) == (list(range(len(t.states))) if since < 0 else want)
