@@ -4,7 +4,8 @@
 Summaries the allocator and scorers read in O(1): free resources per device, requested
 cpu/memory, and per device type the type's own summary (`summaries`, made by the type's class in
 `summaries.SUMMARIES` and updated device by device; `GPUSummary.of(state)` reads the GPUs').
-Derived per-version values are computed on first use (`derived`, `remember`) and dropped on change.
+Values a summary derives (feasible-device masks per request shape) are computed on first use and
+dropped when one of its devices changes.
 """
 
 from __future__ import annotations
