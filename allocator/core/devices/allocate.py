@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from allocator.core import reasons as rs
 from allocator.core.devices.context import Bounds, Ctx, Pick, View, noun
-from allocator.core.devices.handler import UNDECIDED, DeviceHandler
+from allocator.core.devices.handler import UNDECIDED
 from allocator.core.devices.registry import HANDLERS
 from allocator.core.node.features import FITS_EXACT, Feature
 from allocator.core.node.inventory import NodeInventory
@@ -78,9 +78,9 @@ def allocate(
 
 def fits(state: NodeState, req: PodRequest) -> Rejection | None:
     """None when `allocate(state, req)` would succeed, else its rejection."""
-    sole = _sole_handler(req)
-    if sole is not None:
-        quick = sole.quick_verdict(state, req)
+    devices = req.devices
+    if len(devices) == 1:  # a pod of one type: its handler may decide from node summaries
+        quick = HANDLERS[devices[0][0]].quick_verdict(state, req)
         if quick is not UNDECIDED:
             return quick  # type: ignore[return-value]
     result = _solve(state, req, None, None, None, None, want_plan=False)
@@ -94,14 +94,8 @@ def fits_grouping(req: PodRequest) -> Feature | None:
     (`DeviceHandler.grouping`), anything else by the node's full device usage."""
     if req.invalid is not None or not req.devices:
         return None
-    sole = _sole_handler(req)
-    feature = sole.grouping(req) if sole is not None else None
+    feature = HANDLERS[req.devices[0][0]].grouping(req) if len(req.devices) == 1 else None
     return FITS_EXACT if feature is None else feature
-
-
-def _sole_handler(req: PodRequest) -> DeviceHandler | None:
-    """The handler of the one device type a pod requests (None: none or several)."""
-    return HANDLERS[req.devices[0][0]] if len(req.devices) == 1 else None
 
 
 # -- the algorithm ---------------------------------------------------------------------------------
@@ -143,12 +137,13 @@ def _solve(
     path = ""
     several = len(ctx.per_type) > 1
     joint = [t for t in req.joint_types if t in ctx.per_type]
-    first = joint[0] if several and joint else next(t for t in TYPE_ORDER if t in ctx.per_type)
-    if several and not want_plan and HANDLERS[first].verdict_without_picks:
-        # The first type is allocated first: when it cannot be, nothing else needs looking at.
-        early = _allocate_type(ctx, first, ctx.per_type[first][1], frozenset(), need_picks=False)
-        if isinstance(early, Rejection):
-            return early
+    if several and not want_plan:
+        # The type allocated first: when it cannot be, nothing else needs looking at.
+        first = joint[0] if joint else next(t for t in TYPE_ORDER if t in ctx.per_type)
+        if HANDLERS[first].verdict_without_picks:
+            early = _allocate_type(ctx, first, ctx.per_type[first][1], frozenset(), need_picks=False)
+            if isinstance(early, Rejection):
+                return early
     if several and joint:
         primary = joint[0]
         got = _allocate_type(ctx, primary, ctx.per_type[primary][1], frozenset(), need_picks=True)

@@ -296,11 +296,33 @@ class GPUHandler:
         return isolation_refusal(state, req) if g is not None and g.shared else None
 
     def quick_verdict(self, state: NodeState, req: PodRequest) -> Rejection | Undecided | None:
+        """GPU-only requests without hints: decided from the node's GPU bitmasks alone. Mirrors
+        `allocate_gpu`'s verdict exactly (the property tests hold the two together)."""
         g = req.plain_gpu
-        return UNDECIDED if g is None else _quick_verdict(state, req, g)
+        inv = state.inventory
+        if g is None or inv is None or not inv.gpu_mask:
+            return UNDECIDED
+        gpus = GPUSummary.of(state)
+        if g.shared:
+            if req.isolation_provider and (refused := isolation_refusal(state, req)) is not None:
+                return refused
+            if g.count == 1 and g.equal_share is not None:
+                # One GPU with x% of compute and of memory: the node's best GPU decides.
+                return None if gpus.max_share >= g.equal_share else gpu_shortage(g, 0, selector=False)
+        elif g.honor_partition or inv.partition_honor:
+            return UNDECIDED
+        feasible = gpus.whole_mask if g.whole else gpus.fit_mask(g.per_gpu)
+        available = feasible.bit_count()
+        if available >= g.count:
+            return None
+        if not g.shared and inv.partitions is not None:
+            groups = inv.partitions.get(g.count)
+            if groups and feasible_partitions(groups, g, gpus.used_mask, inv.gpu_healthy_mask):
+                return None
+        return gpu_shortage(g, available, selector=False)
 
     def grouping(self, req: PodRequest) -> Feature | None:
-        # Keep in step with `_quick_verdict`: these features name exactly what it reads, and, for
+        # Keep in step with `quick_verdict`: these features name exactly what it reads, and, for
         # whole GPUs on a node that honours partitions, what `allocate_gpu` reads.
         g = req.plain_gpu
         if g is not None:
@@ -351,34 +373,6 @@ def isolation_refusal(state: NodeState, req: PodRequest) -> Rejection | None:
         unresolvable=True,
         detail=f"the node offers {offered or 'none'}",
     )
-
-
-def _quick_verdict(state: NodeState, req: PodRequest, g: GPURequirement) -> Rejection | Undecided | None:
-    """GPU-only requests without hints: decided from the node's GPU bitmasks alone.
-
-    Mirrors `allocate_gpu`'s verdict exactly (the property tests hold the two together).
-    """
-    inv = state.inventory
-    if inv is None or not inv.gpu_mask:
-        return UNDECIDED
-    gpus = GPUSummary.of(state)
-    if g.shared:
-        if req.isolation_provider and (refused := isolation_refusal(state, req)) is not None:
-            return refused
-        if g.count == 1 and g.equal_share is not None:
-            # One GPU with x% of compute and of memory: the node's best GPU decides.
-            return None if gpus.max_share >= g.equal_share else gpu_shortage(g, 0, selector=False)
-    elif g.honor_partition or inv.partition_honor:
-        return UNDECIDED
-    feasible = gpus.whole_mask if g.whole else gpus.fit_mask(g.per_gpu)
-    available = feasible.bit_count()
-    if available >= g.count:
-        return None
-    if not g.shared and inv.partitions is not None:
-        groups = inv.partitions.get(g.count)
-        if groups and feasible_partitions(groups, g, gpus.used_mask, inv.gpu_healthy_mask):
-            return None
-    return gpu_shortage(g, available, selector=False)
 
 
 def with_gpu_memory(res: dict[str, int], total_memory: int) -> dict[str, int]:
