@@ -16,8 +16,10 @@ import click
 
 from allocator.core.devices.allocate import Allocation
 from allocator.core.devices.allocate import allocate as allocate_devices
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import build_inventory
-from allocator.core.node.state import NodeState, fits_free, node_facts
+from allocator.core.node.state import NodeState, node_facts
+from allocator.core.node.summary import fits_free
 from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -216,9 +218,8 @@ def explanation(
     notes: list[str],
 ) -> list[str]:
     """Human lines: the request, every candidate device with its fit and score, then the choices."""
-    lines = [
-        f"node {state.name}: {state.healthy_gpu_count} healthy GPUs, {state.whole_gpus_free} whole GPUs free"
-    ]
+    gpus = GPUSummary.of(state)
+    lines = [f"node {state.name}: {gpus.healthy_count} healthy GPUs, {gpus.whole_free} whole GPUs free"]
     if req.invalid is not None:
         return [*lines, f"request invalid: {req.invalid.message}"]
     if not req.devices:
@@ -258,7 +259,7 @@ def explanation(
     if isinstance(result, Rejection):
         lines.append(f"rejected: {result.explained} [{result.code}]")
     else:
-        lines.append(f"allocated via {result.gpu_path or 'per-device selection'}")
+        lines.append(f"allocated via {result.path or 'per-device selection'}")
     return lines
 
 
