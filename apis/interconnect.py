@@ -12,7 +12,11 @@ docs/gpu-sets.md). A pair's value, best first:
    part stops at "same NUMA node": what is left is which CPU memory they sit next to.
 
 Both parts fold into one integer (`bandwidth MB/s × 8 + tier`), so comparing two pairs compares
-the bandwidth first and the host relation second.
+the bandwidth first and the host relation second (`values`). `pcie_values` are the same with the
+whole PCIe relation of NVLink pairs kept (same switch > same root complex): between choices the
+first values tie on, the pair behind one switch is better (NVIDIA's go-gpuallocator rates a
+DGX-1 Pascal's single-link pair behind one switch above one across the host bridge), and the
+GPU set chooser compares them only then.
 """
 
 from __future__ import annotations
@@ -109,6 +113,8 @@ class Interconnect:
     links: tuple[tuple[int, ...], ...]  # [i][j]: live NVLinks between minors[i] and minors[j]
     tiers: tuple[tuple[int, ...], ...]  # [i][j]: host relation tier
     values: tuple[tuple[int, ...], ...]  # [i][j]: the folded pair value (0 on the diagonal)
+    # [i][j]: the folded value with the PCIe relation of NVLink pairs kept (a tie-break)
+    pcie_values: tuple[tuple[int, ...], ...]
 
     def index(self, minor: int) -> int:
         return self.minors.index(minor)
@@ -127,8 +133,13 @@ class Interconnect:
         counts = {self.links[i][j] for i in range(n) for j in range(i + 1, n)}
         return len(counts) <= 1
 
+    @property
+    def pcie_breaks_ties(self) -> bool:
+        """Some NVLink pair's PCIe relation is closer than its NUMA node (`pcie_values` differ)."""
+        return self.pcie_values != self.values
+
     def signature(self) -> tuple:
-        return (self.minors, self.values)
+        return (self.minors, self.values, self.pcie_values)
 
 
 def pair_value(links: int, link_gbps: float, tier: int) -> int:
@@ -147,23 +158,26 @@ def build_interconnect(places: Iterable[GpuPlace], link_gbps: float) -> Intercon
     links = [[0] * n for _ in range(n)]
     tiers = [[0] * n for _ in range(n)]
     values = [[0] * n for _ in range(n)]
+    pcie = [[0] * n for _ in range(n)]
     for i, a in enumerate(gpus):
         for j in range(i + 1, n):
             b = gpus[j]
             # A link counts when both ends report it (a link down shows on both sides).
             count = min(a.nvlinks.get(b.minor, 0), b.nvlinks.get(a.minor, 0))
-            tier = host_tier(a, b)
+            full = tier = host_tier(a, b)
             if count:
-                tier = min(tier, SAME_NUMA)  # over NVLink the PCIe path no longer matters
+                tier = min(tier, SAME_NUMA)  # over NVLink the PCIe path hardly matters
             links[i][j] = links[j][i] = count
             tiers[i][j] = tiers[j][i] = tier
             values[i][j] = values[j][i] = pair_value(count, link_gbps, tier)
+            pcie[i][j] = pcie[j][i] = pair_value(count, link_gbps, full)
     return Interconnect(
         minors=tuple(g.minor for g in gpus),
         link_gbps=link_gbps,
         links=tuple(tuple(r) for r in links),
         tiers=tuple(tuple(r) for r in tiers),
         values=tuple(tuple(r) for r in values),
+        pcie_values=tuple(tuple(r) for r in pcie),
     )
 
 

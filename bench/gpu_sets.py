@@ -36,6 +36,10 @@ try:  # absent on a checkout without the chooser
     from allocator.core.devices import gpu_sets as gpusets
 except ImportError:  # pragma: no cover
     gpusets = None  # type: ignore[assignment]
+try:  # the pair tables (allocator/core/node/gpu_pairs.py; inside gpu_sets.py before issue 32)
+    from allocator.core.node import gpu_pairs
+except ImportError:  # pragma: no cover
+    gpu_pairs = None  # type: ignore[assignment]
 
 DEVICE = REPO / "hw-fixtures" / "dgx1-v100" / "expected-device.yaml"
 SHAPES = (1, 2, 3, 4, 8)
@@ -65,8 +69,10 @@ def nodes(count: int, rng: random.Random) -> list[NodeState]:
 
 
 def _clear() -> None:
+    if gpu_pairs is not None:
+        gpu_pairs._TABLES.clear()
     if gpusets is not None:
-        gpusets._MATRICES.clear()
+        getattr(gpusets, "_MATRICES", {}).clear()
         gpusets._CHOICES.clear()
 
 

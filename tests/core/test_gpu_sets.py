@@ -67,12 +67,12 @@ def topologies(draw: st.DrawFn) -> list[GpuPlace]:
     return places
 
 
-def _value(ic: Any, a: int, b: int) -> int:
-    return ic.values[ic.index(a)][ic.index(b)]
+def _value(ic: Any, a: int, b: int, table: str = "values") -> int:
+    return getattr(ic, table)[ic.index(a)][ic.index(b)]
 
 
-def _quality(ic: Any, members: tuple[int, ...]) -> tuple[int, int]:
-    vals = [_value(ic, a, b) for a, b in combinations(members, 2)]
+def _quality(ic: Any, members: tuple[int, ...], table: str = "values") -> tuple[int, int]:
+    vals = [_value(ic, a, b, table) for a, b in combinations(members, 2)]
     return (min(vals), sum(vals)) if vals else (0, 0)
 
 
@@ -88,13 +88,13 @@ def _all_packings(pool: list[int], size: int, sets: int) -> list[list[tuple[int,
     return out
 
 
-def _oracle_leftover(ic: Any, pool: list[int], size: int) -> tuple[int, int]:
+def _oracle_leftover(ic: Any, pool: list[int], size: int, table: str = "values") -> tuple[int, int]:
     sets = len(pool) // size
     if sets == 0:
         return (0, 0)
     best = None
     for packing in _all_packings(pool, size, sets):
-        qs = [_quality(ic, s) for s in packing]
+        qs = [_quality(ic, s, table) for s in packing]
         value = (min(q[0] for q in qs), sum(q[1] for q in qs))
         best = value if best is None or value > best else best
     assert best is not None
@@ -110,10 +110,18 @@ def _oracle(ic: Any, req: SetRequest, scopes_for_binpack: tuple[int, ...]) -> Ob
         if req.within is not None and not any(mask & ~s == 0 for s in req.within):
             continue
         q = _quality(ic, members)
-        left = _oracle_leftover(ic, [m for m in pool if m not in members], max(req.count, 2))
+        rest = [m for m in pool if m not in members]
+        left = _oracle_leftover(ic, rest, max(req.count, 2))
         nic = 0 if req.nic_ok is None else -sum(1 for m in members if not req.nic_ok >> m & 1)
+        # the PCIe relation of NVLink pairs, only where it differs from the first values
+        fine, fine_left = (0, 0), (0, 0)
+        if ic.pcie_values != ic.values:
+            fine = _quality(ic, members, "pcie_values")
+            fine_left = _oracle_leftover(ic, rest, max(req.count, 2), "pcie_values")
         binpack = sum(1 for s in scopes_for_binpack if s & mask and s & req.used)
-        obj = Objective(q[0], q[1], left[0], left[1], nic, binpack, tuple(-m for m in members))
+        obj = Objective(
+            q[0], q[1], left[0], left[1], nic, *fine, *fine_left, binpack, tuple(-m for m in members)
+        )
         best = obj if best is None or obj > best else best
     return best
 
@@ -177,6 +185,23 @@ def test_pcie_tiers_and_nvlink_caps_the_host_part_at_the_numa_node() -> None:
     assert ic.tiers[0][4] == CROSS_SOCKET
     # any NVLink beats every PCIe relation
     assert ic.values[1][2] > ic.values[0][1]
+    # ... and the tie-break values keep the NVLink pair's PCIe relation (different switches, one root)
+    assert ic.pcie_values[1][2] == ic.values[1][2] - SAME_NUMA + SAME_ROOT
+    assert ic.pcie_values[0][1] == ic.values[0][1] and ic.pcie_breaks_ties
+
+
+def test_nvlink_pairs_behind_one_switch_and_across_the_host_bridge_tie_on_values_only() -> None:
+    """The DGX-1 P100 case: every NVLink pair one link; only the PCIe relation tells them apart."""
+    gpus = [
+        GpuPlace(0, numa=0, socket=0, pcie_root="r0", pcie_switch="s0", nvlinks={1: 1, 2: 1}),
+        GpuPlace(1, numa=0, socket=0, pcie_root="r0", pcie_switch="s1", nvlinks={0: 1}),
+        GpuPlace(2, numa=0, socket=0, pcie_root="r0", pcie_switch="s0", nvlinks={0: 1}),
+    ]
+    ic = build_interconnect(gpus, 20.0)
+    assert ic.values[0][1] == ic.values[0][2]
+    assert ic.pcie_values[0][2] > ic.pcie_values[0][1]
+    choice = choose(ic, SetRequest(count=2, candidates=0b011 | 0b100, pool=0b111))
+    assert choice is not None and choice.minors == (0, 2)
 
 
 def test_per_link_rates_by_generation() -> None:
