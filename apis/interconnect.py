@@ -146,9 +146,14 @@ def pair_value(links: int, link_gbps: float, tier: int) -> int:
     return round(links * link_gbps * 1000) * _TIER_SPAN + tier
 
 
+def split_value(value: int) -> tuple[int, int]:
+    """A pair value's two parts: NVLink MB/s per direction, host relation tier."""
+    return divmod(value, _TIER_SPAN)
+
+
 def describe_value(value: int) -> str:
     """A pair value as people read it: "50 GB/s NODE" or "PIX"."""
-    mbps, tier = divmod(value, _TIER_SPAN)
+    mbps, tier = split_value(value)
     return f"{mbps / 1000:g} GB/s {TIER_NAMES[tier]}" if mbps else TIER_NAMES[tier]
 
 

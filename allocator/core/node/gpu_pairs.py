@@ -176,9 +176,13 @@ def bounded_candidates(mx: PairTable, region: int, count: int) -> list[int]:
     return sorted(out)
 
 
-def best_quality(ic: Interconnect, region: int, count: int) -> tuple[int, int] | None:
-    """The best (bottleneck, total) of a `count`-set inside `region` (a bitmask of minors): the
-    quality of the set the chooser would take there; None when `region` is too small."""
+def best_sets(ic: Interconnect, region: int, count: int) -> tuple[tuple[int, int], list[int]] | None:
+    """The best quality (bottleneck, total) of a `count`-set inside `region` (a bitmask of
+    minors) and the sets that have it: the chooser takes one of them. None when `region` is too
+    small."""
     mx, _ = tables(ic)
     sets, _ = sets_in(mx, region, count)
-    return max((mx.quality(s) for s in sets), default=None)
+    if not sets:
+        return None
+    top = max(mx.quality(s) for s in sets)
+    return top, [s for s in sets if mx.quality(s) == top]

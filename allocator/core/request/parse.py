@@ -20,6 +20,7 @@ from allocator.core.request.pod_request import (
     Resources,
     SelectorTerm,
     as_resources,
+    required_gpu_models,
 )
 from allocator.core.request.usage import effective_requests
 from apis import keys
@@ -391,6 +392,8 @@ def _with_signature(req: PodRequest) -> PodRequest:
         req.nonzero_cpu_milli,
         req.nonzero_memory,
         tuple(sorted(req.scalars.items())),
+        # the GPU models it is held to: scores differ (fragmentation's model pressure, topology)
+        required_gpu_models(req),
     )
     object.__setattr__(req, "signature", sig)
     return req

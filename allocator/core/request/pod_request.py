@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from allocator.core.reasons import Rejection
+from apis import keys
 from apis import resources as rn
 from apis.annotations import (
     DeviceAllocations,
@@ -140,3 +141,25 @@ class PodRequest:
 
 
 # -- parsing ---------------------------------------------------------------------------------------
+
+
+def required_gpu_models(req: PodRequest) -> tuple[str, ...]:
+    """GPU models the pod accepts through nodeSelector or required node affinity on the
+    `node.koordinator.sh/gpu-model` label (empty: any). Affinity terms are ORed, so a model
+    restriction holds only when every term carries one."""
+    allowed: set[str] | None = None
+    chosen = req.node_selector.get(keys.GPU_MODEL)
+    if chosen is not None:
+        allowed = {chosen}
+    terms = req.affinity_terms
+    if terms:
+        union: set[str] = set()
+        for term in terms:
+            values = [set(v) for k, op, v in term.expressions if k == keys.GPU_MODEL and op == "In"]
+            if not values:
+                union = set()
+                break
+            union |= set.intersection(*values)
+        else:
+            allowed = union if allowed is None else allowed & union
+    return tuple(sorted(allowed)) if allowed else ()

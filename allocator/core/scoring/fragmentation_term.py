@@ -37,12 +37,11 @@ from allocator.core.node.gpu_features import FREE_PCT, GPU_IDLE_PCT, GPU_MODEL, 
 from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
 from allocator.core.node.table import NodeTable, combine_keys
-from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.pod_request import PodRequest, required_gpu_models
 from allocator.core.scoring import fragmentation
 from allocator.core.scoring.fragmentation import NodeScore, cpu_budget_step, score_node
 from allocator.core.scoring.grouped import Group, GroupedScore
 from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, TaskShape, WorkloadMix
-from apis import keys
 from apis import resources as rn
 from apis.quantity import Quantity
 
@@ -156,28 +155,6 @@ class FragmentationSettings:
         return WorkloadMix.from_counts(counts, coverage=1.0)
 
 
-def required_gpu_models(req: PodRequest) -> tuple[str, ...]:
-    """GPU models the pod accepts through nodeSelector or required node affinity on the
-    `node.koordinator.sh/gpu-model` label (empty: any). Affinity terms are ORed, so a model
-    restriction holds only when every term carries one."""
-    allowed: set[str] | None = None
-    chosen = req.node_selector.get(keys.GPU_MODEL)
-    if chosen is not None:
-        allowed = {chosen}
-    terms = req.affinity_terms
-    if terms:
-        union: set[str] = set()
-        for term in terms:
-            values = [set(v) for k, op, v in term.expressions if k == keys.GPU_MODEL and op == "In"]
-            if not values:
-                union = set()
-                break
-            union |= set.intersection(*values)
-        else:
-            allowed = union if allowed is None else allowed & union
-    return tuple(sorted(allowed)) if allowed else ()
-
-
 def task_shape(req: PodRequest) -> TaskShape | None:
     """The pod as the fragmentation measure sees it; None when it cannot be one task shape."""
     if req.invalid is not None:
@@ -289,6 +266,11 @@ class FragmentationTerm:
         }
         self._pressure[table] = (table.clock, self._version, rounded)
         return rounded
+
+    def model_pressure(self, state: NodeState) -> float:
+        """The rounded model pressure of the node's GPU model (0 outside a cluster, or while the
+        mix has no model-constrained shape)."""
+        return self._pressure_of(state)
 
     def _pressure_of(self, state: NodeState) -> float:
         table = state.table

@@ -28,7 +28,11 @@ from allocator.core.node.table import NodeTable, combine_keys
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import DEFAULT_WEIGHTS, LEAST_ALLOCATED, DeviceScoring
 from allocator.core.scoring.fit import DEFAULT_FIT, ResourceStrategy, prepare_fit
-from allocator.core.scoring.fragmentation_term import FragmentationSettings, FragmentationTerm
+from allocator.core.scoring.fragmentation_term import (
+    FragmentationSettings,
+    FragmentationTerm,
+    required_gpu_models,
+)
 from allocator.core.scoring.grouped import GroupedScore
 from allocator.core.scoring.scarce import DEFAULT_SCARCE, prepare_scarce
 from allocator.core.scoring.topology import prepare_topology_grouped
@@ -188,10 +192,14 @@ class NodeScorer:
         self.components: dict[str, Any] = dict(components or {})
         if "fragmentation" not in self.components and cfg.weights.get("fragmentation", 0) > 0:
             self.components["fragmentation"] = FragmentationTerm(cfg.fragmentation)
+        # A pod that may run on any GPU model weighs topology against the model pressure the
+        # fragmentation term sees (scoring/topology.py): NVLink that constrained gangs need is not
+        # worth taking from them.
+        pressure = getattr(self.components.get("fragmentation"), "model_pressure", None)
         self._preparers: dict[str, Preparer] = {
             "fit": lambda r: prepare_fit(r, cfg.fit),
             "scarce": lambda r: prepare_scarce(r, cfg.scarce_resources),
-            "topology": prepare_topology_grouped,
+            "topology": lambda r: prepare_topology_grouped(r, None if required_gpu_models(r) else pressure),
             "device": lambda r: prepare_device_share(r, cfg.device_scoring),
         }
         for name, component in self.components.items():

@@ -1,0 +1,136 @@
+"""Node ranking and the gang planner rate GPU topology by the same pair bandwidth as the GPU set
+chooser where NVLink differs between pairs, and an unconstrained pod gets no topology credit on a
+GPU model that model-constrained pods have spoken for."""
+
+from __future__ import annotations
+
+import yaml
+
+from allocator.core.cluster.state import ClusterState
+from allocator.core.gang.plan import GangPlan, plan_gang
+from allocator.core.request.parse import pod_request
+from allocator.core.scoring.fragmentation_term import FragmentationSettings, FragmentationTerm
+from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
+from allocator.core.scoring.topology import (
+    CROSS,
+    NUMA,
+    NVLINK,
+    PCIE,
+    SPOKEN_FOR,
+    prepare_topology_grouped,
+    topology_score,
+)
+from allocator.core.scoring.workload_mix import TaskShape
+from apis import keys
+from apis.annotations import DeviceAllocations
+from tests.agent.support import FIXTURES
+from tests.core.nodes import CORE, RATIO, state_of, use_gpus
+from tests.core.pods import gpus, pod
+from tests.support import gpuallocator as ga
+from tests.support.allocations import entry
+from tests.support.machines import dgx_h100_device, l40s_device
+
+DGX1 = FIXTURES / "dgx1-v100" / "expected-device.yaml"
+
+
+def _dgx1(name: str = "n") -> dict:
+    doc = yaml.safe_load(DGX1.read_text())
+    doc["metadata"]["name"] = name
+    return doc
+
+
+def _free_only(state: object, *free: int) -> object:
+    use_gpus(state, *(m for m in range(8) if m not in free), key="ns/load")  # type: ignore[arg-type]
+    return state
+
+
+def test_on_a_dgx1_the_tier_follows_the_best_pair_the_chooser_would_take() -> None:
+    two = pod_request(pod(gpus(2)))
+    # every 2-GPU set is inside the one NVLink domain: the old rule gave all of them NVLINK
+    assert topology_score(state_of(_dgx1()), two) == NVLINK  # two links, one switch (2-3)
+    assert topology_score(_free_only(state_of(_dgx1()), 0, 3, 5), two) == NVLINK - 1 + 3 / 4  # 0-3: PHB
+    single = topology_score(_free_only(state_of(_dgx1()), 0, 1), two)  # one link, same switch
+    assert single == PCIE + (NVLINK - PCIE - 1) / 2 + 1
+    # no NVLink between them, across the sockets
+    assert topology_score(_free_only(state_of(_dgx1()), 0, 5), two) == CROSS
+    assert NVLINK > single > PCIE > CROSS
+
+
+def test_four_and_eight_gpus_on_a_dgx1_are_rated_by_their_weakest_pair() -> None:
+    state = state_of(_dgx1())
+    quad = topology_score(state, pod_request(pod(gpus(4))))
+    assert PCIE < quad < NVLINK  # a socket's quad: every pair linked, the weakest by one link
+    assert topology_score(state, pod_request(pod(gpus(8)))) == CROSS  # pairs without NVLink across sockets
+
+
+def test_on_a_dgx1_pascal_the_pair_behind_one_switch_ranks_first() -> None:
+    two = pod_request(pod(gpus(2)))
+    behind_switch = topology_score(_free_only(state_of(ga.model_device(ga.DGX1_PASCAL)), 0, 2), two)
+    across_bridge = topology_score(_free_only(state_of(ga.model_device(ga.DGX1_PASCAL)), 0, 1), two)
+    assert behind_switch == NVLINK and across_bridge < NVLINK
+
+
+def test_nodes_without_differing_nvlink_keep_the_domain_and_scope_tiers() -> None:
+    two = pod_request(pod(gpus(2)))
+    assert topology_score(state_of(dgx_h100_device()), two) == NVLINK  # NVSwitch: every pair equal
+    l40s = state_of(l40s_device())
+    assert topology_score(l40s, two) == PCIE  # no NVLink: the scopes (tests/core/test_scoring.py)
+    use_gpus(l40s, 0, 2, 4, 6)
+    assert topology_score(l40s, two) == NUMA
+
+
+def _cluster(*docs: dict) -> ClusterState:
+    cluster = ClusterState()
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        alloc = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        cluster.upsert_node({"metadata": {"name": name}, "status": {"allocatable": alloc}})
+        cluster.set_device(doc)
+    return cluster
+
+
+def test_the_gang_planner_takes_the_node_with_the_better_pair() -> None:
+    """One 2-GPU member, two DGX-1 nodes: on "a" only a single-link pair is free, on "b" a
+    double-link one. Both are one NVLink domain, which used to tie them (and "a" won by name)."""
+    cluster = _cluster(_dgx1("a"), _dgx1("b"))
+    for name, free in (("a", (0, 1)), ("b", (0, 3))):
+        busy = [entry(m, {CORE: 100, RATIO: 100}) for m in range(8) if m not in free]
+        cluster.assign(f"ns/load-{name}", name, DeviceAllocations({"gpu": busy}), 0, 0)
+    plan = plan_gang(cluster, [pod_request(pod(gpus(2), name="m0"))])
+    assert isinstance(plan, GangPlan)
+    assert plan.nodes == ("b",)
+    assert plan.placements[0].allocation.minors("gpu") == [0, 3]
+
+
+def test_spoken_for_models_give_unconstrained_pods_no_topology_credit() -> None:
+    req = pod_request(pod(gpus(8)))
+    state = state_of(dgx_h100_device())
+    plain = prepare_topology_grouped(req)
+    assert plain is not None and plain(state) == NVLINK
+    for pressure, want in ((0.0, NVLINK), (SPOKEN_FOR - 0.1, NVLINK), (SPOKEN_FOR, 0.0), (1.0, 0.0)):
+        grouped = prepare_topology_grouped(req, lambda _s, p=pressure: p)
+        assert grouped is not None and grouped(state) == want
+
+
+def test_an_unconstrained_8gpu_pod_leaves_a_spoken_for_dgx_to_the_gangs_that_need_it() -> None:
+    """The learned mix says half the GPU demand can only run on H100, and the cluster has one
+    DGX H100 beside two 8x L40S: the H100 is spoken for. An 8-GPU pod that may run anywhere goes
+    to an L40S, while one constrained to H100 still gets the DGX (its tier counts in full)."""
+    h100 = TaskShape(8000, 100, 8, ("H100-80GB-HBM3",))
+    prior = ((h100, 1.0), (TaskShape(8000, 100, 8), 1.0))
+    term = FragmentationTerm(FragmentationSettings(prior=prior))
+    config = ScoringConfig()
+    scorer = NodeScorer(config, components={"fragmentation": term})
+    cluster = _cluster(dgx_h100_device("h1"), l40s_device("l1"), l40s_device("l2"))
+    assert term.pressure(cluster.table)["H100-80GB-HBM3"] >= SPOKEN_FOR
+    anywhere = pod_request(pod(gpus(8, cpu="8"), name="anywhere"))
+    assert cluster.best(anywhere, list(cluster.nodes), scorer) in ("l1", "l2")
+    assert scorer.breakdown(cluster.nodes["h1"], anywhere)["topology"] == 0.0
+    h100_only = pod(gpus(8, cpu="8"), name="h100-only")
+    h100_only["spec"]["nodeSelector"] = {keys.GPU_MODEL: "H100-80GB-HBM3"}
+    constrained = pod_request(h100_only)
+    assert scorer.breakdown(cluster.nodes["h1"], constrained)["topology"] == NVLINK
+    # without the constrained demand the DGX's NVLink wins the unconstrained pod back
+    free_for_all = FragmentationTerm(FragmentationSettings(prior=((TaskShape(8000, 100, 8), 1.0),)))
+    scorer = NodeScorer(config, components={"fragmentation": free_for_all})
+    assert cluster.best(anywhere, list(cluster.nodes), scorer) == "h1"
