@@ -27,7 +27,7 @@ from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, EventSink, NullEvents
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, ApiError, KubeApi
+from allocator.runtime.kube import DEVICES, NODES, PDBS, PODGROUPS, PODS, ApiError, KubeApi
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 # Nodes and Devices first: pods arriving before their node are held until it does, but the
 # first LIST is cheaper when the nodes are already there.
-KINDS = (NODES, DEVICES, PODS, PODGROUPS)
+KINDS = (NODES, DEVICES, PODS, PODGROUPS, PDBS)
 
 
 class Allocator:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.runtime.cache.budgets import DisruptionBudgets
 from allocator.runtime.cache.records import PodEntry, Reservation
 from allocator.runtime.coreadapter import PodRequest, Rejection
 
@@ -36,5 +37,8 @@ class ExtenderCache(Protocol):
 
     @property
     def ledger(self) -> BindLedger: ...
+
+    @property
+    def budgets(self) -> DisruptionBudgets: ...
 
     def pod(self, namespace: str, name: str) -> PodEntry | None: ...

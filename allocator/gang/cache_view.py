@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.runtime.cache.budgets import DisruptionBudgets
 from allocator.runtime.cache.records import NodeFacts, PodEntry, Reservation
 from allocator.runtime.coreadapter import PodRequest
 from apis.annotations import DeviceAllocations
@@ -46,3 +47,6 @@ class GangCache(Protocol):
 
     @property
     def ledger(self) -> GangLedger: ...
+
+    @property
+    def budgets(self) -> DisruptionBudgets: ...

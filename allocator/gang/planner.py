@@ -49,7 +49,7 @@ class ClusterPlanner:
         return sibling_nodes(self.core, self.index, gang, list(members))
 
     def running(self) -> list[Candidate]:
-        return all_candidates(self.cache.pods, self.cache.ledger.reservations)
+        return all_candidates(self.cache.pods, self.cache.ledger.reservations, self.cache.budgets)
 
     def still_holding(self, victims: Iterable[Candidate]) -> list[Candidate]:
         pods = self.cache.pods

@@ -73,6 +73,9 @@ class Kind:
     group: str  # "" for the core group
     version: str
     plural: str
+    # Read when the allocator may: a LIST that RBAC forbids is an empty set, not an outage (an
+    # allocator upgraded before its ClusterRole still serves; it just weighs no budgets).
+    optional: bool = False
 
     @property
     def custom(self) -> bool:
@@ -83,6 +86,7 @@ NODES = Kind("Node", "", "v1", "nodes")
 PODS = Kind("Pod", "", "v1", "pods")
 DEVICES = Kind(device.KIND, device.GROUP, device.VERSION, device.PLURAL)
 PODGROUPS = Kind("PodGroup", podgroup.GROUP, podgroup.VERSION, podgroup.PLURAL)
+PDBS = Kind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", optional=True)
 
 
 async def _body(resp: aiohttp.ClientResponse) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allocator.runtime.cache.budgets import DisruptionBudgets
 from allocator.runtime.cache.records import PodEntry, pod_key
 from allocator.runtime.ledger import Allocate, HoldLedger
 
@@ -15,6 +16,7 @@ class FakeExtenderCache:
         self.pods: dict[str, PodEntry] = {}
         self.settled: list[str] = []  # keys the ledger asked the cache to recount
         self.ledger = HoldLedger(choose, pods=self.pods, nodes=nodes, settle=self.settled.append)
+        self.budgets = DisruptionBudgets()
 
     def pod(self, namespace: str, name: str) -> PodEntry | None:
         return self.pods.get(pod_key(namespace, name))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allocator.runtime.cache.budgets import DisruptionBudgets
 from allocator.runtime.cache.records import NodeFacts, PodEntry, node_facts, pod_key
 from allocator.runtime.coreadapter import PodRequest, Rejection
 from allocator.runtime.ledger import HoldLedger
@@ -22,6 +23,7 @@ class FakeGangCache:
         self.nodes: dict[str, NodeFacts] = {}
         self.podgroups: dict[str, dict[str, Any]] = {}
         self.ledger = HoldLedger(_no_choice, pods=self.pods, nodes=self.nodes, settle=lambda _key: None)
+        self.budgets = DisruptionBudgets()
 
     def add_node(self, node: dict[str, Any]) -> None:
         self.nodes[node["metadata"]["name"]] = node_facts(node)

@@ -163,12 +163,13 @@ async def test_a_pdb_holds_the_eviction_and_the_held_room_is_not_taken(
 
 
 async def test_a_restarted_allocator_continues_the_recorded_hold(fake_api: FakeApiServer, pki: Pki) -> None:
-    # n1 and n2 full of priority-0 pods; a budget keeps n1's from leaving. The first allocator
-    # holds n1 for the gang (equal costs: by name) and records the hold on the member.
+    # n1 and n2 full of priority-0 pods; a budget keeps them from leaving (so no plan goes around
+    # it). The first allocator holds n1 for the gang (equal costs: by name) and records the hold
+    # on the member.
     gpu_node(fake_api, "n1")
     gpu_node(fake_api, "n2")
     fill(fake_api, "n1", 0, labels={"app": "batch"})
-    fill(fake_api, "n2", 0)
+    fill(fake_api, "n2", 0, labels={"app": "batch"})
     pdb = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",

@@ -132,3 +132,12 @@ def test_uninstall_looks_for_every_kind_an_installation_makes() -> None:
     }
     assert rendered <= set(kinds)
     assert kinds[0] == ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
+
+
+def test_the_installed_allocator_may_read_disruption_budgets() -> None:
+    """Preemption chooses victims around PodDisruptionBudgets: the installer's ClusterRole lets the
+    allocator list and watch them (deploy/allocator/rbac.yaml)."""
+    role = _one(_render(), "ClusterRole", "topoalloc-allocator")
+    budgets = [r for r in role["rules"] if "poddisruptionbudgets" in r["resources"]]
+    assert budgets and budgets[0]["apiGroups"] == ["policy"]
+    assert {"list", "watch"} <= set(budgets[0]["verbs"])

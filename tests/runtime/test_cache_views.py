@@ -66,6 +66,7 @@ def test_a_misfit_is_named() -> None:
 
     assert misfits(Half(), ExtenderCache) == [
         "ledger: missing",
+        "budgets: missing",
         "pod: parameters ['ns', 'name'], not ['namespace', 'name']",
     ]
     assert not isinstance(Half(), ExtenderCache)

@@ -89,6 +89,7 @@ def test_rbac_covers_every_call_and_nothing_more() -> None:
         ("", "pods/binding", "create"),
         ("scheduling.koordinator.sh", "devices", "list"), ("scheduling.koordinator.sh", "devices", "watch"),
         ("scheduling.x-k8s.io", "podgroups", "list"), ("scheduling.x-k8s.io", "podgroups", "watch"),
+        ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
         ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
     }  # fmt: skip
     assert needed <= grants

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from allocator.runtime.cache.reflector import Backoff, Reflector
-from allocator.runtime.kube import NODES, Kind, KubeApi
+from allocator.runtime.kube import NODES, PDBS, Kind, KubeApi
 from allocator.runtime.metrics import Metrics
 from tests.support.fakeapi import FakeApiServer
 
@@ -224,3 +224,22 @@ async def test_large_objects_and_paged_lists(fake_api: FakeApiServer, api: KubeA
     assert sorted(i["metadata"]["name"] for i in items) == ["a", "big", "n0", "n1", "n2", "n3", "n4"]
     assert rv == fake_api.resource_version
     assert len([r for r in fake_api.requests(method="GET") if r.query.get("limit") == "2"]) == 4
+
+
+async def test_an_optional_kind_rbac_forbids_counts_as_empty(fake_api: FakeApiServer, api: KubeApi) -> None:
+    """An allocator whose ClusterRole predates the PodDisruptionBudget rule still gets ready: the
+    forbidden LIST is an empty synced set (and asked again later); a required kind is not."""
+    fake_api.inject_fault(path="poddisruptionbudgets", status=403, times=None)
+    reflector, sink, task = await run_reflector(api, PDBS)
+    try:
+        assert reflector.has_synced and reflector.missing and sink.objects == {}
+    finally:
+        await stop(task)
+    fake_api.inject_fault(path="/api/v1/nodes", status=403, times=None)
+    reflector = Reflector(api, NODES, RecordingSink(), backoff=Backoff(0.01, 0.02))
+    task = asyncio.create_task(reflector.run())
+    try:
+        await asyncio.sleep(0.2)
+        assert not reflector.has_synced
+    finally:
+        await stop(task)

@@ -27,10 +27,21 @@ class Preempting:
     blocked: dict[str, str] = field(default_factory=dict)  # pod key -> why its eviction was refused
     evicted: set[str] = field(default_factory=set)  # accepted: the pod is on its way out
     evict: bool = True  # False: a starvation hold, waiting for the pods to finish on their own
+    # Pods whose eviction was refused during this preemption (earlier plans' included): a re-plan
+    # goes around them.
+    refused: frozenset[str] = frozenset()
+    replanned: tuple[object, ...] | None = None  # what the last fruitless re-plan saw
 
     def due(self, left: list[Candidate]) -> list[Candidate]:
         """Victims to evict now: those whose eviction was not accepted yet."""
         return [v for v in left if v.key not in self.evicted]
+
+    def note(self) -> str:
+        """The Preempting condition's message."""
+        out = f"{len(self.victims)} lower-priority pod(s) evicted for the gang"
+        if self.refused:
+            out += f"; re-planned around {len(self.refused)} pod(s) whose eviction was refused"
+        return out
 
     def copy(self) -> Preempting:
         return replace(self, blocked=dict(self.blocked), evicted=set(self.evicted))

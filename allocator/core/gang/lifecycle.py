@@ -348,10 +348,32 @@ class _Turn:
     # -- what follows from the decisions -------------------------------------------------------
 
     def _advance_preemption(self) -> None:
+        seen = (self.gang.generation,)
+        if self.room.should_replan(self.state, seen):
+            replanned = self._replan(seen)
+            if replanned is not None:
+                self._report(*replanned, force=True)
         report = self.room.advance(self.state, lambda: self._release(force=True))
         if report is not None:
             reason, note, type_ = report
             self._report(reason, note, type_, force=reason != "GangPlanned")
+
+    def _replan(self, seen: tuple[object, ...]) -> tuple[str, str, str] | None:
+        """Evictions were refused: plan the held members again around the refused pods."""
+        state, planner = self.state, self.planner
+        by_key = {m.key: m for m in self.gang.members}
+        members = [by_key[k] for k in state.plan if k in by_key]
+        requests = planner.requests(members)
+        if len(requests) < len(members):
+            return None  # the cache has not caught up with a member yet
+        names = planner.admitting_nodes(members)
+        siblings = planner.sibling_nodes(self.gang.key, members)
+
+        def swap(plan: GangPlan) -> bool:
+            self._release(force=True)
+            return self._commit(plan, members)
+
+        return self.room.replan(state, members, requests, names, siblings, seen, swap)
 
     def _release_gates(self) -> None:
         state = self.state

@@ -4,11 +4,15 @@ When a gang fits nowhere, `plan_with_preemption` (preemption.py) finds the cheap
 lower-priority pods (a running gang only whole) whose removal makes room for all its members at
 once. The plan's devices are then held for the members (every other pod's filter counts them as
 taken, so a small pod cannot take the room being freed), the members stay gated, and the victims
-are evicted through the Eviction API (the caller's `Evict`; a PodDisruptionBudget's refusal is
-retried on the next step). Once every victim is gone the members are released as for any plan; if
-they are not gone within `preemption_timeout`, the holds are released and the gang waits (and may
-plan again). A starving gang (the first waiting one, past `starvation_bound`) holds the room of the
-nodes it needs fewest pods to leave without evicting anyone. Each hold is recorded on the members
+are evicted through the Eviction API (the caller's `Evict`). Victims are chosen around
+PodDisruptionBudgets (victims.py: protected pods are the last resort); when the Eviction API
+refuses one anyway (429: the budget allows no disruption now), the next step re-plans around the
+pods that cannot go (`replan`): a placement whose victims include none of them and break no budget
+replaces the hold; without one the refused evictions are retried on every step. Once every victim
+is gone the members are released as for any plan; if they are not gone within
+`preemption_timeout`, the holds are released and the gang waits (and may plan again). A starving
+gang (the first waiting one, past `starvation_bound`) holds the room of the nodes it needs fewest
+pods to leave without evicting anyone. Each hold is recorded on the members
 (hold_record.py) so that a new leader continues it.
 """
 
@@ -25,6 +29,7 @@ from allocator.core.gang.plan import GangPlan
 from allocator.core.gang.planner import LifecycleSettings, Planner
 from allocator.core.gang.preemption import PreemptionPlan, whole_gpus_wanted
 from allocator.core.gang.priority import gang_priority
+from allocator.core.gang.victims import violations
 from allocator.core.gang.view import Clocks, MemberPod
 from allocator.core.request.pod_request import PodRequest
 
@@ -145,24 +150,80 @@ class RoomMaking:
         return {c.key for c in candidates if c.priority < priority}
 
     def victims(
-        self, requests: list[PodRequest], names: list[str], siblings: dict[str, int], *, wait: bool = False
+        self,
+        requests: list[PodRequest],
+        names: list[str],
+        siblings: dict[str, int],
+        *,
+        wait: bool = False,
+        around: frozenset[str] = frozenset(),
     ) -> PreemptionPlan | None:
         """A placement with the cheapest victims, or None (no victims help, or none needed).
-        `wait`: every running pod counts (a starvation hold waits for them instead of evicting)."""
-        candidates = self.planner.running()
+        `wait`: every running pod counts (a starvation hold waits for them instead of evicting);
+        `around`: pods that may not be victims (their eviction was refused)."""
+        candidates = [c for c in self.planner.running() if c.key not in around]
         if wait:
             candidates = [replace(c, priority=LOWEST) for c in candidates]
         found = self.planner.plan_with_preemption(requests, candidates, names=names, siblings=siblings)
         return found if isinstance(found, PreemptionPlan) and found.victims else None
 
-    def _started(self, state: GangState, found: PreemptionPlan, *, evict: bool = True) -> str:
+    def replan(
+        self,
+        state: GangState,
+        members: list[MemberPod],
+        requests: list[PodRequest],
+        names: list[str],
+        siblings: dict[str, int],
+        seen: tuple[object, ...],
+        swap: Callable[[GangPlan], bool],
+    ) -> Report | None:
+        """Evictions were refused: a placement whose victims leave out every refused pod and break
+        no PodDisruptionBudget replaces the hold (`swap` releases the old holds and reserves the
+        new ones); None when there is none (the refused evictions are retried, and the search
+        again when `seen` changes)."""
+        p = state.preempting
+        assert p is not None
+        refused = p.refused | self.cannot_go(p)
+        found = self.victims(requests, names, siblings, around=refused)
+        if found is None or violations(found.victims) or not swap(found.plan):
+            p.refused, p.replanned = refused, seen
+            return None
+        why = "; ".join(sorted(set(p.blocked.values()))) or "refused"
+        note = self._started(state, found, outcome="replanned")
+        assert state.preempting is not None
+        state.preempting.refused = refused
+        self._record(state, members, found.plan, True)
+        note = f"eviction of {len(refused)} pod(s) refused ({why}): re-planned around them; {note}"
+        return ("GangPreempting", note, "Normal")
+
+    def should_replan(self, state: GangState, seen: tuple[object, ...]) -> bool:
+        """A refusal not re-planned around yet, or the cluster changed since a fruitless try."""
+        p = state.preempting
+        if p is None or not p.evict or not p.blocked:
+            return False
+        stuck = self.cannot_go(p)
+        return bool(stuck) and (not stuck <= p.refused or p.replanned != seen)
+
+    def cannot_go(self, p: Preempting) -> frozenset[str]:
+        """The refused victims to plan around: all of them, but those every budget selecting them
+        now allows a disruption again (asked again, their eviction goes through)."""
+        now = {c.key: c for c in self.planner.running()}
+        return frozenset(
+            key
+            for key in p.blocked
+            if not ((c := now.get(key)) is not None and c.budgets and all(n > 0 for _, n in c.budgets))
+        )
+
+    def _started(
+        self, state: GangState, found: PreemptionPlan, *, evict: bool = True, outcome: str = "started"
+    ) -> str:
         """The plan holds: remember the victims; the Event note."""
         state.preempting = Preempting({v.key: v for v in found.victims}, self.now.mono, evict=evict)
         state.reason = ""
         if not evict:
             state.reason, state.wait_code = holding_note(state.preempting), "HoldingRoom"
             return f"waited longer than {self.settings.starvation_bound:g}s: {state.reason}"
-        self.actions.append(Count("preemptions", "started"))
+        self.actions.append(Count("preemptions", outcome))
         self.actions.append(Count("victims", by=len(found.victims)))
         return (
             f"preempting {len(found.victims)} lower-priority pod(s) on {', '.join(found.victim_nodes)} "
@@ -196,6 +257,8 @@ class RoomMaking:
             return ("GangPreemptionTimedOut", note, "Warning")
         if p.blocked:
             state.reason = "preempting: eviction refused: " + "; ".join(sorted(set(p.blocked.values())))
+            if p.replanned is not None:
+                state.reason += "; no placement around the refused pods keeps every budget: asking again"
             state.wait_code = "Preempting"
         self.actions.extend(Evict(self.gang, v) for v in p.due(left))
         return None

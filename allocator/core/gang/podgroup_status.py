@@ -90,7 +90,7 @@ def status_update(
         start,
         recorded,
         waiting=(state.wait_code, state.reason) if state.reason else None,
-        preempting=f"{len(p.victims)} lower-priority pod(s) evicted for the gang" if p else "",
+        preempting=p.note() if p else "",
         now=now,
     )
     if {k: v for k, v in status.items() if v} == {k: v for k, v in recorded.items() if v}:

@@ -11,15 +11,17 @@ needs 8 GPUs in one domain, nor GPUs whose PCIe switch has no free NIC for a joi
   node's answer can only name pods on that node).
 * `plan_with_preemption(cluster, members, candidates, ...)`: for a waiting gang, a placement of
   every member at once plus the cheapest cluster-wide victims that make room for it (a running
-  gang only as a whole, wherever its members are).
+  gang only as a whole, wherever its members are). Room the members themselves hold (a gang that
+  re-plans its preemption) is not in their way.
 
 Eligibility and cost are `victims.units_of` and `victims.cost`: only pods of a strictly lower
-priority, fewest pods first, then priority, then GPUs.
+priority; fewest PodDisruptionBudget violations first (protected pods are the last resort), then
+fewest pods, then priority, then GPUs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -30,10 +32,13 @@ from allocator.core.gang.priority import gang_priority
 from allocator.core.gang.victims import (
     Budget,
     Candidate,
+    Choice,
     Unit,
+    calm_spare,
     cheapest,
-    cheapest_exact,
-    spare,
+    last_resort,
+    least_violating,
+    protected,
     units_of,
 )
 from allocator.core.node.gpu_summary import GPUSummary
@@ -133,13 +138,13 @@ def plan_with_preemption(
     """A placement for every member at once and the cheapest victims that make room for it; a
     NoPlan when not even removing every eligible pod makes room. Pure: `cluster` is not changed."""
     pool = sorted(cluster.nodes if names is None else (n for n in names if n in cluster.nodes))
-    direct = plan_gang(cluster, members, settings, siblings=siblings, names=pool)
+    own = {m.key for m in members}
+    scratch = _scratch(cluster, pool, own)
+    direct = plan_gang(scratch, members, settings, siblings=siblings, names=pool)
     if isinstance(direct, GangPlan):
         return PreemptionPlan(direct, (), True)
     below = gang_priority(m.priority for m in members)
-    own = {m.key for m in members}
     candidates = [c for c in candidates if c.key not in own]
-    scratch = _scratch(cluster, pool)
     units = units_of(candidates, below, lambda c: gpus_held(scratch.nodes.get(c.node), c.key))
     units = [u for u in units if any(p.node in scratch.nodes for p in u.pods)]
     if not units:
@@ -161,25 +166,50 @@ def plan_with_preemption(
             everything.placed,
             everything.unresolvable,
         )
-    choice = cheapest_exact(units, fits, shortfall=shortfall, budget=budget)
+    choice, at = least_violating(units, fits, shortfall=shortfall, budget=budget)
+    where: Sequence[str] = pool
     if choice is None:
-        # Over budget: spare what the placement found with every eligible pod gone does not need,
-        # inside that placement's nodes (so its topology and domain are kept).
-        nodes = everything.nodes
-        touching = [u for u in units if any(p.node in nodes for p in u.pods)]
-        choice = spare(touching, lambda r: isinstance(plan(r, nodes), GangPlan))
-        final = plan(choice.units, nodes)
-    else:
-        final = plan(choice.units)
+        # Over budget: settle for an inclusion-minimal set inside the nodes of a placement found
+        # with all the candidates gone (so its topology and domain are kept): of the unprotected
+        # ones if they may suffice, else protected pods last.
+        choice, where = _fallback(units, plan, everything, pool, calm_first=at == 0)
+    final = plan(choice.units, where)
     assert isinstance(final, GangPlan)  # the search checked exactly this
     return PreemptionPlan(final, choice.victims, choice.exact)
 
 
-def _scratch(cluster: ClusterState, pool: Sequence[str]) -> ClusterState:
-    """A private cluster of copies of the pooled nodes, for trying removals."""
+def _fallback(
+    units: list[Unit],
+    plan: Callable[[Sequence[Unit], Sequence[str]], GangPlan | NoPlan],
+    everything: GangPlan,
+    pool: Sequence[str],
+    *,
+    calm_first: bool,
+) -> tuple[Choice, Sequence[str]]:
+    def inside(nodes: Sequence[str]) -> tuple[list[Unit], Callable[[Sequence[Unit]], bool]]:
+        touching = [u for u in units if any(p.node in nodes for p in u.pods)]
+        return touching, lambda r: isinstance(plan(r, nodes), GangPlan)
+
+    if calm_first:  # the budget ran out before any set that breaks a budget was weighed
+        calm = [u for u in units if not protected(u)]
+        calm_plan = plan(calm, pool)
+        if calm and isinstance(calm_plan, GangPlan):
+            touching, fits = inside(calm_plan.nodes)
+            found = calm_spare(touching, fits)
+            if found is not None:
+                return found, calm_plan.nodes
+    touching, fits = inside(everything.nodes)
+    return last_resort(touching, fits), everything.nodes
+
+
+def _scratch(cluster: ClusterState, pool: Sequence[str], own: Collection[str] = ()) -> ClusterState:
+    """A private cluster of copies of the pooled nodes, for trying removals; what the keys in
+    `own` hold (the members' own holds) is left out."""
     out = ClusterState(cluster.tie_seed)
     for name in pool:
         fork = out.nodes[name] = fork_node(cluster.nodes[name])
+        for key in [k for k in fork.pods if k in own]:
+            fork.remove_pod(key)
         out.table.attach(fork)
         for key in fork.pods:
             out.pod_node[key] = name

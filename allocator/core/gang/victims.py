@@ -1,18 +1,25 @@
 """Which running pods preemption may remove, and the cheapest set of them that makes room.
 
-A `Candidate` is a pod already placed, with its priority and, for a member of a running gang, the
-gang. Candidates are evicted in `Unit`s: a pod on its own, or every pod of a gang together (a gang
-missing one member is a broken job, so a member is never a victim alone). A unit is eligible only
-when every pod in it has a priority strictly below the preemptor's.
+A `Candidate` is a pod already placed, with its priority, for a member of a running gang the gang,
+and the PodDisruptionBudgets that select it with the disruptions each allows now. Candidates are
+evicted in `Unit`s: a pod on its own, or every pod of a gang together (a gang missing one member is
+a broken job, so a member is never a victim alone). A unit is eligible only when every pod in it
+has a priority strictly below the preemptor's.
 
 `cheapest(units, feasible, ...)` finds the set of units whose removal makes `feasible` true at the
-lowest `cost`: fewest pods, then the lowest highest priority among them, then the lowest sum of
-priorities, then the fewest GPUs they hold, then names (so equal choices come out the same). It is
-exact while the number of subsets to look at stays within a budget (subsets are visited by pod
-count, cheapest first, and a subset that cannot touch enough GPUs is skipped unseen); past it, it
-falls back to an inclusion-minimal set: everything removed, then each unit put back, the most
-valuable first, whenever the rest still makes room. `feasible` must be monotone (removing more
-never hurts), which holds for device, cpu, memory and pod-slot room.
+lowest `cost`: fewest PodDisruptionBudget violations (`violations`: victims the Eviction API would
+refuse, counted as kube-scheduler's preemption counts them, which prefers the candidate with the
+fewest), then fewest pods, then the lowest highest priority among them, then the lowest sum of
+priorities, then the fewest GPUs they hold, then names (so equal choices come out the same).
+
+It first looks for a set that violates no budget: exactly while the number of subsets to look at
+stays within a budget (subsets are visited by pod count, cheapest first, and a subset that cannot
+touch enough GPUs is skipped unseen); past it, an inclusion-minimal set among the units that
+violate nothing (everything removed, then each unit put back, the most valuable first, whenever
+the rest still makes room). Only when no such set makes room are protected pods weighed, and then
+as the last resort: an inclusion-minimal set of all units that puts the protected ones back first
+(kube-scheduler's reprieve order). `feasible` must be monotone (removing more never hurts), which
+holds for device, cpu, memory and pod-slot room.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ class Candidate:
     priority: int
     gang: str = ""  # the running gang it belongs to ("" for a pod on its own)
     uid: str = ""
+    # (PodDisruptionBudget "ns/name", disruptions it allows now) for each budget selecting the pod
+    budgets: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class Budget:
     checks: int = 256  # feasibility checks (each one places the preemptor)
 
 
-Cost = tuple[int, int, int, int, tuple[str, ...]]
+Cost = tuple[int, int, int, int, int, tuple[str, ...]]
 
 
 def units_of(
@@ -77,10 +86,31 @@ def units_of(
     return alone
 
 
+def violations(pods: Iterable[Candidate]) -> int:
+    """How many of these victims a PodDisruptionBudget would keep: in key order each takes one of
+    the disruptions every budget selecting it allows, and one that finds a budget used up counts
+    (kube-scheduler's filterPodsWithPDBViolation counts the same way)."""
+    left: dict[str, int] = {}
+    count = 0
+    for pod in sorted(pods, key=lambda c: c.key):
+        over = False
+        for budget, allowed in pod.budgets:
+            left[budget] = left.get(budget, allowed) - 1
+            over = over or left[budget] < 0
+        count += over
+    return count
+
+
+def protected(unit: Unit) -> bool:
+    """Evicting the unit alone would already violate a budget."""
+    return violations(unit.pods) > 0
+
+
 def cost(units: Iterable[Unit]) -> Cost:
     units = list(units)
     pods = [p for u in units for p in u.pods]
     return (
+        violations(pods),
         len(pods),
         max((p.priority for p in pods), default=-(2**31)),
         sum(p.priority for p in pods),
@@ -111,14 +141,61 @@ def cheapest(
     removing all of them does. `shortfall`: GPUs the removed units must hold at least (a bound
     that skips hopeless subsets). `keep_first`: the order in which the fallback tries to spare
     units (default: the most valuable first)."""
-    budget = budget or Budget()
     units = sorted(units, key=lambda u: u.name)
     if feasible(()):
         return Choice((), True)
     if not units or not feasible(units):
         return None
-    found = cheapest_exact(units, feasible, shortfall=shortfall, budget=budget)
-    return found if found is not None else spare(units, feasible, keep_first)
+    found, at = least_violating(units, feasible, shortfall=shortfall, budget=budget)
+    if found is None and at == 0:
+        found = calm_spare(units, feasible, keep_first)
+    return found if found is not None else last_resort(units, feasible, keep_first)
+
+
+def least_violating(
+    units: Sequence[Unit],
+    feasible: Callable[[Sequence[Unit]], bool],
+    *,
+    shortfall: int = 0,
+    budget: Budget | None = None,
+) -> tuple[Choice | None, int]:
+    """The cheapest feasible non-empty set by `cost` (fewest budget violations, then the rest),
+    looked for among the sets with no violation, then with at most one, and so on; with the
+    number of violations it was looking at when the search budget ran out (None), or its own."""
+    feasible = _Remembered(feasible)
+    tally = _Tally(budget or Budget())
+    top = violations(p for u in units for p in u.pods)
+    for most in range(top + 1):
+        found, complete = search(units, feasible, shortfall=shortfall, most=most, tally=tally)
+        if found is not None or not complete:
+            return found, most
+    return None, top
+
+
+def calm_spare(
+    units: Sequence[Unit],
+    feasible: Callable[[Sequence[Unit]], bool],
+    keep_first: Callable[[Unit], object] | None = None,
+) -> Choice | None:
+    """An inclusion-minimal set among the units that violate no budget alone, when it makes room
+    and violates none together; else None."""
+    calm = [u for u in units if not protected(u)]
+    if not calm or not feasible(calm):
+        return None
+    found = spare(calm, feasible, keep_first)
+    return found if violations(found.victims) == 0 else None
+
+
+def last_resort(
+    units: Sequence[Unit],
+    feasible: Callable[[Sequence[Unit]], bool],
+    keep_first: Callable[[Unit], object] | None = None,
+) -> Choice:
+    """Budgets cannot all be kept: an inclusion-minimal set that puts the protected units back
+    first (so as few stay as the room needs), then as `keep_first` orders (`feasible(units)`
+    must hold)."""
+    order = keep_first or _most_valuable
+    return spare(units, feasible, lambda u: (not protected(u), order(u)))
 
 
 def spare(
@@ -142,37 +219,80 @@ def cheapest_exact(
     shortfall: int = 0,
     budget: Budget | None = None,
 ) -> Choice | None:
-    """The cheapest feasible non-empty set, or None when the budget ran out first (or none is).
+    """The cheapest feasible non-empty set by pod count first (budget violations only order sets
+    of one count), or None when the budget ran out first (or none is)."""
+    return search(units, feasible, shortfall=shortfall, tally=_Tally(budget or Budget()))[0]
+
+
+class _Tally:
+    """What a search has spent of its budget (shared by the searches of one choice)."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.subsets = 0
+        self.checks = 0
+
+
+class _Remembered:
+    """`feasible` asked once per set: the searches for more violations see the sets of fewer
+    again, which cost no check the second time."""
+
+    def __init__(self, feasible: Callable[[Sequence[Unit]], bool]) -> None:
+        self.feasible = feasible
+        self.seen: dict[frozenset[str], bool] = {}
+
+    def known(self, units: Sequence[Unit]) -> bool:
+        return frozenset(u.name for u in units) in self.seen
+
+    def __call__(self, units: Sequence[Unit]) -> bool:
+        key = frozenset(u.name for u in units)
+        if key not in self.seen:
+            self.seen[key] = self.feasible(units)
+        return self.seen[key]
+
+
+def search(
+    units: Sequence[Unit],
+    feasible: Callable[[Sequence[Unit]], bool],
+    *,
+    shortfall: int = 0,
+    most: int | None = None,
+    tally: _Tally,
+) -> tuple[Choice | None, bool]:
+    """The cheapest feasible non-empty set (with `most`, among the sets with at most that many
+    budget violations), and whether the search was complete (False: the budget ran out first).
     Subsets go by increasing pod count, cheapest first within one count: a subset of k units has
     at least k pods, so once every subset of up to k units is known, every count up to k is."""
-    budget = budget or Budget()
-    units = sorted(units, key=lambda u: u.name)
+    budget = tally.budget
+    units = sorted((u for u in units if most is None or violations(u.pods) <= most), key=lambda u: u.name)
     n = len(units)
     by_pods: dict[int, list[tuple[Cost, tuple[Unit, ...]]]] = {}
     most_gpus = sorted((u.gpus for u in units), reverse=True)
-    seen = checks = 0
     settled = 0  # pod counts up to this one were looked at completely
     total_pods = sum(len(u.pods) for u in units)
     for k in range(1, n + 1):
         if sum(most_gpus[:k]) >= shortfall:
             for combo in combinations(units, k):
-                seen += 1
-                if seen > budget.subsets:
-                    return None
+                tally.subsets += 1
+                if tally.subsets > budget.subsets:
+                    return None, False
                 if sum(u.gpus for u in combo) < shortfall:
                     continue
                 c = cost(combo)
-                by_pods.setdefault(c[0], []).append((c, combo))
+                if most is not None and c[0] > most:
+                    continue  # together they break more budgets than allowed
+                by_pods.setdefault(c[1], []).append((c, combo))
         upto = k if k < n else total_pods
         while settled < upto:
             settled += 1
             for _, combo in sorted(by_pods.pop(settled, ()), key=lambda cc: cc[0]):
-                checks += 1
-                if checks > budget.checks:
-                    return None
+                if not (isinstance(feasible, _Remembered) and feasible.known(combo)):
+                    tally.checks += 1
+                    if tally.checks > budget.checks:
+                        return None, False
                 if feasible(combo):
-                    return Choice(combo, True)
-    return None
+                    return Choice(combo, True), True
+    return None, True
 
 
 def _spare(

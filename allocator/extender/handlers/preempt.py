@@ -10,14 +10,16 @@ runs on that node. Gang members never preempt here: their gang controller makes 
 gang at once (a gated member never reaches kube-scheduler at all). A pod without device requests
 gets kube-scheduler's own choice back.
 
-The PodDisruptionBudget count of each node is kube-scheduler's own, passed back unchanged (the
-allocator does not watch budgets; kube-scheduler uses the count to prefer nodes).
+Victims are chosen around PodDisruptionBudgets (the watch cache keeps them: protected pods are the
+last resort, allocator/core/gang/victims.py), and each node's count of violations is of the
+victims we name (kube-scheduler prefers the node with the fewest).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from allocator.core.gang.victims import violations
 from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
 from allocator.extender.handlers.service_view import ServiceView
 from allocator.runtime.cache.victims import candidates_near
@@ -36,11 +38,12 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return json_reply(request, ExtenderPreemptionResult().to_dict(), "gang")
     if not req.wants_devices:
         return json_reply(request, ExtenderPreemptionResult(args.victims).to_dict(), "no_devices")
-    pool = candidates_near(svc.cache.pods, svc.cache.ledger.reservations, args.victims)
+    cache = svc.cache
+    pool = candidates_near(cache.pods, cache.ledger.reservations, args.victims, cache.budgets)
     # Nodes where no set makes room (or it fits already: the filter will say so) are left out.
     kept: dict[str, MetaVictims] = {}
     for node, victims in svc.core.preemption_victims(req, args.victims, pool).items():
-        kept[node] = MetaVictims([v.uid for v in victims], args.victims[node].pdb_violations)
+        kept[node] = MetaVictims([v.uid for v in victims], violations(victims))
         svc.metrics.preemption_victims.labels("extender").inc(len(victims))
     svc.metrics.preemption_nodes.labels("kept").inc(len(kept))
     svc.metrics.preemption_nodes.labels("dropped").inc(len(args.victims) - len(kept))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -46,6 +46,7 @@ class PodEntry:
     priority: int = 0  # spec.priority
     gang: str = ""  # "NS/NAME" of the gang it names ("" for none)
     deleting: bool = False  # a deletionTimestamp: already on its way out
+    labels: Mapping[str, str] = field(default_factory=dict)  # PodDisruptionBudgets select by them
 
     @property
     def holds(self) -> bool:

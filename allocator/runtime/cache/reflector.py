@@ -120,16 +120,20 @@ class Reflector:
         try:
             items, rv = await self.api.list_pages(self.kind)
         except ApiError as exc:
-            if not (exc.not_found and self.kind.custom):
+            forbidden = exc.status == 403 and self.kind.optional
+            if not (exc.not_found and self.kind.custom) and not forbidden:
                 raise
             # The CRD is not installed (no PodGroups without scheduler-plugins, no Devices before
-            # the agent's CRD): that is an empty set, not an outage. Look again later.
+            # the agent's CRD), or an optional kind RBAC does not let us read: that is an empty
+            # set, not an outage. Look again later.
             if not self.missing:
+                why = "may not be listed (RBAC)" if forbidden else "CRD is not installed"
                 log.warning(
-                    "%s: the %s.%s CRD is not installed; treating it as empty",
+                    "%s: the %s.%s %s; treating it as empty",
                     self.kind.name,
                     self.kind.plural,
                     self.kind.group,
+                    why,
                 )
             self.missing = True
             self.sink.replace(self.kind, [])

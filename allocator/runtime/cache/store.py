@@ -1,5 +1,6 @@
 """The watch cache: raw Nodes, Pods, Devices and PodGroups, fed incrementally into the allocator
-core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods.
+core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods, and the
+PodDisruptionBudgets preemption weighs (`budgets`, budgets.py).
 
 Who holds devices:
   * a pod with `spec.nodeName` that has not terminated holds what its `device-allocated`
@@ -21,9 +22,11 @@ import logging
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
+from allocator.runtime.cache.budgets import DisruptionBudgets
 from allocator.runtime.cache.records import (
     JSON,
     Assigned,
@@ -37,7 +40,7 @@ from allocator.runtime.cache.records import (
     pod_key,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
+from allocator.runtime.kube import DEVICES, NODES, PDBS, PODGROUPS, PODS, Kind
 from allocator.runtime.ledger import HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
@@ -65,6 +68,7 @@ class ClusterCache:
         self.devices: dict[str, DeviceRecord] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
+        self.budgets = DisruptionBudgets()
         # what the core has assigned per pod key
         self._assigned: dict[str, Assigned] = {}
         self._target: dict[str, str] = {}  # pod key -> the node it holds devices on
@@ -102,15 +106,19 @@ class ClusterCache:
         else:
             self._upsert(kind, obj)
 
-    def _store(self, kind: Kind) -> dict[str, Any]:
-        return {"Node": self.nodes, "Pod": self.pods, "Device": self.devices, "PodGroup": self.podgroups}[
-            kind.name
-        ]
+    def _store(self, kind: Kind) -> Any:
+        return {
+            "Node": self.nodes,
+            "Pod": self.pods,
+            "Device": self.devices,
+            "PodGroup": self.podgroups,
+            PDBS.name: self.budgets,
+        }[kind.name]
 
     @staticmethod
     def _key_of(kind: Kind, obj: JSON) -> str:
         meta = meta_of(obj)
-        if kind.name in (PODS.name, PODGROUPS.name):
+        if kind.name in (PODS.name, PODGROUPS.name, PDBS.name):
             return pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         return meta.get("name") or ""
 
@@ -126,6 +134,9 @@ class ClusterCache:
             key = self._key_of(kind, obj)
             self.podgroups[key] = obj
             self._notify(name, key, obj)
+        elif name == PDBS.name:
+            self.budgets.upsert(obj)
+            self._notify(name, self._key_of(kind, obj), obj)
 
     def _delete(self, kind: Kind, key: str) -> None:
         name = kind.name
@@ -147,6 +158,9 @@ class ClusterCache:
                 self.core.remove_device(key)
                 self._notify(name, key, None)
         elif name == PODGROUPS.name and self.podgroups.pop(key, None) is not None:
+            self._notify(name, key, None)
+        elif name == PDBS.name and key in self.budgets:
+            self.budgets.delete(key)
             self._notify(name, key, None)
 
     # -- nodes and devices --------------------------------------------------------------------------
@@ -235,6 +249,7 @@ class ClusterCache:
             priority=spec_priority(spec),
             gang=_gang_key(pod),
             deleting=bool(meta.get("deletionTimestamp")),
+            labels=_labels(meta, old),
         )
         self.pods[key] = entry
         if res is not None and (entry.holds or not entry.active or res.uid != uid):
@@ -303,6 +318,14 @@ class ClusterCache:
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)
         return [(node, dtype, len(minors)) for (node, dtype), minors in sorted(taken.items())]
+
+
+def _labels(meta: JSON, old: PodEntry | None) -> Mapping[str, str]:
+    """The pod's labels (PodDisruptionBudgets select by them), the old entry's when unchanged."""
+    labels = meta.get("labels") or {}
+    if old is not None and old.labels == labels:
+        return old.labels
+    return MappingProxyType(dict(labels))
 
 
 def _gang_key(pod: JSON) -> str:
