@@ -43,6 +43,10 @@ class Objective:
     binpack: int  # scopes touched by the set that already hold a used GPU
     tie: tuple[int, ...]  # minus the minors: the lowest minors win
 
+    @property
+    def before_pcie(self) -> tuple[int, int, int, int, int]:
+        return (self.quality_min, self.quality_sum, self.leftover_min, self.leftover_sum, self.nic_aligned)
+
     def terms(self) -> str:
         """The decisive numbers, readable: bottlenecks as bandwidth and host relation, totals as
         summed NVLink bandwidth over all pairs."""
@@ -117,10 +121,23 @@ def _choose(ic: Interconnect, req: SetRequest, keep: int) -> Choice | None:
     top = scored[0][0]
     size = max(req.count, 2)
     ranked = [
-        (s, _objective(mx, pcie, req, s, quality, size))
+        (s, _objective(mx, None, req, s, quality, size))
         for n, (quality, s) in enumerate(scored)
         if quality == top or n < keep
     ]
+    if pcie is not None:
+        # The PCIe relation only breaks ties: it is weighed for the sets tied with the best on
+        # everything before it (0 in the others' explanation lines).
+        lead = max(o.before_pcie for _, o in ranked)
+        ranked = [
+            (
+                s,
+                _objective(mx, pcie, req, s, (o.quality_min, o.quality_sum), size)
+                if o.before_pcie == lead
+                else o,
+            )
+            for s, o in ranked
+        ]
     ranked.sort(key=lambda t: t[1], reverse=True)
     best_mask, best = ranked[0]
     return Choice(
