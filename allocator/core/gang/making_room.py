@@ -150,18 +150,11 @@ class RoomMaking:
         return {c.key for c in candidates if c.priority < priority}
 
     def victims(
-        self,
-        requests: list[PodRequest],
-        names: list[str],
-        siblings: dict[str, int],
-        *,
-        wait: bool = False,
-        around: frozenset[str] = frozenset(),
+        self, requests: list[PodRequest], names: list[str], siblings: dict[str, int], *, wait: bool = False
     ) -> PreemptionPlan | None:
         """A placement with the cheapest victims, or None (no victims help, or none needed).
-        `wait`: every running pod counts (a starvation hold waits for them instead of evicting);
-        `around`: pods that may not be victims (their eviction was refused)."""
-        candidates = [c for c in self.planner.running() if c.key not in around]
+        `wait`: every running pod counts (a starvation hold waits for them instead of evicting)."""
+        candidates = self.planner.running()
         if wait:
             candidates = [replace(c, priority=LOWEST) for c in candidates]
         found = self.planner.plan_with_preemption(requests, candidates, names=names, siblings=siblings)
@@ -184,11 +177,16 @@ class RoomMaking:
         p = state.preempting
         assert p is not None
         refused = p.refused | self.cannot_go(p)
-        found = self.victims(requests, names, siblings, around=refused)
-        if found is None or violations(found.victims) or not swap(found.plan):
+        candidates = [c for c in self.planner.running() if c.key not in refused]
+        found = self.planner.plan_with_preemption(requests, candidates, names=names, siblings=siblings)
+        if not isinstance(found, PreemptionPlan) or violations(found.victims) or not swap(found.plan):
             p.refused, p.replanned = refused, seen
             return None
         why = "; ".join(sorted(set(p.blocked.values()))) or "refused"
+        if not found.victims:  # room enough without them now: the members may go
+            self.actions.append(Count("preemptions", "room_made"))
+            note = f"eviction of {len(refused)} pod(s) refused ({why}); room without them now"
+            return ("GangPlanned", note + ": releasing the members", "Normal")
         note = self._started(state, found, outcome="replanned")
         assert state.preempting is not None
         state.preempting.refused = refused

@@ -101,3 +101,15 @@ def test_a_refused_pod_whose_budget_allows_again_is_asked_again_not_planned_arou
     assert Evict("ns/g", PROTECTED) in got.actions
     p = got.state.preempting
     assert p is not None and set(p.victims) == {"ns/v1"} and p.refused == frozenset()
+
+
+def test_when_room_needs_no_victims_any_more_the_members_go() -> None:
+    planner, state = started()
+    planner.free = 1  # something finished elsewhere: the gang fits without preempting
+    got = refused(planner, state)
+    assert planner.released[-1] == Release(("ns/m0",), force=True)
+    assert got.state.preempting is None and set(got.state.plan) == {"ns/m0"}
+    assert Count("preemptions", "room_made") in got.actions
+    assert any(type(a).__name__ == "Ungate" for a in got.actions)
+    (event,) = [note for reason, note in reports(got.actions) if reason == "GangPlanned"]
+    assert event == f"eviction of 1 pod(s) refused ({PDB}); room without them now: releasing the members"

@@ -198,6 +198,9 @@ class FakePlanner:
     ) -> PreemptionPlan | NoPlan:
         pool = list(candidates)
         self.calls.append(("plan_with_preemption", tuple((c.key, c.priority) for c in pool)))
+        own = sum(1 for r in requests if r.key in self.held)  # the members' own holds are no obstacle
+        if len(requests) <= self.free + own:
+            return PreemptionPlan(self._plan(requests), (), True)
         priority = min(r.priority for r in requests)
         chosen = tuple(c for c in pool if c.key in self.victims and c.priority < priority)
         if not chosen:
