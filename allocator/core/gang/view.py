@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis import keys
-from apis import podgroup as pg
+from apis.gang_object import GangObject
 from apis.podgroup import GangRef
 from apis.resources import TERMINAL_POD_PHASES
 
@@ -74,8 +74,10 @@ class Gang:
     key: str
     namespace: str
     name: str
-    source: str
-    podgroup: pg.PodGroup | None
+    source: str  # apis.podgroup's *_SOURCE
+    # The object that defines it, read (a PodGroup of either API, a Workload's pod group); None
+    # for a Koordinator gang, or while the object is missing or invalid (`problem` says which).
+    api_object: GangObject | None
     problem: str  # why it cannot be planned at all (its PodGroup is missing or invalid)
     min_member: int
     timeout: float  # seconds, 0 for none
@@ -87,6 +89,11 @@ class Gang:
     @property
     def active(self) -> list[MemberPod]:
         return [m for m in self.members if m.active]
+
+    @property
+    def keeps_status(self) -> bool:
+        """Its object has a status topoalloc writes (not a Workload's pod group, not Koordinator's)."""
+        return self.api_object is not None and self.api_object.has_status
 
 
 @dataclass(frozen=True)
