@@ -27,7 +27,16 @@ from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, EventSink, NullEvents
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, ApiError, KubeApi
+from allocator.runtime.kube import (
+    DEVICES,
+    NATIVE_PODGROUPS,
+    NODES,
+    PODGROUPS,
+    PODS,
+    WORKLOADS,
+    ApiError,
+    KubeApi,
+)
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
@@ -35,8 +44,9 @@ from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
 log = logging.getLogger(__name__)
 
 # Nodes and Devices first: pods arriving before their node are held until it does, but the
-# first LIST is cheaper when the nodes are already there.
-KINDS = (NODES, DEVICES, PODS, PODGROUPS)
+# first LIST is cheaper when the nodes are already there. The two native gang kinds are watched
+# where the server serves them (1.36: PodGroups, 1.35: Workloads; API discovery decides).
+KINDS = (NODES, DEVICES, PODS, PODGROUPS, NATIVE_PODGROUPS, WORKLOADS)
 
 
 class Allocator:

@@ -47,3 +47,13 @@ class GangSettings:
     starvation_bound: float = 600.0
     # Only pods for these schedulers are gated and planned; empty means every pod.
     scheduler_names: list[str] = field(default_factory=list)
+    # Kubernetes' own gangs (scheduling.k8s.io PodGroup, Workload; watched where the server serves
+    # them): true when kube-scheduler runs its GangScheduling plugin (the default profile does
+    # wherever the gates serving that API are on), which then keeps them all-or-nothing; topoalloc
+    # does not gate them and steers every member to the plan it made for the whole gang. False
+    # (a profile that disables the plugin): topoalloc gates them as it gates scheduler-plugins'.
+    kube_scheduler_gang_plugin: bool = True
+
+    def gates(self, native: bool) -> bool:
+        """Whether the webhook gates a member of a gang of this kind (native: scheduling.k8s.io)."""
+        return not (native and self.kube_scheduler_gang_plugin)

@@ -1,5 +1,7 @@
-"""The watch cache: raw Nodes, Pods, Devices and PodGroups, fed incrementally into the allocator
-core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods.
+"""The watch cache: raw Nodes, Pods, Devices and the objects that define gangs (scheduler-plugins
+PodGroups; Kubernetes' own PodGroups and Workloads where the server serves them), fed incrementally
+into the allocator core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside
+the pods.
 
 Who holds devices:
   * a pod with `spec.nodeName` that has not terminated holds what its `device-allocated`
@@ -37,7 +39,7 @@ from allocator.runtime.cache.records import (
     pod_key,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
+from allocator.runtime.kube import DEVICES, NATIVE_PODGROUPS, NODES, PODGROUPS, PODS, WORKLOADS, Kind
 from allocator.runtime.ledger import HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
@@ -64,7 +66,15 @@ class ClusterCache:
         # 25-80 KB dict), decoded again only for a Node that is deleted and created again.
         self.devices: dict[str, DeviceRecord] = {}
         self.pods: dict[str, PodEntry] = {}
+        # Objects that define gangs, raw and keyed NS/NAME: read only by gang scheduling, per pass.
         self.podgroups: dict[str, JSON] = {}
+        self.native_podgroups: dict[str, JSON] = {}
+        self.workloads: dict[str, JSON] = {}
+        self._objects = {
+            PODGROUPS.name: self.podgroups,
+            NATIVE_PODGROUPS.name: self.native_podgroups,
+            WORKLOADS.name: self.workloads,
+        }
         # what the core has assigned per pod key
         self._assigned: dict[str, Assigned] = {}
         self._target: dict[str, str] = {}  # pod key -> the node it holds devices on
@@ -103,14 +113,12 @@ class ClusterCache:
             self._upsert(kind, obj)
 
     def _store(self, kind: Kind) -> dict[str, Any]:
-        return {"Node": self.nodes, "Pod": self.pods, "Device": self.devices, "PodGroup": self.podgroups}[
-            kind.name
-        ]
+        stores: dict[str, dict[str, Any]] = {"Node": self.nodes, "Pod": self.pods, "Device": self.devices}
+        return stores[kind.name] if kind.name in stores else self._objects[kind.name]
 
-    @staticmethod
-    def _key_of(kind: Kind, obj: JSON) -> str:
+    def _key_of(self, kind: Kind, obj: JSON) -> str:
         meta = meta_of(obj)
-        if kind.name in (PODS.name, PODGROUPS.name):
+        if kind.name == PODS.name or kind.name in self._objects:
             return pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         return meta.get("name") or ""
 
@@ -122,9 +130,9 @@ class ClusterCache:
             self._upsert_pod(obj)
         elif name == DEVICES.name:
             self._upsert_device(obj)
-        elif name == PODGROUPS.name:
+        elif name in self._objects:
             key = self._key_of(kind, obj)
-            self.podgroups[key] = obj
+            self._objects[name][key] = obj
             self._notify(name, key, obj)
 
     def _delete(self, kind: Kind, key: str) -> None:
@@ -146,7 +154,7 @@ class ClusterCache:
             if self.devices.pop(key, None) is not None:
                 self.core.remove_device(key)
                 self._notify(name, key, None)
-        elif name == PODGROUPS.name and self.podgroups.pop(key, None) is not None:
+        elif name in self._objects and self._objects[name].pop(key, None) is not None:
             self._notify(name, key, None)
 
     # -- nodes and devices --------------------------------------------------------------------------
