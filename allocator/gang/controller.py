@@ -31,6 +31,7 @@ from allocator.core.gang.actions import (
     ClearHold,
     Count,
     Duration,
+    EventTarget,
     Evict,
     Nudge,
     PassGauges,
@@ -67,6 +68,7 @@ from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
+from apis.podgroup import GangRef
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,7 @@ class GangController:
         self.planner = ClusterPlanner(cache, core, holds, index, plan_settings)
         self.member_events = MemberEvents(events, clock)
         self.states: dict[str, GangState] = {}
+        self._refs: dict[str, GangRef] = {}  # gang key -> how its members named it, while it has a state
         self.passes = 0
         self._wake = asyncio.Event()
         self._next_deadline = math.inf  # wall clock: the next timeout or bind deadline to look at
@@ -167,7 +170,10 @@ class GangController:
         for key in sorted(set(self.index.by_gang) | set(self.states)):
             got = answers.get(key)
             outcomes = got.outcomes() if got is not None else None
-            gangs.append(gang_view(self.index, self.cache, self.settings, key, outcomes))
+            view = gang_view(self.index, self.cache, self.settings, key, outcomes, self._refs.get(key))
+            if (ref := self.index.ref(key)) is not None:
+                self._refs[key] = ref
+            gangs.append(view)
         run = GangPass(gangs, self.states, self._now(), self.settings)
         effects: list[Effect] = []
         try:
@@ -178,6 +184,7 @@ class GangController:
                 effects.extend(self._apply(action))
         finally:
             self.states = run.states  # the gangs stepped so far hold what the ledger holds for them
+            self._refs = {k: ref for k, ref in self._refs.items() if k in self.states}
         if effects:
             await asyncio.gather(*effects)
 
@@ -196,8 +203,8 @@ class GangController:
                 return [annotate_planned_node(self.api, member, node)]
             case Evict(gang, victim) if victim.key not in self._evicting:
                 return [self._evict(gang, victim)]
-            case WriteStatus(gang, namespace, name, status):
-                return [self._patch_status(gang, namespace, name, status)]
+            case WriteStatus(gang, target, status):
+                return [self._patch_status(gang, target, status)]
             case RecordHold(member, record):
                 return [annotate_hold(self.api, member, record.to_json())]
             case ClearHold(key, uid):
@@ -229,6 +236,6 @@ class GangController:
             self._evicting.discard(victim.key)
         self._answers_of(gang).evictions[victim.key] = why
 
-    async def _patch_status(self, gang: str, namespace: str, name: str, status: JSON) -> None:
-        if not await patch_podgroup_status(self.api, namespace, name, status):
+    async def _patch_status(self, gang: str, target: EventTarget, status: JSON) -> None:
+        if not await patch_podgroup_status(self.api, target, status):
             self._answers_of(gang).status_refused = True  # written again next pass

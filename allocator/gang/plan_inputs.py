@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from allocator.core.gang.view import Gang, MemberPod, Outcomes
@@ -18,7 +19,10 @@ from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from apis import podgroup as pg
+from apis import workload as wl
 from apis.errors import CodecError
+from apis.gang_object import GangObject, gang_object
+from apis.podgroup import GangRef
 
 JSON = dict[str, Any]
 
@@ -59,46 +63,65 @@ def sibling_nodes(core: CoreAdapter, index: GangIndex, gang: str, members: list[
 
 
 def gang_view(
-    index: GangIndex, cache: GangCache, settings: GangSettings, key: str, outcomes: Outcomes | None = None
+    index: GangIndex,
+    cache: GangCache,
+    settings: GangSettings,
+    key: str,
+    outcomes: Outcomes | None = None,
+    last: GangRef | None = None,
 ) -> Gang:
-    """One gang as a pass sees it: members for the schedulers we serve, its PodGroup (or why it
-    has none usable), its size and its timeout, the uid the hold ledger holds each member for, and
-    what became of the writes made for it last pass (`outcomes`)."""
+    """One gang as a pass sees it: members for the schedulers we serve, the object that defines it
+    (or why it has none usable), its size and its timeout, the uid the hold ledger holds each
+    member for, and what became of the writes made for it last pass (`outcomes`). `last` is how
+    its members named it before they all left (its object is still read once more: a timed-out
+    gang's status goes back to Pending)."""
     names = settings.scheduler_names
     members = [m for m in index.members(key) if not names or m.scheduler in names]
-    ref = index.ref(key)
     namespace, _, name = key.partition("/")
-    source = ref.source if ref is not None else "podgroup"
-    group: pg.PodGroup | None = None
-    problem = ""
-    if source != "koordinator":
-        raw = cache.podgroups.get(key)
-        if raw is None:
-            problem = f"PodGroup {key} does not exist"
-        else:
-            try:
-                group = pg.PodGroup.from_dict(raw)
-            except CodecError as exc:
-                problem = f"PodGroup {key} is invalid: {exc}"
-    if group is not None:
-        min_member = max(1, group.min_member)
-        timeout = group.schedule_timeout_seconds
+    ref = index.ref(key) or last or GangRef(namespace, name, pg.PODGROUP_SOURCE)
+    source = ref.source
+    found, problem = _object_of(cache, ref)
+    if found is not None:
+        min_member = found.min_member
+        timeout = found.timeout if found.timeout is not None else _waiting_time(found.annotations, members)
     else:
         min_member = max(1, (ref.min_available if ref is not None else None) or 1)
-        timeout = _waiting_time(members)
+        timeout = _waiting_time({}, members)
     if timeout is None:
         timeout = settings.default_timeout
     held = cache.ledger.reservations
     holds = {m.key: res.uid for m in members if (res := held.get(m.key)) is not None}
     return Gang(
-        key, namespace, name, source, group, problem, min_member, float(timeout), members,
+        key, namespace, name, source, found, problem, min_member, float(timeout), members,
         holds, index.generation, outcomes or Outcomes(),
     )  # fmt: skip
 
 
-def _waiting_time(members: list[MemberPod]) -> float | None:
-    for m in members:
-        raw = m.annotations.get(keys.GANG_WAITING_TIME)
+def _object_of(cache: GangCache, ref: GangRef) -> tuple[GangObject | None, str]:
+    """The gang's object as read from the cache, or why there is none to plan by ("" for a
+    Koordinator gang, which has none)."""
+    if ref.source == pg.KOORDINATOR_SOURCE:
+        return None, ""
+    store, what = cache.podgroups, "PodGroup"
+    if ref.source == pg.NATIVE_SOURCE:
+        store, what = cache.native_podgroups, f"PodGroup ({wl.PODGROUP_API_VERSION})"
+    elif ref.source == pg.WORKLOAD_SOURCE:
+        store, what = cache.workloads, f"Workload ({wl.WORKLOAD_API_VERSION})"
+    raw = store.get(ref.object_key)
+    if raw is None:
+        return None, f"{what} {ref.object_key} does not exist"
+    try:
+        return gang_object(ref, raw), ""
+    except CodecError as exc:
+        return None, f"{what} {ref.object_key} is invalid: {exc}"
+
+
+def _waiting_time(annotations: Mapping[str, str], members: list[MemberPod]) -> float | None:
+    """The gang's waiting-time annotation (Koordinator's key, a Go duration): on its object first
+    (a native PodGroup or Workload, which have no timeout field), else on a member."""
+    found = [annotations.get(keys.GANG_WAITING_TIME)]
+    found += [m.annotations.get(keys.GANG_WAITING_TIME) for m in members]
+    for raw in found:
         if raw is not None and (seconds := parse_duration(raw)) is not None:
             return seconds
     return None

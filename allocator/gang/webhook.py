@@ -6,7 +6,8 @@ answer with. A gated pod is invisible to kube-scheduler until the gang controlle
 whole gang and removes the gate, so members never trickle onto nodes one by one.
 
 Answers: a member without the gate gets a patch adding it; any other pod (no gang, already gated,
-created with `spec.nodeName`, for a scheduler we do not serve) is allowed unchanged; a pod whose
+created with `spec.nodeName`, for a scheduler we do not serve, a member of a Kubernetes-native gang
+while kube-scheduler's own gang plugin keeps those whole) is allowed unchanged; a pod whose
 gang annotation does not decode is denied with the reason, so the user learns at once instead of
 finding a pod that waits for ever. A body that is not an AdmissionReview gets HTTP 400 with the
 decoding error (the API server then applies the configuration's failurePolicy); never a 500.
@@ -61,7 +62,9 @@ def parse_review(data: Any) -> JSON:
     return request
 
 
-def gate_patch(pod: JSON, scheduler_names: Sequence[str] = ()) -> list[JSON] | None:
+def gate_patch(
+    pod: JSON, scheduler_names: Sequence[str] = (), *, gate_native: bool = False
+) -> list[JSON] | None:
     """JSON patch operations that add the gang gate, or None when the pod is left alone. Raises
     BadReview (→ denial) for a pod that is not one or names its gang wrongly."""
     meta, spec = pod.get("metadata"), pod.get("spec")
@@ -73,6 +76,8 @@ def gate_patch(pod: JSON, scheduler_names: Sequence[str] = ()) -> list[JSON] | N
         raise BadReview(f"invalid gang membership: {exc}") from None
     if gang is None or spec.get("nodeName"):
         return None  # no gang; or bound at creation, which a gated pod may not be
+    if gang.native and not gate_native:
+        return None  # kube-scheduler's gang plugin holds it; the extender steers it to its plan
     scheduler = spec.get("schedulerName") or "default-scheduler"
     if scheduler_names and scheduler not in scheduler_names:
         return None
@@ -87,7 +92,7 @@ def gate_patch(pod: JSON, scheduler_names: Sequence[str] = ()) -> list[JSON] | N
     return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
 
 
-def review_response(request: JSON, scheduler_names: Sequence[str] = ()) -> JSON:
+def review_response(request: JSON, scheduler_names: Sequence[str] = (), *, gate_native: bool = False) -> JSON:
     """The AdmissionResponse for a parsed request."""
     uid = request["uid"]
     kind = request.get("kind") or {}
@@ -95,7 +100,7 @@ def review_response(request: JSON, scheduler_names: Sequence[str] = ()) -> JSON:
     if request.get("operation", "CREATE") != "CREATE" or kind.get("kind", "Pod") != "Pod" or pod is None:
         return {"uid": uid, "allowed": True}
     try:
-        patch = gate_patch(pod, scheduler_names)
+        patch = gate_patch(pod, scheduler_names, gate_native=gate_native)
     except BadReview as exc:
         return {
             "uid": uid,
@@ -108,7 +113,7 @@ def review_response(request: JSON, scheduler_names: Sequence[str] = ()) -> JSON:
     return {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": encoded}
 
 
-def webhook_app(scheduler_names: Sequence[str] = ()) -> web.Application:
+def webhook_app(scheduler_names: Sequence[str] = (), *, gate_native: bool = False) -> web.Application:
     async def mutate(request: web.Request) -> web.Response:
         raw = await request.read()
         try:
@@ -119,7 +124,7 @@ def webhook_app(scheduler_names: Sequence[str] = ()) -> web.Application:
         body = {
             "apiVersion": API_VERSION,
             "kind": "AdmissionReview",
-            "response": review_response(review, scheduler_names),
+            "response": review_response(review, scheduler_names, gate_native=gate_native),
         }
         return web.json_response(body)
 

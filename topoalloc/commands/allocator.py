@@ -161,6 +161,13 @@ def _unknown_component(name: str) -> str | None:
     multiple=True,
     help="Node label naming a topology domain, narrowest first (repeatable; replaces the defaults).",
 )
+@click.option(
+    "--kube-scheduler-gang-plugin/--no-kube-scheduler-gang-plugin",
+    "gang_kube_scheduler_gang_plugin",
+    default=None,
+    help="Whether kube-scheduler runs its GangScheduling plugin, which keeps Kubernetes' own gangs "
+    "(scheduling.k8s.io) whole; without it topoalloc gates them (on by default; docs/gang.md).",
+)
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug.")
 def allocator(
     config_file: Path | None,
