@@ -69,6 +69,9 @@ class ClusterEnv:
             scheduler_config=scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs),
             controller_manager=True,
             release=self.release,
+            # The native gang API's alpha gates, on for the whole tier: every test passes with them.
+            feature_gates=self.release.feature_gates,
+            runtime_config=self.release.runtime_config,
         )
         self.cp.start()
         self.apply_manifests()

@@ -24,7 +24,7 @@ from apis import keys
 from apis.timestamps import format_time
 from tests.core.gang.world import NOW, FakePlanner, Rules, condition, gang, kinds, later, member, reports, run
 
-PODGROUP = EventTarget("ns", "g", podgroup=True)
+PODGROUP = EventTarget("ns", "g", kind="PodGroup", api_version="scheduling.x-k8s.io/v1alpha1")
 
 
 def status_of(actions: list[object]) -> dict[str, object]:

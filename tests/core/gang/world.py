@@ -25,7 +25,9 @@ from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from apis import keys
 from apis import podgroup as pg
+from apis import workload as wl
 from apis.annotations import DeviceAllocation, DeviceAllocations
+from apis.gang_object import native_conditions, of_native, of_podgroup, of_workload
 from apis.quantity import Quantity
 from apis.timestamps import format_time
 
@@ -92,20 +94,38 @@ def gang(
     outcomes: Outcomes | None = None,
     problem: str = "",
     name: str = "g",
+    source: str = pg.PODGROUP_SOURCE,
 ) -> Gang:
+    """A gang defined by `source`'s object (a scheduler-plugins PodGroup by default, a native
+    PodGroup whose conditions are `status`'s, a Workload's pod group), or by none (`podgroup=False`:
+    Koordinator's)."""
     group = None
-    if podgroup:
-        group = pg.PodGroup(
-            metadata={"name": name, "namespace": "ns"},
-            min_member=min_member,
-            min_resources={k: Quantity.parse(v) for k, v in (min_resources or {}).items()},
-            status=pg.PodGroupStatus.from_dict(status or {}, "status"),
+    if podgroup and source == pg.PODGROUP_SOURCE:
+        group = of_podgroup(
+            pg.PodGroup(
+                metadata={"name": name, "namespace": "ns"},
+                min_member=min_member,
+                min_resources={k: Quantity.parse(v) for k, v in (min_resources or {}).items()},
+                status=pg.PodGroupStatus.from_dict(status or {}, "status"),
+            ),
+            "ns",
         )
+    elif podgroup and source == pg.NATIVE_SOURCE:
+        conditions = native_conditions(status or {})
+        policy = wl.SchedulingPolicy(min_member)
+        group = of_native(
+            wl.NativePodGroup({"name": name, "namespace": "ns"}, policy, conditions=conditions), "ns"
+        )
+    elif podgroup:
+        workload = wl.WorkloadV1Alpha1(
+            {"name": name, "namespace": "ns"}, {"workers": wl.SchedulingPolicy(min_member)}
+        )
+        group = of_workload(workload, "ns", "workers")
     return Gang(
         f"ns/{name}",
         "ns",
         name,
-        "podgroup" if podgroup else "koordinator",
+        source if podgroup else pg.KOORDINATOR_SOURCE,
         group,
         problem,
         min_member,

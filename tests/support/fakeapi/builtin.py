@@ -251,6 +251,37 @@ def custom_resource_type(
     )
 
 
+NATIVE_PODGROUP_SCHEMA: Schema = {
+    "metadata": _META,
+    "spec": {"resourceClaims": MergeList("name")},
+    "status": {"conditions": MergeList("type"), "resourceClaimStatuses": MergeList("name")},
+}
+
+
+def native_gang_types(version: str) -> list[ResourceType]:
+    """Kubernetes' own gang API, alpha and off by default as on a real server: `v1alpha2` (1.36)
+    serves Workloads and PodGroups, `v1alpha1` (1.35) Workloads only (FakeApiServer.serve)."""
+    kinds = [("workloads", "Workload", False)] + (
+        [("podgroups", "PodGroup", True)] if version == "v1alpha2" else []
+    )
+    return [
+        ResourceType(
+            group="scheduling.k8s.io",
+            version=version,
+            plural=plural,
+            kind=kind,
+            namespaced=True,
+            behaviour=DEFAULT_BEHAVIOUR,
+            singular=kind.lower(),
+            status_subresource=status,
+            field_getters=field_getters(True),
+            merge_schema=NATIVE_PODGROUP_SCHEMA if status else METADATA_ONLY_SCHEMA,
+            bookmark_body={"spec": {}},
+        )
+        for plural, kind, status in kinds
+    ]
+
+
 def builtin_registry() -> Registry:
     registry = Registry()
     for rt in builtin_types():
