@@ -40,6 +40,7 @@ class GangObject:
     status: pg.PodGroupStatus = field(default_factory=pg.PodGroupStatus)
     annotations: Mapping[str, str] = field(default_factory=dict)
     gang: bool = True  # False: the basic policy
+    uid: str = ""  # its metadata.uid: Events carry it, so `kubectl describe` lists them
 
     @property
     def has_status(self) -> bool:
@@ -74,6 +75,7 @@ def of_podgroup(group: pg.PodGroup, namespace: str) -> GangObject:
         group.schedule_timeout_seconds,
         group.status,
         _annotations(group.metadata),
+        uid=_uid(group.metadata),
     )
 
 
@@ -88,6 +90,7 @@ def of_native(group: wl.NativePodGroup, namespace: str) -> GangObject:
         status=status_of_native(group.conditions),
         annotations=_annotations(group.metadata),
         gang=group.policy.gang,
+        uid=_uid(group.metadata),
     )
 
 
@@ -106,6 +109,7 @@ def of_workload(workload: wl.WorkloadV1Alpha1, namespace: str, pod_group: str) -
         policy.min_count or 1,
         annotations=_annotations(workload.metadata),
         gang=policy.gang,
+        uid=_uid(workload.metadata),
     )
 
 
@@ -134,3 +138,8 @@ def status_of_native(conditions: list[JSON]) -> pg.PodGroupStatus:
 def _annotations(metadata: Mapping[str, Any]) -> dict[str, str]:
     raw = metadata.get("annotations")
     return {k: v for k, v in raw.items() if isinstance(v, str)} if isinstance(raw, dict) else {}
+
+
+def _uid(metadata: Mapping[str, Any]) -> str:
+    uid = metadata.get("uid")
+    return uid if isinstance(uid, str) else ""

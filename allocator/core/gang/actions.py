@@ -84,7 +84,7 @@ class EventTarget:
         """The gang's object (it must have one)."""
         obj = gang.api_object
         assert obj is not None
-        return cls(obj.namespace, obj.name, kind=obj.kind, api_version=obj.api_version)
+        return cls(obj.namespace, obj.name, obj.uid, obj.kind, obj.api_version)
 
 
 @dataclass(frozen=True)
