@@ -3,16 +3,18 @@ here): scheduler-plugins' PodGroup (every release), Kubernetes' own v1alpha2 Pod
 kube-scheduler's GangScheduling plugin, topoalloc steering, and without it, topoalloc gating) and a
 v1alpha1 Workload's pod group (1.35). Each says how to create the gang's object, how a pod joins it,
 where its Events go and what state the gang shows. A module runs its scenarios over them with
-`pytestmark = gang_sources(...)` (the `gang_source` fixture, tests/cluster/conftest.py)."""
+`pytestmark = gang_sources(...)` (the `gang_source` fixture, tests/cluster/conftest.py). pytest is
+imported only there: bench/gang_burst.py uses the sources too."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from tests.support.controlplane import ApiStatus, ControlPlane
+
+if TYPE_CHECKING:
+    import pytest
 
 JSON = dict[str, Any]
 CONTROLLER = "topoalloc.io/allocator"
@@ -138,6 +140,8 @@ SOURCES = (SCHEDULER_PLUGINS, NATIVE, NATIVE_WITHOUT_PLUGIN, WORKLOAD)
 def gang_sources(*sources: GangSource) -> pytest.MarkDecorator:
     """Run every test of a module that uses `gang_source` once per source (default: all four);
     pytest groups the tests by source, so a source that needs kube-scheduler restarted does so once."""
+    import pytest
+
     chosen = sources or SOURCES
     ids = [s.id for s in chosen]
     return pytest.mark.parametrize("gang_source", chosen, indirect=True, ids=ids, scope="module")
