@@ -97,8 +97,8 @@ class GangScheduling:
         self.controller.wake()
 
     def webhook(self) -> tuple[web.Application, ssl.SSLContext]:
-        gate_native = self.settings.gates(native=True)
-        return webhook_app(self.settings.scheduler_names, gate_native=gate_native), self.tls.context
+        s = self.settings
+        return webhook_app(s.scheduler_names, plugin_schedulers=s.gang_plugin_schedulers), self.tls.context
 
     def start(self, spawn: Spawn, reload_interval: float) -> None:
         """The background work; the server listens for the webhook (`webhook`)."""

@@ -7,7 +7,7 @@ whole gang and removes the gate, so members never trickle onto nodes one by one.
 
 Answers: a member without the gate gets a patch adding it; any other pod (no gang, already gated,
 created with `spec.nodeName`, for a scheduler we do not serve, a member of a Kubernetes-native gang
-while kube-scheduler's own gang plugin keeps those whole) is allowed unchanged; a pod whose
+for a scheduler whose own gang plugin keeps those whole) is allowed unchanged; a pod whose
 gang annotation does not decode is denied with the reason, so the user learns at once instead of
 finding a pod that waits for ever. A body that is not an AdmissionReview gets HTTP 400 with the
 decoding error (the API server then applies the configuration's failurePolicy); never a 500.
@@ -63,7 +63,7 @@ def parse_review(data: Any) -> JSON:
 
 
 def gate_patch(
-    pod: JSON, scheduler_names: Sequence[str] = (), *, gate_native: bool = False
+    pod: JSON, scheduler_names: Sequence[str] = (), *, plugin_schedulers: Sequence[str] = ()
 ) -> list[JSON] | None:
     """JSON patch operations that add the gang gate, or None when the pod is left alone. Raises
     BadReview (→ denial) for a pod that is not one or names its gang wrongly."""
@@ -76,11 +76,11 @@ def gate_patch(
         raise BadReview(f"invalid gang membership: {exc}") from None
     if gang is None or spec.get("nodeName"):
         return None  # no gang; or bound at creation, which a gated pod may not be
-    if gang.native and not gate_native:
-        return None  # kube-scheduler's gang plugin holds it; the extender steers it to its plan
     scheduler = spec.get("schedulerName") or "default-scheduler"
     if scheduler_names and scheduler not in scheduler_names:
         return None
+    if gang.native and scheduler in plugin_schedulers:
+        return None  # kube-scheduler's gang plugin holds it; the extender steers it to its plan
     gates = spec.get("schedulingGates")
     if gates is not None and not isinstance(gates, list):
         raise BadReview("spec.schedulingGates: expected a list")
@@ -92,7 +92,9 @@ def gate_patch(
     return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
 
 
-def review_response(request: JSON, scheduler_names: Sequence[str] = (), *, gate_native: bool = False) -> JSON:
+def review_response(
+    request: JSON, scheduler_names: Sequence[str] = (), *, plugin_schedulers: Sequence[str] = ()
+) -> JSON:
     """The AdmissionResponse for a parsed request."""
     uid = request["uid"]
     kind = request.get("kind") or {}
@@ -100,7 +102,7 @@ def review_response(request: JSON, scheduler_names: Sequence[str] = (), *, gate_
     if request.get("operation", "CREATE") != "CREATE" or kind.get("kind", "Pod") != "Pod" or pod is None:
         return {"uid": uid, "allowed": True}
     try:
-        patch = gate_patch(pod, scheduler_names, gate_native=gate_native)
+        patch = gate_patch(pod, scheduler_names, plugin_schedulers=plugin_schedulers)
     except BadReview as exc:
         return {
             "uid": uid,
@@ -113,7 +115,9 @@ def review_response(request: JSON, scheduler_names: Sequence[str] = (), *, gate_
     return {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": encoded}
 
 
-def webhook_app(scheduler_names: Sequence[str] = (), *, gate_native: bool = False) -> web.Application:
+def webhook_app(
+    scheduler_names: Sequence[str] = (), *, plugin_schedulers: Sequence[str] = ()
+) -> web.Application:
     async def mutate(request: web.Request) -> web.Response:
         raw = await request.read()
         try:
@@ -124,7 +128,7 @@ def webhook_app(scheduler_names: Sequence[str] = (), *, gate_native: bool = Fals
         body = {
             "apiVersion": API_VERSION,
             "kind": "AdmissionReview",
-            "response": review_response(review, scheduler_names, gate_native=gate_native),
+            "response": review_response(review, scheduler_names, plugin_schedulers=plugin_schedulers),
         }
         return web.json_response(body)
 

@@ -10,6 +10,7 @@ DEFAULT_TOPOLOGY_KEYS = ("nvidia.com/gpu.clique", "topoalloc.io/rack", "topology
 # deploy/allocator/webhook.yaml: the Service in front of every allocator replica's webhook port,
 # and the MutatingWebhookConfiguration whose caBundle the leader keeps equal to its CA.
 WEBHOOK_SERVICE = "topoalloc-webhook"
+DEFAULT_SCHEDULER = "default-scheduler"
 WEBHOOK_CONFIGURATION = "topoalloc-gang"
 
 
@@ -48,12 +49,14 @@ class GangSettings:
     # Only pods for these schedulers are gated and planned; empty means every pod.
     scheduler_names: list[str] = field(default_factory=list)
     # Kubernetes' own gangs (scheduling.k8s.io PodGroup, Workload; watched where the server serves
-    # them): true when kube-scheduler runs its GangScheduling plugin (the default profile does
-    # wherever the gates serving that API are on), which then keeps them all-or-nothing; topoalloc
-    # does not gate them and steers every member to the plan it made for the whole gang. False
-    # (a profile that disables the plugin): topoalloc gates them as it gates scheduler-plugins'.
-    kube_scheduler_gang_plugin: bool = True
+    # them) of pods for these schedulers are kept whole by kube-scheduler's GangScheduling plugin:
+    # topoalloc does not gate them and steers every member to the plan it made for the whole gang.
+    # The cluster's own scheduler runs the plugin in its default profile wherever the gates that
+    # serve the API are on; a scheduler left out (the secondary topoalloc-scheduler, which runs no
+    # alpha gates, or a profile disabling the plugin) gets its native gangs gated, as scheduler-
+    # plugins' are. docs/gang.md, "Kubernetes' own gangs".
+    gang_plugin_schedulers: list[str] = field(default_factory=lambda: [DEFAULT_SCHEDULER])
 
-    def gates(self, native: bool) -> bool:
-        """Whether the webhook gates a member of a gang of this kind (native: scheduling.k8s.io)."""
-        return not (native and self.kube_scheduler_gang_plugin)
+    def gates(self, native: bool, scheduler: str = DEFAULT_SCHEDULER) -> bool:
+        """Whether the webhook gates a member of a gang (native: scheduling.k8s.io) for `scheduler`."""
+        return not (native and scheduler in self.gang_plugin_schedulers)

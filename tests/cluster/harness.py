@@ -123,14 +123,14 @@ class ClusterEnv:
 
     def kube_scheduler_gang_plugin(self, on: bool) -> None:
         """Restart kube-scheduler with its GangScheduling plugin (the default profile's, with the
-        gates on) or without it, and the allocator to match (`--no-kube-scheduler-gang-plugin`:
-        it gates Kubernetes' own gangs itself)."""
+        gates on) or without it, and the allocator to match (`--gang-plugin-schedulers ""`: it
+        gates Kubernetes' own gangs itself)."""
         config = scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs)
         if not on:
             disabled = {"multiPoint": {"disabled": [{"name": "GangScheduling"}]}}
             config["profiles"] = [{"schedulerName": "default-scheduler", "plugins": disabled}]
         self.cp.start_scheduler(config)
-        args = () if on else ("--no-kube-scheduler-gang-plugin",)
+        args = () if on else ("--gang-plugin-schedulers", "")
         self.start_allocator("alloc-a", extra_args=args).wait_ready("/readyz")
 
     def stop(self) -> None:

@@ -21,3 +21,16 @@ def test_served_apis_the_product_uses(cluster: ClusterEnv, release: KubeRelease)
     assert "v1" in groups["resource.k8s.io"]  # DRA, GA since 1.34
     assert "v1alpha1" in groups["scheduling.koordinator.sh"]  # our CRDs applied
     assert "v1" in groups["policy"]
+
+
+def test_the_native_gang_api_each_release_serves_with_its_gates(
+    cluster: ClusterEnv, release: KubeRelease
+) -> None:
+    """The tier turns on the alpha gang gates: 1.36 serves v1alpha2 PodGroups and Workloads (and no
+    v1alpha1), 1.35 v1alpha1 Workloads (the gang scenarios show the allocator found which: test_gangs.py)."""
+    found = cluster.cp.admin.get(f"/apis/{release.gang_api}")
+    plurals = {r["name"] for r in found["resources"] if "/" not in r["name"]}
+    assert plurals == ({"podgroups", "workloads"} if release.minor_int >= 36 else {"workloads"})
+    groups = {g["name"]: g for g in cluster.cp.admin.get("/apis")["groups"]}
+    versions = [v["version"] for v in groups["scheduling.k8s.io"]["versions"]]
+    assert versions == ["v1", release.gang_api.split("/")[1]], versions

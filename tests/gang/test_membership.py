@@ -122,14 +122,16 @@ def test_settings_from_the_config_file_and_flags() -> None:
                 "topologyKeys": ["rack"],
                 "defaultTimeout": 600,
                 "schedulerNames": ["a"],
-                "kubeSchedulerGangPlugin": False,
+                "gangPluginSchedulers": [],
             }
         }
     )
     assert cfg.gang.webhook_port == 9444 and cfg.gang.topology_keys == ["rack"]
-    # Without kube-scheduler's gang plugin topoalloc gates Kubernetes' own gangs too.
-    assert cfg.gang.gates(native=True) and ServiceConfig().gang.gates(native=True) is False
-    assert cfg.updated(gang_kube_scheduler_gang_plugin=True).gang.gates(native=False)
+    # Without kube-scheduler's gang plugin topoalloc gates Kubernetes' own gangs too; the cluster's
+    # own scheduler is taken to run it, a secondary one (no alpha gates) not.
+    assert cfg.gang.gates(native=True) and not ServiceConfig().gang.gates(native=True)
+    assert ServiceConfig().gang.gates(native=True, scheduler="topoalloc-scheduler")
+    assert ServiceConfig().gang.gates(native=False)
     assert cfg.gang.default_timeout == 600.0 and cfg.gang.scheduler_names == ["a"]
     assert ServiceConfig().gang.topology_keys == list(DEFAULT_TOPOLOGY_KEYS)
     with pytest.raises(ValueError, match=r"gang\.webhookPorts: unknown setting"):

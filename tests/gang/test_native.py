@@ -106,7 +106,7 @@ async def test_without_kube_schedulers_gang_plugin_native_members_are_gated(
 ) -> None:
     serve_native_gangs(fake_api)
     gpu_node(fake_api, "n1")
-    async with gang_world(fake_api, pki, kube_scheduler_gang_plugin=False) as w:
+    async with gang_world(fake_api, pki, gang_plugin_schedulers=[]) as w:
         for name in ("w0", "w1"):
             created = await w.admission.create_pod(joined(member(name, gpus=4), "pair"))
             assert gates_of(created) == [keys.GANG_SCHEDULING_GATE]

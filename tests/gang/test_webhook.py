@@ -178,13 +178,17 @@ async def test_no_body_gets_a_500(hook: Hook, request: Any, pod: Any) -> None:
     "native",
     [{"schedulingGroup": {"podGroupName": "pg1"}}, {"workloadRef": {"name": "train", "podGroup": "workers"}}],
 )
-def test_a_native_member_is_gated_only_without_kube_schedulers_gang_plugin(native: dict[str, Any]) -> None:
+def test_a_native_member_is_gated_only_where_its_scheduler_runs_no_gang_plugin(
+    native: dict[str, Any],
+) -> None:
     pod = member("w0", gpus=1)
     pod["spec"].update(native)
-    assert gate_patch(pod) is None  # kube-scheduler's plugin keeps it whole; the extender steers it
-    assert gate_patch(pod, gate_native=True) == [
-        {"op": "add", "path": "/spec/schedulingGates", "value": [GATE]}
-    ]
+    gated = [{"op": "add", "path": "/spec/schedulingGates", "value": [GATE]}]
+    plugin = ["default-scheduler"]
+    assert gate_patch(pod, plugin_schedulers=plugin) is None  # kube-scheduler's plugin keeps it whole
+    assert gate_patch(pod) == gated  # no scheduler runs the plugin
+    pod["spec"]["schedulerName"] = "topoalloc-scheduler"  # a secondary scheduler without the gates
+    assert gate_patch(pod, plugin_schedulers=plugin) == gated
 
 
 def test_a_malformed_native_membership_is_denied_with_the_field() -> None:

@@ -162,11 +162,11 @@ def _unknown_component(name: str) -> str | None:
     help="Node label naming a topology domain, narrowest first (repeatable; replaces the defaults).",
 )
 @click.option(
-    "--kube-scheduler-gang-plugin/--no-kube-scheduler-gang-plugin",
-    "gang_kube_scheduler_gang_plugin",
-    default=None,
-    help="Whether kube-scheduler runs its GangScheduling plugin, which keeps Kubernetes' own gangs "
-    "(scheduling.k8s.io) whole; without it topoalloc gates them (on by default; docs/gang.md).",
+    "--gang-plugin-schedulers",
+    metavar="NAMES",
+    help="Comma-separated schedulers that run kube-scheduler's GangScheduling plugin: Kubernetes' own "
+    'gangs (scheduling.k8s.io) of their pods are steered, not gated; "" for none.  '
+    "[default: default-scheduler]",
 )
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug.")
 def allocator(
@@ -178,6 +178,7 @@ def allocator(
     allowed_clients: tuple[str, ...],
     leader_enabled: bool | None,
     topology_keys: tuple[str, ...],
+    gang_plugin_schedulers: str | None,
     **flags: Any,
 ) -> None:
     """Run the allocator: kube-scheduler's filter/prioritize/bind extender over mutual TLS."""
@@ -196,6 +197,8 @@ def allocator(
         cfg.allowed_clients = list(allowed_clients)
     if topology_keys:
         cfg.gang.topology_keys = list(topology_keys)
+    if gang_plugin_schedulers is not None:
+        cfg.gang.gang_plugin_schedulers = [n.strip() for n in gang_plugin_schedulers.split(",") if n.strip()]
     scoring = dict(cfg.scoring)
     if scoring_file:
         scoring.update(load_mapping(scoring_file, "scoring file"))  # InputError: exit 2
