@@ -152,6 +152,12 @@ class GangController:
             except Exception:  # a bug in one pass must not stop gang scheduling for good
                 log.exception("gang controller pass failed")
 
+    def making_room(self, gang: str) -> bool:
+        """The gang holds room its victims (or the pods finishing there) still occupy: its members
+        must not bind yet. (Gated members never ask; ungated ones do, at filter and bind.)"""
+        state = self.states.get(gang)
+        return state is not None and state.preempting is not None
+
     def step_down(self) -> None:
         """Leadership lost: the next leader plans from scratch, so hold nothing here."""
         self.planner.release(release_all(self.states.values()))

@@ -51,7 +51,9 @@ class GangScheduling:
         self.index = GangIndex()
         self.metrics = GangMetrics(registry)
         self.holds = PlanHolds(cache.ledger)
-        self.steering = GangSteering(core, self.holds, self.index, settings)
+        self.steering = GangSteering(
+            core, self.holds, self.index, settings, lambda g: self.controller.making_room(g)
+        )
         plan_settings = PlanSettings(
             topology_keys=tuple(settings.topology_keys), scoring=core.scoring.device_scoring
         )

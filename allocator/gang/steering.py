@@ -3,7 +3,9 @@
 * filter: a planned member passes its planned node only; a gang member without a plan passes no
   node ("held for its gang", resolvable, so kube-scheduler retries), which keeps the gang
   all-or-nothing even for members that reached kube-scheduler without the gate (webhook down,
-  allocator restarted after releasing some of them).
+  allocator restarted after releasing some of them, Kubernetes' own gangs, never gated where
+  kube-scheduler's gang plugin runs). Neither does a member whose gang holds room that its victims
+  (or, starving, the pods finishing there) still occupy: its devices are not free yet.
 * prioritize: a planned member scores 10 on its node; any pod with siblings (its gang, its
   `rl-job-group`) gets the sibling affinity blended into the core's score.
 * bind (`bind_refusal`, asked by the cache and the binder): a member without a plan is refused,
@@ -13,13 +15,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from allocator.core.reasons import Rejection
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
+from allocator.runtime.cache.records import Reservation
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.gang_settings import GangSettings
 
@@ -27,11 +30,19 @@ HELD = "topoalloc: held for gang"
 
 
 class GangSteering:
-    def __init__(self, core: CoreAdapter, holds: PlanHolds, index: GangIndex, settings: GangSettings) -> None:
+    def __init__(
+        self,
+        core: CoreAdapter,
+        holds: PlanHolds,
+        index: GangIndex,
+        settings: GangSettings,
+        making_room: Callable[[str], bool] = lambda gang: False,
+    ) -> None:
         self.core = core
         self.holds = holds
         self.index = index
         self.settings = settings
+        self.making_room = making_room  # gang key -> its held room is not free yet (the controller's)
 
     def manages(self, req: PodRequest) -> bool:
         """A gang member this allocator plans (its scheduler is one we serve)."""
@@ -55,14 +66,20 @@ class GangSteering:
         its name), or it is a gang member without a plan. None: go ahead."""
         res = self.holds.planned(req.key)
         if res is not None:
-            return plan_refusal(res, req, node)
+            return self.room_refusal(res) or plan_refusal(res, req, node)
         return self.guard(req)
+
+    def room_refusal(self, res: Reservation) -> Rejection | None:
+        """A held member whose gang is still making room: its planned devices are taken."""
+        if not self.making_room(res.holder):
+            return None
+        return Rejection(HELD, f"held for gang {res.holder} until the room held for it is free")
 
     def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]] | None:
         """The verdict for a gang member (None: not one, the normal filter decides)."""
         res = self.holds.planned(req.key)
         if res is not None:
-            refusal = plan_refusal(res, req, res.node)
+            refusal = self.room_refusal(res) or plan_refusal(res, req, res.node)
             if refusal is not None:
                 return [], dict.fromkeys(names, refusal)
             elsewhere = planned_elsewhere(res)

@@ -3,12 +3,16 @@ and a fingerprint of what the allocator holds (to show filter calls leave nothin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from allocator.assembly import Allocator
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.kube import DEVICES, NODES, PODS
+from apis import keys
+from apis.gang_object import status_of_native
+from tests.gang.harness import GangWorld, member, podgroup
 from tests.support.fakeapi import FakeApiServer
 from tests.support.fakeapi.builtin import native_gang_types
 
@@ -79,3 +83,46 @@ def rebuilt(service: Allocator, fake: FakeApiServer) -> tuple[object, ...]:
     for kind, resource in ((NODES, "nodes"), (DEVICES, "devices"), (PODS, "pods")):
         cache.replace(kind, fake.list_objects(resource))
     return sorted(cache.holdings().items()), sorted(cache.allocated_devices())
+
+
+@dataclass(frozen=True)
+class GangKind:
+    """How a fake-API gang test defines its gangs: a scheduler-plugins PodGroup (members gated) or a
+    1.36 PodGroup of Kubernetes' own (members steered, as where kube-scheduler's gang plugin runs;
+    the stand-in kube-scheduler has no such plugin, so the extender alone holds them)."""
+
+    id: str
+
+    @property
+    def native(self) -> bool:
+        return self.id == "native"
+
+    async def create_group(self, w: GangWorld, name: str, min_member: int) -> None:
+        if self.native:
+            await w.admission.create(PODGROUPS_V1ALPHA2, native_podgroup(name, min_member))
+        else:
+            await w.admission.create_podgroup(podgroup(name, min_member))
+
+    def member(self, name: str, group: str, **kwargs: Any) -> JSON:
+        if self.native:
+            return joined(member(name, **kwargs), group)
+        return member(name, group=group, **kwargs)
+
+    def status(self, w: GangWorld, name: str) -> JSON:
+        """The gang's status in scheduler-plugins' terms: a native PodGroup's topoalloc.io/
+        conditions read back, its phase told by them (no phase field there)."""
+        if not self.native:
+            return w.podgroup_status(name)
+        obj = w.fake.get("podgroups.scheduling.k8s.io", name, "default") or {}
+        status = status_of_native((obj.get("status") or {}).get("conditions") or []).to_dict()
+        true = {c["type"] for c in status.get("conditions") or [] if c.get("status") == "True"}
+        phases = (("TimedOut", "Failed"), ("Scheduled", "Scheduled"), ("Waiting", "PreScheduling"))
+        status["phase"] = next((p for c, p in phases if c in true), "Pending")
+        return status
+
+    def gates(self) -> list[str]:
+        """What a member waiting for its gang carries."""
+        return [] if self.native else [keys.GANG_SCHEDULING_GATE]
+
+
+GANG_KINDS = (GangKind("scheduler-plugins"), GangKind("native"))
