@@ -81,12 +81,12 @@ def gang_view(
     ref = index.ref(key) or last or GangRef(namespace, name, pg.PODGROUP_SOURCE)
     source = ref.source
     found, problem = _object_of(cache, ref)
-    if found is not None:
-        min_member = found.min_member
-        timeout = found.timeout if found.timeout is not None else _waiting_time(found.annotations, members)
+    if found is not None and found.source == pg.PODGROUP_SOURCE:
+        min_member, timeout = found.min_member, found.timeout  # scheduleTimeoutSeconds, or none
+    elif found is not None:  # the native API has no timeout field
+        min_member, timeout = found.min_member, _waiting_time(found.annotations, members)
     else:
-        min_member = max(1, (ref.min_available if ref is not None else None) or 1)
-        timeout = _waiting_time({}, members)
+        min_member, timeout = max(1, ref.min_available or 1), _waiting_time({}, members)
     if timeout is None:
         timeout = settings.default_timeout
     held = cache.ledger.reservations

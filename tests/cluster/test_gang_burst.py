@@ -26,7 +26,6 @@ from tests.cluster.burst import (
 )
 from tests.cluster.gang_sources import (
     NATIVE,
-    NATIVE_WITHOUT_PLUGIN,
     SCHEDULER_PLUGINS,
     GangSource,
     gang_sources,
@@ -37,7 +36,8 @@ POOL = {"topoalloc.test/pool": "burst"}
 NODES = 5
 MEMBERS = 40
 
-pytestmark = gang_sources(SCHEDULER_PLUGINS, NATIVE, NATIVE_WITHOUT_PLUGIN)
+# Gated native members go the way gated scheduler-plugins members go: two sources cover both ways.
+pytestmark = gang_sources(SCHEDULER_PLUGINS, NATIVE)
 
 
 @pytest.fixture(scope="module")

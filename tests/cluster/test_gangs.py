@@ -203,11 +203,12 @@ def test_a_waiting_gang_explains_itself_on_its_pods_and_object(
 
     def pod_told() -> list[dict[str, Any]]:
         return [
-            e for e in gang_events(cluster.events(ns), "Pod", "m0", "GangWaiting") if code in e["message"]
+            e for e in gang_events(cluster.events(ns), "Pod", "m0", "GangWaiting") if note in e["message"]
         ]
 
-    [told] = wait_until(pod_told, timeout=60, what="a GangWaiting Event on the member pod")
-    assert note in told["message"], told["message"]
+    # (Once per kind of wait: a cluster changing meanwhile may tell it twice, topology then resources.)
+    told = wait_until(pod_told, timeout=60, what="a GangWaiting Event on the member pod")
+    assert code in told[0]["message"], told[0]["message"]
 
     def described() -> str | None:
         out = source.describe(cluster.cp, ns, "wide")
