@@ -5,28 +5,16 @@ would wait for `bindTimeout` before its gang is planned again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from apis.tolerations import tolerates
+
+__all__ = ["admits", "tolerates", "tolerations_of"]
 
 JSON = dict[str, Any]
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 BLOCKING = ("NoSchedule", "NoExecute")
-
-
-def tolerates(tolerations: Iterable[JSON], taint: Mapping[str, Any]) -> bool:
-    for t in tolerations:
-        if not isinstance(t, dict):
-            continue
-        effect = t.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = t.get("key") or ""
-        if (t.get("operator") or "Equal") == "Exists":
-            if not key or key == taint.get("key"):
-                return True
-        elif key == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
 
 
 def admits(node_spec: Mapping[str, Any], tolerations: list[JSON]) -> bool:
