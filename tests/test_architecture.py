@@ -160,7 +160,7 @@ CORE_IO_MODULES = (
     "aiohttp",
 )
 # allocator.core's sub-packages, lowest first (`reasons` is a module at the core's root).
-CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang")
+CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang", "reservation")
 
 # The product: what users install and run. It never imports tests/ or bench/.
 PRODUCT = ("agent", "apis", "allocator", "simulator", "topoalloc")

@@ -401,10 +401,12 @@ def affinity_matches(state: NodeState, req: PodRequest) -> bool:
         return False
     if req.affinity_terms is None:
         return True
-    return any(_term_matches(t, labels, state.name) for t in req.affinity_terms)
+    return any(term_matches(t, labels, state.name) for t in req.affinity_terms)
 
 
-def _term_matches(term: SelectorTerm, labels: Mapping[str, str], name: str) -> bool:
+def term_matches(term: SelectorTerm, labels: Mapping[str, str], name: str) -> bool:
+    """One nodeSelectorTerm against labels, `metadata.name` being `name` (also a Reservation's
+    reservationSelectorTerms, core/reservation/match.py)."""
     if not term.expressions and not term.fields:
         return False
     fields = {"metadata.name": name}
