@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from allocator.core.cluster.columns import FilterVerdicts
-from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState, resources_fit
+from allocator.core.devices.allocate import Allocation
 from allocator.core.gang.min_resources import Shortage, min_resources_shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
@@ -33,6 +34,9 @@ from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.request.usage import PodUsage, pod_usage
+from allocator.core.reservation.consume import allocate_from_room, allocate_ignoring
+from allocator.core.reservation.place import NoRoom, RoomPlan, place
+from allocator.core.reservation.room import Room
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
@@ -267,3 +271,42 @@ class CoreAdapter:
         """The prioritize answer for a pod with siblings: the scorer's scores blended with the
         affinity to nodes sharing `keys` labels with them (core/gang/siblings.py)."""
         return sibling_priorities(self.cluster, req, names, self.scorer, siblings, keys, weight)
+
+    # -- reservations (core/reservation) ------------------------------------------------------------
+
+    def room_allocate(
+        self, req: PodRequest, room: Room, *, scored: bool = True, explain: list[str] | None = None
+    ) -> DeviceAllocations | Rejection:
+        """An owner's devices from `room` on its node (the room's own first); `scored=False` is
+        the filter's check (no device scoring), True the bind's choice."""
+        state = self.cluster.nodes.get(room.node)
+        if state is None:
+            return NOT_IN_CACHE
+        scoring = self.scoring.device_scoring if scored else None
+        got = allocate_from_room(state, req, room, scoring=scoring, explain=explain)
+        return got.devices if isinstance(got, Allocation) else got
+
+    def ignoring_allocate(
+        self, req: PodRequest, node: str, rooms: Iterable[str], *, scored: bool = True
+    ) -> DeviceAllocations | Rejection:
+        """A reservation-ignored pod's devices on `node`, the rooms `rooms` counted free."""
+        state = self.cluster.nodes.get(node)
+        if state is None:
+            return NOT_IN_CACHE
+        got = allocate_ignoring(state, req, rooms, scoring=self.scoring.device_scoring if scored else None)
+        return got.devices if isinstance(got, Allocation) else got
+
+    def place_room(self, req: PodRequest, names: Iterable[str] | None = None) -> RoomPlan | NoRoom:
+        """A Reservation's node and devices, chosen as a pod's are (core/reservation/place.py)."""
+        return place(self.cluster, req, names, scorer=self.scorer, scoring=self.scoring.device_scoring)
+
+    def resources_short(self, req: PodRequest, names: Iterable[str]) -> dict[str, Rejection]:
+        """cpu, memory and pod slots the named nodes lack for the pod, rooms counted (kube-scheduler
+        does not know what a room holds)."""
+        out = {}
+        nodes = self.cluster.nodes
+        for name in names:
+            state = nodes.get(name)
+            if state is not None and (short := resources_fit(state, req)) is not None:
+                out[name] = short
+        return out

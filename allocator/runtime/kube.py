@@ -23,7 +23,7 @@ from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from yarl import URL
 
-from apis import device, podgroup
+from apis import device, podgroup, reservation
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ NODES = Kind("Node", "", "v1", "nodes")
 PODS = Kind("Pod", "", "v1", "pods")
 DEVICES = Kind(device.KIND, device.GROUP, device.VERSION, device.PLURAL)
 PODGROUPS = Kind("PodGroup", podgroup.GROUP, podgroup.VERSION, podgroup.PLURAL)
+RESERVATIONS = Kind(reservation.KIND, reservation.GROUP, reservation.VERSION, reservation.PLURAL)
 
 
 async def _body(resp: aiohttp.ClientResponse) -> bytes:

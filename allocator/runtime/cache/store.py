@@ -1,12 +1,14 @@
-"""The watch cache: raw Nodes, Pods, Devices and PodGroups, fed incrementally into the allocator
-core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods.
+"""The watch cache: raw Nodes, Pods, Devices, PodGroups and Reservations, fed incrementally into the
+allocator core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods.
 
 Who holds devices:
   * a pod with `spec.nodeName` that has not terminated holds what its `device-allocated`
     annotation says (this is how a restart rebuilds every allocation: the first LIST replays
     every bound pod);
   * an entry of the ledger (`ledger`: a bind reservation, a gang's hold) holds what it says,
-    and takes precedence over the pod's own entry until the pod shows up bound.
+    and takes precedence over the pod's own entry until the pod shows up bound;
+  * a Reservation's room (a ledger entry of its own, kept by allocator/reservations) holds what
+    its owners have not taken yet.
 A pod that carries the annotation but is not bound holds nothing: the annotation was written by a
 bind that did not finish, and kube-scheduler will call bind again.
 
@@ -37,8 +39,8 @@ from allocator.runtime.cache.records import (
     pod_key,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
-from allocator.runtime.ledger import HoldLedger
+from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, RESERVATIONS, Kind
+from allocator.runtime.ledger import ROOM_HOLDER, HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
 from apis.errors import CodecError
@@ -65,6 +67,7 @@ class ClusterCache:
         self.devices: dict[str, DeviceRecord] = {}
         self.pods: dict[str, PodEntry] = {}
         self.podgroups: dict[str, JSON] = {}
+        self.reservations: dict[str, JSON] = {}  # by name (cluster-scoped), as read
         # what the core has assigned per pod key
         self._assigned: dict[str, Assigned] = {}
         self._target: dict[str, str] = {}  # pod key -> the node it holds devices on
@@ -103,9 +106,14 @@ class ClusterCache:
             self._upsert(kind, obj)
 
     def _store(self, kind: Kind) -> dict[str, Any]:
-        return {"Node": self.nodes, "Pod": self.pods, "Device": self.devices, "PodGroup": self.podgroups}[
-            kind.name
-        ]
+        stores: dict[str, dict[str, Any]] = {
+            NODES.name: self.nodes,
+            PODS.name: self.pods,
+            DEVICES.name: self.devices,
+            PODGROUPS.name: self.podgroups,
+            RESERVATIONS.name: self.reservations,
+        }
+        return stores[kind.name]
 
     @staticmethod
     def _key_of(kind: Kind, obj: JSON) -> str:
@@ -122,9 +130,9 @@ class ClusterCache:
             self._upsert_pod(obj)
         elif name == DEVICES.name:
             self._upsert_device(obj)
-        elif name == PODGROUPS.name:
+        elif name in (PODGROUPS.name, RESERVATIONS.name):
             key = self._key_of(kind, obj)
-            self.podgroups[key] = obj
+            self._store(kind)[key] = obj
             self._notify(name, key, obj)
 
     def _delete(self, kind: Kind, key: str) -> None:
@@ -146,7 +154,7 @@ class ClusterCache:
             if self.devices.pop(key, None) is not None:
                 self.core.remove_device(key)
                 self._notify(name, key, None)
-        elif name == PODGROUPS.name and self.podgroups.pop(key, None) is not None:
+        elif name in (PODGROUPS.name, RESERVATIONS.name) and self._store(kind).pop(key, None) is not None:
             self._notify(name, key, None)
 
     # -- nodes and devices --------------------------------------------------------------------------
@@ -272,7 +280,10 @@ class ClusterCache:
         if installable is None:
             return
         node = installable[0]
-        if res is not None:
+        if res is not None and res.holder == ROOM_HOLDER:
+            # A room is no placement of the scorer's to learn from: counted as a bound pod is.
+            self.core.assign_usage(key, node, self.core.usage_of(key, node, res.allocations, res.request))
+        elif res is not None:
             self.core.assign_reservation(key, node, res.allocations, res.request)
         else:
             assert entry is not None and entry.usage is not None
