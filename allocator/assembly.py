@@ -1,9 +1,11 @@
 """The allocator process wired: the runtime (watch cache, leader election, events, TLS), the
-extender and health servers on top of it, and gang scheduling plugged into the extender's seam.
+extender and health servers on top of it, and gang scheduling and Reservations plugged into the
+extender's seams.
 
-The one module that imports both `allocator.extender` and `allocator.gang`: the extender defines
-the seam (`GangHooks`, allocator/extender/gang_hooks.py) and never imports the gang package; the
-gang package implements it on top of the runtime's cache, API client and events.
+The one module that imports `allocator.extender` together with `allocator.gang` and
+`allocator.reservations`: the extender defines the seams (`GangHooks`, allocator/extender/gang_hooks.py;
+`ReservationHooks`, allocator/extender/reservation_hooks.py) and never imports either package; each
+implements its seam on top of the runtime's cache, API client and events.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from aiohttp import web
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
 from allocator.extender.gang_hooks import GangHooks
+from allocator.extender.reservation_hooks import ReservationHooks
 from allocator.gang.hooks import GangScheduling
+from allocator.reservations.hooks import ReservationScheduling
 from allocator.runtime.cache.reflector import Backoff, Reflector
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, EventSink, NullEvents
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, ApiError, KubeApi
+from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, RESERVATIONS, ApiError, KubeApi
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
@@ -35,8 +39,9 @@ from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
 log = logging.getLogger(__name__)
 
 # Nodes and Devices first: pods arriving before their node are held until it does, but the
-# first LIST is cheaper when the nodes are already there.
-KINDS = (NODES, DEVICES, PODS, PODGROUPS)
+# first LIST is cheaper when the nodes are already there. Reservations before pods: their owners
+# then take their share out of rooms already held, never the other way round.
+KINDS = (NODES, DEVICES, RESERVATIONS, PODS, PODGROUPS)
 
 
 class Allocator:
@@ -90,6 +95,22 @@ class Allocator:
         if self.gang is not None:
             self.cache.ledger.guard = self.gang.bind_refusal
             self.cache.listeners.append(self.gang.observe)
+        # Reservations (allocator/extender/reservation_hooks.py): the book on the cache's
+        # listeners, the placer in the ledger, the controller on the leader.
+        self.reservations: ReservationHooks | None = None
+        if config.reservations.enabled:
+            rooms = ReservationScheduling(
+                config.reservations,
+                api=api,
+                cache=self.cache,
+                core=self.core,
+                events=self.events,
+                is_leader=self.is_leader,
+                synced=lambda: self.synced,
+            )
+            rooms.attach()
+            self.cache.listeners.append(rooms.observe)
+            self.reservations = rooms
         self.binder = Binder(
             api,
             self.cache,
@@ -169,6 +190,8 @@ class Allocator:
         self._spawn("TLS reload", self.tls.watch(cfg.tls_reload_interval))
         self._spawn("reservation expiry", self._expire_loop())
         self._spawn("freeze the synced heap", self._freeze_after_sync())
+        if self.reservations is not None:
+            self.reservations.start(self._spawn)
         if self.gang is not None:
             self.gang.start(self._spawn, cfg.tls_reload_interval)
             webhook_app, webhook_tls = self.gang.webhook()
@@ -235,6 +258,8 @@ class Allocator:
         self._tasks.clear()
         if self.gang is not None:
             self.gang.stop()
+        if self.reservations is not None:
+            self.reservations.stop()
         if self.elector:
             if self.config.leader_election.label_pod and self.elector.is_leader:
                 with contextlib.suppress(ApiError):

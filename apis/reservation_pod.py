@@ -20,6 +20,9 @@ RESERVATION_AFFINITY = keys.SCHED + "reservation-affinity"
 EXACT_MATCH = keys.SCHED + "exact-match-reservation"
 RESERVATION_IGNORED = keys.SCHED + "reservation-ignored"  # a label, "true"
 RESERVATION_ORDER = keys.SCHED + "reservation-order"  # a Reservation label: lower is used first
+# Koordinator's NUMA record: the NUMA node whose cpu and memory go with a room's devices (on the
+# Reservation, and on each owner bound from it).
+RESOURCE_STATUS = keys.SCHED + "resource-status"
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _BLOCKING = ("NoSchedule", "NoExecute")

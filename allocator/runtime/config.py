@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.reservation_settings import ReservationSettings
 from apis.documents import load_mapping
 
 DEFAULT_NAMESPACE = "topoalloc-system"
@@ -82,6 +83,8 @@ class ServiceConfig:
     scoring: dict[str, Any] = field(default_factory=dict)
     # gang scheduling: admission webhook, gang controller, extender steering (docs/gang.md)
     gang: GangSettings = field(default_factory=GangSettings)
+    # Reservations: room held for pods not created yet (docs/reservations.md)
+    reservations: ReservationSettings = field(default_factory=ReservationSettings)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ServiceConfig:
