@@ -229,7 +229,7 @@ class ReservationController:
                 return [
                     self._evict(Candidate(k, pods[k].node, pods[k].priority, pods[k].gang, pods[k].uid))
                     for k in left
-                    if k not in self._evicting
+                    if k not in self._evicting and not pods[k].deleting
                 ]
             entry.victims = ()
         return [self._publish(entry)]
