@@ -88,6 +88,10 @@ class RoomBook:
         self.pending: dict[str, dict[str, tuple[DeviceAllocations, int, int]]] = defaultdict(dict)
         self.cpu_nodes: dict[str, int] = defaultdict(int)  # node -> rooms there holding cpu or memory
         self.version = 0
+        # Reservations changed since the controller last looked (it looks at the rest only every
+        # resync period: a busy cluster's every pod event must not cost a pass over all of them).
+        self.dirty: set[str] = set()
+        self.unwritten: set[str] = set()  # rooms held by this process, not yet Available in the API
 
     # -- the watch ---------------------------------------------------------------------------------
 
@@ -114,6 +118,7 @@ class RoomBook:
             entry.res, entry.error, entry.req = None, str(exc), None
             self.owners.remove(name)
             self.release(name)
+            self.dirty.add(name)
             return
         entry.res, entry.error = res, ""
         if RESOURCE_STATUS in res.annotations:  # written with the room: handed to its owners
@@ -126,11 +131,13 @@ class RoomBook:
             self.release(name)
         elif res.phase == rv.AVAILABLE and res.node and res.reserved is not None:
             entry.placed_here = False
+            self.unwritten.discard(name)
             if entry.room is None or entry.room.node != res.node or entry.room.reserved != res.reserved:
                 self.hold(name, res.node, res.reserved)
         elif entry.room is not None and not entry.placed_here:
             self.release(name)  # Pending again (someone reset the status): placed anew
         self.version += 1
+        self.dirty.add(name)
 
     def _forget(self, name: str) -> None:
         self.release(name)
@@ -192,6 +199,7 @@ class RoomBook:
             if self.cpu_nodes[node] <= 0:
                 del self.cpu_nodes[node]
         entry.room, entry.placed_here, entry.victims, entry.held_since = None, False, (), 0.0
+        self.unwritten.discard(name)
         names = self.by_node.get(node)
         if names is not None:
             names.discard(name)
@@ -240,6 +248,7 @@ class RoomBook:
         )
         self.cache.ledger.hold_room(room.key, room.node, left, held)
         self.version += 1
+        self.dirty.add(name)
 
     # -- questions -------------------------------------------------------------------------------------
 

@@ -75,6 +75,7 @@ class ReservationController:
         self._said: dict[str, str] = {}  # name -> the last condition written (no rewrite each pass)
         self._priorities: dict[str, int | None] = {}  # PriorityClass name -> value
         self._evicting: set[str] = set()
+        self._last_full = float("-inf")
 
     def wake(self) -> None:
         self._wake.set()
@@ -91,8 +92,9 @@ class ReservationController:
                 continue
             if not self.synced():
                 continue
+            full = self.wall() - self._last_full >= self.settings.resync_period
             try:
-                await self.reconcile()
+                await self.reconcile(full=full)
             except Exception:  # a bug in one pass must not stop Reservations for good
                 log.exception("reservation controller pass failed")
 
@@ -104,13 +106,29 @@ class ReservationController:
 
     # -- a pass ------------------------------------------------------------------------------------
 
-    async def reconcile(self) -> None:
+    async def reconcile(self, *, full: bool = True) -> None:
+        """One pass: over every Reservation (`full`, at least every resync period: expiry, waiting
+        ones tried again), else over those changed since the last pass and those held here but not
+        yet written."""
         self.passes += 1
         now = self.wall()
+        book = self.book
+        changed, book.dirty = book.dirty, set()
+        if full:
+            self._last_full = now
+            entries = list(book.entries.values())
+        else:
+            names = changed | book.unwritten
+            gangs_changed = {e.res.gang for n in names if (e := book.entries.get(n)) and e.res and e.res.gang}
+            if gangs_changed:  # a gang is placed whole: all its members
+                names |= {
+                    n for n, e in book.entries.items() if e.res is not None and e.res.gang in gangs_changed
+                }
+            entries = [e for n in names if (e := book.entries.get(n)) is not None]
         effects: list[Effect] = []
         waiting: list[Entry] = []
         gangs: dict[str, list[Entry]] = {}
-        for entry in sorted(self.book.entries.values(), key=_age):
+        for entry in sorted(entries, key=_age):
             res = entry.res
             if res is None:
                 effects.append(
@@ -193,6 +211,7 @@ class ReservationController:
             entry = by_name[spot.name]
             self.book.hold(spot.name, spot.node, spot.devices, numa=spot.numa)
             entry.placed_here = True
+            self.book.unwritten.add(spot.name)
             entry.victims = victims
             entry.extra = st.numa_annotations(entry, spot.numa)
         if victims:
@@ -274,6 +293,8 @@ class ReservationController:
                     f"allocated to {bound[0]} (allocateOnce)",
                 )
             ]
+        if not bound and not (entry.raw.get("status") or {}).get("currentOwners"):
+            return []  # no owner yet, none recorded: nothing to write (the common case, cheaply)
         want = st.owners_status(self.cache.pods, bound)
         if want != st.owners_of(entry.raw):
             return [self._write(entry, want)]

@@ -16,6 +16,7 @@ through the book's node map, and a cluster without Reservations costs one dict l
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,17 +128,14 @@ class RoomSteering:
         )
 
     def _ordinary(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
-        """Any other pod: its devices are the core's (rooms already count as used); only the cpu
-        and memory rooms hold are checked here, on the nodes that have such rooms."""
-        cpu_nodes = self.book.cpu_nodes
-        if not cpu_nodes or not (req.cpu_milli or req.memory):
+        """Any other pod: its devices are the core's (rooms already count as used); only the cpu,
+        memory and pod slots rooms hold are checked here (vectorised, core/reservation/fit.py)."""
+        if not self.book.cpu_nodes or not (req.cpu_milli or req.memory):
             return None
-        short = self.core.resources_short(req, [n for n in names if n in cpu_nodes])
+        short = self.core.resources_short(req, names)
         if not short:
             return None
-        passed, failed = self.core.filter_each(req, names)
-        failed.update({n: r for n, r in short.items() if n not in failed})
-        return FilterVerdicts.from_rejections([n for n in passed if n not in short], failed)
+        return rejecting(self.core.filter_nodes(req, names), short)
 
     def _tell(self, pod: JSON, why: Rejection) -> None:
         self.events.warn(pod, "FailedReservation", "Scheduling", why.explained)
@@ -196,6 +194,22 @@ class RoomSteering:
         if side.required or side.error:
             return in_room(first) if first is not None else _nothing_matches(side, book.reasons(side))
         return None
+
+
+def rejecting(verdicts: FilterVerdicts, more: dict[str, Rejection]) -> FilterVerdicts:
+    """`verdicts` with the nodes of `more` rejected too (those already rejected keep their reason)."""
+    out = FilterVerdicts(
+        [n for n in verdicts.passed if n not in more],
+        dict(verdicts.failed),
+        dict(verdicts.unresolvable),
+        Counter(verdicts.codes),
+    )
+    for name, why in more.items():
+        if name in out.failed or name in out.unresolvable:
+            continue
+        (out.unresolvable if why.unresolvable else out.failed)[name] = why.message
+        out.codes[why.code] += 1
+    return out
 
 
 def _nothing_matches(side: PodSide, reasons: dict[str, str]) -> Rejection:

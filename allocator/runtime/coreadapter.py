@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from allocator.core.cluster.columns import FilterVerdicts
-from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState, resources_fit
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
 from allocator.core.devices.allocate import Allocation
 from allocator.core.gang.min_resources import Shortage, min_resources_shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
@@ -35,6 +35,7 @@ from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.reservation.consume import allocate_from_room, allocate_ignoring
+from allocator.core.reservation.fit import short_of_rooms
 from allocator.core.reservation.place import NoRoom, RoomPlan, place
 from allocator.core.reservation.room import Room
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
@@ -300,13 +301,7 @@ class CoreAdapter:
         """A Reservation's node and devices, chosen as a pod's are (core/reservation/place.py)."""
         return place(self.cluster, req, names, scorer=self.scorer, scoring=self.scoring.device_scoring)
 
-    def resources_short(self, req: PodRequest, names: Iterable[str]) -> dict[str, Rejection]:
-        """cpu, memory and pod slots the named nodes lack for the pod, rooms counted (kube-scheduler
-        does not know what a room holds)."""
-        out = {}
-        nodes = self.cluster.nodes
-        for name in names:
-            state = nodes.get(name)
-            if state is not None and (short := resources_fit(state, req)) is not None:
-                out[name] = short
-        return out
+    def resources_short(self, req: PodRequest, names: Sequence[str]) -> dict[str, Rejection]:
+        """The named nodes that lack cpu, memory or a pod slot for the pod once the rooms there are
+        counted (kube-scheduler does not know what a room holds; core/reservation/fit.py)."""
+        return short_of_rooms(self.cluster, req, names)

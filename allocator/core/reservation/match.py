@@ -63,10 +63,12 @@ def pod_side(pod: Mapping[str, Any]) -> PodSide:
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
-    try:
-        requests, _, _ = effective_requests(pod.get("spec") or {})
-    except CodecError:
-        requests = {}
+    requests: dict[str, int] = {}
+    if annotations.get(EXACT_MATCH):  # only exact-match reads the requests
+        try:
+            requests, _, _ = effective_requests(pod.get("spec") or {})
+        except CodecError:
+            requests = {}
     side = PodSide(meta, is_reservation_ignored(labels), requests=requests)
     try:
         raw = annotations.get(RESERVATION_AFFINITY)
