@@ -29,7 +29,7 @@ from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodReques
 from allocator.runtime.events import EventSink
 from allocator.runtime.ledger import Placed
 from apis.extender import MAX_PRIORITY
-from apis.reservation_pod import RESERVATION_ALLOCATED, ReservationAllocated
+from apis.reservation_pod import RESERVATION_AFFINITY, RESERVATION_ALLOCATED, ReservationAllocated
 
 JSON = dict[str, Any]
 ELSEWHERE = Rejection(
@@ -67,7 +67,7 @@ class RoomSteering:
 
     def filter(self, pod: JSON, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
         book = self.book
-        if not book.entries:
+        if not book.entries and not _asks_for_one(pod):
             return None
         side = self.side(pod)
         if not self._involved(side):
@@ -167,7 +167,7 @@ class RoomSteering:
 
     def place(self, pod: JSON, req: PodRequest, node: str) -> Placed | Rejection | None:
         book = self.book
-        if not book.entries:
+        if not book.entries and not _asks_for_one(pod):
             return None
         side = self.side(pod)
         if side.ignored:
@@ -194,6 +194,11 @@ class RoomSteering:
         if side.required or side.error:
             return in_room(first) if first is not None else _nothing_matches(side, book.reasons(side))
         return None
+
+
+def _asks_for_one(pod: JSON) -> bool:
+    """The pod carries a reservation-affinity: it must land in a reservation, even with none yet."""
+    return RESERVATION_AFFINITY in ((pod.get("metadata") or {}).get("annotations") or {})
 
 
 def rejecting(verdicts: FilterVerdicts, more: dict[str, Rejection]) -> FilterVerdicts:
