@@ -2,7 +2,10 @@
 
 Exit status: 0 and the `device-allocated` annotation on stdout when the pod fits; 1 and the reason
 on stdout when it does not; 2 when an input cannot be read or decoded. `--explain` writes the
-candidate devices, their scores and the allocator's choices to stderr.
+candidate devices, their scores and the allocator's choices to stderr. `--reservation FILE` (any
+number) counts Reservations' rooms on the node (placing those not placed yet) and places the pod
+as bind would: from a room it owns, else beside them; --explain says which room was used or why
+none was.
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.request.usage import pod_usage
+from allocator.core.reservation.on_node import Outcome, allocate_pod, hold_rooms
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
 from apis import keys
 from apis.documents import load_documents, single_object
 from apis.errors import CodecError, InputError
 from apis.quantity import Format, Quantity
+from apis.reservation import Reservation
+from apis.reservation_pod import RESERVATION_ALLOCATED, ReservationAllocated
 from apis.resources import KOORD, RESOURCE_DEVICE_TYPE
 from topoalloc.output import dump, output_option
 
@@ -109,6 +115,14 @@ def build_state(
     show_default=True,
     help="Device-level strategy (DeviceShareArgs.scoringStrategy.type).",
 )
+@click.option(
+    "--reservation",
+    "reservation_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="A Reservation on the node (repeatable): its room counts as used, and the pod takes from it "
+    "when it is an owner. One not placed yet is placed on this node first.",
+)
 @click.option("--explain", is_flag=True, help="Show the candidates, their scores and the choices on stderr.")
 @output_option("annotation", "the device-allocated annotation (or the reason)")
 @click.pass_context
@@ -119,6 +133,7 @@ def allocate(
     assigned_path: Path | None,
     node_path: Path | None,
     device_scoring: str,
+    reservation_paths: tuple[Path, ...],
     explain: bool,
     output: str,
 ) -> None:
@@ -133,6 +148,7 @@ def allocate(
         node = _object(_load(node_path, "node file"), node_path, "node file", "Node") if node_path else None
         assigned = _pods(_load(assigned_path, "assigned pods"), assigned_path) if assigned_path else []
         state, warnings = build_state(device, node, assigned)
+        reservations = [_reservation(path) for path in reservation_paths]
     except BadInput as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(EXIT_BAD_INPUT)
@@ -151,17 +167,33 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     scoring = DeviceScoring(device_scoring)
     notes: list[str] = []
-    result = allocate_devices(state, req, scoring=scoring, explain=notes)
+    if reservations:
+        rooms, room_warnings = hold_rooms(state, reservations, assigned, scoring=scoring)
+        for warning in room_warnings:
+            click.echo(f"warning: {warning}", err=True)
+        outcome = allocate_pod(state, pod, req, rooms, scoring=scoring)
+        notes = outcome.notes
+    else:
+        outcome = Outcome(allocate_devices(state, req, scoring=scoring, explain=notes))
+    result = outcome.result
     if explain:
         for line in explanation(state, req, scoring, result, notes):
             click.echo(line, err=True)
     if output != "annotation":
-        click.echo(dump(_result_data(state, result), output), nl=False)
+        click.echo(dump(_result_data(state, result, outcome, reservations), output), nl=False)
     elif isinstance(result, Rejection):
         click.echo(result.explained)
     else:
         click.echo(result.to_json())
     ctx.exit(EXIT_REJECTED if isinstance(result, Rejection) else EXIT_FITS)
+
+
+def _reservation(path: Path) -> Reservation:
+    obj = _object(_load(path, "reservation file"), path, "reservation file", "Reservation")
+    try:
+        return Reservation.from_dict(obj)
+    except CodecError as exc:
+        raise BadInput(f"reservation file ({path}): {exc}") from None
 
 
 # Domains of device resources: a name there that topoalloc does not know is most likely a typo of
@@ -196,16 +228,25 @@ def resource_typos(pod: dict[str, Any]) -> tuple[list[str], list[str]]:
     return typos, unknown
 
 
-def _result_data(state: NodeState, result: Allocation | Rejection) -> dict[str, Any]:
-    """What -o json|yaml prints: whether the pod fits, and the annotation or the reason."""
+def _result_data(
+    state: NodeState, result: Allocation | Rejection, outcome: Outcome, reservations: list[Reservation]
+) -> dict[str, Any]:
+    """What -o json|yaml prints: whether the pod fits, and the annotations or the reason."""
     if isinstance(result, Rejection):
         return {"node": state.name, "fits": False, "reason": result.explained, "code": result.code}
-    return {
+    annotations = {keys.DEVICE_ALLOCATED: result.to_json()}
+    if outcome.room:
+        uid = next((r.uid for r in reservations if r.name == outcome.room), "")
+        annotations[RESERVATION_ALLOCATED] = ReservationAllocated(outcome.room, uid).to_json()
+    out = {
         "node": state.name,
         "fits": True,
-        "annotations": {keys.DEVICE_ALLOCATED: result.to_json()},
+        "annotations": annotations,
         "allocation": json.loads(result.to_json()),
     }
+    if reservations:
+        out["reservation"] = outcome.room or None
+    return out
 
 
 def explanation(
