@@ -10,6 +10,8 @@ jobs:
     replicas: 2
     gang: true            # all members or none (label scheduling.x-k8s.io/pod-group: pretrain)
     at: 0.4               # arrives after 40% of the trace pods (default 0: before them, in file order)
+    reserveAhead: 200     # optional: a Reservation for it this many arrivals earlier (a gang, or
+                          # one replica; `topoalloc simulate` then reports the wait it saves)
     gpuModels: [H100-80GB-HBM3]   # required node affinity on node.koordinator.sh/gpu-model
     requests: {cpu: "96", memory: 1000Gi, nvidia.com/gpu: "8"}
     labels: {}            # optional; annotations: {} too (device hints, joint allocation, ...)
@@ -48,6 +50,7 @@ class Job:
     gang: bool
     at: float
     pod: dict[str, Any]  # template
+    reserve_ahead: int = 0  # arrivals between its Reservation and its arrival (0: none)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ def _job(item: Any, i: int) -> Job:
         "labels",
         "annotations",
         "pod",
+        "reserveAhead",
     }
     if unknown:
         raise TraceError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -91,6 +95,12 @@ def _job(item: Any, i: int) -> Job:
     if replicas < 1 or not 0.0 <= at <= 1.0:
         raise TraceError(f"{where}: replicas must be >= 1 and at within 0..1")
     gang = bool(item.get("gang", False))
+    try:
+        ahead = int(item.get("reserveAhead", 0))
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: reserveAhead must be a number of arrivals") from None
+    if ahead < 0 or (ahead and not gang and replicas != 1):
+        raise TraceError(f"{where}: reserveAhead must be >= 0, on a gang or a job of one replica")
     if "pod" in item:
         if "requests" in item:
             raise TraceError(f"{where}: give either requests or pod, not both")
@@ -113,7 +123,7 @@ def _job(item: Any, i: int) -> Job:
     if gang:
         meta = pod.setdefault("metadata", {})
         meta.setdefault("labels", {})[keys.POD_GROUP_LABEL] = name
-    return Job(name, replicas, gang, at, pod)
+    return Job(name, replicas, gang, at, pod, ahead)
 
 
 def load_workload(path: Path | str) -> Workload:
