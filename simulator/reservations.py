@@ -191,29 +191,33 @@ def run_reservations(
 def format_reservations(
     results: dict[str, list[JobSummary]], mean_lifetime: float, tick_seconds: float
 ) -> str:
-    seeds = len(next(iter(results.values()))[0].wait_with) if results and next(iter(results.values())) else 0
+    """Per policy and reserved job: in how many seeds the room was placed in time, how often the job
+    was placed at all and its mean wait (over the seeds it was placed) without and with the
+    Reservation, and the GPU-hours its room idled (mean over seeds)."""
+    first = next(iter(results.values()), [])
+    seeds = len(first[0].wait_with) if first else 0
     lines = [
         f"reserved jobs (lifetime exponential, mean {mean_lifetime:g} arrivals; a tick = one arrival = "
-        f"{tick_seconds:g} s; {seeds} seeds, means)",
-        f"{'policy':<12} {'job':<14} {'ahead':>6} {'in time':>8} {'wait without':>13} {'wait with':>10} "
-        f"{'saved':>8} {'GPU-hours idled':>16}",
+        f"{tick_seconds:g} s; {seeds} seeds; waits in ticks, mean over the seeds placed)",
+        f"{'policy':<12} {'job':<14} {'ahead':>6} {'in time':>8} {'placed without':>15} {'wait':>7} "
+        f"{'placed with':>12} {'wait':>7} {'GPU-hours idled':>16}",
     ]
     for policy, jobs in results.items():
         for s in jobs:
-            without, with_ = _mean(s.wait_without), _mean(s.wait_with)
-            saved = without - with_ if math.isfinite(without) and math.isfinite(with_) else math.nan
+            n = len(s.wait_with)
             idled = statistics.fmean(s.idle_gpu_ticks) * tick_seconds / 3600 if s.idle_gpu_ticks else 0.0
-            in_time = f"{s.in_time}/{len(s.wait_with)}"
             lines.append(
-                f"{policy:<12} {s.job:<14} {s.lead:>6} {in_time:>8} {_ticks(without):>13} "
-                f"{_ticks(with_):>10} {_ticks(saved):>8} {idled:16.1f}"
+                f"{policy:<12} {s.job:<14} {s.lead:>6} {f'{s.in_time}/{n}':>8} "
+                f"{_placed(s.wait_without):>15} {_mean_wait(s.wait_without):>7} "
+                f"{_placed(s.wait_with):>12} {_mean_wait(s.wait_with):>7} {idled:16.1f}"
             )
     return "\n".join(lines)
 
 
-def _mean(values: list[float]) -> float:
-    return statistics.fmean(values) if values and all(math.isfinite(v) for v in values) else math.inf
+def _placed(waits: list[float]) -> str:
+    return f"{sum(1 for w in waits if math.isfinite(w))}/{len(waits)}"
 
 
-def _ticks(value: float) -> str:
-    return "never" if math.isinf(value) else "-" if math.isnan(value) else f"{value:.1f}"
+def _mean_wait(waits: list[float]) -> str:
+    done = [w for w in waits if math.isfinite(w)]
+    return f"{statistics.fmean(done):.1f}" if done else "-"

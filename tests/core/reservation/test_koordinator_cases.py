@@ -11,10 +11,15 @@ the node here holds a pod with `used - allocated - remained` per GPU (clamped at
 Koordinator clamps) and the room's entry with `remained`. Every share below is in percent of one
 GPU (core, ratio and memory alike, as in every one of their cases).
 
-Converted: 11 of the 12 `tryAllocateFromReservation` cases, 2 of the 3 `allocateWithNominated`
-cases and the restore case. Left out: "pre-allocatable pod" (preAllocation is not served, see
-docs/compatibility.md) and "reserve pod without pre-allocation" (topoalloc places a Reservation
-itself; there is no reserve pod going through the allocation).
+Converted (15 of Koordinator's cases, 14 tests, all passing): 12 of the 13
+`tryAllocateFromReservation` cases, 2 of the 3 `allocateWithNominated` cases (the
+reservation-ignored pod; the normal pod without a reservation is the same plain choice as "no
+matched reservations" and shares its test) and the restore case. Left out: everything about
+pre-allocation (the "pre-allocatable pod" case, `Test_Plugin_RestoreReservationPreAllocation`,
+`Test_isDeviceAllocationsInclude`), which topoalloc does not serve (docs/compatibility.md R6), and
+"reserve pod without pre-allocation": topoalloc places a Reservation itself, so no reserve pod
+goes through the allocation (R1). Failures compare Koordinator's reason string with the
+rejection's `code` (the message is topoalloc's own sentence).
 """
 
 from __future__ import annotations
