@@ -172,7 +172,8 @@ def test_kustomizations_build(variant: str) -> None:
         check=True,
     ).stdout
     kinds = [d["kind"] for d in yaml.safe_load_all(out) if d]
-    assert kinds.count("CustomResourceDefinition") == 3 and "Deployment" in kinds  # Device, PodGroup, Reservation
+    # Device, PodGroup, Reservation
+    assert kinds.count("CustomResourceDefinition") == 3 and "Deployment" in kinds
     if variant == "secondary-scheduler":
         assert kinds.count("Deployment") == 2
     if variant == "cert-manager":
