@@ -10,13 +10,14 @@ import pytest
 
 from allocator.extender.cache_view import BindLedger, ExtenderCache
 from allocator.gang.cache_view import GangCache, GangLedger
+from allocator.reservations.cache_view import ReservationCache, RoomLedger
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import NOT_IN_CACHE, CoreAdapter
 from tests.extender.fakes import FakeExtenderCache
 from tests.gang.fakes import FakeGangCache
 
 # Each view, and the view of the ledger it reaches through `ledger`.
-VIEWS = [(ExtenderCache, BindLedger), (GangCache, GangLedger)]
+VIEWS = [(ExtenderCache, BindLedger), (GangCache, GangLedger), (ReservationCache, RoomLedger)]
 
 
 def misfits(obj: object, view: type) -> list[str]:
@@ -43,7 +44,7 @@ def _fake_extender() -> Any:
     return FakeExtenderCache(set(), lambda req, node: NOT_IN_CACHE)
 
 
-@pytest.mark.parametrize(("view", "ledger"), VIEWS, ids=["extender", "gang"])
+@pytest.mark.parametrize(("view", "ledger"), VIEWS, ids=["extender", "gang", "reservations"])
 def test_the_cluster_cache_fits_each_view(view: type, ledger: type) -> None:
     cache = ClusterCache(CoreAdapter())
     assert misfits(cache, view) == [] and isinstance(cache, view)
