@@ -129,11 +129,13 @@ class RoomBook:
         self.owners.set(name, res.owners)
         if res.deleting or res.phase in (rv.SUCCEEDED, rv.FAILED):
             self.release(name)
-        elif res.phase == rv.AVAILABLE and res.node and res.reserved is not None:
+        elif res.phase == rv.AVAILABLE and res.node:
+            # Placed (here or by another scheduler): no device-allocated means no devices held.
+            reserved = res.reserved if res.reserved is not None else DeviceAllocations({})
             entry.placed_here = False
             self.unwritten.discard(name)
-            if entry.room is None or entry.room.node != res.node or entry.room.reserved != res.reserved:
-                self.hold(name, res.node, res.reserved)
+            if entry.room is None or entry.room.node != res.node or entry.room.reserved != reserved:
+                self.hold(name, res.node, reserved)
         elif entry.room is not None and not entry.placed_here:
             self.release(name)  # Pending again (someone reset the status): placed anew
         self.version += 1

@@ -151,6 +151,8 @@ class ReservationController:
                 effects.extend(self._upkeep(entry, now))
             elif entry.room is not None and entry.placed_here:
                 effects.extend(self._publish_when_ready(entry, now))
+            elif not self._ours(res):
+                continue  # another scheduler's to place
             elif res.gang:
                 gangs.setdefault(res.gang, []).append(entry)
             else:
@@ -339,6 +341,11 @@ class ReservationController:
             self._priorities[name] = await writes.priority_value(self.api, name)
         value = self._priorities[name]
         return req if value is None else replace(req, priority=value)
+
+    def _ours(self, res: rv.Reservation) -> bool:
+        names = self.settings.scheduler_names
+        spec = res.template.get("spec") or {}
+        return not names or (spec.get("schedulerName") or "default-scheduler") in names
 
     def _may_preempt(self, entry: Entry) -> bool:
         spec = (entry.res.template.get("spec") if entry.res else None) or {}

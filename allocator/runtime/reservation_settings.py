@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -18,3 +18,7 @@ class ReservationSettings:
     # room is held meanwhile and given up when the victims are not gone within this many seconds.
     preemption: bool = True
     preemption_timeout: float = 300.0
+    # Only Reservations whose template names one of these schedulers (spec.schedulerName, default
+    # "default-scheduler") are placed here; empty places every one. Rooms placed by someone else
+    # (Available, with their devices written) are honoured either way.
+    scheduler_names: list[str] = field(default_factory=list)

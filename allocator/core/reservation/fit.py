@@ -23,17 +23,29 @@ from allocator.core.request.pod_request import PodRequest
 from allocator.core.reservation.room import is_room
 from apis import resources as rn
 
-_NO_LIMIT = 2**40
+_AMPLE = 2**61  # a node without rooms holding cpu or memory: kube-scheduler's to judge
 
 
-def _rooms_holding(state: NodeState) -> int:
-    return sum(1 for key, e in state.pods.items() if is_room(key) and (e.cpu_milli or e.memory))
+def _holds_rooms(state: NodeState) -> bool:
+    return any(is_room(key) and (e.cpu_milli or e.memory) for key, e in state.pods.items())
 
 
-ROOMS_HOLDING = Feature("rooms_holding_cpu_or_memory", _rooms_holding, raw=True)
-CPU_FREE = Feature("cpu_free_milli", lambda s: s.cpu_free_milli, raw=True)
-MEMORY_FREE = Feature("memory_free", lambda s: s.memory_free, raw=True)
-PODS_FREE = Feature("pod_slots_free", lambda s: s.allocatable.get(rn.PODS, _NO_LIMIT) - s.pod_count, raw=True)
+def _cpu_headroom(state: NodeState) -> int:
+    """Free cpu (milli) counting rooms, on nodes with rooms holding cpu or memory; -1 once the
+    pod slots are gone (every pod is short then)."""
+    if not _holds_rooms(state):
+        return _AMPLE
+    if state.allocatable.get(rn.PODS, _AMPLE) - state.pod_count < 1:
+        return -1
+    return state.cpu_free_milli
+
+
+def _memory_headroom(state: NodeState) -> int:
+    return state.memory_free if _holds_rooms(state) else _AMPLE
+
+
+CPU_HEADROOM = Feature("room_cpu_headroom", _cpu_headroom, raw=True)
+MEMORY_HEADROOM = Feature("room_memory_headroom", _memory_headroom, raw=True)
 
 
 def short_of_rooms(cluster: ClusterState, req: PodRequest, names: Sequence[str]) -> dict[str, Rejection]:
@@ -42,17 +54,12 @@ def short_of_rooms(cluster: ClusterState, req: PodRequest, names: Sequence[str])
     if not names:
         return {}
     table = cluster.table
-    slots = table.slots_of(names)
-    known = slots >= 0
-    at = np.where(known, slots, 0)
-    holding = known & (table.feature(ROOMS_HOLDING)[at] > 0)
-    if not holding.any():
-        return {}
-    short = holding & (
-        (table.feature(CPU_FREE)[at] < req.cpu_milli)
-        | (table.feature(MEMORY_FREE)[at] < req.memory)
-        | (table.feature(PODS_FREE)[at] < 1)
+    slots = table.slots_of(names)  # the filter's own lookup, remembered for it
+    at = np.where(slots >= 0, slots, 0)
+    short = (table.feature(CPU_HEADROOM)[at] < req.cpu_milli) | (
+        table.feature(MEMORY_HEADROOM)[at] < req.memory
     )
+    short &= slots >= 0
     if not short.any():
         return {}
     out = {}
