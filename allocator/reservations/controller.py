@@ -159,10 +159,14 @@ class ReservationController:
                 waiting.append(entry)
         for entry in waiting:
             effects.extend(await self._place([entry]))
-        for _gang, members in sorted(gangs.items()):
+        for gang, members in sorted(gangs.items()):
             size = members[0].res.gang_size if members[0].res else 1
-            if len(members) < size:
-                note = f"waiting for the gang's other reservations: {len(members)} of {size} exist"
+            # Members already holding room (placed before one of the others was re-created) count.
+            held = sum(
+                1 for e in book.entries.values() if e.room is not None and e.res and e.res.gang == gang
+            )
+            if len(members) + held < size:
+                note = f"waiting for the gang's other reservations: {len(members) + held} of {size} exist"
                 for m in members:
                     assert m.res is not None
                     effects.append(
