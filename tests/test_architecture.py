@@ -1,5 +1,5 @@
 """Imports run one way: apis <- agent; apis <- allocator.core <- allocator.runtime <- (allocator.extender,
-allocator.gang side by side); allocator.core <- simulator; allocator/assembly.py is the one module that
+allocator.gang, allocator.claims side by side, none importing another); allocator.core <- simulator; allocator/assembly.py is the one module that
 imports both the extender and the gang package (the extender defines the seam, `GangHooks`, and never
 imports allocator.gang; the gang package implements it structurally and never imports the extender).
 Only allocator/runtime/coreadapter.py reaches the core's cluster state (`allocator.core.cluster`).
@@ -79,6 +79,7 @@ FORBIDDEN = {
         "allocator.runtime",
         "allocator.extender",
         "allocator.gang",
+        "allocator.claims",
         "allocator.assembly",
         "simulator",
         "topoalloc",
@@ -90,6 +91,7 @@ FORBIDDEN = {
         "simulator",
         "allocator.extender",
         "allocator.gang",
+        "allocator.claims",
         "allocator.assembly",
         "topoalloc",
     ),
@@ -99,6 +101,7 @@ FORBIDDEN = {
         "agent",
         "simulator",
         "allocator.gang",
+        "allocator.claims",
         "allocator.assembly",
         "allocator.runtime.cache.store",
         "topoalloc",
@@ -110,6 +113,19 @@ FORBIDDEN = {
         "agent",
         "simulator",
         "allocator.extender",
+        "allocator.claims",
+        "allocator.assembly",
+        "allocator.runtime.cache.store",
+        "topoalloc",
+    ),
+    # DRA claim allocation builds on the runtime (cache records and its DRA part, hold ledger, API
+    # client, events, admission envelope) through its own cache view (claims/cache_view.py), knows
+    # neither the extender nor gang scheduling, and is plugged in by allocator/assembly.py.
+    "allocator/claims": (
+        "agent",
+        "simulator",
+        "allocator.extender",
+        "allocator.gang",
         "allocator.assembly",
         "allocator.runtime.cache.store",
         "topoalloc",
@@ -119,6 +135,7 @@ FORBIDDEN = {
         "allocator.runtime",
         "allocator.extender",
         "allocator.gang",
+        "allocator.claims",
         "allocator.assembly",
         "topoalloc",
         "kubernetes",
@@ -142,7 +159,7 @@ CORE_IO_MODULES = (
     "aiohttp",
 )
 # allocator.core's sub-packages, lowest first (`reasons` is a module at the core's root).
-CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang")
+CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang", "claims")
 
 # The product: what users install and run. It never imports tests/ or bench/.
 PRODUCT = ("agent", "apis", "allocator", "simulator", "topoalloc")

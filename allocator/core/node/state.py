@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from allocator.core.node.inventory import NodeInventory, build_inventory, summed_totals
 from allocator.core.request.pod_request import WHOLE_GPU, Resources
-from allocator.core.request.usage import PodUsage, pod_usage
+from allocator.core.request.usage import CLAIM_KEY_PREFIX, PodUsage, pod_usage
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
@@ -97,6 +97,7 @@ class NodeState:
         self.allocatable: dict[str, int] = dict(allocatable or {})
         self.version = 0
         self.pods: dict[str, PodEntry] = {}
+        self.claim_entries = 0  # entries of ResourceClaims among `pods` (not pods)
         self.used: dict[str, dict[int, dict[str, int]]] = {}
         self.vf_taken: dict[str, dict[int, set[str]]] = {}
         self.requested_cpu_milli = 0
@@ -180,6 +181,8 @@ class NodeState:
         """Count a pod's devices and requests here. Adding a key again replaces its old entry."""
         if key in self.pods:
             self._drop(self.pods.pop(key))
+        elif key.startswith(CLAIM_KEY_PREFIX):
+            self.claim_entries += 1
         used, vfs = _usage_of(allocations)
         entry = PodEntry(
             key,
@@ -220,6 +223,8 @@ class NodeState:
         entry = self.pods.pop(key, None)
         if entry is None:
             return False
+        if key.startswith(CLAIM_KEY_PREFIX):
+            self.claim_entries -= 1
         self._drop(entry)
         self._changed()
         return True
@@ -404,7 +409,7 @@ class NodeState:
 
     @property
     def pod_count(self) -> int:
-        return len(self.pods)
+        return len(self.pods) - self.claim_entries
 
     def free_vfs(self, dtype: str, minor: int) -> int:
         inv = self.inventory
