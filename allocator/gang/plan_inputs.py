@@ -11,10 +11,10 @@ from typing import Any
 from allocator.gang.cache_view import GangCache
 from allocator.gang.controller_state import Gang
 from allocator.gang.index import GangIndex, MemberPod
-from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import parse_duration
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.taints import admits, tolerations_of
 from apis import keys
 from apis import podgroup as pg
 from apis.errors import CodecError

@@ -9,8 +9,11 @@ keeps everything else that takes devices, per pod key, as a `Reservation`:
     bound or the gang drops the hold (allocator/gang/holds.py). Bind then takes the held devices,
     and asks `guard` (gang scheduling's `bind_refusal`, plugged in by allocator/assembly.py) whether
     it may bind the pod to that node at all.
-DRA claim allocations and Reservations (room held for pods not created yet) are the next entries
-this ledger will carry, beside these.
+  * a *claim hold* (`hold_claim`) holds the devices the claims controller chose for a
+    ResourceClaim (key `claim:<namespace>/<name>`) while it writes the claim's allocation, until the
+    watch shows the claim allocated (the cache drops the hold then: the claim's own entry counts)
+    or the controller drops it (the write failed).
+Reservations (room held for pods not created yet) are the next entries this ledger will carry.
 
 Every change of an entry is handed to `settle(key)` (the cache's: it makes the core count the
 pod's reservation, else its own entry). All methods are synchronous and the process runs one
@@ -152,6 +155,28 @@ class HoldLedger:
             annotation=allocations.to_json(),
             request=req,
             expires=math.inf,  # its holder releases it, not the TTL
+            holder=holder,
+        )
+        self._add(res)
+        return res
+
+    def hold_claim(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
+    ) -> Reservation | str:
+        """Hold devices for the ResourceClaim counted under `key` on `node` while its allocation is
+        written (no TTL: the cache or the holder ends it). `req` carries no cpu or memory: those are
+        the pod's, counted when it binds. Refused (the reason) while another entry holds the key."""
+        if key in self.reservations or node not in self.nodes:
+            return "the claim or its node is busy"
+        res = Reservation(
+            token=next(self._tokens),
+            key=key,
+            uid=uid,
+            node=node,
+            allocations=allocations,
+            annotation=allocations.to_json(),
+            request=req,
+            expires=math.inf,
             holder=holder,
         )
         self._add(res)

@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from allocator.runtime.cache.dra import DraStore
 from allocator.runtime.cache.records import (
     JSON,
     Assigned,
@@ -37,7 +38,7 @@ from allocator.runtime.cache.records import (
     pod_key,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, Kind
+from allocator.runtime.kube import DEVICES, DRA_KINDS, NODES, PODGROUPS, PODS, RESOURCECLAIMS, Kind
 from allocator.runtime.ledger import HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
@@ -79,6 +80,8 @@ class ClusterCache:
             metrics=metrics,
             clock=clock,
         )
+        # ResourceClaims (their devices count like a bound pod's), templates, classes, slices.
+        self.dra = DraStore(core, self.ledger, settle=self._sync_core, notify=self._notify)
 
     def _notify(self, kind: str, key: str, obj: JSON | None) -> None:
         for listener in self.listeners:
@@ -103,6 +106,8 @@ class ClusterCache:
             self._upsert(kind, obj)
 
     def _store(self, kind: Kind) -> dict[str, Any]:
+        if kind in DRA_KINDS:
+            return self.dra.store(kind.name)
         return {"Node": self.nodes, "Pod": self.pods, "Device": self.devices, "PodGroup": self.podgroups}[
             kind.name
         ]
@@ -110,13 +115,15 @@ class ClusterCache:
     @staticmethod
     def _key_of(kind: Kind, obj: JSON) -> str:
         meta = meta_of(obj)
-        if kind.name in (PODS.name, PODGROUPS.name):
+        if kind.name in (PODS.name, PODGROUPS.name, RESOURCECLAIMS.name, "ResourceClaimTemplate"):
             return pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         return meta.get("name") or ""
 
     def _upsert(self, kind: Kind, obj: JSON) -> None:
         name = kind.name
-        if name == NODES.name:
+        if kind in DRA_KINDS:
+            self.dra.upsert(name, self._key_of(kind, obj), obj)
+        elif name == NODES.name:
             self._upsert_node(obj)
         elif name == PODS.name:
             self._upsert_pod(obj)
@@ -129,7 +136,9 @@ class ClusterCache:
 
     def _delete(self, kind: Kind, key: str) -> None:
         name = kind.name
-        if name == NODES.name:
+        if kind in DRA_KINDS:
+            self.dra.delete(name, key)
+        elif name == NODES.name:
             if self.nodes.pop(key, None) is not None:
                 self.core.remove_node(key)
                 # The core forgot the node's pods; they are installed again if the Node returns.
@@ -187,6 +196,7 @@ class ClusterCache:
         problem = self.core.set_device(dev)
         if problem is not None:
             log.warning("Device %s: %s", name, problem.message)
+        self.dra.node_changed(name)
 
     # -- pods -----------------------------------------------------------------------------------------
 
@@ -255,6 +265,8 @@ class ClusterCache:
             want = (res.node, res.token, None)
         elif entry is not None and entry.usage is not None:
             want = (entry.node, 0, entry.usage)
+        elif (claimed := self.dra.usage(key)) is not None:
+            want = (claimed.node, 0, claimed)  # a ResourceClaim's devices
         target = self._target.get(key)
         if target is not None and (want is None or want[0] != target):
             self._by_node[target].discard(key)
@@ -275,8 +287,8 @@ class ClusterCache:
         if res is not None:
             self.core.assign_reservation(key, node, res.allocations, res.request)
         else:
-            assert entry is not None and entry.usage is not None
-            self.core.assign_usage(key, node, entry.usage)
+            assert installable[2] is not None
+            self.core.assign_usage(key, node, installable[2])
         self._assigned[key] = installable
 
     # == views ========================================================================================
@@ -297,9 +309,9 @@ class ClusterCache:
     def allocated_devices(self) -> Iterable[tuple[str, str, int]]:
         """(node, device type, devices with something allocated) for the metrics scrape."""
         taken: dict[tuple[str, str], set[int]] = defaultdict(set)
-        for key, (node, _token, _usage) in self._assigned.items():
+        for key, (node, _token, usage) in self._assigned.items():
             res = self.ledger.reservations.get(key)
-            allocs = res.allocations if res is not None else self.pods[key].allocations
+            allocs = res.allocations if res is not None else usage.allocations if usage else None
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)
         return [(node, dtype, len(minors)) for (node, dtype), minors in sorted(taken.items())]
