@@ -1,0 +1,441 @@
+"""The claims controller (leader only): gate, allocate, ungate; re-allocate; release.
+
+Every pass (woken by the watch cache, batched, and at least every `resyncPeriod`), per pending pod
+that names ResourceClaims:
+
+1. Gated (`topoalloc.io/dra`): once every claim exists, the claims topoalloc allocates are placed
+   together by the core (the node and the devices, pinned to the node of claims already allocated),
+   held in the hold ledger, each marked `topoalloc.io/allocated-by` and its status.allocation
+   written (results and a node selector), then the gate is removed; kube-scheduler binds at its
+   own speed. A claim that cannot be allocated as written, or a pod that fits nowhere now, stays
+   gated and holds nothing; an Event says why, and the pod is tried again with a growing pause
+   (at once when it changes). A write that fails rolls back the claims already written: nothing
+   is left half-allocated.
+2. Ungated but not bound, with PodScheduled=False/Unschedulable while claims topoalloc allocated
+   for it are not reserved: kube-scheduler could not place it on their node after all (another
+   filter). They are deallocated and allocated elsewhere at once, the failed node left out, with an
+   Event (clear and write are back to back; in between kube-scheduler's own allocator could act,
+   and then its allocation stands and counts).
+Then claims topoalloc allocated that nothing uses any more (not reserved, no pending pod names
+them, not made for a pod) are deallocated after `releaseAfter`.
+
+Decisions (place and hold) run synchronously, one pod after another, so two pods never get the same
+device; the writes of up to `concurrency` pods run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from allocator.claims.cache_view import ClaimsCache
+from allocator.claims.pod_claims import PodClaims, resolve
+from allocator.claims.writes import clear_allocation, mark, remove_gate, write_allocation
+from allocator.core.claims.place import NoPlacement
+from allocator.core.claims.solve import ClaimAnswer
+from allocator.core.request.claims import ClaimsRequest, translate
+from allocator.core.request.usage import claim_usage_key
+from allocator.runtime.coreadapter import CoreAdapter, Rejection
+from allocator.runtime.dra_settings import DraSettings
+from allocator.runtime.events import EventSink, PodRef
+from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.taints import admits, tolerations_of
+from apis import dra
+from apis.dra_claims import DeviceClass, ResourceClaim, claim_name, pod_claims
+from apis.errors import CodecError
+from apis.resources import TERMINAL_POD_PHASES
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+HOLDER = "claims"
+ACTION = "Allocating"
+
+
+@dataclass
+class _Retry:
+    uid: str
+    at: float  # monotonic time of the next try
+    pause: float
+    seen: tuple[Any, ...] = ()  # what the pod and its claims looked like at the last try
+
+
+@dataclass
+class _Moved:
+    """A pod whose claims were re-allocated: the nodes kube-scheduler refused, and the reason it
+    gave at the time (another re-allocation waits for a new reason or `reallocateAfter`)."""
+
+    uid: str
+    refused: set[str] = field(default_factory=set)
+    message: str = ""
+    at: float = 0.0
+
+
+class ClaimsController:
+    def __init__(
+        self,
+        *,
+        api: KubeApi,
+        cache: ClaimsCache,
+        core: CoreAdapter,
+        settings: DraSettings,
+        events: EventSink,
+        is_leader: Callable[[], bool],
+        synced: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.core = core
+        self.settings = settings
+        self.events = events
+        self.is_leader = is_leader
+        self.synced = synced
+        self.clock = clock
+        self.pending: set[str] = set()  # pod keys: unbound pods that name resource claims
+        self.passes = 0
+        self.allocated = 0  # pods whose claims this process allocated (tests, benchmarks)
+        self._wake = asyncio.Event()
+        self._busy: set[str] = set()  # pods whose writes are in flight
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(max(1, settings.concurrency))
+        self._retry: dict[str, _Retry] = {}
+        self._moved: dict[str, _Moved] = {}
+        self._unused: dict[str, float] = {}  # claim key -> when first seen allocated by us and unused
+        self._leading = False
+
+    # -- what the cache tells ----------------------------------------------------------------------
+
+    def observe(self, kind: str, key: str, obj: JSON | None) -> None:
+        if kind == "Pod":
+            spec = (obj or {}).get("spec") or {}
+            phase = ((obj or {}).get("status") or {}).get("phase")
+            if (
+                obj is not None
+                and spec.get("resourceClaims")
+                and not spec.get("nodeName")
+                and phase not in TERMINAL_POD_PHASES
+            ):
+                self.pending.add(key)
+            else:
+                self.pending.discard(key)
+                self._retry.pop(key, None)
+                self._moved.pop(key, None)
+        elif kind not in (
+            "ResourceClaim",
+            "ResourceClaimTemplate",
+            "DeviceClass",
+            "ResourceSlice",
+            "Node",
+            "Device",
+        ):
+            return
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- loop --------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.settings.resync_period):
+                    await self._wake.wait()
+                await asyncio.sleep(self.settings.batch_delay)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if not (self.is_leader() and self.synced()):
+                if self._leading:
+                    self.step_down()
+                continue
+            self._leading = True
+            try:
+                self.reconcile_all()
+            except Exception:  # a bug in one pass must not stop claim allocation for good
+                log.exception("claims controller pass failed")
+
+    def step_down(self) -> None:
+        """Leadership lost: hold nothing; writes in flight finish (their claims are the new
+        leader's to see)."""
+        for key in [k for k, r in self.cache.ledger.reservations.items() if r.holder == HOLDER]:
+            if not any(key == claim_usage_key(b) for b in self._busy):
+                self.cache.ledger.drop_hold(key, force=True)
+        self._retry.clear()
+        self._moved.clear()
+        self._unused.clear()
+        self._leading = False
+
+    async def drain(self) -> None:
+        """Wait for the writes in flight (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def reconcile_all(self) -> None:
+        self.passes += 1
+        now = self.clock()
+        next_at = math.inf
+        referenced: set[str] = set()
+        for key in sorted(self.pending):
+            entry = self.cache.pods.get(key)
+            pod = entry.raw if entry is not None else None
+            if pod is None or entry is None or entry.node or entry.deleting:
+                continue
+            claims = resolve(pod, self.cache.dra)
+            referenced.update(c.key for c in (*claims.todo, *claims.allocated))
+            if key in self._busy:
+                continue
+            retry = self._retry.get(key)
+            waiting = retry is not None and retry.uid == entry.uid and retry.at > now
+            if retry is not None and waiting and retry.seen == self._fingerprint(key):
+                next_at = min(next_at, retry.at)
+                continue
+            if dra.SCHEDULING_GATE in _gates(pod):
+                self._gated(key, pod, claims, now)
+            else:
+                self._ungated(key, pod, claims, now)
+        self._release_unused(referenced, now)
+        if next_at < math.inf:
+            asyncio.get_running_loop().call_at(
+                asyncio.get_running_loop().time() + max(0.0, next_at - now), self._wake.set
+            )
+
+    # -- 1. gated pods --------------------------------------------------------------------------------
+
+    def _gated(self, key: str, pod: JSON, claims: PodClaims, now: float) -> None:
+        ref = PodRef.of(pod)
+        if claims.waiting:
+            return  # kube-controller-manager makes the claims; their events wake us
+        if claims.refused:
+            self.events.warn(ref, "DRAClaimRefused", ACTION, claims.refused)
+            self._backoff(key, pod, now)
+            return
+        if not claims.todo:
+            note = "; ".join(claims.left) if claims.left else "its claims are allocated"
+            self._spawn(key, self._ungate(key, pod, note))
+            return
+        decided = self._decide(pod, claims.todo, claims.pinned, set())
+        if isinstance(decided, str):
+            self.events.warn(ref, "DRAAllocationFailed", ACTION, decided)
+            self._backoff(key, pod, now)
+            return
+        self._retry.pop(key, None)
+        self._spawn(key, self._allocate(key, pod, claims.todo, decided, ungate=True))
+
+    def _decide(
+        self, pod: JSON, todo: list[ResourceClaim], pinned: str, refused: set[str]
+    ) -> ClaimAnswer | str:
+        """Place the claims and hold their devices; or why not (an Event's note)."""
+        classes = {k: v for k, v in self.cache.dra.classes.items() if isinstance(v, DeviceClass)}
+        creq = translate(self.core.request(pod), [(c.key, c.spec) for c in todo], classes)
+        if isinstance(creq, Rejection):
+            return creq.message
+        names = [pinned] if pinned else self._candidate_nodes(pod, refused)
+        got = self.core.place_claims(creq, names, self.cache.dra.published)
+        if isinstance(got, NoPlacement):
+            return got.summary() if got.rejections else "no node is in DRA mode"
+        problem = self._hold(todo, got, creq)
+        return problem or got
+
+    def _candidate_nodes(self, pod: JSON, refused: set[str]) -> list[str]:
+        tolerations = tolerations_of(pod)
+        out = []
+        for name in sorted(self.core.dra_nodes):
+            facts = self.cache.nodes.get(name)
+            if facts is None or name in refused or not admits(facts[2], tolerations):
+                continue
+            out.append(name)
+        return out
+
+    def _hold(self, todo: list[ResourceClaim], answer: ClaimAnswer, creq: ClaimsRequest) -> str:
+        # The pod's cpu and memory are its own, counted when it binds: a hold carries devices only.
+        req = replace(creq.pod, cpu_milli=0, memory=0, nonzero_cpu_milli=0, nonzero_memory=0)
+        held = []
+        for claim in todo:
+            key = claim_usage_key(claim.key)
+            got = self.cache.ledger.hold_claim(
+                key, claim.uid, answer.node, answer.usage[claim.key], req, HOLDER
+            )
+            if isinstance(got, str):
+                for k in held:
+                    self.cache.ledger.drop_hold(k, force=True)
+                return f"claim {claim.key}: {got}"
+            held.append(key)
+        return ""
+
+    async def _allocate(
+        self, key: str, pod: JSON, todo: list[ResourceClaim], answer: ClaimAnswer, *, ungate: bool
+    ) -> None:
+        ref = PodRef.of(pod)
+        written: list[tuple[ResourceClaim, str]] = []
+        try:
+            for claim in todo:
+                rv = await mark(self.api, claim, claim.resource_version)
+                rv = await write_allocation(self.api, claim, rv, answer.results[claim.key], answer.node)
+                written.append((claim, rv))
+        except ApiError as exc:
+            for claim, rv in written:
+                try:
+                    await clear_allocation(self.api, claim, rv)
+                except ApiError as undo:
+                    log.warning("rolling back the allocation of claim %s: %s", claim.key, undo)
+            for claim in todo:
+                self.cache.ledger.drop_hold(claim_usage_key(claim.key), force=True)
+            self.events.warn(ref, "DRAAllocationFailed", ACTION, f"writing the claims' allocation: {exc}")
+            self._backoff(key, pod, self.clock())
+            return
+        self.allocated += 1
+        devices = "; ".join(f"{k}: {', '.join(r.device for r in rs)}" for k, rs in answer.results.items())
+        self.events.record(
+            ref, "Normal", "DRAAllocated", ACTION, f"claims allocated on {answer.node} ({devices})"
+        )
+        if ungate:
+            await self._ungate(key, pod, "")
+
+    async def _ungate(self, key: str, pod: JSON, note: str) -> None:
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+        ok = await remove_gate(self.api, namespace, name, meta.get("uid") or "", _gates(pod))
+        if ok and note:
+            self.events.record(PodRef.of(pod), "Normal", "DRALeftToKubeScheduler", ACTION, note)
+        if not ok:
+            self._backoff(key, pod, self.clock())
+
+    # -- 2. ungated, refused where its claims are -----------------------------------------------------
+
+    def _ungated(self, key: str, pod: JSON, claims: PodClaims, now: float) -> None:
+        message = _unschedulable(pod)
+        if message is None or claims.refused:
+            return
+        ours = [c for c in claims.allocated if c.allocated_by_us and not c.reserved_for]
+        if not ours or len(ours) != len(claims.allocated) or claims.todo:
+            return  # not ours to move (or other claims pin the pod): kube-scheduler's to report
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        moved = self._moved.get(key)
+        if moved is None or moved.uid != uid:
+            moved = self._moved[key] = _Moved(uid)
+        elif moved.message == message and now - moved.at < self.settings.reallocate_after:
+            return
+        node = claims.pinned
+        moved.refused.add(node)
+        moved.message, moved.at = message, now
+        # What the pod can be placed against: these claims as if unallocated.
+        fresh = [replace(c, allocation=None) for c in ours]
+        decided = self._decide(pod, fresh, "", moved.refused)
+        ref = PodRef.of(pod)
+        if isinstance(decided, str):
+            self.events.warn(
+                ref, "DRAReallocationFailed", ACTION, f"kube-scheduler refused {node}: {decided}"
+            )
+            return
+        note = f"kube-scheduler could not place the pod on {node} ({message}); claims moved to {decided.node}"
+        self.events.warn(ref, "DRAReallocated", ACTION, note)
+        self._spawn(key, self._move(key, pod, ours, decided))
+
+    async def _move(self, key: str, pod: JSON, ours: list[ResourceClaim], answer: ClaimAnswer) -> None:
+        cleared = []
+        try:
+            for claim in ours:
+                rv = await clear_allocation(self.api, claim, claim.resource_version)
+                cleared.append(replace(claim, resource_version=rv, allocation=None))
+        except ApiError as exc:
+            log.warning("deallocating the claims of %s: %s", key, exc)
+            for claim in ours:
+                self.cache.ledger.drop_hold(claim_usage_key(claim.key), force=True)
+            return
+        await self._allocate(key, pod, cleared, answer, ungate=False)
+
+    # -- release --------------------------------------------------------------------------------------
+
+    def _release_unused(self, referenced: set[str], now: float) -> None:
+        holds = self.cache.ledger.reservations
+        unused = set()
+        for key, entry in self.cache.dra.claims.items():
+            c = entry.claim
+            if c is None or not c.allocated_by_us or c.reserved_for or c.deleting or c.owner_pod:
+                continue
+            if key in referenced or claim_usage_key(key) in holds:
+                continue
+            unused.add(key)
+            first = self._unused.setdefault(key, now)
+            if now - first >= self.settings.release_after and key not in self._busy:
+                self._spawn(key, self._release(c))
+        for key in [k for k in self._unused if k not in unused]:
+            del self._unused[key]
+
+    async def _release(self, claim: ResourceClaim) -> None:
+        try:
+            await clear_allocation(self.api, claim, claim.resource_version)
+            log.info("claim %s deallocated: nothing uses it", claim.key)
+        except ApiError as exc:
+            log.warning("deallocating unused claim %s: %s", claim.key, exc)
+        self._unused.pop(claim.key, None)
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _spawn(self, key: str, coro: Any) -> None:
+        self._busy.add(key)
+
+        async def run() -> None:
+            try:
+                async with self._slots:
+                    await coro
+            except Exception:
+                log.exception("claims controller: writes of %s failed", key)
+            finally:
+                self._busy.discard(key)
+                self._wake.set()
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"claims {key}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _fingerprint(self, key: str) -> tuple[Any, ...]:
+        """What a retry waits to change: the pod's version and its claims' versions."""
+        entry = self.cache.pods.get(key)
+        pod = entry.raw if entry is not None else None
+        if pod is None:
+            return ()
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        try:
+            names = [claim_name(ref) for ref in pod_claims(pod)]
+        except CodecError:
+            names = []
+        versions = []
+        for name in names:
+            entry = self.cache.dra.claims.get(f"{namespace}/{name}") if name else None
+            versions.append(entry.claim.resource_version if entry is not None and entry.claim else "")
+        classes = len(self.cache.dra.classes)
+        return (meta.get("resourceVersion"), tuple(versions), classes)
+
+    def _backoff(self, key: str, pod: JSON, now: float) -> None:
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        old = self._retry.get(key)
+        pause = self.settings.retry_initial
+        if old is not None and old.uid == uid:
+            pause = min(old.pause * 2, self.settings.retry_max)
+        self._retry[key] = _Retry(uid, now + pause, pause, self._fingerprint(key))
+
+
+def _gates(pod: JSON) -> list[str]:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return [g.get("name", "") for g in gates if isinstance(g, dict)]
+
+
+def _unschedulable(pod: JSON) -> str | None:
+    """kube-scheduler's message when it found no node for the pod (None otherwise)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return str(cond.get("message") or "")
+    return None
