@@ -45,7 +45,7 @@ image-push: image
 
 # Regenerate the kubelet gRPC stubs from agent/deviceplugin/proto/*.proto (a test checks they match).
 protos: $(STAMP)
-	$(BIN)/python -m agent.deviceplugin.proto.generate
+	$(BIN)/python -m agent.protogen
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

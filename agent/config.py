@@ -2,6 +2,7 @@
 
 Example file:
 
+    mode: device-plugin         # or dra (below)
     resyncSeconds: 10
     health:
       ignoredXids: [13, 31, 43, 45, 68, 109]
@@ -14,6 +15,20 @@ Example file:
     vfGroupLabels: {type: general}
     midTier:
       cpuThresholdRatio: 1.0
+    dra:
+      maxVfsPerNic: 8
+
+`mode` picks the node's device path (one node, one mode; the Node is labelled
+`topoalloc.io/device-mode=<mode>`):
+
+* `device-plugin` (the default): the Device CR, the Node's koordinator.sh/ extended resources and
+  kubelet's device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/rdma); pods ask
+  with extended resources and the allocator answers kube-scheduler as an extender.
+* `dra`: the Device CR (the allocator's topology source, what users inspect) and the node's
+  ResourceSlices for the DRA driver topoalloc.io, served to kubelet by the agent's DRA plugin; no
+  device plugin and no device extended resources on the Node. Pods ask with ResourceClaims
+  (docs/dra.md). `dra.maxVfsPerNic` bounds the SR-IOV VFs published per NIC (a slice holds at most
+  128 devices).
 """
 
 from __future__ import annotations
@@ -26,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from apis.documents import load_documents
+from apis.dra import MODE_DEVICE_PLUGIN, MODES
 from apis.partitions import GPUPartitionTable, parse_gpu_partitions
 
 # Application XIDs that say nothing about the GPU's health (the NVIDIA device plugin's default set):
@@ -75,7 +91,13 @@ class MidTierConfig:
 
 
 @dataclass
+class DraConfig:
+    max_vfs_per_nic: int = 8
+
+
+@dataclass
 class AgentConfig:
+    mode: str = MODE_DEVICE_PLUGIN  # apis.dra.MODES
     resync_seconds: float = 10.0
     # Load values in status are rounded so small wiggles do not rewrite the Device.
     utilization_quantum: int = 10  # percent
@@ -85,6 +107,7 @@ class AgentConfig:
     full_rescan_every: int = 30  # re-read static NVML facts every N resyncs
     health: HealthConfig = field(default_factory=HealthConfig)
     mid_tier: MidTierConfig = field(default_factory=MidTierConfig)
+    dra: DraConfig = field(default_factory=DraConfig)
     partition_rules: list[PartitionRule] = field(default_factory=list)
     vf_group_labels: dict[str, str] = field(default_factory=lambda: {"type": "general"})
     udev_source: str = "auto"  # "udev" | "kernel" | "auto" (udev when /run/udev/control exists)
@@ -96,6 +119,7 @@ class AgentConfig:
 
 
 _KEYS = {
+    "mode": "mode",
     "resyncSeconds": "resync_seconds",
     "utilizationQuantum": "utilization_quantum",
     "memoryQuantum": "memory_quantum",
@@ -154,6 +178,8 @@ def load_config(path: str | Path | None) -> AgentConfig:
             _apply(cfg.health, value or {}, "health")
         elif key == "midTier":
             _apply(cfg.mid_tier, value or {}, "midTier")
+        elif key == "dra":
+            _apply(cfg.dra, value or {}, "dra")
         elif key == "partitions":
             cfg.partition_rules = _rules(value or {})
         elif key in _KEYS:
@@ -170,7 +196,16 @@ def load_config(path: str | Path | None) -> AgentConfig:
             raise ConfigError(f"{path}: unknown key {key!r}")
     if cfg.udev_source not in ("auto", "udev", "kernel"):
         raise ConfigError(f"udevSource: expected auto, udev or kernel, got {cfg.udev_source!r}")
+    check_mode(cfg.mode)
+    if cfg.dra.max_vfs_per_nic < 0:
+        raise ConfigError(f"dra.maxVfsPerNic: expected 0 or more, got {cfg.dra.max_vfs_per_nic}")
     return cfg
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ConfigError(f"mode: expected {' or '.join(MODES)}, got {mode!r}")
+    return mode
 
 
 def _rules(data: dict[str, Any]) -> list[PartitionRule]:

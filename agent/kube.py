@@ -1,9 +1,9 @@
 """The few Kubernetes requests the agent makes, over the official `kubernetes` sync client.
 
-Devices go through `CustomObjectsApi`. Nodes and pods go through the same `ApiClient` (its
-configuration, authentication, TLS and `ApiException`s) as raw JSON: importing `CoreV1Api` and
-deserialising into its pydantic models would cost the agent about 20 MB of resident memory for
-objects it reads three fields of.
+Devices go through `CustomObjectsApi`. Nodes, pods and the DRA objects (ResourceSlices,
+ResourceClaims) go through the same `ApiClient` (its configuration, authentication, TLS and
+`ApiException`s) as raw JSON: importing `CoreV1Api` and deserialising into its pydantic models
+would cost the agent about 20 MB of resident memory for objects it reads three fields of.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import urllib3
@@ -20,10 +21,12 @@ from kubernetes.client import ApiClient
 from kubernetes.client.api.custom_objects_api import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from apis import dra
 from apis.device import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
+RESOURCE_API = f"/apis/{dra.API_VERSION}"
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = (5.0, 20.0)  # connect, read
 # What a failed request looks like: an HTTP error status, or no answer at all.
@@ -42,6 +45,14 @@ def api_client(kubeconfig: str | None) -> ApiClient:
     else:
         config.load_kube_config(client_configuration=configuration)
     return client.ApiClient(configuration)
+
+
+@dataclass
+class Outcome:
+    """What one publishing step did: whether it wrote, and the error that stopped it ("" if none)."""
+
+    wrote: bool = False
+    error: str = ""
 
 
 def status_of(exc: BaseException) -> int:
@@ -174,3 +185,21 @@ class Kube:
         return self.custom.replace_cluster_custom_object_status(
             GROUP, VERSION, PLURAL, name, body, _request_timeout=TIMEOUT
         )
+
+    # -- DRA --------------------------------------------------------------------------------
+    def list_resource_slices(self, node: str, driver: str) -> dict[str, Any]:
+        """The ResourceSlices of one driver on one node."""
+        selector = f"spec.nodeName={node},spec.driver={driver}"
+        return self._request("GET", f"{RESOURCE_API}/resourceslices", query=[("fieldSelector", selector)])
+
+    def create_resource_slice(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", f"{RESOURCE_API}/resourceslices", body=body)
+
+    def replace_resource_slice(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("PUT", f"{RESOURCE_API}/resourceslices/{name}", body=body)
+
+    def delete_resource_slice(self, name: str) -> None:
+        self._request("DELETE", f"{RESOURCE_API}/resourceslices/{name}")
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._request("GET", f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}")

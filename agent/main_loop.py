@@ -3,6 +3,10 @@
 Threads: the main loop (this), NVML's blocking event wait, the udev monitor, the pod watch (for
 mid-tier) and the health endpoint. They only ever set the loop's trigger; all discovery and
 publishing happens on the main loop, one pass at a time.
+
+The node's mode (`config.mode`, labelled on the Node) decides what besides the Device is published:
+in `device-plugin` mode the Node's extended resources and, when given, the device plugins; in `dra`
+mode the node's ResourceSlices (no device extended resources) and, when given, the DRA plugin.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from agent.config import AgentConfig
 from agent.discovery.device_health import NVML_UNAVAILABLE, EventWatcher, HealthBook
 from agent.discovery.discoverer import Discoverer, Snapshot
 from agent.discovery.hotplug import HotplugMonitor
+from agent.dra.slice_publisher import SlicePublisher
+from agent.dra.slices import pool_devices
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
 from agent.midtier.pod_watch import PodWatcher
 from agent.midtier.reclaimable import MidTier
@@ -32,12 +38,13 @@ from agent.publish.device_builder import (
     node_resources,
 )
 from agent.publish.publisher import Publisher
-from apis import keys, resources
+from apis import dra, keys, resources
 from apis.device import Condition, Device
 from apis.timestamps import format_time
 
-if TYPE_CHECKING:  # grpc is imported only when the device plugins run
+if TYPE_CHECKING:  # grpc is imported only when the device plugins or the DRA plugin run
     from agent.deviceplugin.service import DevicePluginService
+    from agent.dra.service import DraService
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,7 @@ class PassResult:
     extended: dict[str, str | None]
     errors: list[str] = field(default_factory=list)
     wrote: bool = False
+    pool: list[dict[str, Any]] = field(default_factory=list)  # dra mode: the ResourceSlices' devices
 
 
 def carry_over(previous: Device | None, device: Device, snap: Snapshot, now: float) -> Device:
@@ -96,7 +104,12 @@ class Agent:
         kube: Kube | None = None,
         clock: Callable[[], float] = time.time,
         device_plugins: DevicePluginService | None = None,
+        dra_plugin: DraService | None = None,
     ) -> None:
+        if config.mode == dra.MODE_DRA and device_plugins is not None:
+            raise ValueError("a node in dra mode serves no device plugins")
+        if config.mode != dra.MODE_DRA and dra_plugin is not None:
+            raise ValueError(f"a node in {config.mode} mode serves no DRA plugin")
         self.node_name = node_name
         self.config = config
         self.kube = kube
@@ -115,6 +128,9 @@ class Agent:
             if kube is not None
             else None
         )
+        self.slices = (
+            SlicePublisher(kube, node_name) if kube is not None and config.mode == dra.MODE_DRA else None
+        )
         self.mid = MidTier(config.mid_tier) if kube is not None and config.mid_tier.enabled else None
         self.pods: PodWatcher | None = None
         self.events: EventWatcher | None = None
@@ -132,11 +148,21 @@ class Agent:
         self.device_plugins = device_plugins
         if device_plugins is not None:
             device_plugins.attach(mid=self.mid, book=self.book)
+        # the kubelet DRA plugin: started after the first pass too; a registration with kubelet
+        # (which deletes a node's slices when it starts) has the slices checked at once
+        self.dra_plugin = dra_plugin
+        if dra_plugin is not None:
+            dra_plugin.on_registered = self._registered
 
     # -- triggers ---------------------------------------------------------------------------
     def request_resync(self, action: str = "", subsystem: str = "", path: str = "") -> None:
         if subsystem == "pci":
             self.discoverer.rescan_requested = True  # a GPU may have come or gone
+        self.trigger.set()
+
+    def _registered(self) -> None:
+        if self.slices is not None:
+            self.slices.mark_stale()
         self.trigger.set()
 
     # -- one pass ---------------------------------------------------------------------------
@@ -166,13 +192,22 @@ class Agent:
         device = build_device(snap, NodeRef(self.node_name, uid), self.config)
         device = carry_over(self._previous, device, snap, now)
         labels = node_labels(device)
+        labels[dra.MODE_LABEL] = self.config.mode
         extended = node_resources(device)
+        pool: list[dict[str, Any]] = []
+        if self.config.mode == dra.MODE_DRA:
+            extended = dict.fromkeys(extended)  # the devices are claimed through the slices
+            products = {g.minor: g.facts.name for g in snap.topology.gpus}
+            pool = pool_devices(device, products=products, max_vfs=self.config.dra.max_vfs_per_nic)
+        if self.dra_plugin is not None:
+            self.dra_plugin.update(device)
+            self.dra_plugin.start()
         if self.device_plugins is not None:
             self.device_plugins.update(device)
             self.device_plugins.start()
             for name in self.device_plugins.resources:
                 extended.pop(name, None)  # kubelet owns the resources a plugin serves
-        result = PassResult(snap, device, labels, extended)
+        result = PassResult(snap, device, labels, extended, pool=pool)
         if self.publisher is not None:
             if not uid:
                 result.errors.append(f"Node {self.node_name} not readable: Device not written (no owner UID)")
@@ -184,6 +219,11 @@ class Agent:
                 else:
                     self._previous = device
                     self.published_once = True
+                if self.slices is not None:
+                    out = self.slices.publish(pool, uid)
+                    result.wrote |= out.wrote
+                    if out.error:
+                        result.errors.append(out.error)
             extended.update(self._mid_tier())
             out = self.publisher.publish_node(labels, extended)
             result.wrote |= out.wrote
@@ -265,7 +305,7 @@ class Agent:
 
     def shutdown(self) -> None:
         self.stopping.set()
-        for worker in (self.events, self.hotplug, self.pods, self.device_plugins):
+        for worker in (self.events, self.hotplug, self.pods, self.device_plugins, self.dra_plugin):
             if worker is not None:
                 worker.stop()
         if self.events is not None and self.events.is_alive():
@@ -298,5 +338,7 @@ class Agent:
             "gpus": len(snap.topology.gpus) if snap else 0,
             "rdma": len(snap.topology.nics) if snap else 0,
             "hotplug": (self.hotplug.error or "listening") if self.hotplug else "off",
+            "mode": self.config.mode,
             "devicePlugin": self.device_plugins.state() if self.device_plugins else "off",
+            "draPlugin": self.dra_plugin.state() if self.dra_plugin else "off",
         }

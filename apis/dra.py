@@ -5,8 +5,9 @@ pool named after the node. Because GPUs and NICs come from the same driver, the 
 share (`pcieSwitch`, `socket`, and the standard `resource.kubernetes.io/pcieRoot` and `numaNode`)
 have one fully-qualified name for both kinds, so a claim's `matchAttribute` aligns a GPU with its
 NIC. Device names are DNS labels that encode the device: `gpu-<minor>`, `rdma-<minor>`,
-`rdma-<minor>-vf-<vf minor>`, so the allocator maps a slice's device back to the node's Device CR
-(its topology source) without reading the slice.
+`rdma-<minor>-vf-<vf>`, so the allocator maps a slice's device back to the node's Device CR
+(its topology source) without reading the slice. `<vf>` is the VF's index among its NIC's VFs as
+the Device CR lists them (`nic_vfs`): koordlet and topoalloc's agent both write VF minors as -1.
 
 Attribute names without a domain belong to the driver's domain (`topoalloc.io/<name>` in a
 `matchAttribute`, `device.attributes["topoalloc.io"].<name>` in CEL).
@@ -18,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from apis.device import Device, DeviceInfo
 from apis.resources import DeviceType
 
 GROUP: Final = "resource.k8s.io"
@@ -53,14 +55,22 @@ ATTR_NVLINK_DOMAIN: Final = "nvlinkDomain"
 ATTR_PCIE_SWITCH: Final = "pcieSwitch"
 ATTR_SOCKET: Final = "socket"
 ATTR_PF: Final = "pf"  # on a VF: the name of its NIC's device
+# On NICs (PFs), from the Device CR's labels, for CEL selectors (e.g. InfiniBand only).
+ATTR_IBDEV: Final = "ibdev"
+ATTR_NETDEV: Final = "netdev"
+ATTR_LINK_LAYER: Final = "linkLayer"
+ATTR_SPEED_GBPS: Final = "speedGbps"
 CAPACITY_MEMORY: Final = "memory"
+
+
+PARTITION_PREFIX: Final = "nvlinkPartition"
 
 
 def partition_attribute(size: int) -> str:
     """`nvlinkPartition4`: on a GPU, the id of the partition of `size` GPUs it belongs to in the
     node's partition table, so `matchAttribute: topoalloc.io/nvlinkPartition4` keeps a 4-GPU
     claim inside one NVLink partition."""
-    return f"nvlinkPartition{size}"
+    return f"{PARTITION_PREFIX}{size}"
 
 
 def qualified(name: str) -> str:
@@ -124,3 +134,23 @@ def parse_device_name(name: str) -> DeviceName | None:
     if m.group(3) is None:
         return DeviceName(TYPE_RDMA, int(m.group(2)))
     return DeviceName(TYPE_RDMA_VF, int(m.group(2)), int(m.group(3)))
+
+
+def nic_vfs(nic: DeviceInfo) -> list[str]:
+    """A NIC's VF addresses in the order its Device CR lists them (groups, then their VFs): the
+    `<vf>` of a device name `rdma-<minor>-vf-<vf>` indexes this list."""
+    return [vf.bus_id for group in nic.vf_groups for vf in group.vfs]
+
+
+def find_device(device: Device, name: DeviceName) -> tuple[DeviceInfo, str | None] | None:
+    """The Device CR entry a slice device name stands for, with the VF's address for a VF; None
+    when the node has no such device (or the NIC no such VF)."""
+    info = next((d for d in device.devices if d.type == name.device_type and d.minor == name.minor), None)
+    if info is None:
+        return None
+    if name.type != TYPE_RDMA_VF:
+        return info, None
+    vfs = nic_vfs(info)
+    if name.vf is None or not 0 <= name.vf < len(vfs) or not vfs[name.vf]:
+        return None
+    return info, vfs[name.vf]

@@ -50,6 +50,7 @@ FORBIDDEN = {
         "kubernetes",
         "agent.fixtures",
         "agent.deviceplugin",
+        "agent.dra",
     ),
     "agent/publish": (
         "agent.midtier",
@@ -57,6 +58,7 @@ FORBIDDEN = {
         "agent.healthz",
         "agent.fixtures",
         "agent.deviceplugin",
+        "agent.dra",
     ),
     "agent/midtier": (
         "agent.discovery",
@@ -65,11 +67,27 @@ FORBIDDEN = {
         "agent.healthz",
         "agent.fixtures",
         "agent.deviceplugin",
+        "agent.dra",
     ),
     # The device plugins take the Device the main loop built and the health book / mid-tier it owns
     # (for the checkpoint); they never drive discovery or publishing. Discovery, publishing and
     # mid-tier know nothing of them (main_loop names them only for type checking).
-    "agent/deviceplugin": ("agent.main_loop", "agent.healthz", "agent.publish", "agent.fixtures"),
+    "agent/deviceplugin": (
+        "agent.main_loop",
+        "agent.healthz",
+        "agent.publish",
+        "agent.fixtures",
+        "agent.dra",
+    ),
+    # dra mode likewise: its slices and its kubelet plugin are built from the Device the main loop
+    # built; the two kubelet plugins share only agent/{checkpoint,unix_grpc,container_devices}.py.
+    "agent/dra": (
+        "agent.main_loop",
+        "agent.healthz",
+        "agent.publish",
+        "agent.fixtures",
+        "agent.deviceplugin",
+    ),
     # What every test area shares (fake API server, control plane, kubelet, machines) builds on the
     # product only, never on one area's tests or harness. topoalloc/commands and bench/ sit on top of
     # everything and may import all of it (the commands lazily, see topoalloc/cli.py).

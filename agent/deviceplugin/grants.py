@@ -12,17 +12,16 @@ the SR-IOV network device plugin's convention that SR-IOV CNI and Multus read.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, pcidevice_env
 from agent.deviceplugin.cdi import CdiRegistry
 from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError
 from agent.deviceplugin.inventory import Inventory
 from agent.discovery.sysfs import Sysfs
 from apis import resources as rn
 
-GPU_CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 MIB = 1 << 20
 
 
@@ -38,11 +37,6 @@ class Grant:
     envs: dict[str, str] = field(default_factory=dict)
     devices: list[DeviceNode] = field(default_factory=list)
     cdi_devices: list[str] = field(default_factory=list)
-
-
-def pcidevice_env(resource: str) -> str:
-    """`koordinator.sh/rdma` -> `PCIDEVICE_KOORDINATOR_SH_RDMA`."""
-    return "PCIDEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", resource).upper()
 
 
 class GrantBuilder:
@@ -82,7 +76,7 @@ class GrantBuilder:
             grant.cdi_devices = names
             grant.envs["NVIDIA_VISIBLE_DEVICES"] = "void"
         else:
-            grant.devices = [self._node(f"nvidia{g.minor}") for g in gpus]
+            grant.devices = [self._node(gpu_node(g.minor)) for g in gpus]
             grant.devices += [self._node(c) for c in GPU_CONTROL_DEVICES if (self.dev_root / c).exists()]
             grant.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
         if resource == rn.GPU_CORE:
@@ -98,24 +92,12 @@ class GrantBuilder:
                 grant.envs["CUDA_DEVICE_SM_LIMIT"] = str(first.value())
         return grant
 
-    def uverbs_by_function(self) -> dict[str, list[str]]:
-        """PCI function -> its `uverbsN` char devices. Each `class/infiniband_verbs/uverbsN` links to
-        `<PCI function>/infiniband_verbs/uverbsN`, for VFs as for PFs."""
-        out: dict[str, list[str]] = {}
-        for name in self.sysfs.listdir("class/infiniband_verbs"):
-            target = self.sysfs.resolve(f"class/infiniband_verbs/{name}")
-            if name.startswith("uverbs") and target is not None and target.parent.name == "infiniband_verbs":
-                out.setdefault(target.parent.parent.name, []).append(name)
-        for verbs in out.values():
-            verbs.sort(key=lambda n: int(n[6:]) if n[6:].isdigit() else 0)
-        return out
-
     def _rdma(self, resource: str, exp: ContainerExpectation) -> Grant:
-        grant = Grant(devices=[self._node("infiniband/rdma_cm")])
+        grant = Grant(devices=[self._node(RDMA_CM)])
         functions: list[str] = []
         for entry, pf in zip(exp.entries, exp.bases, strict=True):
             functions.extend([vf.bus_id for vf in entry.vfs] or [pf])
-        by_function = self.uverbs_by_function()
+        by_function = self.sysfs.uverbs_by_function()
         for bdf in functions:
             verbs = by_function.get(bdf, [])
             if not verbs:

@@ -9,10 +9,8 @@ admission error.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from agent.deviceplugin.grants import Grant
 from agent.deviceplugin.inventory import PluginDevice
 from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2 as pb
 from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from agent.unix_grpc import UnixGrpcServer
 
 log = logging.getLogger(__name__)
 
@@ -137,43 +136,17 @@ def socket_name(resource: str) -> str:
     return "topoalloc-" + resource.replace("/", "-") + ".sock"
 
 
-class PluginServer:
+class PluginServer(UnixGrpcServer):
     """The gRPC server of one resource's plugin on `<dir>/<socket_name>`."""
 
     def __init__(self, resource: str, directory: Path, admission: Admission, devices: DeviceList) -> None:
         self.resource = resource
-        self.path = directory / socket_name(resource)
         self.servicer = DevicePluginServicer(resource, admission, devices)
-        self._server: grpc.Server | None = None
-        self.inode = 0
-
-    def start(self) -> None:
-        self.stop()
-        if self.path.exists() or self.path.is_symlink():
-            self.path.unlink()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dp"))
-        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
-        server.add_insecure_port(f"unix://{self.path}")
-        server.start()
-        self._server = server
-        self.inode = os.stat(self.path).st_ino
-
-    def alive(self) -> bool:
-        """Serving, and our socket file is still the one in the directory (kubelet deletes them)."""
-        try:
-            return self._server is not None and os.stat(self.path).st_ino == self.inode
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(grace=0.5).wait(2.0)
-            self._server = None
-            try:
-                if os.stat(self.path).st_ino == self.inode:
-                    self.path.unlink()
-            except OSError:
-                pass
+        super().__init__(
+            directory / socket_name(resource),
+            lambda server: pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server),
+            name="dp",
+        )
 
 
 def register(kubelet_socket: Path, endpoint: str, resource: str, timeout: float = 5.0) -> None:

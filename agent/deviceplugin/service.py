@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.deviceplugin import checkpoint
+from agent import checkpoint
+from agent.checkpoint import DEFAULT_STATE_DIR
 from agent.deviceplugin.admission import Admission, Refused, ServedPod
 from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
 from agent.deviceplugin.crosscheck import CrossChecker, CrossCheckLoop
@@ -30,7 +31,6 @@ from apis.device import Device
 log = logging.getLogger(__name__)
 
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-DEFAULT_STATE_DIR = "/var/lib/topoalloc"
 
 
 @dataclass

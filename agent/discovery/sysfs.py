@@ -230,6 +230,18 @@ class Sysfs:
                 out.setdefault(ibdev, []).append(name)
         return out
 
+    def uverbs_by_function(self) -> dict[str, list[str]]:
+        """PCI function -> its `uverbsN` char devices. Each `class/infiniband_verbs/uverbsN` links to
+        `<PCI function>/infiniband_verbs/uverbsN`, for VFs as for PFs."""
+        out: dict[str, list[str]] = {}
+        for name in self.listdir("class/infiniband_verbs"):
+            target = self.resolve(f"class/infiniband_verbs/{name}")
+            if name.startswith("uverbs") and target is not None and target.parent.name == "infiniband_verbs":
+                out.setdefault(target.parent.parent.name, []).append(name)
+        for verbs in out.values():
+            verbs.sort(key=lambda n: int(n[6:]) if n[6:].isdigit() else 0)
+        return out
+
     def rdma_port(self, ibdev: str, port: str) -> RdmaPort:
         base = f"class/infiniband/{ibdev}/ports/{port}"
         rate = self.read(f"{base}/rate") or ""

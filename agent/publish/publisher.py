@@ -13,10 +13,9 @@ import copy
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from agent.kube import TRANSPORT_ERRORS, Kube, Outcome, short_error, status_of
 from agent.publish.device_builder import device_object
 from apis.device import Device
 from apis.timestamps import format_time
@@ -24,12 +23,6 @@ from apis.timestamps import format_time
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 3
-
-
-@dataclass
-class Outcome:
-    wrote: bool = False
-    error: str = ""
 
 
 def _health_view(status: dict[str, Any]) -> Any:

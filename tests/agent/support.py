@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,20 @@ def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+class AgentLoop:
+    """An Agent's main loop running on a thread (no hot-plug) until `stop`."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=agent.run, args=(self._stop,), kwargs={"hotplug": False})
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+        assert not self._thread.is_alive()
 
 
 def fixture_dir(name: str) -> Path:

@@ -28,10 +28,13 @@ def test_config_file_overrides_defaults(tmp_path: Path) -> None:
                 "midTier": {"cpuThresholdRatio": 0.5, "prodPriorityMin": 8000},
                 "vfGroupLabels": {"type": "rdma-vf"},
                 "partitions": {"rules": [{"model": "H100.*", "policy": "Prefer"}]},
+                "mode": "dra",
+                "dra": {"maxVfsPerNic": 2},
             }
         )
     )
     cfg = load_config(path)
+    assert cfg.mode == "dra" and cfg.dra.max_vfs_per_nic == 2
     assert cfg.resync_seconds == 5.0
     assert cfg.health.ignored_xids == (13, 43) and cfg.health.xid_hold_seconds == 30.0
     assert cfg.mid_tier.cpu_threshold_ratio == 0.5 and cfg.mid_tier.prod_priority_min == 8000
@@ -51,6 +54,9 @@ def test_config_file_overrides_defaults(tmp_path: Path) -> None:
         {"resyncSeconds": "abc"},
         {"health": {"ignoredXids": ["a"]}},
         {"health": {"ignoredXids": 5}},
+        {"mode": "kubelet"},
+        {"dra": {"maxVfsPerNic": -1}},
+        {"dra": {"maxVfs": 1}},
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path: Path, content: dict) -> None:
@@ -98,6 +104,31 @@ def test_once_print_outputs_the_device_then_the_node_patch() -> None:
     assert docs[1]["status"]["allocatable"]["koordinator.sh/rdma"] == "800"
     assert docs[1]["metadata"]["labels"][keys.GPU_MODEL] == "H100-80GB-HBM3"
     assert "nvidia.com/gpu" not in docs[1]["status"]["capacity"]  # the device plugin's
+
+
+def test_once_print_in_dra_mode_adds_the_resource_slices() -> None:
+    args = ["agent", "--once", "--print", "--fixture", str(FIXTURES / "dgx-h100"), "--node-name", "gpu-17"]
+    result = CliRunner().invoke(main, [*args, "--mode", "dra"])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs] == ["Device", "Node", "ResourceSlice"]
+    assert docs[1]["metadata"]["labels"]["topoalloc.io/device-mode"] == "dra"
+    assert docs[1]["status"]["allocatable"] == {}  # no device resources: the slices say it
+    assert docs[2]["spec"]["pool"]["name"] == "gpu-17" and len(docs[2]["spec"]["devices"]) == 48
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--mode", "dra", "--device-plugin"], "a node in dra mode serves no device plugins"),
+        (["--mode", "device-plugin", "--dra-plugin"], "a node in device-plugin mode serves no DRA plugin"),
+        (["--mode", "kubelet"], "'kubelet' is not one of"),
+    ],
+)
+def test_a_mode_and_the_other_modes_plugin_are_refused(flags: list[str], error: str) -> None:
+    args = ["agent", "--once", "--print", "--fixture", str(FIXTURES / "dgx-h100")]
+    result = CliRunner().invoke(main, [*args, *flags])
+    assert result.exit_code == 2 and error in result.output, result.output
 
 
 def test_inspect_prints_the_matrix_from_a_file(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from agent.fixtures.loader import Fixture
 from agent.kube import Kube
 from agent.main_loop import Agent
 from tests.agent.deviceplugin.rig import exercise_device_plugins
+from tests.agent.dra.rig import exercise_dra
 from tests.agent.support import FIXTURES, REPO
 
 DIR = REPO / "daemonset"
@@ -90,7 +91,20 @@ def test_daemonset_wiring(tmp_path: Path) -> None:
         "readOnly"
     )
     for cdi in ("/etc/cdi", "/var/run/cdi"):  # the default CDI roots, at the host's paths
-        assert host_of[cdi] == cdi and mounts[cdi]["readOnly"]
+        assert host_of[cdi] == cdi
+    assert mounts["/etc/cdi"]["readOnly"]
+    # the DRA plugin: its sockets where kubelet looks (at the host's paths: kubelet dials the DRA
+    # socket by the path the agent names), and its claims' CDI specs in a writable CDI root
+    assert (
+        host_of[flags["dra-registry-dir"]] == flags["dra-registry-dir"] == "/var/lib/kubelet/plugins_registry"
+    )
+    assert (
+        host_of[flags["dra-plugin-dir"]] == flags["dra-plugin-dir"] == "/var/lib/kubelet/plugins/topoalloc.io"
+    )
+    assert host_of[flags["dra-cdi-root"]] == flags["dra-cdi-root"] == "/var/run/cdi"
+    for flag in ("dra-registry-dir", "dra-plugin-dir", "dra-cdi-root"):
+        assert not mounts[flags[flag]].get("readOnly"), flag
+    assert cfg.mode == "device-plugin"  # the shipped default; dra is one line away
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
 
 
@@ -155,6 +169,7 @@ def test_cluster_role_grants_exactly_what_the_agent_uses(
         agent.shutdown()  # ends the pod watch: the fake logs a watch when its stream closes
     assert _wait_closed(server)
     exercise_device_plugins(server, fake_api_sync_client)  # refusal Event, pod list, annotation fix
+    exercise_dra(server, fake_api_sync_client)  # slices listed, written, deleted; a claim read
     used = set()
     for r in server.requests():
         m = _PATH.match(r.path)
@@ -201,6 +216,7 @@ def _admit(
         "userInfo": {"username": user},
         "resource": {"resource": resource},
         "name": name,
+        "operation": "CREATE" if old is None else "DELETE" if obj is None else "UPDATE",
     }
     if node:
         request["userInfo"]["extra"] = {"authentication.kubernetes.io/node-name": [node]}
@@ -258,6 +274,10 @@ def test_policy_limits_what_changes_on_the_node() -> None:
     old = _node(labels={"kubernetes.io/hostname": "a", "team": "x"})
     ok = _node(labels={"kubernetes.io/hostname": "a", "team": "x", gpu: "H100"})
     assert _admit(resource="nodes", obj=ok, old=old) == []
+    mode = _node(labels={"kubernetes.io/hostname": "a", "team": "x", "topoalloc.io/device-mode": "dra"})
+    assert _admit(resource="nodes", obj=mode, old=old) == []
+    other = _node(labels={"kubernetes.io/hostname": "a", "team": "x", "topoalloc.io/other": "x"})
+    assert _admit(resource="nodes", obj=other, old=old)
     relabel = _node(labels={"kubernetes.io/hostname": "a", "team": "y"})
     assert _admit(resource="nodes", obj=relabel, old=old)
     dropped = _node(labels={"kubernetes.io/hostname": "a"})
@@ -301,3 +321,32 @@ def test_policy_limits_the_agent_to_the_device_annotation_of_its_own_pods() -> N
     assert _admit(resource="pods", obj=_pod(annotations={key: "{}"}), old=old), "an annotation removed"
     assert _admit(resource="pods", obj=_pod(labels={"x": "y"}), old=_pod()), "a label"
     assert _admit(resource="pods", obj=_pod(image="evil"), old=_pod()), "the spec"
+
+
+def _slice(node: str = "a", driver: str = "topoalloc.io", pool: str | None = None) -> dict:
+    return {
+        "metadata": {"name": f"{node}-{driver}-0"},
+        "spec": {"driver": driver, "nodeName": node, "pool": {"name": pool or node, "generation": 1}},
+    }
+
+
+def test_policy_limits_the_agent_to_its_own_nodes_resource_slices() -> None:
+    mine = _slice()
+    assert _admit(resource="resourceslices", obj=mine, old=None) == []
+    assert _admit(resource="resourceslices", obj=mine, old=mine) == []
+    assert _admit(resource="resourceslices", obj=None, old=mine) == []
+    rule = "the agent may only write ResourceSlices of driver topoalloc.io for its own node and pool"
+    for case, obj, old in (
+        ("another node's slice", _slice("b"), None),
+        ("another driver's slice", _slice(driver="gpu.nvidia.com"), None),
+        ("a pool not named after the node", _slice(pool="b"), None),
+        ("moving a slice to another node", _slice("b"), mine),
+        ("taking over another node's slice", mine, _slice("b")),
+        ("deleting another driver's slice", None, _slice(driver="gpu.nvidia.com")),
+    ):
+        assert _admit(resource="resourceslices", obj=obj, old=old) == [rule], case
+    all_nodes = {
+        "metadata": {"name": "x"},
+        "spec": {"driver": "topoalloc.io", "allNodes": True, "pool": {"name": "a"}},
+    }
+    assert _admit(resource="resourceslices", obj=all_nodes, old=None) == [rule]

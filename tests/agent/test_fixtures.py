@@ -15,6 +15,7 @@ import yaml
 from agent.fixtures.composer import compose
 from agent.fixtures.topo_matrix import render
 from apis.device import Device
+from apis.dra import MODE_LABEL
 from tests.agent.support import FIXTURE_NAMES, FIXTURES, REPO, device_doc, golden, one_pass
 
 CRD = yaml.safe_load((REPO / "deploy/crds/devices.scheduling.koordinator.sh.yaml").read_text())
@@ -246,6 +247,8 @@ def test_cpu_only_node_publishes_an_empty_device_and_no_gpu_resources() -> None:
     assert not result.snapshot.nvml_available
     assert "Library Not Found" in result.snapshot.nvml_reason
     assert set(result.extended.values()) == {None}
+    # no GPU labels; only the mode the agent is configured for, whatever the node holds
+    assert result.labels.pop(MODE_LABEL) == "device-plugin"
     assert set(result.labels.values()) == {None}
 
 

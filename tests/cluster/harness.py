@@ -96,6 +96,7 @@ class ClusterEnv:
         kubectl = self.cp.kubectl
         kubectl("apply", "-k", str(REPO / "deploy" / "crds"))
         kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        kubectl("apply", "-k", str(REPO / "deploy" / "dra"))  # the DRA driver's DeviceClasses
         for path in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
             kubectl("apply", "-f", str(REPO / "daemonset" / path))
         for path in ("namespace.yaml", "rbac.yaml"):

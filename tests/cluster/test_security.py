@@ -25,7 +25,11 @@ OWN, OTHER = "sec-own", "sec-other"
 AGENT_USER = "system:serviceaccount:topoalloc-system:topoalloc-agent"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 FOREIGN = "the agent on node sec-own may only write its own Device and Node"
-NODE_RULE = "on the Node the agent may only change its node.koordinator.sh/gpu-* labels"
+NODE_RULE = (
+    "on the Node the agent may only change its node.koordinator.sh/gpu-* and topoalloc.io/device-mode labels"
+)
+SLICE_RULE = "the agent may only write ResourceSlices of driver topoalloc.io for its own node and pool"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 STATUS_RULE = (
     "on the Node's status the agent may only change koordinator.sh/ and kubernetes.io/mid- resources"
 )
@@ -99,6 +103,46 @@ def test_the_running_agent_never_hit_an_evaluation_error(cluster: ClusterEnv) ->
     for proc in cluster.agents:
         text = proc.process.text()
         assert "evaluation error" not in text and "Forbidden" not in text, proc.process.tail()
+
+
+def _slice(node: str, driver: str = "topoalloc.io", name: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{node}-{driver}-sec"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}],
+        },
+    }
+
+
+def test_own_mode_label_and_resource_slices_allowed(cluster: ClusterEnv, agent: Rest) -> None:
+    merge(agent, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": {"topoalloc.io/device-mode": "dra"}}})
+    made = agent.post(SLICES, _slice(OWN))
+    made["spec"]["devices"][0]["attributes"]["type"] = {"string": "rdma"}
+    agent.put(f"{SLICES}/{made['metadata']['name']}", made)
+    assert agent.get(SLICES, fieldSelector=f"spec.nodeName={OWN}")["items"]
+    agent.delete(f"{SLICES}/{made['metadata']['name']}")
+    merge(agent, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": {"topoalloc.io/device-mode": None}}})
+
+
+def test_other_nodes_and_drivers_resource_slices_denied(cluster: ClusterEnv, agent: Rest) -> None:
+    denied_by_policy(lambda: agent.post(SLICES, _slice(OTHER)), SLICE_RULE)
+    denied_by_policy(lambda: agent.post(SLICES, _slice(OWN, "gpu.nvidia.com")), SLICE_RULE)
+    theirs = cluster.cp.admin.post(SLICES, _slice(OTHER, name="sec-theirs"))
+    try:
+        # (a slice's node and pool are immutable: the API server refuses moving one before the policy)
+        changed = dict(theirs, spec=dict(theirs["spec"], devices=[]))
+        denied_by_policy(lambda: agent.put(f"{SLICES}/sec-theirs", changed), SLICE_RULE)
+        denied_by_policy(lambda: agent.delete(f"{SLICES}/sec-theirs"), SLICE_RULE)
+    finally:
+        cluster.cp.admin.delete(f"{SLICES}/sec-theirs")
+    # claims are read, never written
+    err = refused(lambda: agent.post("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", {}))
+    assert err.status == 403 and "cannot" in err.message, err.message
 
 
 # -- denied by the policy, with its message -----------------------------------------------------

@@ -81,6 +81,12 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     show_default=True,
     help="With --print: the Device and the Node patch as YAML documents, or as a JSON List.",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["device-plugin", "dra"]),
+    help="The node's device path (default: the config's `mode`, else device-plugin): "
+    "device-plugin (extended resources, kubelet device plugins) or dra (ResourceSlices, the DRA plugin).",
+)
 @click.option("--no-hotplug", is_flag=True, help="Do not listen for udev events.")
 @click.option(
     "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
@@ -117,10 +123,34 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     help="Where the agent sees the host's /dev (device nodes handed to containers are checked here).",
 )
 @click.option(
+    "--dra-plugin/--no-dra-plugin",
+    default=None,
+    help="In dra mode, serve kubelet's DRA plugin (prepare claims, write their CDI specs). Default: on, "
+    "except with --fixture (no kubelet there unless a test brings one).",
+)
+@click.option(
+    "--dra-registry-dir",
+    default="/var/lib/kubelet/plugins_registry",
+    show_default=True,
+    help="kubelet's plugin registration folder (the DRA plugin's registration socket).",
+)
+@click.option(
+    "--dra-plugin-dir",
+    default="/var/lib/kubelet/plugins/topoalloc.io",
+    show_default=True,
+    help="Folder of the DRA plugin's socket; kubelet dials this path, so it must be the host's.",
+)
+@click.option(
+    "--dra-cdi-root",
+    default="/var/run/cdi",
+    show_default=True,
+    help="Where the DRA plugin writes the CDI spec of each prepared claim.",
+)
+@click.option(
     "--state-dir",
     default="/var/lib/topoalloc",
     show_default=True,
-    help="Folder of the agent's checkpoint (served pods, mid-tier window, Xid history).",
+    help="Folder of the agent's checkpoints (served pods, mid-tier window, Xid history; prepared claims).",
 )
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug logging on stderr.")
 @click.pass_context
@@ -135,6 +165,7 @@ def agent(
     once: bool,
     print_only: bool,
     output: str,
+    mode: str | None,
     no_hotplug: bool,
     health_port: int | None,
     device_plugin: bool | None,
@@ -142,6 +173,10 @@ def agent(
     pod_resources_socket: str,
     cdi_roots: tuple[str, ...],
     dev_root: str,
+    dra_plugin: bool | None,
+    dra_registry_dir: str,
+    dra_plugin_dir: str,
+    dra_cdi_root: str,
     state_dir: str,
     verbose: int,
 ) -> None:
@@ -163,6 +198,13 @@ def agent(
         cfg.resync_seconds = resync
     if health_port is not None:
         cfg.health_port = health_port
+    if mode is not None:
+        cfg.mode = mode
+    dra_mode = cfg.mode == "dra"
+    if dra_mode and device_plugin:
+        raise click.UsageError("--device-plugin: a node in dra mode serves no device plugins")
+    if not dra_mode and dra_plugin:
+        raise click.UsageError(f"--dra-plugin: a node in {cfg.mode} mode serves no DRA plugin")
     if fixture is not None:
         try:
             fx = Fixture.load(fixture)
@@ -185,6 +227,10 @@ def agent(
         result = runner.run_once()
         runner.shutdown()
         docs = [device_object(result.device), node_patch_document(node_name, result.labels, result.extended)]
+        if result.pool:
+            from agent.dra.slices import pool_slices
+
+            docs += pool_slices(node_name, result.pool, 1)
         if output == "json":
             click.echo(dump({"apiVersion": "v1", "kind": "List", "items": docs}, "json"), nl=False)
         else:
@@ -194,9 +240,26 @@ def agent(
     from agent.kube import Kube, api_client
 
     kube = Kube(api_client(kubeconfig))
-    plugins = None
+    plugins = draplugin = None
     if device_plugin is None:
-        device_plugin = fixture is None
+        device_plugin = fixture is None and not dra_mode
+    if dra_plugin is None:
+        dra_plugin = fixture is None and dra_mode
+    if dra_plugin and not once:
+        from agent.dra.service import DraService, DraSettings
+
+        draplugin = DraService(
+            DraSettings(
+                registry_dir=dra_registry_dir,
+                plugin_dir=dra_plugin_dir,
+                cdi_root=dra_cdi_root,
+                dev_root=dev_root,
+                state_dir=state_dir,
+            ),
+            node_name=node_name,
+            sysfs_root=root,
+            kube=kube,
+        )
     if device_plugin and not once:
         from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS
         from agent.deviceplugin.service import DevicePluginService, DevicePluginSettings
@@ -210,7 +273,13 @@ def agent(
         )
         plugins = DevicePluginService(settings, node_name=node_name, sysfs_root=root, kube=kube)
     runner = Agent(
-        node_name=node_name, nvml=nvml, sysfs_root=root, config=cfg, kube=kube, device_plugins=plugins
+        node_name=node_name,
+        nvml=nvml,
+        sysfs_root=root,
+        config=cfg,
+        kube=kube,
+        device_plugins=plugins,
+        dra_plugin=draplugin,
     )
     if once:
         result = runner.run_once()

@@ -1,2 +1,2 @@
 """The kubelet's gRPC APIs (device plugin v1beta1, PodResources v1): the upstream .proto files and
-the Python stubs generated from them by `make protos` (see `generate.py`). Do not edit the stubs."""
+the Python stubs generated from them by `make protos` (`agent/protogen.py`). Do not edit the stubs."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from agent.main_loop import Agent
 from apis import keys
 from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
 from apis.quantity import Format, Quantity
-from tests.agent.support import FIXTURES
+from tests.agent.support import FIXTURES, AgentLoop
 from tests.support.fakeapi import FakeApiServer
 from tests.support.kubelet import StandInKubelet
 
@@ -87,8 +86,7 @@ class Rig:
     fx: Fixture | None = None
     kubelet: StandInKubelet | None = None
     fixture_dir: Path | None = None  # a private copy to change; default hw-fixtures/<fixture_name>
-    _stop: threading.Event | None = None
-    _loop: threading.Thread | None = None
+    _loop: AgentLoop | None = None
 
     def __post_init__(self) -> None:
         self.plugin_dir = self.root / "dp"
@@ -140,19 +138,15 @@ class Rig:
             kube=kube,
             device_plugins=plugins,
         )
-        self._stop = threading.Event()
-        self._loop = threading.Thread(target=self.agent.run, args=(self._stop,), kwargs={"hotplug": False})
-        self._loop.start()
+        self._loop = AgentLoop(self.agent)
         if wait and self.kubelet is not None:
             self.kubelet.wait_registered(list(wait_for))
         return self.agent
 
     def stop_agent(self) -> None:
-        if self._stop is not None and self._loop is not None:
-            self._stop.set()
-            self._loop.join(15)
-            assert not self._loop.is_alive()
-        self._stop = self._loop = None
+        if self._loop is not None:
+            self._loop.stop()
+        self._loop = None
 
     @property
     def plugins(self) -> DevicePluginService:

@@ -98,7 +98,7 @@ def test_gpu_and_vf_pairs_stay_paired_in_any_order(make_rig) -> None:
     second = rig.put_pod(
         "pair-4", request, allocated([gpu_entry(4, H100[4])], [rdma_entry(4, "0000:4f:00.0", "0000:4f:00.2")])
     )
-    verbs = rig.plugins.grants.uverbs_by_function()
+    verbs = rig.plugins.grants.sysfs.uverbs_by_function()
     got4 = kubelet.admit(second)["main"]
     got0 = kubelet.admit(first)["main"]
     assert got0[GPU].ids == [H100[0]] and got4[GPU].ids == [H100[4]]

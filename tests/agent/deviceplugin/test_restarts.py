@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agent import checkpoint
 from agent.config import MidTierConfig
-from agent.deviceplugin import checkpoint
 from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2 as pb
 from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from agent.deviceplugin.service import DevicePluginService, DevicePluginSettings

@@ -1,0 +1,192 @@
+"""NodePrepareResources and NodeUnprepareResources, independent of the gRPC version kubelet speaks.
+
+Prepare, per claim: a claim prepared before gets the same answer (its CDI spec rewritten if the
+runtime's folder lost it); otherwise the claim is read from the API (by namespace and name) and must
+be the one kubelet means (same UID) and allocated; of its results only topoalloc's in this node's
+pool count, each mapped to the node's current Device by its name (`apis.dra`). A device that is
+unknown, unhealthy or already prepared for another claim (the last guard against double use) fails
+the claim with an error naming it, never the call. The claim's CDI spec is written, and the new
+state checkpointed, before the answer goes out.
+
+Unprepare, per claim: forget it and remove its CDI spec; a claim never prepared here (or already
+unprepared, possibly by an earlier process) is a success.
+
+Calls are serialized: a prepare and an unprepare never interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.dra.cdi import CdiError, ClaimSpecs, Resolved, cdi_device_id
+from agent.dra.claims import ClaimDevice, ClaimError, ClaimRef, claim_devices
+from agent.dra.prepared import PreparedClaim, PreparedClaims, PreparedDevice
+from agent.kube import TRANSPORT_ERRORS, short_error, status_of
+from apis import dra
+from apis.device import Device
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """The answer for one claim: its devices, or an error."""
+
+    devices: list[PreparedDevice] = field(default_factory=list)
+    error: str = ""
+
+
+class Preparer:
+    def __init__(
+        self,
+        *,
+        node: str,
+        get_claim: Callable[[str, str], dict[str, Any]],
+        store: PreparedClaims,
+        specs: ClaimSpecs,
+    ) -> None:
+        self.node = node
+        self.get_claim = get_claim
+        self.store = store
+        self.specs = specs
+        self.device: Device | None = None  # the node's current Device (each discovery pass)
+        self._lock = threading.Lock()
+        self.refusals = 0
+
+    # -- prepare ----------------------------------------------------------------------------------
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, Prepared]:
+        with self._lock:
+            out: dict[str, Prepared] = {}
+            new: list[str] = []
+            for ref in claims:
+                try:
+                    claim = self._prepare_one(ref)
+                except (ClaimError, CdiError, OSError) as exc:
+                    self.refusals += 1
+                    message = str(exc) if not isinstance(exc, OSError) else f"claim {ref}: {exc}"
+                    log.warning("prepare refused: %s", message)
+                    out[ref.uid] = Prepared(error=message)
+                    continue
+                if ref.uid not in self.store.claims:
+                    self.store.claims[ref.uid] = claim
+                    new.append(ref.uid)
+                out[ref.uid] = Prepared(list(claim.devices))
+            if new and not self._saved(new, [], out):
+                for uid in new:
+                    with contextlib.suppress(OSError):  # a stray spec names no device anyone uses
+                        self.specs.remove(uid)
+            return out
+
+    def _prepare_one(self, ref: ClaimRef) -> PreparedClaim:
+        if not (ref.uid and ref.namespace and ref.name):
+            raise ClaimError(f"kubelet named a claim without namespace, name or UID: {ref} ({ref.uid})")
+        done = self.store.claims.get(ref.uid)
+        if done is not None:
+            if done.cdi_spec is not None:
+                self.specs.ensure(ref.uid, done.cdi_spec)
+            return done
+        device = self.device
+        if device is None:
+            raise ClaimError(f"claim {ref}: the agent has not discovered this node's devices yet")
+        wanted = claim_devices(self._read(ref), ref, self.node)
+        resolved, requests = self._resolve(ref, device, wanted)
+        spec = self.specs.build(ref.uid, resolved) if resolved else None
+        devices = [
+            PreparedDevice(
+                tuple(requests[str(r.name)]),
+                self.node,
+                str(r.name),
+                (cdi_device_id(ref.uid, str(r.name)),),
+                all(w.admin_access for w in wanted if w.device == str(r.name)),
+            )
+            for r in resolved
+        ]
+        if spec is not None:
+            self.specs.write(ref.uid, spec)
+        return PreparedClaim(ref.uid, ref.namespace, ref.name, devices, spec)
+
+    def _read(self, ref: ClaimRef) -> dict[str, Any]:
+        try:
+            return self.get_claim(ref.namespace, ref.name)
+        except TRANSPORT_ERRORS as exc:
+            if status_of(exc) == 404:
+                raise ClaimError(f"claim {ref} not found: it was deleted") from None
+            raise ClaimError(f"claim {ref} cannot be read: {short_error(exc)}") from None
+
+    def _resolve(
+        self, ref: ClaimRef, device: Device, wanted: list[ClaimDevice]
+    ) -> tuple[list[Resolved], dict[str, list[str]]]:
+        """Each device once (a device may serve several requests), checked against the node."""
+        resolved: list[Resolved] = []
+        requests: dict[str, list[str]] = {}
+        for item in wanted:
+            if item.device in requests:
+                if item.request not in requests[item.device]:
+                    requests[item.device].append(item.request)
+                continue
+            name = dra.parse_device_name(item.device)
+            if name is None:
+                raise ClaimError(f"claim {ref}: {item.device} is not a {dra.DRIVER} device name")
+            found = dra.find_device(device, name)
+            if found is None:
+                raise ClaimError(f"claim {ref}: node {self.node} has no device {item.device}")
+            info, vf = found
+            if not info.health:
+                reason = info.conditions[0].reason if info.conditions else "unhealthy"
+                raise ClaimError(f"claim {ref}: device {item.device} is unhealthy ({reason})")
+            if not item.admin_access:
+                holder = self.store.holder(self.node, item.device, other_than=ref.uid)
+                if holder is not None:
+                    raise ClaimError(
+                        f"claim {ref}: device {item.device} is already prepared for claim {holder} "
+                        f"(UID {holder.uid})"
+                    )
+            resolved.append(Resolved(name, info, vf))
+            requests[item.device] = [item.request]
+        return resolved, requests
+
+    # -- unprepare --------------------------------------------------------------------------------
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        """claim UID -> error ("" when done)."""
+        with self._lock:
+            out: dict[str, str] = {}
+            gone: list[PreparedClaim] = []
+            for ref in claims:
+                claim = self.store.claims.pop(ref.uid, None)
+                if claim is not None:
+                    try:
+                        self.specs.remove(ref.uid)
+                    except OSError as exc:
+                        self.store.claims[ref.uid] = claim
+                        out[ref.uid] = f"claim {ref}: CDI spec not removed: {exc}"
+                        continue
+                    gone.append(claim)
+                out[ref.uid] = ""
+            if gone:
+                self._saved([], gone, out)
+            return out
+
+    # -- checkpoint -------------------------------------------------------------------------------
+    def _saved(self, new: list[str], gone: list[PreparedClaim], out: dict[str, Any]) -> bool:
+        """Checkpoint the changes of this call; when that fails, undo them and fail their claims."""
+        try:
+            self.store.save()
+            return True
+        except OSError as exc:
+            error = f"checkpoint {self.store.path} not written: {exc}"
+            log.warning("%s", error)
+            for uid in new:
+                self.store.claims.pop(uid, None)
+                out[uid] = Prepared(error=error)
+            for claim in gone:
+                self.store.claims[claim.uid] = claim
+                if claim.cdi_spec is not None:
+                    with contextlib.suppress(OSError):  # kubelet retries; prepare writes it again
+                        self.specs.write(claim.uid, claim.cdi_spec)
+                out[claim.uid] = error
+            return False

@@ -1,0 +1,139 @@
+"""Keep the node's ResourceSlices equal to its pool, writing only when something changed.
+
+A sync lists the slices of topoalloc's driver on this node and compares them with the slices the
+pool needs at the generation they carry. Equal: nothing is written. Otherwise the pool generation
+goes one past the highest seen, and every slice is written at it (the scheduler only trusts a pool
+whose slices all name the same, highest, generation): updated in place, created where missing, and
+slices the pool no longer needs deleted. A 409 re-lists and tries again; any other failure is
+reported and the next pass retries. While the devices stay the same the server is re-read only
+every `verify_seconds`, or sooner after `mark_stale` (kubelet deletes a node's slices when it
+restarts or loses the plugin, so a new registration asks for a check).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agent.dra.slices import pool_slices
+from agent.kube import TRANSPORT_ERRORS, Kube, Outcome, short_error, status_of
+from apis import dra
+
+log = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 3
+
+
+def _content(obj: dict[str, Any]) -> Any:
+    """What a slice says, as far as this driver wrote it (fields the server adds do not count)."""
+    spec = obj.get("spec") or {}
+    pool = spec.get("pool") or {}
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return (
+        [(o.get("kind"), o.get("name"), o.get("uid")) for o in owners],
+        spec.get("driver"),
+        spec.get("nodeName"),
+        pool.get("name"),
+        pool.get("generation"),
+        pool.get("resourceSliceCount"),
+        [
+            (d.get("name"), d.get("attributes") or {}, d.get("capacity") or {})
+            for d in spec.get("devices") or []
+        ],
+    )
+
+
+class SlicePublisher:
+    def __init__(
+        self,
+        kube: Kube,
+        node: str,
+        *,
+        verify_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.node = node
+        self.verify_seconds = verify_seconds
+        self.clock = clock
+        self.generation = 0  # the pool generation last written or seen
+        self._devices: tuple[list[dict[str, Any]], str] | None = None  # (devices, owner) on the server
+        self._verified = float("-inf")
+        self.writes = 0
+
+    def mark_stale(self) -> None:
+        self._verified = float("-inf")
+
+    def publish(self, devices: list[dict[str, Any]], node_uid: str = "") -> Outcome:
+        """Make the server hold the pool of `devices`, owned by the Node of UID `node_uid`."""
+        wanted = (devices, node_uid)
+        if wanted == self._devices and self.clock() - self._verified < self.verify_seconds:
+            return Outcome()
+        try:
+            return self._sync(devices, node_uid)
+        except TRANSPORT_ERRORS as exc:
+            self._devices = None  # unknown state: check on the next pass
+            error = f"ResourceSlices of {self.node}: {short_error(exc)}"
+            log.warning("%s", error)
+            return Outcome(error=error)
+
+    def _sync(self, devices: list[dict[str, Any]], node_uid: str) -> Outcome:
+        outcome = Outcome()
+        for attempt in range(CONFLICT_RETRIES):
+            items = self.kube.list_resource_slices(self.node, dra.DRIVER).get("items") or []
+            current = {s["metadata"]["name"]: s for s in items}
+            seen = max(
+                [self.generation] + [int((s["spec"].get("pool") or {}).get("generation") or 0) for s in items]
+            )
+            wanted = pool_slices(self.node, devices, seen, node_uid=node_uid)
+            same = len(current) == len(wanted) and all(
+                w["metadata"]["name"] in current and _content(current[w["metadata"]["name"]]) == _content(w)
+                for w in wanted
+            )
+            try:
+                if not same:
+                    self._write(current, pool_slices(self.node, devices, seen + 1, node_uid=node_uid))
+                    seen += 1
+                    outcome.wrote = True
+            except TRANSPORT_ERRORS as exc:
+                if status_of(exc) in (404, 409) and attempt + 1 < CONFLICT_RETRIES:
+                    log.info(
+                        "ResourceSlices of %s changed under us (%d); re-listing", self.node, status_of(exc)
+                    )
+                    continue
+                raise
+            self.generation = seen
+            self._devices = (devices, node_uid)
+            self._verified = self.clock()
+            return outcome
+        return outcome
+
+    def _write(self, current: dict[str, dict[str, Any]], wanted: list[dict[str, Any]]) -> None:
+        names = set()
+        for body in wanted:
+            name = body["metadata"]["name"]
+            names.add(name)
+            old = current.get(name)
+            if old is None:
+                self.kube.create_resource_slice(body)
+            else:
+                body["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
+                self.kube.replace_resource_slice(name, body)
+            self.writes += 1
+        for name in sorted(set(current) - names):
+            try:
+                self.kube.delete_resource_slice(name)
+            except TRANSPORT_ERRORS as exc:
+                if status_of(exc) != 404:
+                    raise
+            self.writes += 1
+        generation = wanted[0]["spec"]["pool"]["generation"]
+        log.info(
+            "ResourceSlices of %s: pool generation %d, %d devices in %d slices",
+            self.node,
+            generation,
+            sum(len(s["spec"]["devices"]) for s in wanted),
+            len(wanted),
+        )

@@ -1,0 +1,198 @@
+"""The node's DRA pool from the Device CR the agent built this pass: one device per healthy GPU, RDMA
+NIC (its PF) and SR-IOV VF, with their attributes, split into ResourceSlices of at most 128 devices.
+
+Attributes come from the Device, the allocator's own topology source, so both halves read the same
+facts. The ones a claim aligns devices by (`pcieSwitch`, `socket`, the standard `pcieRoot` and
+`numaNode`) carry the same value on a GPU and on the NIC and VFs behind the same switch; a VF has
+its PF's place in the PCIe tree. `pcieSwitch` is the Device's pcieSwitchID, else the root bus, so it
+is never empty where the topology is known. `nvlinkPartition<N>` is the index of the GPU's partition
+of N GPUs in the node's partition table; a GPU in no partition of that size has none.
+
+Unhealthy devices (and the VFs of an unhealthy NIC) are left out: device taints are alpha in 1.35
+and silently dropped. At most `max_vfs` VFs per NIC are published (the first ones in Device order).
+
+Pure: Device in, plain dicts out.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from apis import dra, keys
+from apis.device import Device, DeviceInfo
+from apis.partitions import parse_gpu_partitions
+from apis.resources import GPU_MEMORY, DeviceType
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_VFS_PER_NIC = 8
+SLICE_KIND = "ResourceSlice"
+
+
+def _string(value: str) -> dict[str, Any]:
+    return {"string": value}
+
+
+def _int(value: int) -> dict[str, Any]:
+    return {"int": value}
+
+
+def partition_ids(device: Device) -> dict[int, dict[int, int]]:
+    """minor -> {size: index of its partition of that size} from the Device's partition table; {}
+    when the Device has none or it cannot be read."""
+    raw = device.annotations.get(keys.GPU_PARTITIONS)
+    if not raw:
+        return {}
+    try:
+        table = parse_gpu_partitions(raw)
+    except ValueError as exc:
+        log.warning("partition table of %s unreadable, no nvlinkPartition attributes: %s", device.name, exc)
+        return {}
+    out: dict[int, dict[int, int]] = {}
+    for size, parts in sorted(table.by_size.items()):
+        for index, part in enumerate(parts):
+            for minor in part.minors:
+                out.setdefault(minor, {}).setdefault(size, index)
+    return out
+
+
+def _place(info: DeviceInfo, bus_id: str) -> dict[str, Any]:
+    """The attributes of a device's place in the machine, shared by GPUs, NICs and VFs."""
+    attrs: dict[str, Any] = {}
+    topo = info.topology
+    if bus_id:
+        attrs[dra.PCI_BUS_ID] = _string(bus_id)
+    if topo is None:
+        return attrs
+    if topo.pcie_id:
+        attrs[dra.PCIE_ROOT] = _string(topo.pcie_id)
+    if topo.pcie_scope:
+        attrs[dra.ATTR_PCIE_SWITCH] = _string(topo.pcie_scope)
+    if topo.node_id >= 0:
+        attrs[dra.NUMA_NODE] = _int(topo.node_id)
+    if topo.socket_id >= 0:
+        attrs[dra.ATTR_SOCKET] = _int(topo.socket_id)
+    return attrs
+
+
+def _gpu(info: DeviceInfo, product: str, partitions: dict[int, int]) -> dict[str, Any]:
+    attrs: dict[str, Any] = {dra.ATTR_TYPE: _string(dra.TYPE_GPU), dra.ATTR_MINOR: _int(info.minor)}
+    if info.id:
+        attrs[dra.ATTR_UUID] = _string(info.id)
+    if product:
+        attrs[dra.ATTR_PRODUCT] = _string(product[:64])
+    if info.nvlink is not None and info.nvlink.domain:
+        attrs[dra.ATTR_NVLINK_DOMAIN] = _string(info.nvlink.domain)
+    for size, index in sorted(partitions.items()):
+        attrs[dra.partition_attribute(size)] = _int(index)
+    attrs.update(_place(info, info.topology.bus_id if info.topology else ""))
+    out: dict[str, Any] = {"name": str(dra.DeviceName(dra.TYPE_GPU, info.minor)), "attributes": attrs}
+    memory = info.resources.get(GPU_MEMORY)
+    if memory is not None:
+        out["capacity"] = {dra.CAPACITY_MEMORY: {"value": str(memory)}}
+    return out
+
+
+def _nic(info: DeviceInfo) -> dict[str, Any]:
+    attrs: dict[str, Any] = {dra.ATTR_TYPE: _string(dra.TYPE_RDMA), dra.ATTR_MINOR: _int(info.minor)}
+    for attr, label in (
+        (dra.ATTR_IBDEV, "ibdev"),
+        (dra.ATTR_NETDEV, "netdev"),
+        (dra.ATTR_LINK_LAYER, "linkLayer"),
+    ):
+        if info.labels.get(label):
+            attrs[attr] = _string(info.labels[label][:64])
+    speed = info.labels.get("speedGbps", "")
+    if speed.isdigit():
+        attrs[dra.ATTR_SPEED_GBPS] = _int(int(speed))
+    attrs.update(_place(info, info.id))
+    return {"name": str(dra.DeviceName(dra.TYPE_RDMA, info.minor)), "attributes": attrs}
+
+
+def _vfs(info: DeviceInfo, max_vfs: int) -> list[dict[str, Any]]:
+    pf = str(dra.DeviceName(dra.TYPE_RDMA, info.minor))
+    out = []
+    for index, bus_id in enumerate(dra.nic_vfs(info)[:max_vfs]):
+        if not bus_id:
+            continue
+        attrs: dict[str, Any] = {
+            dra.ATTR_TYPE: _string(dra.TYPE_RDMA_VF),
+            dra.ATTR_MINOR: _int(info.minor),
+            dra.ATTR_PF: _string(pf),
+        }
+        attrs.update(_place(info, bus_id))  # its own address, its PF's place: VFs sit on the PF's bus
+        name = dra.DeviceName(dra.TYPE_RDMA_VF, info.minor, index)
+        out.append({"name": str(name), "attributes": attrs})
+    return out
+
+
+def _size(partition_attribute: str) -> int:
+    return int(partition_attribute.removeprefix(dra.PARTITION_PREFIX))
+
+
+def _within_limit(dev: dict[str, Any]) -> dict[str, Any]:
+    """Trim a device to the API's 32 attributes and capacities, dropping the largest partition
+    sizes first (a node with that many sizes is far beyond any machine known today)."""
+    attrs, capacity = dev["attributes"], dev.get("capacity", {})
+    extra = len(attrs) + len(capacity) - dra.MAX_ATTRIBUTES_PER_DEVICE
+    if extra > 0:
+        sizes = sorted((k for k in attrs if k.startswith(dra.PARTITION_PREFIX)), key=_size, reverse=True)
+        for key in sizes[:extra]:
+            del attrs[key]
+        log.warning("device %s: %d attributes over the API's limit left out", dev["name"], extra)
+    return dev
+
+
+def pool_devices(
+    device: Device, *, products: dict[int, str] | None = None, max_vfs: int
+) -> list[dict[str, Any]]:
+    """The pool's devices, in a stable order: GPUs by minor, then each NIC followed by its VFs."""
+    products = products or {}
+    partitions = partition_ids(device)
+    gpus = sorted((d for d in device.devices if d.type == DeviceType.GPU and d.health), key=lambda d: d.minor)
+    nics = sorted(
+        (d for d in device.devices if d.type == DeviceType.RDMA and d.health), key=lambda d: d.minor
+    )
+    out = [_gpu(g, products.get(g.minor, ""), partitions.get(g.minor, {})) for g in gpus]
+    for nic in nics:
+        out.append(_nic(nic))
+        out.extend(_vfs(nic, max_vfs))
+    return [_within_limit(dev) for dev in out]
+
+
+def slice_name(node: str, index: int) -> str:
+    """`<node>-topoalloc.io-<index>`, a DNS subdomain (the node name is cut when it is too long)."""
+    suffix = f"-{dra.DRIVER}-{index}"
+    return node[: 253 - len(suffix)].rstrip(".-") + suffix
+
+
+def pool_slices(
+    node: str, devices: list[dict[str, Any]], generation: int, *, node_uid: str = ""
+) -> list[dict[str, Any]]:
+    """The ResourceSlices of the node's pool: at most 128 devices each, every one naming the same
+    generation and the pool's slice count, owned by the Node (when its UID is known) so that they go
+    with it. A node without devices still has one (empty) slice, so the pool says "nothing here"
+    rather than disappearing."""
+    metadata: dict[str, Any] = {}
+    if node_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}
+        ]
+    chunks = [
+        devices[i : i + dra.MAX_DEVICES_PER_SLICE] for i in range(0, len(devices), dra.MAX_DEVICES_PER_SLICE)
+    ] or [[]]
+    return [
+        {
+            "apiVersion": dra.API_VERSION,
+            "kind": SLICE_KIND,
+            "metadata": {"name": slice_name(node, i), **metadata},
+            "spec": {
+                "driver": dra.DRIVER,
+                "pool": {"name": node, "generation": generation, "resourceSliceCount": len(chunks)},
+                "nodeName": node,
+                "devices": chunk,
+            },
+        }
+        for i, chunk in enumerate(chunks)
+    ]

@@ -1,0 +1,162 @@
+"""The node's DRA pool built from the Device of every hw-fixture: names the API accepts, the API's
+limits, attributes that align a GPU with the NIC behind its switch, unhealthy devices left out."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from agent.config import AgentConfig
+from agent.dra.slices import DEFAULT_MAX_VFS_PER_NIC, partition_ids, pool_devices, pool_slices
+from agent.main_loop import PassResult
+from apis import dra
+from apis.device import VirtualFunction, VirtualFunctionGroup
+from apis.partitions import parse_gpu_partitions
+from tests.agent.support import FIXTURE_NAMES, FIXTURES, one_pass
+
+# k8s.io/apimachinery: a C identifier of at most 32 characters, or <DNS subdomain>/<C identifier>
+C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def qualified_name_ok(name: str) -> bool:
+    if "/" not in name:
+        return C_IDENTIFIER.fullmatch(name) is not None
+    domain, ident = name.split("/", 1)
+    return (
+        len(domain) <= 63
+        and DNS_SUBDOMAIN.fullmatch(domain) is not None
+        and C_IDENTIFIER.fullmatch(ident) is not None
+    )
+
+
+def dra_pass(fixture: str) -> PassResult:
+    return one_pass(FIXTURES / fixture, config=AgentConfig(mode=dra.MODE_DRA))
+
+
+def by_name(devices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for d in devices}
+
+
+def value(dev: dict[str, Any], attr: str) -> Any:
+    (v,) = dev["attributes"][attr].values()
+    return v
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_NAMES)
+def test_every_fixture_gives_a_pool_the_api_accepts(fixture: str) -> None:
+    result = dra_pass(fixture)
+    devices = result.pool
+    healthy = [d for d in result.device.devices if d.health]
+    assert len([d for d in devices if value(d, "type") != dra.TYPE_RDMA_VF]) == len(healthy)
+    for dev in devices:
+        assert DNS_LABEL.fullmatch(dev["name"]) and dra.parse_device_name(dev["name"]) is not None
+        assert len(dev["attributes"]) + len(dev.get("capacity", {})) <= dra.MAX_ATTRIBUTES_PER_DEVICE
+        for name, val in {**dev["attributes"], **dev.get("capacity", {})}.items():
+            assert qualified_name_ok(name), name
+            assert len(val) == 1  # exactly one of int, bool, string, version (or a capacity value)
+            if "string" in val:
+                assert len(val["string"]) <= 64
+    for piece in pool_slices(fixture, devices, 1):
+        assert len(piece["spec"]["devices"]) <= dra.MAX_DEVICES_PER_SLICE
+        assert DNS_SUBDOMAIN.fullmatch(piece["metadata"]["name"])
+
+
+def test_gpu_and_the_nic_behind_its_switch_share_their_place_on_dgx_h100() -> None:
+    result = dra_pass("dgx-h100")
+    devices = by_name(result.pool)
+    gpu0, nic0, vf = devices["gpu-0"], devices["rdma-0"], devices["rdma-0-vf-0"]
+    shared = (dra.ATTR_PCIE_SWITCH, dra.PCIE_ROOT, dra.NUMA_NODE, dra.ATTR_SOCKET)
+    assert (
+        [value(gpu0, a) for a in shared] == [value(nic0, a) for a in shared] == [value(vf, a) for a in shared]
+    )
+    assert value(gpu0, dra.ATTR_PCIE_SWITCH) == "0000:16:00.0"
+    assert value(gpu0, dra.PCIE_ROOT) == "pci0000:15"
+    # ...and a GPU behind another switch does not
+    assert value(devices["gpu-1"], dra.ATTR_PCIE_SWITCH) != value(nic0, dra.ATTR_PCIE_SWITCH)
+    # the standard and topoalloc's attributes of a GPU
+    assert value(gpu0, dra.PCI_BUS_ID) == "0000:1b:00.0"
+    assert value(gpu0, dra.ATTR_PRODUCT) == "NVIDIA H100 80GB HBM3"
+    assert value(gpu0, dra.ATTR_UUID).startswith("GPU-")
+    assert value(gpu0, dra.ATTR_NVLINK_DOMAIN) == "nvlink0"
+    assert gpu0["capacity"] == {dra.CAPACITY_MEMORY: {"value": "81559Mi"}}
+    # a VF names its NIC and carries its own address
+    assert value(vf, dra.ATTR_PF) == "rdma-0" and value(vf, dra.PCI_BUS_ID) == "0000:18:00.1"
+    assert value(nic0, dra.PCI_BUS_ID) == "0000:18:00.0" and value(nic0, dra.ATTR_LINK_LAYER) == "InfiniBand"
+
+
+def test_nvlink_partition_attributes_follow_the_partition_table() -> None:
+    result = dra_pass("dgx-h100")
+    table = partition_ids(result.device)
+    gpus = [d for d in result.pool if value(d, "type") == dra.TYPE_GPU]
+    pairs: dict[int, set[int]] = {}
+    for dev in gpus:
+        minor = value(dev, dra.ATTR_MINOR)
+        assert {k for k in dev["attributes"] if k.startswith("nvlinkPartition")} == {
+            dra.partition_attribute(size) for size in table[minor]
+        }
+        pairs.setdefault(value(dev, dra.partition_attribute(2)), set()).add(minor)
+    # the values group the GPUs exactly as the table's pairs do
+    listed = parse_gpu_partitions(result.device.annotations["scheduling.koordinator.sh/gpu-partitions"])
+    assert sorted(sorted(p) for p in pairs.values()) == sorted(sorted(p.minors) for p in listed.by_size[2])
+
+
+def test_a_gpu_in_no_partition_of_a_size_has_no_attribute_of_that_size() -> None:
+    result = dra_pass("l20-4x-vm-numa-unknown")
+    device = copy.deepcopy(result.device)
+    # a table with one pair only: GPUs 2 and 3 belong to no pair
+    device.metadata["annotations"]["scheduling.koordinator.sh/gpu-partitions"] = '{"2":[{"minors":[0,1]}]}'
+    devices = by_name(pool_devices(device, max_vfs=8))
+    assert value(devices["gpu-0"], "nvlinkPartition2") == value(devices["gpu-1"], "nvlinkPartition2") == 0
+    assert "nvlinkPartition2" not in devices["gpu-2"]["attributes"]
+
+
+def test_unknown_numa_and_socket_are_left_out_not_guessed() -> None:
+    devices = dra_pass("l20-4x-vm-numa-unknown").pool
+    assert devices and all(dra.NUMA_NODE not in d["attributes"] for d in devices)
+    assert all(dra.ATTR_SOCKET not in d["attributes"] for d in devices)
+
+
+def test_unhealthy_devices_and_their_vfs_are_left_out() -> None:
+    result = dra_pass("dgx-h100")
+    sick = {f"rdma-{d.minor}" for d in result.device.devices if d.type == "rdma" and not d.health}
+    assert sick  # this machine has NICs whose ports are down
+    names = {d["name"] for d in result.pool}
+    assert not names & sick
+    assert not [n for n in names if any(n.startswith(s + "-vf-") for s in sick)]
+
+
+def test_vfs_per_nic_are_bounded_and_a_big_pool_is_split_into_slices() -> None:
+    device = copy.deepcopy(dra_pass("dgx-h100").device)
+    for nic in (d for d in device.devices if d.type == "rdma"):
+        nic.health = True
+        nic.vf_groups = [
+            VirtualFunctionGroup(
+                {}, [VirtualFunction(-1, f"0000:{nic.minor + 1:02x}:{i // 8:02x}.{i % 8}") for i in range(40)]
+            )
+        ]
+    devices = pool_devices(device, max_vfs=DEFAULT_MAX_VFS_PER_NIC)
+    assert len([d for d in devices if value(d, "type") == dra.TYPE_RDMA_VF]) == 12 * DEFAULT_MAX_VFS_PER_NIC
+    many = pool_devices(device, max_vfs=30)
+    assert len(many) == 8 + 12 + 12 * 30
+    slices = pool_slices("n", many, 7, node_uid="uid-1")
+    assert [len(s["spec"]["devices"]) for s in slices] == [128, 128, 124]
+    assert {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices} == {
+        (7, 3)
+    }
+    assert [d["name"] for s in slices for d in s["spec"]["devices"]] == [d["name"] for d in many]
+    assert len({s["metadata"]["name"] for s in slices}) == 3
+    assert slices[0]["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_device_mode_label_and_no_device_resources_in_dra_mode() -> None:
+    result = dra_pass("dgx-h100")
+    assert result.labels[dra.MODE_LABEL] == "dra"
+    assert set(result.extended.values()) == {None}  # the devices are claimed through the slices
+    plugin_mode = one_pass(FIXTURES / "dgx-h100")
+    assert plugin_mode.labels[dra.MODE_LABEL] == "device-plugin" and plugin_mode.pool == []
+    assert plugin_mode.extended["koordinator.sh/gpu-core"] == "800"

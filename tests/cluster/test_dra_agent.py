@@ -1,0 +1,193 @@
+"""The node side of DRA on the real control plane: the agent process in dra mode (fixture mode, its
+node-bound identity) publishes ResourceSlices the real API server accepts and keeps them up to date
+on a health change, labels its Node; kube-scheduler's own allocator allocates every example claim
+template against them (the claims made from the templates by kube-controller-manager), the pod
+binds, and the stand-in DRA kubelet prepares it through the agent's DRA plugin and gets exactly the
+allocated devices' CDI IDs, also from an agent process started again on the same checkpoint."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from apis import dra
+from tests.cluster.dra import CLAIMS, DraNode, restart_agent, start_dra_node, stop_dra_node, wait_slices
+from tests.cluster.harness import DEVICES, ClusterEnv
+from tests.support.controlplane import REPO, wait_until
+
+NODE = "dra-dgx"
+EXAMPLES = sorted((REPO / "examples" / "dra").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def node(cluster: ClusterEnv) -> Iterator[DraNode]:
+    dra_node = start_dra_node(cluster, NODE)
+    try:
+        wait_slices(cluster, dra_node)
+        dra_node.kubelet.wait_registered(dra.DRIVER, timeout=60)
+        yield dra_node
+    finally:
+        stop_dra_node(cluster, dra_node)
+
+
+def attr(device: dict[str, Any], name: str) -> Any:
+    (value,) = device["attributes"][name].values()
+    return value
+
+
+def pool(cluster: ClusterEnv, node: DraNode) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for s in wait_slices(cluster, node) for d in s["spec"]["devices"]}
+
+
+def test_slices_accepted_as_written_and_the_node_labelled(cluster: ClusterEnv, node: DraNode) -> None:
+    slices = wait_slices(cluster, node)
+    assert {(s["spec"]["pool"]["name"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices} == {
+        (NODE, len(slices))
+    }
+    assert len({s["spec"]["pool"]["generation"] for s in slices}) == 1
+    devices = pool(cluster, node)
+    # 8 GPUs, the 8 NICs whose ports are up (4 are down on this machine) and their 4 VFs each
+    assert sum(1 for n in devices if n.startswith("gpu-")) == 8
+    assert sum(1 for n in devices if n.startswith("rdma-") and "-vf-" not in n) == 8
+    assert sum(1 for n in devices if "-vf-" in n) == 32
+    gpu = devices["gpu-0"]  # the server kept every attribute and capacity as written
+    assert attr(gpu, dra.PCIE_ROOT) == "pci0000:15" and attr(gpu, dra.NUMA_NODE) == 0
+    assert attr(gpu, "pcieSwitch") == attr(devices["rdma-0"], "pcieSwitch") == "0000:16:00.0"
+    assert gpu["capacity"]["memory"]["value"] == "81559Mi"
+    owner = slices[0]["metadata"]["ownerReferences"][0]
+    the_node = cluster.cp.admin.get(f"/api/v1/nodes/{NODE}")
+    assert (owner["kind"], owner["uid"]) == ("Node", the_node["metadata"]["uid"])
+    assert the_node["metadata"]["labels"][dra.MODE_LABEL] == "dra"
+    assert not any(k.startswith("koordinator.sh/") for k in the_node["status"]["allocatable"])
+    assert cluster.cp.admin.get(f"{DEVICES}/{NODE}")["spec"]["devices"]  # the Device is still there
+
+
+def test_slices_are_not_rewritten_while_nothing_changes(cluster: ClusterEnv, node: DraNode) -> None:
+    before = [(s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in wait_slices(cluster, node)]
+    time.sleep(7)  # three resyncs of the agent (every 2 s): what passes is the point
+    after = [(s["metadata"]["name"], s["metadata"]["resourceVersion"]) for s in wait_slices(cluster, node)]
+    assert after == before
+
+
+def test_a_nic_going_down_leaves_the_slices_and_comes_back(cluster: ClusterEnv, node: DraNode) -> None:
+    generation = wait_slices(cluster, node)[0]["spec"]["pool"]["generation"]
+    state = node.fixture / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "state"
+    up = state.read_text()
+    state.write_text("1: DOWN\n")
+    try:
+        down = wait_slices(cluster, node, lambda s: s[0]["spec"]["pool"]["generation"] > generation)
+        names = {d["name"] for s in down for d in s["spec"]["devices"]}
+        assert "rdma-0" not in names and not any(n.startswith("rdma-0-vf-") for n in names)
+        assert "gpu-0" in names
+        assert {s["spec"]["pool"]["generation"] for s in down} == {generation + 1}
+    finally:
+        state.write_text(up)
+    back = wait_slices(
+        cluster, node, lambda s: "rdma-0" in {d["name"] for x in s for d in x["spec"]["devices"]}
+    )
+    assert back[0]["spec"]["pool"]["generation"] == generation + 2
+
+
+def test_examples_are_accepted_by_the_api_server(cluster: ClusterEnv, ns: str) -> None:
+    done = cluster.cp.kubectl(
+        "create", "--dry-run=server", "-n", ns, *[a for p in EXAMPLES for a in ("-f", str(p))]
+    )
+    assert done.stdout.count("created (server dry run)") == 2 * len(EXAMPLES), done.stdout
+    classes = {
+        c["metadata"]["name"] for c in cluster.cp.admin.get("/apis/resource.k8s.io/v1/deviceclasses")["items"]
+    }
+    assert set(dra.CLASSES) <= classes
+
+
+def _example(path: Path, ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The example's template (left to kube-scheduler's own allocator) and pod (pinned to the node)."""
+    template, pod = (copy.deepcopy(d) for d in yaml.safe_load_all(path.read_text()))
+    template["spec"].setdefault("metadata", {}).setdefault("annotations", {})[dra.ALLOCATOR_ANNOTATION] = (
+        dra.ALLOCATOR_KUBE_SCHEDULER
+    )
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    for doc in (template, pod):
+        doc["metadata"]["namespace"] = ns
+    return template, pod
+
+
+def _run(cluster: ClusterEnv, ns: str, example: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The example's template and pod created; once bound: the pod as kubelet would see it (its
+    claim named in its status by kube-controller-manager) and its claim (allocated and reserved
+    for it by kube-scheduler)."""
+    template, pod = _example(example, ns)
+    cluster.cp.admin.post(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", template)
+    cluster.create_pod(ns, pod)
+    name = pod["metadata"]["name"]
+    assert cluster.wait_bound(ns, name)["spec"]["nodeName"] == NODE
+    bound = wait_until(
+        lambda: (p := cluster.pod(ns, name)).get("status", {}).get("resourceClaimStatuses") and p,
+        timeout=30,
+        what="the pod's resourceClaimStatuses",
+    )
+    (claim,) = _claims(cluster, ns)
+    return bound, claim
+
+
+def _claims(cluster: ClusterEnv, ns: str) -> list[dict[str, Any]]:
+    return list(cluster.cp.admin.get(CLAIMS.format(ns=ns))["items"])
+
+
+def _cdi_ids(claim: dict[str, Any]) -> list[str]:
+    uid = claim["metadata"]["uid"]
+    return [
+        f"topoalloc.io/claim={uid}-{r['device']}" for r in claim["status"]["allocation"]["devices"]["results"]
+    ]
+
+
+def _check_constraints(claim: dict[str, Any], devices: dict[str, dict[str, Any]]) -> None:
+    """Each matchAttribute of the claim holds among the devices kube-scheduler chose."""
+    results = claim["status"]["allocation"]["devices"]["results"]
+    for constraint in claim["spec"]["devices"].get("constraints") or []:
+        name = constraint["matchAttribute"].removeprefix(f"{dra.DRIVER}/")
+        values = {attr(devices[r["device"]], name) for r in results if r["request"] in constraint["requests"]}
+        assert len(values) == 1, (constraint, results)
+
+
+def _done(cluster: ClusterEnv, ns: str) -> None:
+    cluster.delete_pods(ns)
+    wait_until(lambda: not _claims(cluster, ns), timeout=60, what="the pod's claim deleted with it")
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_kube_scheduler_allocates_each_example_and_the_plugin_prepares_it(
+    cluster: ClusterEnv, node: DraNode, ns: str, example: Path
+) -> None:
+    bound, claim = _run(cluster, ns, example)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {(r["driver"], r["pool"]) for r in results} == {(dra.DRIVER, NODE)}
+    _check_constraints(claim, pool(cluster, node))
+    got = node.kubelet.prepare(bound)
+    uid = claim["metadata"]["uid"]
+    assert got == {bound["spec"]["containers"][0]["name"]: _cdi_ids(claim)}
+    spec = yaml.safe_load((node.cdi / f"topoalloc.io-claim_{uid}.json").read_text())
+    assert [d["name"] for d in spec["devices"]] == [f"{uid}-{r['device']}" for r in results]
+    node.kubelet.unprepare(bound)
+    assert not (node.cdi / f"topoalloc.io-claim_{uid}.json").exists()
+    _done(cluster, ns)
+
+
+def test_an_agent_started_again_keeps_the_prepared_claim(cluster: ClusterEnv, node: DraNode, ns: str) -> None:
+    bound, claim = _run(cluster, ns, REPO / "examples" / "dra" / "nvlink-pair.yaml")
+    first = node.kubelet.prepare(bound)
+    assert first == {"trainer": _cdi_ids(claim)}
+    registered = len(node.kubelet.registrations)
+    restart_agent(cluster, node, 1)  # a new process on the same checkpoint folder
+    node.kubelet.wait_registered(dra.DRIVER, timeout=60, count=registered + 1)
+    node.kubelet.cache.clear()  # kubelet asks again, as after its own restart
+    assert node.kubelet.prepare(bound) == first
+    assert [c[0] for c in node.kubelet.calls[-2:]] == ["NodePrepareResources", "NodePrepareResources"]
+    node.kubelet.unprepare(bound)  # what the first process prepared, the second unprepares
+    assert not list(node.cdi.glob("*.json"))
+    _done(cluster, ns)
