@@ -285,3 +285,21 @@ def test_every_example_is_allocated_or_refused_never_wrong(fixture: str) -> None
         if isinstance(got, ClaimAnswer):
             handout = [[r.device for r in got.results["ns/c0"] if r.request == s.request] for s in c.slots]
             assert satisfied(c, handout, node.pool.devices), (fixture, path.stem)
+
+
+def test_a_gpu_and_a_nic_unconstrained_still_sit_together() -> None:
+    node = Node("dgx1-v100")
+    plain = claim_spec(
+        {
+            "requests": [
+                {"name": "g", "exactly": {"deviceClassName": dra.GPU_CLASS}},
+                {"name": "n", "exactly": {"deviceClassName": dra.RDMA_CLASS}},
+            ]
+        },
+        "",
+    )
+    for _ in range(4):  # first fit would pair gpu-1 with rdma-1 on another switch the second time
+        answer = node.solve(plain)
+        gpu, nic = handed(answer)
+        assert attr(node, gpu, PCIE_SWITCH) == attr(node, nic, PCIE_SWITCH)
+        node.take(answer)

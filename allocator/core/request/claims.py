@@ -6,9 +6,10 @@ features it allocates), another driver's, one left to kube-scheduler's own alloc
 `allocationMode: All`, `adminAccess`, `firstAvailable`, or mixed with other drivers' classes), or
 refused (consumable capacity, opaque configuration). `translate` turns the pod's claims of
 topoalloc's into a `ClaimsRequest`: a `PodRequest` for all their devices together (whole GPUs, whole
-NICs or VFs, the GPU scope or partition a `matchAttribute` names, the joint GPU-NIC allocation a
-GPU-NIC `matchAttribute` asks for), the request slots results are written for, and the constraints
-every answer is checked against before anything is written (allocator/core/claims/).
+NICs or VFs, the GPU scope or partition a `matchAttribute` names, the joint GPU-NIC allocation:
+required on one switch where a GPU-NIC `matchAttribute` on `pcieSwitch` asks for it, else the NICs
+behind the chosen GPUs' switches preferred), the request slots results are written for, and the
+constraints every answer is checked against before anything is written (allocator/core/claims/).
 """
 
 from __future__ import annotations
@@ -216,7 +217,9 @@ def _core_request(
         hints[RDMA] = DeviceHint(
             vf_selector=LabelSelector(), allocate_strategy="RequestsAsCount" if vfs > 1 else ""
         )
-    if pairs and gpus:
+    if gpus and (nics or vfs):
+        # NICs go next to the chosen GPUs: required on one switch when a constraint pairs them
+        # there, preferred (the GPUs' switches first) otherwise.
         fields["joint_types"] = (GPU, RDMA)
         fields["joint_same_pcie"] = any(c.attribute == PCIE_SWITCH for c in pairs)
     core = with_signature(replace(pod, devices=tuple(devices), hints=hints, **fields))  # type: ignore[arg-type]
