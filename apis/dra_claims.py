@@ -16,6 +16,7 @@ from typing import Any, Final
 from apis import decode as d
 from apis import dra
 from apis.errors import CodecError
+from apis.timestamps import format_time
 
 EXACT_COUNT: Final = "ExactCount"
 ALL: Final = "All"
@@ -388,9 +389,15 @@ def _selected_node(value: Any, path: str) -> str:
     return values[0]
 
 
-def allocation_status(results: list[DeviceResult] | tuple[DeviceResult, ...], node: str) -> dict[str, Any]:
-    """`status.allocation` for devices of one node, in the shape kube-scheduler writes."""
+def allocation_status(
+    results: list[DeviceResult] | tuple[DeviceResult, ...], node: str, at: float | None = None
+) -> dict[str, Any]:
+    """`status.allocation` for devices of one node, in the shape kube-scheduler writes, stamped
+    `at` (now when None). The stamp matters on 1.36: kube-scheduler reserves an allocated claim by
+    writing its allocation back with an allocationTimestamp, which the API server refuses as a
+    change of the (immutable) allocation when the one stored has none; 1.35 drops the field."""
     return {
+        "allocationTimestamp": format_time(at),
         "devices": {"results": [r.to_dict() for r in results]},
         "nodeSelector": {
             "nodeSelectorTerms": [

@@ -211,6 +211,7 @@ class ClaimsController:
     def _gated(self, key: str, pod: JSON, claims: PodClaims, now: float) -> None:
         ref = PodRef.of(pod)
         if claims.waiting:
+            log.debug("pod %s waits: %s", key, claims.waiting)
             return  # kube-controller-manager makes the claims; their events wake us
         if claims.refused:
             self.events.warn(ref, "DRAClaimRefused", ACTION, claims.refused)
@@ -222,9 +223,11 @@ class ClaimsController:
             return
         decided = self._decide(pod, claims.todo, claims.pinned, set())
         if isinstance(decided, str):
+            log.debug("pod %s: claims not allocated: %s", key, decided)
             self.events.warn(ref, "DRAAllocationFailed", ACTION, decided)
             self._backoff(key, pod, now)
             return
+        log.debug("pod %s: claims go to %s", key, decided.node)
         self._retry.pop(key, None)
         self._spawn(key, self._allocate(key, pod, claims.todo, decided, ungate=True))
 
@@ -315,6 +318,7 @@ class ClaimsController:
             return
         ours = [c for c in claims.allocated if c.allocated_by_us and not c.reserved_for]
         if not ours or len(ours) != len(claims.allocated) or claims.todo:
+            log.debug("pod %s is unschedulable; its claims are not topoalloc's to move", key)
             return  # not ours to move (or other claims pin the pod): kube-scheduler's to report
         uid = (pod.get("metadata") or {}).get("uid") or ""
         moved = self._moved.get(key)

@@ -303,3 +303,12 @@ def test_a_gpu_and_a_nic_unconstrained_still_sit_together() -> None:
         gpu, nic = handed(answer)
         assert attr(node, gpu, PCIE_SWITCH) == attr(node, nic, PCIE_SWITCH)
         node.take(answer)
+
+
+def test_pairs_the_core_refuses_at_first_are_placed_by_the_retries() -> None:
+    node = Node("dgx1-v100")
+    c = creq(example("gpu-nic-x4"))
+    _, failed = node.cluster.feasible(c.pod, ["n1"])
+    assert "n1" in failed  # the joint allocation alone puts 4 GPUs on 2 switches with 2 NICs
+    got = place(node.cluster, c, ["n1"], {"n1": node.pool}, NodeScorer(ScoringConfig()), None)
+    assert isinstance(got, ClaimAnswer) and got.node == "n1"

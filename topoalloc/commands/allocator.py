@@ -160,6 +160,8 @@ def allocator(
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # cel-python logs every parse tree at DEBUG: never ours to read.
+    logging.getLogger("celpy").setLevel(max(logging.INFO, logging.getLogger().level))
     try:
         cfg = ServiceConfig.load(config_file) if config_file else ServiceConfig()
         cfg = cfg.updated(**flags, leader_enabled=leader_enabled)

@@ -5,7 +5,9 @@ The nodes named (the DRA-mode nodes; or the one node a shared claim already pins
 kept where the pod's node selector and affinity match and its cpu, memory and pod slot fit; the
 core's verdict column keeps those where the claims' devices fit at all (cached per request shape);
 the scorer ranks them (fragmentation, topology, fit) exactly as for an extender pod; the first node
-in that order where `solve` finds devices meeting every constraint wins.
+in that order where `solve` finds devices meeting every constraint wins. Claims the solver may
+answer on its retries (GPU-NIC pairs, a regrouped attribute) try the refused nodes after, in the
+same order.
 """
 
 from __future__ import annotations
@@ -69,7 +71,12 @@ def place(
         return NoPlacement(rejections)
     passed, failed = cluster.feasible(creq.pod, eligible)
     rejections.update(failed)
-    for node in cluster.rank(creq.pod, passed, scorer):
+    order = cluster.rank(creq.pod, passed, scorer)
+    if creq.pairs or creq.regroup is not None:
+        # The core's verdict is its first try only: where it fails, the solver's retries (GPUs of
+        # one value, GPUs capped to the NICs per switch) may still succeed.
+        order += cluster.rank(creq.pod, list(failed), scorer)
+    for node in order:
         notes: list[str] | None = [] if explain else None
         got = solve(cluster.nodes[node], creq, published.get(node), scoring=scoring, explain=notes)
         if isinstance(got, ClaimAnswer):
