@@ -38,7 +38,7 @@ image:
 	@test -n "$(ENGINE)" || { echo "make image: neither podman nor docker found on PATH; install one or pass ENGINE=/path/to/it" >&2; exit 1; }
 	$(ENGINE) build -f Containerfile -t $(IMAGE):$(TAG) .
 	@echo "built $(IMAGE):$(TAG); to use a registry: make image-push IMAGE=registry.example.com/topoalloc,"
-	@echo "then set newName: registry.example.com/topoalloc under images: in daemonset/ and deploy/allocator/kustomization.yaml"
+	@echo "then: topoalloc install --image registry.example.com/topoalloc (or set newName under images: in the kustomizations)"
 
 image-push: image
 	$(ENGINE) push $(IMAGE):$(TAG)

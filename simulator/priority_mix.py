@@ -35,6 +35,7 @@ from allocator.core.gang.plan import GangPlan, PlanSettings, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
 from allocator.core.gang.priority import by_priority
 from allocator.core.gang.victims import Budget, Candidate
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from simulator.nodes import fixture_objects
@@ -221,8 +222,9 @@ class _Sim:
         for name in passed:
             state = self.cluster.nodes[name]
             got = allocate(state, req)
-            if isinstance(got, Allocation) and (best is None or state.whole_gpus_free < best[0]):
-                best = (state.whole_gpus_free, name, got)
+            free = GPUSummary.of(state).whole_free
+            if isinstance(got, Allocation) and (best is None or free < best[0]):
+                best = (free, name, got)
         if best is None:
             return
         _, node, got = best

@@ -75,6 +75,14 @@ def _usage_message(exc: click.UsageError) -> str:
     return text
 
 
+def _no_args_message(exc: click.UsageError) -> str:
+    ctx = exc.ctx
+    if ctx is None:
+        return "no command given"
+    usage = " ".join(ctx.command.collect_usage_pieces(ctx))
+    return f"no command given: usage: {ctx.command_path} {usage} (see '{ctx.command_path} --help')"
+
+
 def run(command: click.Command, args: Sequence[str] | None = None, **extra: Any) -> int:
     """Invoke `command` the way its console script does, applying the convention. Returns the
     exit status (the console script passes it to sys.exit)."""
@@ -91,6 +99,10 @@ def run(command: click.Command, args: Sequence[str] | None = None, **extra: Any)
 def _run(command: click.Command, args: Sequence[str] | None, **extra: Any) -> int:
     try:
         result = command.main(args=args, standalone_mode=False, **extra)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # A bare `topoalloc` is a usage error like any other: one line, not the whole help.
+        _say(_no_args_message(exc))
+        return EXIT_USAGE
     except click.UsageError as exc:
         _say(_usage_message(exc))
         return EXIT_USAGE

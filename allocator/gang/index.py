@@ -8,55 +8,15 @@ gang that found no room retries only once something changed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
+from allocator.core.gang.view import MemberPod
 from apis import keys
 from apis.errors import CodecError
 from apis.podgroup import GangRef, gang_of, spec_priority
-from apis.resources import TERMINAL_POD_PHASES
 
 JSON = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class MemberPod:
-    key: str
-    namespace: str
-    name: str
-    uid: str
-    gang: GangRef | None
-    gang_error: str  # a gang annotation that does not decode (the webhook refuses such pods)
-    job_group: str
-    node: str
-    phase: str
-    deleting: bool
-    created: str  # creationTimestamp, RFC 3339
-    gates: tuple[str, ...]
-    scheduler: str
-    annotations: Mapping[str, str]
-    priority: int = 0  # spec.priority (the PriorityClass value)
-
-    @property
-    def active(self) -> bool:
-        return self.phase not in TERMINAL_POD_PHASES and not self.deleting
-
-    @property
-    def gated(self) -> bool:
-        return keys.GANG_SCHEDULING_GATE in self.gates
-
-    @property
-    def other_gates(self) -> tuple[str, ...]:
-        return tuple(g for g in self.gates if g != keys.GANG_SCHEDULING_GATE)
-
-    @property
-    def gang_key(self) -> str:
-        return self.gang.key if self.gang is not None else ""
-
-    @property
-    def job_key(self) -> tuple[str, str] | None:
-        return (self.namespace, self.job_group) if self.job_group else None
 
 
 def member_of(key: str, pod: JSON) -> MemberPod | None:

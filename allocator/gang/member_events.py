@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from allocator.gang.controller_state import Gang, GangState
+from allocator.core.gang.gang_state import GangState
+from allocator.core.gang.view import Gang
 from allocator.runtime.events import EventSink, PodRef
 
 

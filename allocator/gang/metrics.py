@@ -56,6 +56,17 @@ class GangMetrics:
             registry=registry,
         )
 
+    def count(self, metric: str, label: str = "", by: int = 1) -> None:
+        """One of the counters the gang lifecycle names (allocator/core/gang/actions.py `Count`)."""
+        counters = {
+            "plans": self.plans,
+            "timeouts": self.timeouts,
+            "preemptions": self.preemptions,
+            "victims": self.victims,
+        }
+        counter = counters[metric]
+        (counter.labels(label) if label else counter).inc(by)
+
     def observe_pass(self, waiting_reasons: list[str], held_devices: int) -> None:
         """What one controller pass saw: why each waiting gang waits, devices held while preempting."""
         self.waiting_gangs.clear()

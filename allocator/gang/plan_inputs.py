@@ -1,5 +1,6 @@
-"""What the gang controller reads from the watch cache: one gang's view (members, PodGroup, size,
-timeout), and what it hands the core's gang planner: the members' requests, the nodes every
+"""What the gang controller reads from the watch cache: one gang's view for the core's lifecycle
+step (members, PodGroup, size, timeout, what the hold ledger holds for its members), and what the
+planner (gang/planner.py) hands the core's gang planner: the members' requests, the nodes every
 member tolerates, and where their siblings already are."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ import json
 from collections import Counter
 from typing import Any
 
+from allocator.core.gang.view import Gang, MemberPod, Outcomes
 from allocator.gang.cache_view import GangCache
-from allocator.gang.controller_state import Gang
-from allocator.gang.index import GangIndex, MemberPod
+from allocator.gang.index import GangIndex
 from allocator.gang.timefmt import parse_duration
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
@@ -57,9 +58,12 @@ def sibling_nodes(core: CoreAdapter, index: GangIndex, gang: str, members: list[
     return dict(Counter(n for n in (where.get(k) for k in keys_) if n))
 
 
-def gang_view(index: GangIndex, cache: GangCache, settings: GangSettings, key: str) -> Gang:
+def gang_view(
+    index: GangIndex, cache: GangCache, settings: GangSettings, key: str, outcomes: Outcomes | None = None
+) -> Gang:
     """One gang as a pass sees it: members for the schedulers we serve, its PodGroup (or why it
-    has none usable), its size and its timeout."""
+    has none usable), its size and its timeout, the uid the hold ledger holds each member for, and
+    what became of the writes made for it last pass (`outcomes`)."""
     names = settings.scheduler_names
     members = [m for m in index.members(key) if not names or m.scheduler in names]
     ref = index.ref(key)
@@ -84,7 +88,12 @@ def gang_view(index: GangIndex, cache: GangCache, settings: GangSettings, key: s
         timeout = _waiting_time(members)
     if timeout is None:
         timeout = settings.default_timeout
-    return Gang(key, namespace, name, source, group, problem, min_member, float(timeout), members)
+    held = cache.ledger.reservations
+    holds = {m.key: res.uid for m in members if (res := held.get(m.key)) is not None}
+    return Gang(
+        key, namespace, name, source, group, problem, min_member, float(timeout), members,
+        holds, index.generation, outcomes or Outcomes(),
+    )  # fmt: skip
 
 
 def _waiting_time(members: list[MemberPod]) -> float | None:

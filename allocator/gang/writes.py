@@ -1,14 +1,15 @@
 """The gang controller's writes to the API server: a member's gate removed, its planned node
-annotated, a PodGroup's status. Each is guarded (uid test, JSON patch tests) so it never lands on
-a pod that was replaced; a failure is logged and reported, and the next pass decides again."""
+annotated, a PodGroup's status, a hold's record; and the Events it records. Each write is guarded
+(uid test, JSON patch tests) so it never lands on a pod that was replaced; a failure is logged and
+reported, and the next pass decides again."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from allocator.gang.controller_state import Gang
-from allocator.gang.index import MemberPod
+from allocator.core.gang.actions import EventTarget
+from allocator.core.gang.view import MemberPod
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.kube import MERGE_PATCH, ApiError, KubeApi
 from apis import keys
@@ -74,16 +75,15 @@ async def patch_podgroup_status(api: KubeApi, namespace: str, name: str, status:
     return True
 
 
-def report_event(events: EventSink, gang: Gang, type_: str, reason: str, note: str) -> None:
-    """An Event on the PodGroup, or on each waiting member of a gang without one (Events are
-    rate-limited: one per member of a 256-pod gang would crowd out every other Event)."""
-    if gang.podgroup is not None:
-        events.record(gang.ref(), type_, reason, "Scheduling", note)
-        return
-    for m in gang.active:
-        if not m.node:
-            ref = PodRef(m.namespace, m.name, m.uid)
-            events.record(ref, type_, reason, "Scheduling", f"gang {gang.key}: {note}")
+def event_ref(target: EventTarget) -> PodRef:
+    """The object an Event of the gang lifecycle is about: its PodGroup, or a member pod."""
+    if target.podgroup:
+        return PodRef(target.namespace, target.name, "", pg.KIND, pg.API_VERSION)
+    return PodRef(target.namespace, target.name, target.uid)
+
+
+def record_event(events: EventSink, target: EventTarget, type_: str, reason: str, note: str) -> None:
+    events.record(event_ref(target), type_, reason, "Scheduling", note)
 
 
 async def annotate_hold(api: KubeApi, m: MemberPod, record: str) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.gang.controller_state import Decision, Gang, GangState
-from allocator.gang.index import MemberPod
+from allocator.core.gang.gang_state import Decision, GangState
+from allocator.core.gang.view import Gang, MemberPod
 from allocator.gang.member_events import MemberEvents
 
 

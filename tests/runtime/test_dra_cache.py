@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import DRA_MODE, CoreAdapter
@@ -52,7 +53,7 @@ def claim(
 
 def free_gpus(cache: ClusterCache, name: str) -> int:
     state = cache.core.cluster.nodes[name]
-    return state.gpu_whole_mask.bit_count()
+    return GPUSummary.of(state).whole_mask.bit_count()
 
 
 def test_an_allocated_claim_counts_as_used_until_it_goes() -> None:
@@ -106,7 +107,7 @@ def test_a_claim_hold_hands_over_to_the_written_claim() -> None:
     written = claim("c", ["gpu-3"])
     cache.apply(RESOURCECLAIMS, "MODIFIED", written)
     assert key not in cache.ledger.reservations and free_gpus(cache, "n1") == 7
-    assert not cache.core.cluster.nodes["n1"].gpu_whole_mask >> 3 & 1
+    assert not GPUSummary.of(cache.core.cluster.nodes["n1"]).whole_mask >> 3 & 1
 
 
 def test_a_failed_write_gives_the_hold_back() -> None:

@@ -19,7 +19,18 @@ def test_demo_plots_and_caption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     figures: list[plt.Figure] = []
     monkeypatch.setattr(plots.plt, "close", figures.append)  # keep the figures to look at them
     ran = CliRunner().invoke(
-        main, ["demo", "--seeds", "1", "--policies", "fgd,topoalloc", "--out", str(tmp_path), "--no-progress"]
+        main,
+        [
+            "demo",
+            "--seeds",
+            "1",
+            "--policies",
+            "fgd,topoalloc",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "-v",
+        ],
     )
     assert ran.exit_code == 0, ran.output
     text = " ".join(ran.stdout.split())  # the caption is wrapped

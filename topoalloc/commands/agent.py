@@ -15,6 +15,7 @@ import yaml
 
 from agent.config import ConfigError, load_config
 from apis.errors import InputError
+from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
 from topoalloc.commands.record_fixture import record_fixture
 from topoalloc.errors import BadInput
 from topoalloc.output import dump
@@ -237,9 +238,16 @@ def agent(
             click.echo(_dump(docs), nl=False)
         return
 
+    from kubernetes.config import ConfigException
+
     from agent.kube import Kube, api_client
 
-    kube = Kube(api_client(kubeconfig))
+    if not kubeconfig and not in_a_pod():
+        require_kubeconfig(None)  # `error: kubeconfig (~/.kube/config): not found`, exit 2
+    try:
+        kube = Kube(api_client(kubeconfig))
+    except ConfigException as exc:
+        raise config_error(kubeconfig, exc, in_cluster=not kubeconfig) from None
     plugins = draplugin = None
     if device_plugin is None:
         device_plugin = fixture is None and not dra_mode

@@ -7,6 +7,7 @@ candidate devices, their scores and the allocator's choices to stderr.
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ import click
 
 from allocator.core.devices.allocate import Allocation
 from allocator.core.devices.allocate import allocate as allocate_devices
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import build_inventory
-from allocator.core.node.state import NodeState, fits_free, node_facts
+from allocator.core.node.state import NodeState, node_facts
+from allocator.core.node.summary import fits_free
 from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -26,6 +29,7 @@ from apis import keys
 from apis.documents import load_documents, single_object
 from apis.errors import CodecError, InputError
 from apis.quantity import Format, Quantity
+from apis.resources import KOORD, RESOURCE_DEVICE_TYPE
 from topoalloc.output import dump, output_option
 
 EXIT_FITS, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
@@ -136,6 +140,12 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
+    typos, unknown = resource_typos(pod)
+    if typos:
+        click.echo(f"error: pod file ({pod_path}): {'; '.join(typos)}", err=True)
+        ctx.exit(EXIT_BAD_INPUT)
+    for name in unknown:
+        click.echo(f"warning: pod file ({pod_path}): {name} is not a resource topoalloc allocates", err=True)
     req = pod_request(pod)
     if req.invalid is not None:
         # A pod Kubernetes or Koordinator would refuse is bad input, not a node that lacks room.
@@ -154,6 +164,38 @@ def allocate(
     else:
         click.echo(result.to_json())
     ctx.exit(EXIT_REJECTED if isinstance(result, Rejection) else EXIT_FITS)
+
+
+# Domains of device resources: a name there that topoalloc does not know is most likely a typo of
+# one it does (`nvidia.com/gpus`), which kube-scheduler would leave to a device plugin that does not
+# exist and topoalloc would allocate nothing for.
+DEVICE_DOMAINS = ("nvidia.com/", "amd.com/", "dcu.com/", "huawei.com/", KOORD)
+
+
+def resource_typos(pod: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(sentences about names that look like a typo of a device resource, other unknown names in
+    a device domain). The extender leaves such names to kube-scheduler as before; only the CLI,
+    where a person typed the file, refuses a near miss (`nvidia.com/mig-1g.10gb` is a real NVIDIA
+    resource topoalloc does not allocate: a warning, not an error)."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    names: set[str] = set()
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            for part in ("limits", "requests"):
+                table = (resources or {}).get(part) if isinstance(resources, dict) else None
+                names.update(str(n) for n in table or {} if isinstance(table, dict))
+    typos, unknown = [], []
+    known = list(RESOURCE_DEVICE_TYPE)
+    for name in sorted(names):
+        if name in RESOURCE_DEVICE_TYPE or not name.startswith(DEVICE_DOMAINS):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        if close:
+            typos.append(f"unknown resource {name} (did you mean {close[0]}?)")
+        else:
+            unknown.append(name)
+    return typos, unknown
 
 
 def _result_data(state: NodeState, result: Allocation | Rejection) -> dict[str, Any]:
@@ -176,9 +218,8 @@ def explanation(
     notes: list[str],
 ) -> list[str]:
     """Human lines: the request, every candidate device with its fit and score, then the choices."""
-    lines = [
-        f"node {state.name}: {state.healthy_gpu_count} healthy GPUs, {state.whole_gpus_free} whole GPUs free"
-    ]
+    gpus = GPUSummary.of(state)
+    lines = [f"node {state.name}: {gpus.healthy_count} healthy GPUs, {gpus.whole_free} whole GPUs free"]
     if req.invalid is not None:
         return [*lines, f"request invalid: {req.invalid.message}"]
     if not req.devices:
@@ -218,7 +259,7 @@ def explanation(
     if isinstance(result, Rejection):
         lines.append(f"rejected: {result.explained} [{result.code}]")
     else:
-        lines.append(f"allocated via {result.gpu_path or 'per-device selection'}")
+        lines.append(f"allocated via {result.path or 'per-device selection'}")
     return lines
 
 

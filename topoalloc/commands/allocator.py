@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import logging
 import signal
 from pathlib import Path
@@ -14,6 +15,7 @@ import click
 from allocator.runtime.config import ServiceConfig
 from apis.documents import load_mapping
 from apis.errors import InputError
+from topoalloc.commands.kube_access import config_error, require_kubeconfig
 from topoalloc.errors import BadInput
 
 
@@ -27,7 +29,23 @@ def _weights(values: tuple[str, ...]) -> dict[str, float]:
             out[name.strip()] = float(weight)
         except ValueError:
             raise click.BadParameter(f"{item!r}: expected NAME=WEIGHT", param_hint="--weight") from None
+        if (why := _unknown_component(name.strip())) is not None:
+            raise click.BadParameter(why, param_hint="--weight")
     return out
+
+
+def _unknown_component(name: str) -> str | None:
+    """Why `name` is not a score component the allocator has (the core ignores a weight without a
+    component, since the simulator plugs its own in; the allocator plugs none, so a typo would
+    silently do nothing)."""
+    from allocator.core.scoring.scorer import DEFAULT_WEIGHTS_BY_COMPONENT
+
+    known = list(DEFAULT_WEIGHTS_BY_COMPONENT)
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown score component {name!r}{hint}; known: {', '.join(known)}"
 
 
 @click.command("allocator")
@@ -178,6 +196,9 @@ def allocator(
         scoring.update(load_mapping(scoring_file, "scoring file"))  # InputError: exit 2
     if weights:
         scoring.setdefault("weights", {}).update(_weights(weights))
+    for name in (scoring.get("weights") or {}) if isinstance(scoring.get("weights"), dict) else ():
+        if (why := _unknown_component(str(name))) is not None:
+            raise click.UsageError(f"scoring: weights: {why}")
     cfg.scoring = scoring
     from allocator.runtime.coreadapter import CoreAdapter
 
@@ -191,6 +212,8 @@ def allocator(
         check_serving_files(cfg.tls_cert, cfg.tls_key, cfg.client_ca)
     except CertError as exc:
         raise BadInput(exc.what, exc.where, exc.why) from None
+    if not api_host and not cfg.in_cluster:
+        require_kubeconfig(cfg.kubeconfig)  # a missing file: `error: kubeconfig (<file>): not found`
     asyncio.run(serve(cfg, api_host=api_host))
 
 
@@ -209,9 +232,7 @@ async def serve(cfg: ServiceConfig, *, api_host: str | None = None) -> None:
             timeout=cfg.api_timeout,
         )
     except ConfigException as exc:
-        where = "in-cluster service account" if cfg.in_cluster else cfg.kubeconfig or "~/.kube/config"
-        hint = "" if cfg.in_cluster or cfg.kubeconfig else "; pass --kubeconfig FILE or --in-cluster"
-        raise BadInput("kubeconfig", where, f"{exc}{hint}") from None
+        raise config_error(cfg.kubeconfig, exc, in_cluster=bool(cfg.in_cluster)) from None
     service = build_allocator(cfg, api)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

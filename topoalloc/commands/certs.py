@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import ipaddress
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import click
@@ -19,7 +21,7 @@ SERVER_SECRET = "topoalloc-allocator-tls"
 CLIENT_SECRET = "topoalloc-scheduler-client"
 
 
-def _secret(name: str, namespace: str, files: dict[str, bytes]) -> dict:
+def secret_manifest(name: str, namespace: str, files: dict[str, bytes]) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -200,12 +202,12 @@ def certs(
     client.write(out_dir / "client.crt", out_dir / "client.key")
     if secrets_yaml:
         docs = [
-            _secret(
+            secret_manifest(
                 SERVER_SECRET,
                 namespace,
                 {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem},
             ),
-            _secret(
+            secret_manifest(
                 CLIENT_SECRET,
                 scheduler_namespace,
                 {"tls.crt": client.cert_pem, "tls.key": client.key_pem, "ca.crt": ca.cert_pem},
@@ -213,6 +215,9 @@ def certs(
         ]
         secrets_yaml.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         secrets_yaml.chmod(0o600)
+    keys = [out_dir / n for n in names if n.endswith(".key")] + ([secrets_yaml] if secrets_yaml else [])
+    for line in unignored_private_keys(keys):
+        click.echo(f"warning: {line}", err=True)
     sans = ", ".join(pki.service_dns_names(service, namespace, cluster_domain) + list(extra_dns) + list(ips))
     click.echo(f"CA          {out_dir / 'ca.crt'}{' (reused)' if ca_cert else ''}")
     click.echo(
@@ -222,3 +227,27 @@ def certs(
     if secrets_yaml:
         where = f"{namespace}/{SERVER_SECRET}, {scheduler_namespace}/{CLIENT_SECRET}"
         click.echo(f"secrets     {secrets_yaml}  ({where})")
+
+
+def unignored_private_keys(paths: list[Path]) -> list[str]:
+    """One sentence when private-key files were written inside a git work tree that git would offer
+    to commit (not ignored): a CA key in a repository is a key anyone with the repository holds."""
+    git = shutil.which("git")
+    if git is None or not paths:
+        return []
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        folder = str(paths[0].resolve().parent)
+        return subprocess.run([git, "-C", folder, *args], capture_output=True, text=True, timeout=30)
+
+    top = run("rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        return []  # not in a work tree
+    exposed = [p for p in paths if run("check-ignore", "-q", str(p.resolve())).returncode != 0]
+    if not exposed:
+        return []
+    names = ", ".join(str(p) for p in exposed)
+    return [
+        f"{names}: private keys inside the git work tree {top.stdout.strip()}, not ignored by git; "
+        "add the folder to .gitignore or write the keys outside the repository"
+    ]

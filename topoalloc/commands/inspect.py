@@ -6,6 +6,7 @@ import click
 
 from apis.documents import load_documents
 from apis.errors import InputError
+from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
 from topoalloc.errors import BadInput, Failure
 from topoalloc.output import dump, output_option
 
@@ -31,15 +32,20 @@ def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: 
             docs = [d for d in load_documents(device_file, "device file") if isinstance(d, dict)]
         except InputError as exc:
             raise BadInput(exc.what, exc.where, exc.why) from None
-        devices = [d for d in docs if d.get("kind") == "Device"] or docs[:1]
-        if not devices:
-            raise BadInput("device file", device_file, "holds no Device document")
-        raw = devices[0]
+        raw = _device_document(docs, device_file)
     else:
+        from kubernetes.config import ConfigException
+
         from agent.kube import TRANSPORT_ERRORS, Kube, api_client, short_error
 
+        if not kubeconfig and not in_a_pod():
+            require_kubeconfig(None)
         try:
-            raw = Kube(api_client(kubeconfig)).get_device(node)
+            client = api_client(kubeconfig)
+        except ConfigException as exc:
+            raise config_error(kubeconfig, exc, in_cluster=not kubeconfig) from None
+        try:
+            raw = Kube(client).get_device(node)
         except TRANSPORT_ERRORS as exc:
             raise Failure("Device", node or "", short_error(exc)) from None
     try:
@@ -50,3 +56,18 @@ def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: 
         click.echo(render(device), nl=False)
     else:
         click.echo(dump(matrix_data(device), output), nl=False)
+
+
+def _device_document(docs: list[dict], path: str) -> dict:
+    """The Device CR of the file: a document of kind Device, or one without a kind that has the
+    Device's `spec` (as `allocate --device` takes it). Anything else (a Node, a Pod, a fixture's
+    machine.yaml) is not one: reading it as an empty Device would print "no GPUs" and succeed."""
+    devices = [d for d in docs if d.get("kind") == "Device"]
+    if not devices:
+        devices = [d for d in docs if "kind" not in d and isinstance(d.get("spec"), dict)]
+    if devices:
+        return devices[0]
+    kinds = sorted({str(d["kind"]) for d in docs if d.get("kind")})
+    what = f"holds {' and '.join(kinds)}, not a Device CR" if kinds else "holds no Device CR"
+    hint = " (kind: Device, or a document with its spec.devices)"
+    raise BadInput("device file", path, what + hint)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import textwrap
 import time
 from pathlib import Path
 
@@ -77,6 +78,50 @@ def format_workload_table(runs: TraceRuns, arrived: int = REPORT_AT) -> str:
     return "\n".join(lines + caption(runs))
 
 
+def format_demo_summary(runs: TraceRuns, arrived: int = REPORT_AT) -> str:
+    """The demo's ten-second table: per policy the GPUs left idle when the demand equals the
+    cluster, the pods and gangs placed, and how many multi-GPU pods got one NVLink domain."""
+    from simulator.caption import arrived_at_end
+    from simulator.quality import NVLINK
+    from simulator.quality_report import HANDFUL, SIZES, arrived_total, pooled
+
+    sizes = [size for size in SIZES if arrived_total(runs, size) >= HANDFUL]
+    first = next(iter(runs.runs.values()))
+    pods = round(statistics.fmean(r.pods for r in first))
+    gangs = first[0].gangs
+    head = (
+        "policy",
+        f"idle GPU at {arrived}% demand",
+        "pods not placed",
+        "gangs placed",
+        "multi-GPU on NVLink",
+    )
+    lines = [f"{head[0]:<12} {head[1]:>24} {head[2]:>16} {head[3]:>13} {head[4]:>20}"]
+    for policy, results in runs.runs.items():
+        mean, sd = runs.mean_sd(policy, arrived)
+        failed = statistics.fmean(r.failed for r in results)
+        placed = statistics.fmean(r.gangs - r.failed_gangs for r in results)
+        stats = pooled(results)
+        on_nvlink = sum(stats.multi.get(size, [0] * (NVLINK + 1))[NVLINK] for size in sizes)
+        multi = sum(stats.placed(size) for size in sizes)
+        nvlink = f"{100 * on_nvlink / multi:.0f}%" if multi else "—"
+        lines.append(
+            f"{policy:<12} {f'{mean:.1f}% ± {sd:.1f}':>24} {f'{failed:.0f} of {pods}':>16} "
+            f"{f'{placed:.1f} of {gangs}':>13} {nvlink:>20}"
+        )
+    notes = [
+        f"Lower idle GPU is better. Demand keeps arriving up to {arrived_at_end(runs)}% of the GPUs, so "
+        "some pods fit under no policy; a policy can place more pods and still strand more GPUs."
+    ]
+    if sizes:
+        notes.append(
+            f"Multi-GPU on NVLink: the placed {'- and '.join(str(s) for s in sizes)}-GPU pods whose GPUs "
+            f"share one NVLink domain, over {len(runs.seeds)} seeds."
+        )
+    notes.append("The full tables (fragmentation, interconnect per pod size, NIC pairing): topoalloc demo -v")
+    return "\n".join(lines + [part for note in notes for part in textwrap.wrap(note, 100)])
+
+
 def write_outputs(runs: TraceRuns, json_out: Path | None, plots_dir: Path | None, *, paper: bool) -> None:
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +143,10 @@ def simulate_workload(
     json_out: Path | None,
     plots_dir: Path | None,
     progress: bool,
+    *,
+    short: bool = False,
 ) -> TraceRuns:
+    """Replay, then print the full tables (or, `short`, the demo's summary) and write the plots."""
     started = time.perf_counter()
     workload = load_workload(workload_file)
     node_objects = nodes_from_spec(nodes, replicas)
@@ -109,12 +157,18 @@ def simulate_workload(
         for d in (dev or {}).get("spec", {}).get("devices", [])
         if d["type"] == "gpu"
     )
-    click.echo(f"cluster: {len(node_objects)} nodes ({nodes}), {gpus} GPUs")
-    click.echo(format_workload_table(runs))
     quality = measured(runs)
-    if quality:
-        click.echo()
-        click.echo(format_quality_table(runs))
+    if short:
+        click.echo(
+            f"cluster: {len(node_objects)} nodes, {gpus} GPUs; {len(seeds)} seeds of {workload_file.stem}"
+        )
+        click.echo(format_demo_summary(runs))
+    else:
+        click.echo(f"cluster: {len(node_objects)} nodes ({nodes}), {gpus} GPUs")
+        click.echo(format_workload_table(runs))
+        if quality:
+            click.echo()
+            click.echo(format_quality_table(runs))
     click.echo(f"{len(policies) * len(seeds)} runs in {time.perf_counter() - started:.1f} s wall")
     write_outputs(runs, json_out, plots_dir, paper=False)
     if plots_dir is not None and quality:
@@ -245,7 +299,7 @@ def simulate(
     type=click.Path(file_okay=False, path_type=Path),
     default=DEMO_OUT,
     show_default=True,
-    help="Folder for unallocated.png and fragmentation.png.",
+    help="Folder for unallocated.png, fragmentation.png and topology-vs-load.png.",
 )
 @click.option("--seeds", default=DEMO_SEEDS, show_default=True, help="Seeds, e.g. 1-5.")
 @click.option(
@@ -258,18 +312,29 @@ def simulate(
     "--nodes", default=DEMO_NODES, show_default=True, help="The demo cluster (see simulate --nodes)."
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def demo(out_dir: Path, seeds: str, policies: str, nodes: str, no_progress: bool) -> None:
+@click.option(
+    "-v", "--verbose", is_flag=True, help="The full tables: fragmentation, interconnect per size, NICs."
+)
+def demo(out_dir: Path, seeds: str, policies: str, nodes: str, no_progress: bool, verbose: bool) -> None:
     """The main job of `make run`: a sample of Alibaba's openb GPU trace plus training gangs and an
     inference fleet on a mixed cluster of real machines (hw-fixtures: DGX H100, L40S, A100, L20,
-    RTX A6000, CPU-only), placed by each policy through the production allocator core. Prints the
-    table and writes the plots to --out."""
+    RTX A6000, CPU-only), placed by each policy through the production allocator core. Prints a
+    short table (-v: the full ones) and writes three plots to --out."""
     try:
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--seeds") from None
     try:
         simulate_workload(
-            DEMO_WORKLOAD, nodes, 0, seed_list, _policies(policies), None, out_dir, not no_progress
+            DEMO_WORKLOAD,
+            nodes,
+            0,
+            seed_list,
+            _policies(policies),
+            None,
+            out_dir,
+            not no_progress,
+            short=not verbose,
         )
     except TraceError as exc:
         raise BadInput(str(exc)) from None

@@ -27,6 +27,7 @@ from allocator.core.claims.published import (
 )
 from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.devices.context import Bounds
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import VF, NodeInventory
 from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
@@ -179,7 +180,7 @@ def _attempts(
             if n is not None:
                 groups.setdefault(devices[d].attribute(attr), set()).add(n.minor)
         need = creq.count(dra.TYPE_GPU)
-        free = state.gpu_whole_mask
+        free = GPUSummary.of(state).whole_mask
         fitting = [
             (sum(1 for m in ms if free >> m & 1), str(v), ms) for v, ms in groups.items() if v is not None
         ]
@@ -213,7 +214,7 @@ def _capped(
     per: dict[object, int] = {}
     for d in sorted(gpu_names, key=lambda x: (len(x), x)):
         n = dra.parse_device_name(d)
-        if n is None or not state.gpu_whole_mask >> n.minor & 1:
+        if n is None or not GPUSummary.of(state).whole_mask >> n.minor & 1:
             continue
         value = devices[d].attribute(attr)
         if per.get(value, 0) < nic_free.get(value, 0):

@@ -52,6 +52,17 @@ def gpu_shortage(g: GPURequirement, available: int, *, selector: bool) -> Reject
     return Rejection(rs.INSUFFICIENT_DEVICES.format(type=rn.DeviceType.GPU), text, detail=detail)
 
 
+def beyond_node(g: GPURequirement, total: int, *, partitions: bool) -> Rejection | None:
+    """A pod asking for more GPUs than the node has at all, said as that (not as a free count or
+    the partition sizes); no preemption can help. None when the node has enough GPUs."""
+    if g.count <= total:
+        return None
+    code = rs.UNSUPPORTED_GPU_COUNT if partitions else rs.INSUFFICIENT_DEVICES.format(type=rn.DeviceType.GPU)
+    return Rejection(
+        code, f"need {plural(g.count, 'GPU')}", True, detail=f"the node has {plural(total, 'GPU')}"
+    )
+
+
 def scope_shortage(g: GPURequirement, largest: int, scope: Scope | None) -> Rejection:
     word = _SCOPE_WORDS.get(g.required_scope, g.required_scope)
     detail = f"the largest free set is {largest}"

@@ -1,1 +1,2 @@
-"""The pure gang planner: place every member of a gang at once, and the sibling-affinity tiers."""
+"""Gangs in the pure core: the planner (every member at once), sibling affinity, queue order,
+victim plans, and the gang lifecycle (one step per gang: decisions in, actions out)."""

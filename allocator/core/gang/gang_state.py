@@ -1,15 +1,12 @@
-"""What the gang controller knows of a gang: its state kept between passes, and one pass's view."""
+"""What the gang lifecycle remembers of a gang between steps (lost on restart by design: a new
+leader plans afresh, or continues a hold recorded on the members, hold_record.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from allocator.core.gang.victims import Candidate
-from allocator.gang.cache_view import GangCache
-from allocator.gang.index import MemberPod
-from allocator.runtime.events import PodRef
-from apis import podgroup as pg
 
 JSON = dict[str, Any]
 
@@ -18,31 +15,25 @@ JSON = dict[str, Any]
 class Planned:
     uid: str
     node: str
+    devices: int = 0  # devices its hold takes (the held-devices gauge of preempting gangs)
 
 
 @dataclass
 class Preempting:
-    """A gang's preemption in progress (kept in its GangState)."""
+    """A gang's preemption (or starvation hold) in progress."""
 
     victims: dict[str, Candidate]  # pod key -> the victim as planned
-    since: float  # controller clock
+    since: float  # monotonic clock
     blocked: dict[str, str] = field(default_factory=dict)  # pod key -> why its eviction was refused
-    evicting: set[str] = field(default_factory=set)  # evictions in flight
     evicted: set[str] = field(default_factory=set)  # accepted: the pod is on its way out
     evict: bool = True  # False: a starvation hold, waiting for the pods to finish on their own
 
     def due(self, left: list[Candidate]) -> list[Candidate]:
-        """Victims to evict now: not accepted yet and not in flight."""
-        return [v for v in left if v.key not in self.evicted and v.key not in self.evicting]
+        """Victims to evict now: those whose eviction was not accepted yet."""
+        return [v for v in left if v.key not in self.evicted]
 
-    def left(self, cache: GangCache) -> list[Candidate]:
-        """Victims still holding their devices (the same pod, bound and active in the cache)."""
-        out = []
-        for key, victim in self.victims.items():
-            entry = cache.pods.get(key)
-            if entry is not None and entry.uid == victim.uid and entry.holds:
-                out.append(victim)
-        return out
+    def copy(self) -> Preempting:
+        return replace(self, blocked=dict(self.blocked), evicted=set(self.evicted))
 
 
 # A wait that is really a preemption or a starvation hold is the same news as its start Event.
@@ -51,7 +42,7 @@ _SAME_AS = {"Preempting": "GangPreempting", "HoldingRoom": "GangHoldingRoom"}
 
 @dataclass(frozen=True)
 class Decision:
-    """The gang's latest reported decision (kept in GangState; told to members by member_events.py)."""
+    """The gang's latest reported decision (told to PodGroup gangs' members once per kind)."""
 
     reason: str  # the Event reason: GangWaiting, GangPlanned, GangScheduled, ...
     code: str  # GangWaiting's kind (the Waiting condition's reason), else ""
@@ -76,10 +67,10 @@ class Decision:
 
 @dataclass
 class GangState:
-    """What the controller remembers of a gang between passes (lost on restart by design)."""
+    """What the lifecycle remembers of a gang between steps."""
 
     plan: dict[str, Planned] = field(default_factory=dict)
-    planned_at: float = 0.0
+    planned_at: float = 0.0  # monotonic clock
     start: float | None = None  # wall clock: when the gang had its minimum of members
     reason: str = ""  # why the gang waits ("" when it does not)
     wait_code: str = ""  # the reason's kind, the Waiting condition's reason (InsufficientTopology...)
@@ -89,30 +80,22 @@ class GangState:
     failed_reported: bool = False
     status: JSON | None = None  # the PodGroup status last written
     nudged: dict[str, str] = field(default_factory=dict)  # pod key -> planned node annotated
+    ungating: dict[str, str] = field(default_factory=dict)  # pod key -> uid whose gate removal was sent
     told: set[str] = field(default_factory=set)  # late members told why they wait
     preempting: Preempting | None = None  # victims being evicted for the plan (gates kept)
-    record: str = ""  # id of the hold recorded on the members (gang/hold_record.py)
-    decision: Decision | None = None  # the latest decision reported (PodGroup gangs; member_events.py)
-    members_told: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod key -> (uid, kind)
+    record: str = ""  # id of the hold recorded on the members (hold_record.py)
+    decision: Decision | None = None  # the latest decision reported (PodGroup gangs)
+    # pod key -> (uid, decision kind) a member was told (by the caller, which rate-limits those Events)
+    members_told: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-
-@dataclass
-class Gang:
-    """One gang as a pass sees it."""
-
-    key: str
-    namespace: str
-    name: str
-    source: str
-    podgroup: pg.PodGroup | None
-    problem: str  # why it cannot be planned at all (its PodGroup is missing or invalid)
-    min_member: int
-    timeout: float  # seconds, 0 for none
-    members: list[MemberPod]  # oldest first
-
-    @property
-    def active(self) -> list[MemberPod]:
-        return [m for m in self.members if m.active]
-
-    def ref(self) -> PodRef:
-        return PodRef(self.namespace, self.name, "", pg.KIND, pg.API_VERSION)
+    def copy(self) -> GangState:
+        """An independent copy (the step never changes the state it is given)."""
+        return replace(
+            self,
+            plan=dict(self.plan),
+            nudged=dict(self.nudged),
+            ungating=dict(self.ungating),
+            told=set(self.told),
+            preempting=self.preempting.copy() if self.preempting is not None else None,
+            members_told=dict(self.members_told),
+        )

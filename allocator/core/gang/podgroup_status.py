@@ -1,4 +1,4 @@
-"""A PodGroup's status as the gang controller computes it from its members (the phases of the
+"""A PodGroup's status as the gang lifecycle computes it from its members (the phases of the
 scheduler-plugins coscheduling API: Pending, PreScheduling, Scheduling, Scheduled, Running,
 Finished, Failed)."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.gang.controller_state import Gang, GangState
+from allocator.core.gang.gang_state import GangState
+from allocator.core.gang.view import Gang
 from apis.timestamps import format_time
 
 JSON = dict[str, Any]
@@ -79,7 +80,7 @@ def podgroup_status(
 def status_update(
     gang: Gang, state: GangState, failed: bool, start: float | None, recorded: JSON, now: float
 ) -> JSON | None:
-    """The status to write for the gang as the controller's `state` has it, or None when `recorded`
+    """The status to write for the gang as the lifecycle's `state` has it, or None when `recorded`
     already says all of it."""
     p = state.preempting
     status = podgroup_status(

@@ -23,7 +23,7 @@ from typing import Any
 from allocator.core.devices.allocate import Allocation
 from allocator.core.gang.plan import GangPlan, Placement
 from allocator.core.gang.victims import Candidate
-from allocator.gang.index import MemberPod
+from allocator.core.gang.view import MemberPod
 from apis import keys
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError

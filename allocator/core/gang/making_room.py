@@ -1,0 +1,213 @@
+"""Making room for a waiting gang: the lifecycle's preemption and starvation-hold decisions.
+
+When a gang fits nowhere, `plan_with_preemption` (preemption.py) finds the cheapest set of
+lower-priority pods (a running gang only whole) whose removal makes room for all its members at
+once. The plan's devices are then held for the members (every other pod's filter counts them as
+taken, so a small pod cannot take the room being freed), the members stay gated, and the victims
+are evicted through the Eviction API (the caller's `Evict`; a PodDisruptionBudget's refusal is
+retried on the next step). Once every victim is gone the members are released as for any plan; if
+they are not gone within `preemption_timeout`, the holds are released and the gang waits (and may
+plan again). A starving gang (the first waiting one, past `starvation_bound`) holds the room of the
+nodes it needs fewest pods to leave without evicting anyone. Each hold is recorded on the members
+(hold_record.py) so that a new leader continues it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from allocator.core.gang.actions import Action, ClearHold, Count, Evict, RecordHold
+from allocator.core.gang.gang_state import GangState, Preempting
+from allocator.core.gang.hold_record import HoldRecord, restorable, victims_of
+from allocator.core.gang.plan import GangPlan
+from allocator.core.gang.planner import LifecycleSettings, Planner
+from allocator.core.gang.preemption import PreemptionPlan, whole_gpus_wanted
+from allocator.core.gang.priority import gang_priority
+from allocator.core.gang.view import Clocks, MemberPod
+from allocator.core.request.pod_request import PodRequest
+
+Report = tuple[str, str, str]  # Event reason, note, type
+LOWEST = -(2**31)  # a starvation hold waits for any pod, whatever its priority
+
+
+def starving(head: bool, start: float | None, now: float, bound: float) -> bool:
+    """The first waiting gang in queue order, waiting longer than the starvation bound."""
+    return head and bound > 0 and start is not None and now - start >= bound
+
+
+def shortage_code(requests: list[PodRequest], free: int) -> str:
+    """Why no placement, in one word for the Waiting condition: enough whole GPUs are free on the
+    nodes the gang may use (`free`) but not in a shape that holds it (InsufficientTopology), or
+    not even that many (InsufficientResources)."""
+    wanted = sum(whole_gpus_wanted(r) for r in requests)
+    return "InsufficientTopology" if wanted and free >= wanted else "InsufficientResources"
+
+
+def holding_note(p: Preempting) -> str:
+    nodes = sorted({v.node for v in p.victims.values()})
+    return (
+        f"holding the room on {', '.join(nodes)} as {len(p.victims)} pod(s) there finish; "
+        "other pods backfill only devices the gang does not need"
+    )
+
+
+def plan_id(gang: str, wall: float, members: list[MemberPod]) -> str:
+    """An id for a hold's records, the same on every member of it and different for every hold."""
+    seed = "\n".join([gang, repr(wall), *sorted(m.uid for m in members)])
+    return hashlib.blake2b(seed.encode(), digest_size=6).hexdigest()
+
+
+class RoomMaking:
+    """One gang's preemption steps within a lifecycle step (the step reports what they return)."""
+
+    def __init__(
+        self,
+        gang: str,
+        planner: Planner,
+        settings: LifecycleSettings,
+        now: Clocks,
+        actions: list[Action],
+    ) -> None:
+        self.gang = gang
+        self.planner = planner
+        self.settings = settings
+        self.now = now
+        self.actions = actions
+
+    def make_room(
+        self,
+        state: GangState,
+        ready: list[MemberPod],
+        requests: list[PodRequest],
+        names: list[str],
+        siblings: dict[str, int],
+        starving: bool,
+        commit: Callable[[GangPlan], bool],
+    ) -> Report | None:
+        """Preempt (when allowed and some victims help), else hold room for a starving gang; the
+        Event to report once the plan is held and recorded on the members."""
+        found = self.victims(requests, names, siblings) if self.settings.preemption else None
+        evict = found is not None
+        if found is None and starving:
+            found = self.victims(requests, names, siblings, wait=True)
+        if found is None or not commit(found.plan):
+            return None
+        note = self._started(state, found, evict=evict)
+        self._record(state, ready, found.plan, evict)
+        return ("GangPreempting" if evict else "GangHoldingRoom", note, "Normal")
+
+    def restore(
+        self, state: GangState, ready: list[MemberPod], commit: Callable[[GangPlan], bool]
+    ) -> Report | None:
+        """Continue a hold an earlier leader recorded on these members (hold_record.py)."""
+        found = restorable(ready)
+        if found is None:
+            return None
+        plan, record = found
+        node_of = self.planner.pod_nodes(record.victims)
+        victims = [v for v in victims_of(record, node_of) if v.node]  # gone ones are done
+        if not commit(plan):
+            return None
+        state.preempting = Preempting({v.key: v for v in victims}, self.now.mono, evict=record.evict)
+        state.record = record.plan
+        nodes = ", ".join(plan.nodes)
+        return ("GangHoldRestored", f"continuing the hold on {nodes} recorded by an earlier leader", "Normal")
+
+    def _record(self, state: GangState, ready: list[MemberPod], plan: GangPlan, evict: bool) -> None:
+        p = state.preempting
+        assert p is not None
+        state.record = plan_id(self.gang, self.now.wall, ready)
+        victims = {v.key: v.uid for v in p.victims.values()}
+        by_key = {m.key: m for m in ready}
+        for placement in plan.placements:
+            record = HoldRecord(state.record, placement.node, placement.allocation.devices, victims, evict)
+            self.actions.append(RecordHold(by_key[placement.key], record))
+
+    def forget(self, state: GangState) -> None:
+        """The hold ended: its records go (members that left need none)."""
+        if state.record:
+            for key, planned in state.plan.items():
+                self.actions.append(ClearHold(key, planned.uid))
+        state.record = ""
+
+    def removable(self, requests: list[PodRequest], starving: bool) -> set[str]:
+        """Keys of the running pods whose room the gang could get: every pod for a starving gang
+        (it waits for them), else those of a lower priority when preemption is on (an upper
+        bound: a running gang's member is counted alone, though it only goes with its gang)."""
+        candidates = self.planner.running()
+        if starving:
+            return {c.key for c in candidates}
+        if not self.settings.preemption:
+            return set()
+        priority = gang_priority(r.priority for r in requests)
+        return {c.key for c in candidates if c.priority < priority}
+
+    def victims(
+        self, requests: list[PodRequest], names: list[str], siblings: dict[str, int], *, wait: bool = False
+    ) -> PreemptionPlan | None:
+        """A placement with the cheapest victims, or None (no victims help, or none needed).
+        `wait`: every running pod counts (a starvation hold waits for them instead of evicting)."""
+        candidates = self.planner.running()
+        if wait:
+            candidates = [replace(c, priority=LOWEST) for c in candidates]
+        found = self.planner.plan_with_preemption(requests, candidates, names=names, siblings=siblings)
+        return found if isinstance(found, PreemptionPlan) and found.victims else None
+
+    def _started(self, state: GangState, found: PreemptionPlan, *, evict: bool = True) -> str:
+        """The plan holds: remember the victims; the Event note."""
+        state.preempting = Preempting({v.key: v for v in found.victims}, self.now.mono, evict=evict)
+        state.reason = ""
+        if not evict:
+            state.reason, state.wait_code = holding_note(state.preempting), "HoldingRoom"
+            return f"waited longer than {self.settings.starvation_bound:g}s: {state.reason}"
+        self.actions.append(Count("preemptions", "started"))
+        self.actions.append(Count("victims", by=len(found.victims)))
+        return (
+            f"preempting {len(found.victims)} lower-priority pod(s) on {', '.join(found.victim_nodes)} "
+            f"for {len(found.plan.placements)} member(s); the freed devices are held for the gang"
+        )
+
+    def advance(self, state: GangState, release: Callable[[], None]) -> Report | None:
+        """Evict what is due; once every victim is gone the members may go (the plan's bind timeout
+        counts from then); past `preemption_timeout` the hold is given up (`release`)."""
+        p = state.preempting
+        if p is None:
+            return None
+        left = self.planner.still_holding(p.victims.values())
+        if not left:
+            self.forget(state)
+            state.preempting = None
+            state.planned_at = self.now.mono
+            self.actions.append(Count("preemptions", "room_made"))
+            return ("GangPlanned", "the victims are gone; releasing the members", "Normal")
+        if not p.evict:  # a starvation hold: no evictions, released with the gang's timeout
+            state.reason, state.wait_code = holding_note(p), "HoldingRoom"
+            return None
+        if self.now.mono - p.since > self.settings.preemption_timeout:
+            release()  # the step's release, which forgets the hold records too
+            self.actions.append(Count("preemptions", "timed_out"))
+            why = "; ".join(sorted(set(p.blocked.values()))) or "they are still terminating"
+            note = (
+                f"{len(left)} victim(s) did not leave within {self.settings.preemption_timeout:g}s "
+                f"({why}): the held devices are released"
+            )
+            return ("GangPreemptionTimedOut", note, "Warning")
+        if p.blocked:
+            state.reason = "preempting: eviction refused: " + "; ".join(sorted(set(p.blocked.values())))
+            state.wait_code = "Preempting"
+        self.actions.extend(Evict(self.gang, v) for v in p.due(left))
+        return None
+
+
+def fold_evictions(p: Preempting | None, evictions: Mapping[str, str]) -> None:
+    """What became of the evictions sent last time: accepted, or refused and why."""
+    if p is None or not evictions:
+        return
+    for key, why in evictions.items():
+        if why:
+            p.blocked[key] = why
+        else:
+            p.blocked.pop(key, None)
+            p.evicted.add(key)

@@ -1,0 +1,466 @@
+"""`topoalloc install`, `upgrade` and `uninstall` on a bare control plane of each release (issue 31).
+
+The module starts its own control plane (the session's has the harness's manifests applied; an
+installer must start from an empty cluster): etcd, kube-apiserver, the default kube-scheduler and
+kube-controller-manager, whose DaemonSet and Deployment controllers create the installed pods.
+No kubelet runs them, so tests/support/installed.py runs what each pod would run, with the
+credentials, Secrets and ConfigMaps the installation put there. Three nodes: gpu-a labelled by GPU
+Feature Discovery (a DGX H100), gpu-b with GPUs but no label (4x A100, NVLink pairs), cpu-1.
+
+The steps build on each other, in order: README's Deploy commands on the empty cluster, the GPU
+node label and a device plugin conflict, a gang created while no allocator runs, an upgrade with
+running allocations, kubeadm mode, uninstall, --purge (with a Koordinator-owned CRD).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.apis.paths import require_shared
+from tests.cluster.harness import allocated, gpu_minors
+from tests.deploy.test_readme import DEPLOY, README, _commands, section
+from tests.support.cluster_product import topoalloc_argv
+from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, wait_until
+from tests.support.installed import NAMESPACE, Installed, finish_terminating, pods
+from tests.support.kube_releases import KubeRelease
+
+NODES = {"gpu-a": "dgx-h100", "gpu-b": "a100-pcie-4x-nvlink-pairs", "cpu-1": "cpu-only"}
+GPUS = {"gpu-a": 8, "gpu-b": 4, "cpu-1": 0}
+MANAGED = "app.kubernetes.io/managed-by=topoalloc"
+PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
+DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+UPGRADE_TO = "0.1.1"
+
+
+@dataclass
+class World:
+    cp: ControlPlane
+    workdir: Path
+    installed: Installed
+    done: set[str] = field(default_factory=set)  # the steps that passed
+    bound: dict[str, dict[str, Any]] = field(default_factory=dict)  # ns/name -> pod when bound
+
+    def topoalloc(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.cp.admin_kubeconfig)}
+        env.pop("TOPOALLOC_DEBUG", None)
+        ran = subprocess.run(
+            topoalloc_argv(*args), capture_output=True, text=True, timeout=300, env=env, cwd=self.workdir
+        )
+        if check:
+            assert ran.returncode == 0, (
+                f"topoalloc {' '.join(args)}: {ran.returncode}\n{ran.stdout}\n{ran.stderr}"
+            )
+        return ran
+
+    def need(self, *steps: str) -> None:
+        missing = [s for s in steps if s not in self.done]
+        if missing:
+            pytest.skip(f"an earlier step failed: {', '.join(missing)}")
+
+    def wait(self, check: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
+        try:
+            return wait_until(check, timeout=timeout, what=what)
+        except ControlPlaneError as exc:
+            raise AssertionError(f"{exc}\n{self.installed.logs()}\n{self.cp.logs(20)}") from None
+
+    def pod(self, ns: str, name: str) -> dict[str, Any]:
+        return self.cp.admin.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+    def wait_bound(self, ns: str, name: str) -> dict[str, Any]:
+        pod = self.wait(lambda: (p := self.pod(ns, name))["spec"].get("nodeName") and p, f"{ns}/{name} bound")
+        self.bound[f"{ns}/{name}"] = pod
+        return pod
+
+    def agent_nodes(self) -> set[str]:
+        return {p["spec"].get("nodeName") for p in pods(self.cp, "topoalloc-agent")}
+
+    def ours(self) -> list[str]:
+        """Every object carrying the installer's label (the kinds it makes)."""
+        out = []
+        for kind in ("crd", "ns", "all", "cm", "secret", "sa", "role", "rolebinding", "clusterrole",
+                     "clusterrolebinding", "validatingadmissionpolicy", "validatingadmissionpolicybinding",
+                     "mutatingwebhookconfiguration", "pdb"):  # fmt: skip
+            got = self.cp.kubectl("get", kind, "-A", "-l", MANAGED, "-o", "name").stdout.split()
+            out += got
+        return sorted(set(out))
+
+
+@pytest.fixture(scope="module")
+def world(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    require_shared(release.missing_parts())
+    workdir = tmp_path_factory.mktemp(f"install-{release.minor}")
+    cp = ControlPlane(workdir / "k8s", controller_manager=True, release=release)
+    installed = Installed(cp, workdir, dict(NODES))
+    try:
+        cp.start()
+        for name in NODES:
+            labels = {"nvidia.com/gpu.present": "true"} if name == "gpu-a" else {}
+            cp.create_node(
+                name, capacity={"nvidia.com/gpu": str(GPUS[name])} if GPUS[name] else {}, labels=labels
+            )
+        yield World(cp, workdir, installed)
+    finally:
+        installed.stop()
+        cp.stop()
+
+
+def _readme_step(world: World, command: str) -> subprocess.CompletedProcess[str] | None:
+    words = shlex.split(command)
+    if words[0] == "make":
+        return None  # `make image`: no container runtime runs the image here (no kubelet)
+    if words[0] == ".venv/bin/topoalloc":
+        return world.topoalloc(*words[1:])
+    assert words[0] == "kubectl", command
+    args = [str(REPO / w) if w.startswith("examples/") else w for w in words[1:]]
+    return world.cp.kubectl(*args)
+
+
+def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world: World) -> None:
+    server = world.cp.admin.get("/version")["gitVersion"]
+    major, minor = (int(x) for x in server.lstrip("v").split(".")[:2])
+
+    def image(*flags: str) -> str:
+        docs = list(yaml.safe_load_all(world.topoalloc("install", "--dry-run", *flags).stdout))
+        scheduler = next(
+            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "topoalloc-scheduler"
+        )
+        return str(scheduler["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    assert image() == f"registry.k8s.io/kube-scheduler:{server}"
+    assert (
+        image("--scheduler-version", f"v{major}.{minor - 1}.4")
+        == f"registry.k8s.io/kube-scheduler:v{major}.{minor - 1}.4"
+    )
+    for version, why in (
+        (f"v{major}.{minor + 1}.0", "newer than kube-apiserver"),
+        (f"v{major}.{minor - 2}.0", "at most one"),
+    ):
+        ran = world.topoalloc("install", "--dry-run", "--scheduler-version", version, check=False)
+        assert ran.returncode == 2 and why in ran.stderr, ran.stderr
+    # A dry run changes nothing.
+    with pytest.raises(ApiStatus):
+        world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}")
+    # A user RBAC allows nothing: one line, exit 1, no traceback.
+    nobody = world.cp.client_identity("nobody", "nobody")
+    ran = world.topoalloc("install", "--kubeconfig", str(nobody), check=False)
+    assert ran.returncode == 1 and ran.stderr.count("\n") == 1, ran.stderr
+    assert ran.stderr.startswith(f"error: cluster ({world.cp.url}): HTTP 403") and "forbidden" in ran.stderr
+
+
+def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> None:
+    """Exactly README's Deploy commands; between `install` and the pod, the installed pods'
+    processes start (what kubelet would do)."""
+    block = _commands(section("Deploy", README).split("Upgrade and removal")[0])
+    assert [c.split()[0] for c in block] == [
+        "make",
+        ".venv/bin/topoalloc",
+        ".venv/bin/topoalloc",
+        "kubectl",
+        "kubectl",
+    ]
+    outputs = {}
+    for command in block:
+        if command.startswith("kubectl get"):
+            world.wait_bound("default", "gpu-pod")
+        outputs[command] = _readme_step(world, command)
+        if command == ".venv/bin/topoalloc install":
+            _start_installed(world)
+    install = outputs[".venv/bin/topoalloc install"]
+    assert install is not None
+    assert "agent: on 1 of 3 nodes: gpu-a (nvidia.com/gpu.present)" in install.stdout, install.stdout
+    assert "nodes advertising nvidia.com/gpu without a GPU label (no agent there): gpu-b" in install.stderr
+    # The DaemonSet controller put agent pods exactly where the report said.
+    ds = world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/topoalloc-agent")
+    assert ds["status"]["desiredNumberScheduled"] == 1 and world.agent_nodes() == {"gpu-a"}
+    pod = world.bound["default/gpu-pod"]
+    assert pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2
+    shown = outputs["kubectl get pod gpu-pod -o wide"]
+    assert shown is not None and "gpu-a" in shown.stdout
+    world.done.add("deploy")
+
+
+def _start_installed(world: World) -> None:
+    world.wait(lambda: world.agent_nodes() and None not in world.agent_nodes(), "agent pods bound")
+    world.wait(lambda: pods(world.cp, "topoalloc-allocator"), "allocator pods")
+    world.installed.start_agents()
+    for node in world.installed.agents:
+        world.wait(
+            lambda n=node: world.cp.admin.get(f"{DEVICES}/{n}").get("status") or None, f"Device {node}"
+        )
+    world.installed.start_allocator()
+    if world.installed.scheduler is None:
+        world.installed.start_scheduler()
+
+
+def test_gpu_nodes_get_the_agent_and_a_device_plugin_is_reported(world: World) -> None:
+    world.need("deploy")
+    world.cp.create_namespace("gpu-operator")
+    plugin = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "nvidia-device-plugin"}},
+            "template": {
+                "metadata": {"labels": {"app": "nvidia-device-plugin"}},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                    "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}],
+                },
+            },
+        },
+    }
+    world.cp.admin.post("/apis/apps/v1/namespaces/gpu-operator/daemonsets", plugin)
+    world.wait(
+        lambda: any(
+            p["spec"].get("nodeName") == "gpu-a"
+            for p in world.cp.admin.get("/api/v1/namespaces/gpu-operator/pods")["items"]
+        ),
+        "the device plugin's pod on gpu-a",
+    )
+    ran = world.topoalloc("install", "--gpu-nodes", "gpu-b")
+    assert (
+        "agent: on 2 of 3 nodes: gpu-a (nvidia.com/gpu.present), gpu-b (topoalloc.io/gpu-node)" in ran.stdout
+    )
+    assert (
+        "node gpu-a: the NVIDIA device plugin (DaemonSet gpu-operator/nvidia-device-plugin-daemonset) runs there"
+        in ran.stderr
+    )
+    assert world.cp.admin.get("/api/v1/nodes/gpu-b")["metadata"]["labels"]["topoalloc.io/gpu-node"] == "true"
+    world.wait(lambda: world.agent_nodes() == {"gpu-a", "gpu-b"}, "agent pods on gpu-a and gpu-b")
+    world.installed.start_agents()
+    world.wait(lambda: world.cp.admin.get(f"{DEVICES}/gpu-b").get("status") or None, "Device gpu-b")
+    world.cp.admin.delete("/api/v1/namespaces/gpu-operator")
+    world.done.add("gpu-nodes")
+
+
+def _member(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": "trainers"}},
+        "spec": {
+            "schedulerName": "topoalloc-scheduler",
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+        },
+    }
+
+
+def test_a_gang_created_while_no_allocator_runs_binds_whole_once_it_starts(world: World) -> None:
+    world.need("gpu-nodes")
+    hooks = world.cp.admin.get(f"{WEBHOOKS}/topoalloc-gang")["webhooks"]
+    assert {h["name"]: h["failurePolicy"] for h in hooks}["podgroup.gang.topoalloc.io"] == "Ignore"
+    world.installed.stop_allocator()
+    world.cp.create_namespace("train")
+    world.cp.admin.post(
+        PODGROUPS.format(ns="train"),
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "trainers"},
+            "spec": {"minMember": 2},
+        },
+    )
+    for name in ("m0", "m1"):  # admitted: the webhook fails open while nothing answers it
+        world.cp.admin.post("/api/v1/namespaces/train/pods", _member(name, 4))
+    # kube-scheduler tries them (no gate) and the extender is down: nothing binds, in part or whole.
+    world.wait(
+        lambda: all(
+            any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False"
+                for c in (world.pod("train", n).get("status") or {}).get("conditions") or []
+            )
+            for n in ("m0", "m1")
+        ),
+        "both members tried and refused",
+    )
+    assert not any(world.pod("train", n)["spec"].get("nodeName") for n in ("m0", "m1"))
+    world.installed.start_allocator()
+    members = [world.wait_bound("train", n) for n in ("m0", "m1")]
+    assert sorted(m["spec"]["nodeName"] for m in members) == ["gpu-a", "gpu-b"]
+    used = [
+        (p["spec"]["nodeName"], g) for p in [*members, world.bound["default/gpu-pod"]] for g in gpu_minors(p)
+    ]
+    assert len(used) == len(set(used)) == 10
+    world.done.add("gang")
+
+
+def test_upgrade_rolls_the_agent_and_allocator_and_keeps_allocations(world: World) -> None:
+    world.need("gang")
+    before = {key: allocated(world.pod(*key.split("/"))) for key in world.bound}
+    ds_path = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/topoalloc-agent"
+    state_volume = _volume(world.cp.admin.get(ds_path), "state")
+    upgrade = next(c for c in DEPLOY if c.startswith(".venv/bin/topoalloc upgrade"))
+    ran = world.topoalloc(*shlex.split(upgrade)[1:], "--version", UPGRADE_TO)
+    assert f"upgrade: topoalloc:0.1.0 -> topoalloc:{UPGRADE_TO}" in ran.stdout
+    ds = world.cp.admin.get(ds_path)
+    deployment = world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-allocator")
+    for obj in (ds, deployment):
+        assert obj["spec"]["template"]["spec"]["containers"][0]["image"] == f"topoalloc:{UPGRADE_TO}"
+    assert _volume(ds, "state") == state_volume  # the checkpoint's hostPath stays where it was
+
+    def rolled() -> bool:  # kubelet's part: a deleted pod goes once its containers stopped
+        finish_terminating(world.cp)
+        status = world.cp.admin.get(ds_path)["status"]
+        return status.get("updatedNumberScheduled") == status.get("desiredNumberScheduled") == 2
+
+    world.wait(rolled, "the agent DaemonSet rolled to the new version", timeout=120)
+    world.installed.stop_agents()
+    world.installed.start_agents()  # the new pods' processes, with tokens bound to them
+    world.installed.start_allocator()
+    after = {key: allocated(world.pod(*key.split("/"))) for key in world.bound}
+    assert after == before
+    # The new allocator counts them as used: the 2 GPUs still free on gpu-a, no GPU twice.
+    world.cp.admin.post("/api/v1/namespaces/train/pods", _solo("after-upgrade", 2))
+    pod = world.wait_bound("train", "after-upgrade")
+    taken = {
+        g
+        for key, p in world.bound.items()
+        if key != "train/after-upgrade" and p["spec"]["nodeName"] == "gpu-a"
+        for g in gpu_minors(p)
+    }
+    assert pod["spec"]["nodeName"] == "gpu-a" and not set(gpu_minors(pod)) & taken
+    world.done.add("upgrade")
+
+
+def _solo(name: str, gpus: int, scheduler: str = "topoalloc-scheduler") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+        },
+    }
+
+
+def _volume(ds: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
+
+
+def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
+    world.need("upgrade")
+    world.cp.admin.delete("/api/v1/namespaces/train/pods/after-upgrade", gracePeriodSeconds=0)
+    world.bound.pop("train/after-upgrade")
+    folder = world.workdir / "kubeadm"
+    ran = world.topoalloc(
+        "install", "--mode", "kubeadm", "--version", UPGRADE_TO, "--kubeadm-dir", str(folder)
+    )
+    service = world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}/services/topoalloc-allocator")
+    cluster_ip = service["spec"]["clusterIP"]
+    assert f"allocator Service ClusterIP: {cluster_ip}" in ran.stdout
+    assert "Deployment topoalloc-system/topoalloc-scheduler" in ran.stdout  # pruned: no second scheduler
+    with pytest.raises(ApiStatus):
+        world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-scheduler")
+    # A plain re-run keeps the recorded mode (and version), not the defaults.
+    again = world.topoalloc("install", "--version", UPGRADE_TO, "--kubeadm-dir", str(folder))
+    assert "allocator Service ClusterIP" in again.stdout and "removed" not in again.stdout
+    config = yaml.safe_load((folder / "kube-scheduler-config.yaml").read_text())
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == f"https://{cluster_ip}:8443"
+    # The cluster's own kube-scheduler with exactly these files (paths and the ClusterIP moved to
+    # where this machine has them: no kube-proxy here) places a default-scheduler pod.
+    world.installed.stop_scheduler()
+    world.cp.stop_scheduler()
+    assert world.installed.forwarder is not None
+    extender["urlPrefix"] = f"https://127.0.0.1:{world.installed.forwarder.port}"
+    for key in ("caFile", "certFile", "keyFile"):
+        extender["tlsConfig"][key] = str(folder / Path(extender["tlsConfig"][key]).name)
+    config.pop("clientConnection")
+    world.cp.start_scheduler(config)
+    world.cp.admin.post(
+        "/api/v1/namespaces/train/pods", _solo("kubeadm-pod", 2, scheduler="default-scheduler")
+    )
+    pod = world.wait_bound("train", "kubeadm-pod")
+    assert pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2
+    world.done.add("kubeadm")
+
+
+def test_uninstall_keeps_crds_devices_and_podgroups_and_leaves_no_webhook(world: World) -> None:
+    world.need("deploy")
+    world.installed.stop()  # deleting the workloads stops their pods
+    uninstall = next(c for c in DEPLOY if c == ".venv/bin/topoalloc uninstall")
+    ran = world.topoalloc(*shlex.split(uninstall)[1:])
+    assert ran.stdout.splitlines()[0] == "deleted MutatingWebhookConfiguration topoalloc-gang"
+    assert "kept CRDs devices.scheduling.koordinator.sh, podgroups.scheduling.x-k8s.io" in ran.stdout
+    with pytest.raises(ApiStatus):
+        world.cp.admin.get(f"{WEBHOOKS}/topoalloc-gang")
+    assert {d["metadata"]["name"] for d in world.cp.admin.get(DEVICES)["items"]} == {"gpu-a", "gpu-b"}
+    if "gang" in world.done:
+        assert world.cp.admin.get(f"{PODGROUPS.format(ns='train')}/trainers")["spec"]["minMember"] == 2
+    # Pods are created without any webhook in the way, and the namespace goes with its pods.
+    world.cp.admin.post("/api/v1/namespaces/train/pods", _member("late", 1))
+    world.wait(
+        lambda: finish_terminating(world.cp) >= 0 and _gone(world, f"/api/v1/namespaces/{NAMESPACE}"),
+        "namespace gone",
+    )
+    assert world.ours() == [
+        f"customresourcedefinition.apiextensions.k8s.io/{n}"
+        for n in ("devices.scheduling.koordinator.sh", "podgroups.scheduling.x-k8s.io")
+    ]
+    world.done.add("uninstall")
+
+
+def _gone(world: World, path: str) -> bool:
+    try:
+        world.cp.admin.get(path)
+    except ApiStatus as exc:
+        return exc.status == 404
+    return False
+
+
+def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> None:
+    world.need("uninstall")
+    world.cp.admin.post(
+        "/api/v1/namespaces/default/configmaps",
+        {"metadata": {"name": "not-ours", "labels": {"app.kubernetes.io/part-of": "topoalloc"}}},
+    )
+    purge = next(c for c in DEPLOY if c == ".venv/bin/topoalloc uninstall --purge")
+    ran = world.topoalloc(*shlex.split(purge)[1:])
+    assert "removed label topoalloc.io/gpu-node from node gpu-b" in ran.stdout
+    for crd in ("devices.scheduling.koordinator.sh", "podgroups.scheduling.x-k8s.io"):
+        world.wait(lambda c=crd: _gone(world, f"{CRDS}/{c}"), f"CRD {crd} gone")
+    assert world.ours() == []
+    assert "topoalloc.io/gpu-node" not in world.cp.admin.get("/api/v1/nodes/gpu-b")["metadata"]["labels"]
+    world.cp.admin.get("/api/v1/namespaces/default/configmaps/not-ours")
+
+    # Koordinator installed the Device CRD and someone made the namespace (no installer label on
+    # either): install leaves both as they are, and purge deletes neither.
+    path = REPO / "deploy" / "crds" / "devices.scheduling.koordinator.sh.yaml"
+    koordinator = yaml.safe_load(path.read_text())
+    koordinator["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "koordinator"}
+    world.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(koordinator))
+    world.wait(lambda: _established(world, "devices.scheduling.koordinator.sh"), "Koordinator's CRD")
+    world.cp.create_namespace(NAMESPACE, labels={"team": "platform"})
+    ran = world.topoalloc("install")
+    for kind, name in (
+        ("CustomResourceDefinition", "devices.scheduling.koordinator.sh"),
+        ("Namespace", NAMESPACE),
+    ):
+        assert f"{kind} {name}: exists and was not created by the installer" in ran.stdout, ran.stdout
+    crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
+    assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
+    world.topoalloc(*shlex.split(purge)[1:])
+    world.wait(lambda: _gone(world, f"{CRDS}/podgroups.scheduling.x-k8s.io"), "PodGroup CRD gone")
+    assert world.ours() == []
+    crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
+    assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
+    namespace = world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}")
+    assert namespace["status"]["phase"] == "Active" and namespace["metadata"]["labels"]["team"] == "platform"
+
+
+def _established(world: World, name: str) -> bool:
+    conditions = (world.cp.admin.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)

@@ -1,0 +1,205 @@
+"""What `topoalloc install` applies: the kustomize bases rendered for the options and the cluster.
+
+* `secondary` mode: deploy/secondary-scheduler (CRDs, allocator, a second kube-scheduler pinned to
+  the server's exact version); `kubeadm` mode: deploy (CRDs, allocator; the cluster's own
+  kube-scheduler gets the extender block, kubeadm.py). Both add daemonset/ (the node agent).
+* the topoalloc image and version, the gang webhook's failurePolicy, certificates generated into
+  the two TLS Secrets (and the webhook's caBundle) or issued by cert-manager.
+* every object labelled `app.kubernetes.io/managed-by: topoalloc`, which is how uninstall and
+  prune find what the installer made; objects that exist without that label (a CRD Koordinator or
+  scheduler-plugins installed, a namespace someone else made) are left out, so never changed and
+  never deleted.
+* a ConfigMap `topoalloc-install` recording the options, which `upgrade` starts from.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import topoalloc
+from allocator.runtime.config import DEFAULT_NAMESPACE
+from allocator.runtime.gang_settings import WEBHOOK_CONFIGURATION
+from topoalloc.commands.certs import secret_manifest
+from topoalloc.commands.installer.kustomize import Doc, Image, build, ident
+from topoalloc.commands.installer.tls import TlsFiles
+
+NAMESPACE = DEFAULT_NAMESPACE
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "topoalloc"
+PART_OF = "app.kubernetes.io/part-of"
+RECORD = "topoalloc-install"
+#: The label the installer puts on GPU nodes that carry neither GPU Feature Discovery's nor Node
+#: Feature Discovery's label; daemonset/daemonset.yaml's node affinity accepts it too.
+GPU_NODE_LABEL = "topoalloc.io/gpu-node"
+SCHEDULER = "topoalloc-scheduler"
+MODES = ("secondary", "kubeadm")
+CERTS = ("generate", "cert-manager")
+FAILURE_POLICIES = ("Ignore", "Fail")
+# The gang webhooks of deploy/allocator/webhook.yaml that select members by a label (the one for
+# annotation-only Koordinator gangs reviews every pod and always fails open).
+LABEL_WEBHOOKS = (
+    "podgroup.gang.topoalloc.io",
+    "legacy-podgroup.gang.topoalloc.io",
+    "koordinator-label.gang.topoalloc.io",
+)
+# Apply order: what others refer to first, the admission webhook last (kustomize's order).
+KIND_ORDER = (
+    "Namespace",
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "ClusterRole",
+    "Role",
+    "ClusterRoleBinding",
+    "RoleBinding",
+    "ConfigMap",
+    "Secret",
+    "Service",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "Issuer",
+    "Certificate",
+    "Deployment",
+    "DaemonSet",
+    "PodDisruptionBudget",
+    "MutatingWebhookConfiguration",
+)
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    """The choices of one installation (recorded in the cluster for `upgrade`)."""
+
+    version: str
+    image: str = "topoalloc"
+    mode: str = "secondary"
+    certs: str = "generate"
+    gang_failure_policy: str = "Ignore"
+    nvidia_runtime_class: bool = False
+    scheduler_version: str = ""  # secondary mode: vX.Y.Z; set from the server's /version
+    scheduler_image: str = "registry.k8s.io/kube-scheduler"
+
+    def record(self) -> dict[str, str]:
+        out = {}
+        for key, value in asdict(self).items():
+            out[_camel(key)] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return out
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, str]) -> InstallOptions:
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = data.get(_camel(f.name))
+            if raw is None:
+                continue
+            values[f.name] = raw == "true" if f.type == "bool" else raw
+        return cls(**values)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+@dataclass
+class ClusterFacts:
+    """What the render needs to know of the cluster."""
+
+    foreign: set[tuple[str, str, str, str]] = field(default_factory=set)  # existing, not ours
+    tls: TlsFiles | None = None  # generate: the Secrets' files (kept or new)
+
+
+def repo_root() -> Path:
+    """The checkout the package runs from: deploy/ and daemonset/ beside topoalloc/."""
+    return Path(topoalloc.__file__).resolve().parents[1]
+
+
+def missing_bases(root: Path) -> list[str]:
+    return [b for b in ("deploy", "daemonset") if not (root / b / "kustomization.yaml").is_file()]
+
+
+def render(options: InstallOptions, facts: ClusterFacts, root: Path | None = None) -> list[Doc]:
+    """The objects to apply, in apply order."""
+    root = root or repo_root()
+    image = (Image("topoalloc", options.image, options.version),)
+    cert_manager = (
+        (root / "deploy" / "components" / "cert-manager",) if options.certs == "cert-manager" else ()
+    )
+    base = root / "deploy" / ("secondary-scheduler" if options.mode == "secondary" else "")
+    docs = build(base, components=cert_manager, images=image)
+    runtime = (
+        (root / "deploy" / "components" / "nvidia-runtime-class",) if options.nvidia_runtime_class else ()
+    )
+    docs += build(root / "daemonset", components=runtime, images=image)
+    docs = _merge_duplicates(docs)
+    docs = [d for d in docs if ident(d) not in facts.foreign]
+    for doc in docs:
+        _adjust(doc, options, facts)
+    if options.certs == "generate" and facts.tls is not None:
+        docs += [secret_manifest(name, NAMESPACE, files) for name, files in facts.tls.items()]
+    docs.append(record_configmap(options))
+    for doc in docs:
+        labels = doc.setdefault("metadata", {}).setdefault("labels", {}) or {}
+        labels.update({MANAGED_BY: MANAGER, PART_OF: "topoalloc"})
+        doc["metadata"]["labels"] = labels
+    return sorted(docs, key=_order)
+
+
+def record_configmap(options: InstallOptions) -> Doc:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": RECORD, "namespace": NAMESPACE},
+        "data": options.record(),
+    }
+
+
+def _order(doc: Doc) -> int:
+    kind = doc.get("kind", "")
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else KIND_ORDER.index("PodDisruptionBudget")
+
+
+def _merge_duplicates(docs: Iterable[Doc]) -> list[Doc]:
+    """The namespace both bases declare, once, with the labels of both."""
+    out: dict[tuple[str, str, str, str], Doc] = {}
+    for doc in docs:
+        key = ident(doc)
+        if key in out:
+            labels = out[key].setdefault("metadata", {}).setdefault("labels", {})
+            labels.update((doc.get("metadata") or {}).get("labels") or {})
+        else:
+            out[key] = copy.deepcopy(doc)
+    return list(out.values())
+
+
+def _adjust(doc: Doc, options: InstallOptions, facts: ClusterFacts) -> None:
+    kind, name = doc.get("kind"), (doc.get("metadata") or {}).get("name")
+    if kind == "Deployment" and name == SCHEDULER and options.scheduler_version:
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "kube-scheduler":
+                container["image"] = f"{options.scheduler_image}:{options.scheduler_version}"
+    if kind == "MutatingWebhookConfiguration" and name == WEBHOOK_CONFIGURATION:
+        ca = (facts.tls or {}).get("topoalloc-allocator-tls", {}).get("ca.crt")
+        for hook in doc["webhooks"]:
+            if hook["name"] in LABEL_WEBHOOKS:
+                hook["failurePolicy"] = options.gang_failure_policy
+            if ca and options.certs == "generate":
+                # The leader keeps it equal to its Secret's ca.crt; set now, the webhook works at once.
+                hook["clientConfig"]["caBundle"] = base64.b64encode(ca).decode()
+
+
+def kinds(root: Path | None = None) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of everything any installation may create, in reverse apply order:
+    what uninstall and prune look for."""
+    seen: dict[tuple[str, str], int] = {}
+    for mode in MODES:
+        for certs in CERTS:
+            options = InstallOptions("0", mode=mode, certs=certs, scheduler_version="v1.0.0")
+            tls = {"topoalloc-allocator-tls": {}, "topoalloc-scheduler-client": {}}
+            for doc in render(options, ClusterFacts(tls=tls), root):  # type: ignore[arg-type]
+                seen.setdefault((doc["apiVersion"], doc["kind"]), _order(doc))
+    return sorted(seen, key=lambda k: -seen[k])

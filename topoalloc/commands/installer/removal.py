@@ -1,0 +1,110 @@
+"""`uninstall`, and the prune step of `install`/`upgrade`: deleting what the installer made.
+
+Only objects carrying `app.kubernetes.io/managed-by: topoalloc` are ever deleted, so a CRD another
+system owns (Koordinator's Device, scheduler-plugins' PodGroup) and a namespace someone else made
+are never touched. Order matters for safety: the gang admission webhook goes first, so no
+webhook that could block pod creation outlives the allocator that answers it. CRDs (and with them
+every Device and PodGroup) go only with --purge.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from topoalloc.commands.installer import manifests
+from topoalloc.commands.installer.cluster import Cluster
+from topoalloc.commands.installer.kustomize import Doc, ident
+from topoalloc.commands.installer.manifests import GPU_NODE_LABEL, MANAGED_BY, MANAGER
+from topoalloc.commands.installer.report import Report
+
+SELECTOR = f"{MANAGED_BY}={MANAGER}"
+KEPT_BY_PRUNE = ("CustomResourceDefinition", "Namespace")
+GANG_GATE = "topoalloc.io/gang"
+SCHEDULER = "topoalloc-scheduler"
+
+
+def ours(cluster: Cluster, root: Path | None = None) -> list[Doc]:
+    """Every object in the cluster the installer made, webhook configurations first, then in
+    reverse apply order."""
+    found = []
+    for api_version, kind in manifests.kinds(root):
+        found += cluster.list(api_version, kind, selector=SELECTOR)
+    webhooks = [d for d in found if d["kind"] == "MutatingWebhookConfiguration"]
+    return webhooks + [d for d in found if d["kind"] != "MutatingWebhookConfiguration"]
+
+
+def _name(doc: Doc) -> str:
+    meta = doc["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{doc['kind']} {where}{meta['name']}"
+
+
+def prune(cluster: Cluster, rendered: list[Doc], root: Path | None = None) -> list[str]:
+    """Delete our objects that the current render no longer has (another mode, an older version's
+    leftovers); CRDs and the namespace stay."""
+    keep = {ident(d) for d in rendered}
+    gone = []
+    for doc in ours(cluster, root):
+        if doc["kind"] in KEPT_BY_PRUNE or ident(doc) in keep:
+            continue
+        if cluster.delete(doc):
+            gone.append(_name(doc))
+    return gone
+
+
+def uninstall(cluster: Cluster, *, purge: bool, dry_run: bool, root: Path | None = None) -> Report:
+    report = Report()
+    found = ours(cluster, root)
+    if not found:
+        report.say("nothing to remove: no object carries " + SELECTOR)
+        return report
+    crds = [d for d in found if d["kind"] == "CustomResourceDefinition"]
+    namespaces = [d for d in found if d["kind"] == "Namespace"]
+    rest = [d for d in found if d["kind"] not in KEPT_BY_PRUNE]
+    doomed = rest + (crds if purge else []) + namespaces
+    verb = "would delete" if dry_run else "deleted"
+    for doc in doomed:
+        if dry_run or cluster.delete(doc):
+            report.say(f"{verb} {_name(doc)}")
+    if crds and not purge:
+        names = ", ".join(d["metadata"]["name"] for d in crds)
+        report.say(f"kept CRDs {names} and every Device and PodGroup (--purge deletes them)")
+    if namespaces and not dry_run:
+        report.say(f"namespace {namespaces[0]['metadata']['name']}: goes once its pods have stopped")
+    if purge:
+        # topoalloc's own label key: whoever set it (--gpu-nodes or by hand) set it for topoalloc.
+        for node in cluster.list("v1", "Node", selector=GPU_NODE_LABEL):
+            name = node["metadata"]["name"]
+            if not dry_run:
+                cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {GPU_NODE_LABEL: None}}})
+            report.say(f"{'would remove' if dry_run else 'removed'} label {GPU_NODE_LABEL} from node {name}")
+    _report_waiting_pods(cluster, report)
+    return report
+
+
+def _report_waiting_pods(cluster: Cluster, report: Report) -> None:
+    """Pods that only topoalloc would ever schedule: after uninstall they stay pending."""
+    gated, ours_by_name = [], []
+    for pod in cluster.items("/api/v1/pods", selector=""):
+        spec = pod.get("spec") or {}
+        if spec.get("nodeName"):
+            continue
+        key = f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
+        if any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []):
+            gated.append(key)
+        elif spec.get("schedulerName") == SCHEDULER:
+            ours_by_name.append(key)
+    if gated:
+        report.warn(
+            f"{len(gated)} pending pod(s) keep the {GANG_GATE} scheduling gate and stay pending until "
+            f"it is removed or topoalloc is installed again: {_some(gated)}"
+        )
+    if ours_by_name:
+        report.warn(
+            f"{len(ours_by_name)} pending pod(s) name schedulerName {SCHEDULER}, which no longer runs: "
+            f"{_some(ours_by_name)}"
+        )
+
+
+def _some(keys: list[str]) -> str:
+    return ", ".join(keys[:5]) + (" ..." if len(keys) > 5 else "")
