@@ -104,6 +104,7 @@ class Allocator:
                 events=self.events,
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
+                topology_keys=config.gang.topology_keys,  # a gang of claims plans as a gang does
             )
             if config.dra.enabled
             else None

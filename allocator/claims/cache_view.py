@@ -1,6 +1,7 @@
 """What the claims controller and the DRA admission gate read and do with the watch cache.
 
-The pending pods (their whole objects), the Nodes' facts (taints, cordons), the parsed DRA objects
+The pending pods (their whole objects), the Nodes' facts (taints, cordons), the PodGroups (a gang
+of claims waits for its minMember), the parsed DRA objects
 with each DRA node's published devices, and the hold ledger's claim holds. The runtime's
 `ClusterCache` is the one implementation in the process, handed in by allocator/assembly.py
 (tests/runtime/test_cache_views.py checks it fits); tests/claims/fakes.py has an in-memory one.
@@ -9,7 +10,7 @@ with each DRA node's published devices, and the hold ledger's claim holds. The r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from allocator.core.claims.published import NodeDevices
 from allocator.runtime.cache.dra import ClaimEntry
@@ -17,6 +18,8 @@ from allocator.runtime.cache.records import NodeFacts, PodEntry, Reservation
 from allocator.runtime.coreadapter import PodRequest
 from apis.annotations import DeviceAllocations
 from apis.dra_claims import DeviceClass, ResourceClaimTemplate
+
+JSON = dict[str, Any]
 
 
 @runtime_checkable
@@ -55,6 +58,9 @@ class ClaimsCache(Protocol):
 
     @property
     def nodes(self) -> Mapping[str, NodeFacts]: ...
+
+    @property
+    def podgroups(self) -> Mapping[str, JSON]: ...
 
     @property
     def dra(self) -> DraView: ...

@@ -29,31 +29,29 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from allocator.claims.cache_view import ClaimsCache
+from allocator.claims.decide import HOLDER, Decider, Member
 from allocator.claims.pod_claims import PodClaims, resolve
 from allocator.claims.writes import clear_allocation, mark, remove_gate, write_allocation
-from allocator.core.claims.place import NoPlacement
 from allocator.core.claims.solve import ClaimAnswer
-from allocator.core.request.claims import ClaimsRequest, translate
 from allocator.core.request.usage import claim_usage_key
-from allocator.runtime.coreadapter import CoreAdapter, Rejection
+from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.kube import ApiError, KubeApi
-from allocator.runtime.taints import admits, tolerations_of
 from apis import dra
-from apis.dra_claims import DeviceClass, ResourceClaim, claim_name, pod_claims
+from apis.dra_claims import ResourceClaim, claim_name, pod_claims
 from apis.errors import CodecError
+from apis.podgroup import gang_of
 from apis.resources import TERMINAL_POD_PHASES
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-HOLDER = "claims"
 ACTION = "Allocating"
 
 
@@ -87,6 +85,7 @@ class ClaimsController:
         events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
+        topology_keys: Sequence[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
@@ -97,6 +96,7 @@ class ClaimsController:
         self.is_leader = is_leader
         self.synced = synced
         self.clock = clock
+        self.decider = Decider(cache, core, topology_keys)
         self.pending: set[str] = set()  # pod keys: unbound pods that name resource claims
         self.passes = 0
         self.allocated = 0  # pods whose claims this process allocated (tests, benchmarks)
@@ -164,9 +164,10 @@ class ClaimsController:
     def step_down(self) -> None:
         """Leadership lost: hold nothing; writes in flight finish (their claims are the new
         leader's to see)."""
-        for key in [k for k, r in self.cache.ledger.reservations.items() if r.holder == HOLDER]:
-            if not any(key == claim_usage_key(b) for b in self._busy):
-                self.cache.ledger.drop_hold(key, force=True)
+        busy = {claim_usage_key(k) for k in self._busy}
+        self.decider.drop(
+            [k for k, r in self.cache.ledger.reservations.items() if r.holder == HOLDER and k not in busy]
+        )
         self._retry.clear()
         self._moved.clear()
         self._unused.clear()
@@ -182,6 +183,7 @@ class ClaimsController:
         now = self.clock()
         next_at = math.inf
         referenced: set[str] = set()
+        gangs: dict[str, list[tuple[str, JSON, PodClaims]]] = {}
         for key in sorted(self.pending):
             entry = self.cache.pods.get(key)
             pod = entry.raw if entry is not None else None
@@ -196,10 +198,14 @@ class ClaimsController:
             if retry is not None and waiting and retry.seen == self._fingerprint(key):
                 next_at = min(next_at, retry.at)
                 continue
-            if dra.SCHEDULING_GATE in _gates(pod):
-                self._gated(key, pod, claims, now)
-            else:
+            if dra.SCHEDULING_GATE not in _gates(pod):
                 self._ungated(key, pod, claims, now)
+            elif entry.gang and claims.todo and not claims.pinned:
+                gangs.setdefault(entry.gang, []).append((key, pod, claims))
+            else:
+                self._gated([(key, pod, claims)], now)
+        for gang, members in sorted(gangs.items()):
+            self._gated(members, now, gang=gang)
         self._release_unused(referenced, now)
         if next_at < math.inf:
             asyncio.get_running_loop().call_at(
@@ -208,98 +214,81 @@ class ClaimsController:
 
     # -- 1. gated pods --------------------------------------------------------------------------------
 
-    def _gated(self, key: str, pod: JSON, claims: PodClaims, now: float) -> None:
-        ref = PodRef.of(pod)
-        if claims.waiting:
-            log.debug("pod %s waits: %s", key, claims.waiting)
-            return  # kube-controller-manager makes the claims; their events wake us
-        if claims.refused:
-            self.events.warn(ref, "DRAClaimRefused", ACTION, claims.refused)
-            self._backoff(key, pod, now)
+    def _gated(self, pods: list[tuple[str, JSON, PodClaims]], now: float, *, gang: str = "") -> None:
+        """Allocate the claims of `pods` (one pod, or the pending members of `gang`) all at once."""
+        for key, pod, claims in pods:
+            if claims.waiting:
+                log.debug("pod %s waits: %s", key, claims.waiting)
+                return  # kube-controller-manager makes the claims; their events wake us
+            if claims.refused:
+                self.events.warn(PodRef.of(pod), "DRAClaimRefused", ACTION, claims.refused)
+                self._backoff([(key, pod)], now)
+                return
+        todo = [Member(key, pod, claims.todo, claims.pinned) for key, pod, claims in pods if claims.todo]
+        for key, pod, claims in pods:
+            if not claims.todo:
+                note = "; ".join(claims.left) if claims.left else "its claims are allocated"
+                self._spawn([key], self._ungate(key, pod, note))
+        if not todo:
             return
-        if not claims.todo:
-            note = "; ".join(claims.left) if claims.left else "its claims are allocated"
-            self._spawn(key, self._ungate(key, pod, note))
+        if gang and len(todo) < (need := self._gang_size(gang, todo[0].pod)):
+            log.debug("gang %s: %d of %d members with claims to allocate", gang, len(todo), need)
             return
-        decided = self._decide(pod, claims.todo, claims.pinned, set())
+        decided = self.decider.decide(todo)
         if isinstance(decided, str):
-            log.debug("pod %s: claims not allocated: %s", key, decided)
-            self.events.warn(ref, "DRAAllocationFailed", ACTION, decided)
-            self._backoff(key, pod, now)
+            log.debug("%s: claims not allocated: %s", gang or todo[0].key, decided)
+            for m in todo:
+                note = f"gang {gang}: {decided}" if gang else decided
+                self.events.warn(PodRef.of(m.pod), "DRAAllocationFailed", ACTION, note)
+            self._backoff([(m.key, m.pod) for m in todo], now)
             return
-        log.debug("pod %s: claims go to %s", key, decided.node)
-        self._retry.pop(key, None)
-        self._spawn(key, self._allocate(key, pod, claims.todo, decided, ungate=True))
+        log.debug("%s: claims go to %s", gang or todo[0].key, ", ".join(sorted({a.node for a in decided})))
+        for m in todo:
+            self._retry.pop(m.key, None)
+        self._spawn([m.key for m in todo], self._allocate(todo, decided, ungate=True))
 
-    def _decide(
-        self, pod: JSON, todo: list[ResourceClaim], pinned: str, refused: set[str]
-    ) -> ClaimAnswer | str:
-        """Place the claims and hold their devices; or why not (an Event's note)."""
-        classes = {k: v for k, v in self.cache.dra.classes.items() if isinstance(v, DeviceClass)}
-        creq = translate(self.core.request(pod), [(c.key, c.spec) for c in todo], classes)
-        if isinstance(creq, Rejection):
-            return creq.message
-        names = [pinned] if pinned else self._candidate_nodes(pod, refused)
-        got = self.core.place_claims(creq, names, self.cache.dra.published)
-        if isinstance(got, NoPlacement):
-            return got.summary() if got.rejections else "no node is in DRA mode"
-        problem = self._hold(todo, got, creq)
-        return problem or got
+    def _gang_size(self, gang: str, pod: JSON) -> int:
+        """How many members the gang waits for: its PodGroup's minMember, or Koordinator's
+        min-available (a gang that says neither waits for the members there are)."""
+        group = self.cache.podgroups.get(gang)
+        if group is not None:
+            size = (group.get("spec") or {}).get("minMember")
+            return size if isinstance(size, int) and size > 0 else 1
+        try:
+            ref = gang_of(pod)
+        except CodecError:
+            ref = None
+        return ref.min_available or 1 if ref is not None and ref.source == "koordinator" else 1 << 30
 
-    def _candidate_nodes(self, pod: JSON, refused: set[str]) -> list[str]:
-        tolerations = tolerations_of(pod)
-        out = []
-        for name in sorted(self.core.dra_nodes):
-            facts = self.cache.nodes.get(name)
-            if facts is None or name in refused or not admits(facts[2], tolerations):
-                continue
-            out.append(name)
-        return out
-
-    def _hold(self, todo: list[ResourceClaim], answer: ClaimAnswer, creq: ClaimsRequest) -> str:
-        # The pod's cpu and memory are its own, counted when it binds: a hold carries devices only.
-        req = replace(creq.pod, cpu_milli=0, memory=0, nonzero_cpu_milli=0, nonzero_memory=0)
-        held = []
-        for claim in todo:
-            key = claim_usage_key(claim.key)
-            got = self.cache.ledger.hold_claim(
-                key, claim.uid, answer.node, answer.usage[claim.key], req, HOLDER
-            )
-            if isinstance(got, str):
-                for k in held:
-                    self.cache.ledger.drop_hold(k, force=True)
-                return f"claim {claim.key}: {got}"
-            held.append(key)
-        return ""
-
-    async def _allocate(
-        self, key: str, pod: JSON, todo: list[ResourceClaim], answer: ClaimAnswer, *, ungate: bool
-    ) -> None:
-        ref = PodRef.of(pod)
+    async def _allocate(self, members: list[Member], answers: list[ClaimAnswer], *, ungate: bool) -> None:
+        """Write every member's claims (marked, then their allocation), then remove the gates; a
+        failure rolls back every claim already written: all of them or none."""
         written: list[tuple[ResourceClaim, str]] = []
         try:
-            for claim in todo:
-                rv = await mark(self.api, claim, claim.resource_version)
-                rv = await write_allocation(self.api, claim, rv, answer.results[claim.key], answer.node)
-                written.append((claim, rv))
+            for m, answer in zip(members, answers, strict=True):
+                for claim in m.todo:
+                    rv = await mark(self.api, claim, claim.resource_version)
+                    rv = await write_allocation(self.api, claim, rv, answer.results[claim.key], answer.node)
+                    written.append((claim, rv))
         except ApiError as exc:
             for claim, rv in written:
                 try:
                     await clear_allocation(self.api, claim, rv)
                 except ApiError as undo:
                     log.warning("rolling back the allocation of claim %s: %s", claim.key, undo)
-            for claim in todo:
-                self.cache.ledger.drop_hold(claim_usage_key(claim.key), force=True)
-            self.events.warn(ref, "DRAAllocationFailed", ACTION, f"writing the claims' allocation: {exc}")
-            self._backoff(key, pod, self.clock())
+            self.decider.drop_members(members)
+            for m in members:
+                note = f"writing the claims' allocation: {exc}"
+                self.events.warn(PodRef.of(m.pod), "DRAAllocationFailed", ACTION, note)
+            self._backoff([(m.key, m.pod) for m in members], self.clock())
             return
-        self.allocated += 1
-        devices = "; ".join(f"{k}: {', '.join(r.device for r in rs)}" for k, rs in answer.results.items())
-        self.events.record(
-            ref, "Normal", "DRAAllocated", ACTION, f"claims allocated on {answer.node} ({devices})"
-        )
+        for m, answer in zip(members, answers, strict=True):
+            self.allocated += 1
+            devices = "; ".join(f"{k}: {', '.join(r.device for r in rs)}" for k, rs in answer.results.items())
+            note = f"claims allocated on {answer.node} ({devices})"
+            self.events.record(PodRef.of(m.pod), "Normal", "DRAAllocated", ACTION, note)
         if ungate:
-            await self._ungate(key, pod, "")
+            await asyncio.gather(*(self._ungate(m.key, m.pod, "") for m in members))
 
     async def _ungate(self, key: str, pod: JSON, note: str) -> None:
         meta = pod.get("metadata") or {}
@@ -308,7 +297,7 @@ class ClaimsController:
         if ok and note:
             self.events.record(PodRef.of(pod), "Normal", "DRALeftToKubeScheduler", ACTION, note)
         if not ok:
-            self._backoff(key, pod, self.clock())
+            self._backoff([(key, pod)], self.clock())
 
     # -- 2. ungated, refused where its claims are -----------------------------------------------------
 
@@ -330,30 +319,30 @@ class ClaimsController:
         moved.refused.add(node)
         moved.message, moved.at = message, now
         # What the pod can be placed against: these claims as if unallocated.
-        fresh = [replace(c, allocation=None) for c in ours]
-        decided = self._decide(pod, fresh, "", moved.refused)
+        member = Member(key, pod, [replace(c, allocation=None) for c in ours])
+        decided = self.decider.decide([member], frozenset(moved.refused))
         ref = PodRef.of(pod)
         if isinstance(decided, str):
-            self.events.warn(
-                ref, "DRAReallocationFailed", ACTION, f"kube-scheduler refused {node}: {decided}"
-            )
+            note = f"kube-scheduler refused {node}: {decided}"
+            self.events.warn(ref, "DRAReallocationFailed", ACTION, note)
             return
-        note = f"kube-scheduler could not place the pod on {node} ({message}); claims moved to {decided.node}"
+        note = (
+            f"kube-scheduler could not place the pod on {node} ({message}); claims moved to {decided[0].node}"
+        )
         self.events.warn(ref, "DRAReallocated", ACTION, note)
-        self._spawn(key, self._move(key, pod, ours, decided))
+        self._spawn([key], self._move(member, ours, decided[0]))
 
-    async def _move(self, key: str, pod: JSON, ours: list[ResourceClaim], answer: ClaimAnswer) -> None:
+    async def _move(self, member: Member, ours: list[ResourceClaim], answer: ClaimAnswer) -> None:
         cleared = []
         try:
             for claim in ours:
                 rv = await clear_allocation(self.api, claim, claim.resource_version)
                 cleared.append(replace(claim, resource_version=rv, allocation=None))
         except ApiError as exc:
-            log.warning("deallocating the claims of %s: %s", key, exc)
-            for claim in ours:
-                self.cache.ledger.drop_hold(claim_usage_key(claim.key), force=True)
+            log.warning("deallocating the claims of %s: %s", member.key, exc)
+            self.decider.drop_members([member])
             return
-        await self._allocate(key, pod, cleared, answer, ungate=False)
+        await self._allocate([replace(member, todo=cleared)], [answer], ungate=False)
 
     # -- release --------------------------------------------------------------------------------------
 
@@ -369,7 +358,7 @@ class ClaimsController:
             unused.add(key)
             first = self._unused.setdefault(key, now)
             if now - first >= self.settings.release_after and key not in self._busy:
-                self._spawn(key, self._release(c))
+                self._spawn([key], self._release(c))
         for key in [k for k in self._unused if k not in unused]:
             del self._unused[key]
 
@@ -383,20 +372,20 @@ class ClaimsController:
 
     # -- helpers -----------------------------------------------------------------------------------------
 
-    def _spawn(self, key: str, coro: Any) -> None:
-        self._busy.add(key)
+    def _spawn(self, keys: list[str], coro: Any) -> None:
+        self._busy.update(keys)
 
         async def run() -> None:
             try:
                 async with self._slots:
                     await coro
             except Exception:
-                log.exception("claims controller: writes of %s failed", key)
+                log.exception("claims controller: writes of %s failed", ", ".join(keys))
             finally:
-                self._busy.discard(key)
+                self._busy.difference_update(keys)
                 self._wake.set()
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"claims {key}")
+        task = asyncio.get_running_loop().create_task(run(), name=f"claims {keys[0]}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -419,13 +408,14 @@ class ClaimsController:
         classes = len(self.cache.dra.classes)
         return (meta.get("resourceVersion"), tuple(versions), classes)
 
-    def _backoff(self, key: str, pod: JSON, now: float) -> None:
-        uid = (pod.get("metadata") or {}).get("uid") or ""
-        old = self._retry.get(key)
-        pause = self.settings.retry_initial
-        if old is not None and old.uid == uid:
-            pause = min(old.pause * 2, self.settings.retry_max)
-        self._retry[key] = _Retry(uid, now + pause, pause, self._fingerprint(key))
+    def _backoff(self, pods: list[tuple[str, JSON]], now: float) -> None:
+        for key, pod in pods:
+            uid = (pod.get("metadata") or {}).get("uid") or ""
+            old = self._retry.get(key)
+            pause = self.settings.retry_initial
+            if old is not None and old.uid == uid:
+                pause = min(old.pause * 2, self.settings.retry_max)
+            self._retry[key] = _Retry(uid, now + pause, pause, self._fingerprint(key))
 
 
 def _gates(pod: JSON) -> list[str]:

@@ -4,7 +4,7 @@ cache, and the admission route that gates pods at creation. allocator/assembly.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from allocator.claims.cache_view import ClaimsCache
@@ -29,6 +29,7 @@ class DraClaims:
         events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
+        topology_keys: Sequence[str] = (),
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -41,6 +42,7 @@ class DraClaims:
             events=events,
             is_leader=is_leader,
             synced=synced,
+            topology_keys=topology_keys,
         )
 
     def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from allocator.core.claims.gang import place_gang
 from allocator.core.claims.place import NoPlacement, place
 from allocator.core.claims.published import NodeDevices, results_usage
 from allocator.core.claims.solve import ClaimAnswer
@@ -338,3 +339,14 @@ class CoreAdapter:
         return place(
             self.cluster, creq, names, published, self.scorer, self.scoring.device_scoring, explain=explain
         )
+
+    def place_claim_gang(
+        self,
+        members: Sequence[ClaimsRequest],
+        names: Sequence[str],
+        published: Mapping[str, NodeDevices],
+        topology_keys: Sequence[str] = (),
+    ) -> list[ClaimAnswer] | NoPlacement:
+        """Every member's claims at once, or why not (core/claims/gang.py)."""
+        settings = PlanSettings(topology_keys=tuple(topology_keys), scoring=self.scoring.device_scoring)
+        return place_gang(self.cluster, members, names, published, self.scorer, settings)

@@ -35,6 +35,7 @@ class FakeClaimsCache:
     def __init__(self) -> None:
         self.pods: dict[str, PodEntry] = {}
         self.nodes: dict[str, NodeFacts] = {}
+        self.podgroups: dict[str, dict[str, Any]] = {}
         self.dra = FakeDra()
         self.ledger = HoldLedger(_no_choice, pods=self.pods, nodes=self.nodes, settle=lambda _key: None)
 

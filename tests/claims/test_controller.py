@@ -254,3 +254,51 @@ async def asyncio_sleep(seconds: float) -> None:
     import asyncio
 
     await asyncio.sleep(seconds)
+
+
+async def test_a_gang_of_claims_is_allocated_whole_then_ungated(fake_api: FakeApiServer, pki: Pki) -> None:
+    serve_dra(fake_api)
+    for name in ("n1", "n2"):
+        dra_node(fake_api, name)
+    fake_api.put(template("eight", gpus(8)))
+    fake_api.put(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "default"},
+            "spec": {"minMember": 2},
+        }
+    )
+    fake_api.put(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "big", "namespace": "default"},
+            "spec": {"minMember": 3},
+        }
+    )
+    async with claims_world(fake_api, pki) as w:
+        await until(lambda: len(w.run.service.cache.dra.published) == 2)
+        members = []
+        for group, names in (("g", ("g-0", "g-1")), ("big", ("big-0", "big-1", "big-2"))):
+            for name in names:
+                pod = claim_pod(name, templates={"gpus": "eight"})
+                pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
+                await w.create_pod(pod)
+                members.append(name)
+        make_claims(fake_api, "g-0")
+        await asyncio_sleep(0.5)
+        assert allocation(fake_api, "g-0-gpus") is None  # its sibling's claim is not made yet
+        for name in members[1:]:
+            make_claims(fake_api, name)
+        await until(
+            lambda: not gates(fake_api, "g-0") and not gates(fake_api, "g-1"), what="the gang ungated"
+        )
+        assert {node_of_claim(fake_api, "g-0-gpus"), node_of_claim(fake_api, "g-1-gpus")} == {"n1", "n2"}
+        # Three members of eight GPUs on two nodes: none is allocated, each says why.
+        await until(lambda: len(events(fake_api, "DRAAllocationFailed")) >= 3, what="the big gang's Events")
+        assert all("gang default/big" in e for e in events(fake_api, "DRAAllocationFailed"))
+        for name in ("big-0", "big-1", "big-2"):
+            assert allocation(fake_api, f"{name}-gpus") is None and gates(fake_api, name) == [
+                dra.SCHEDULING_GATE
+            ]

@@ -236,3 +236,37 @@ def test_bad_claims_say_why_and_nothing_is_written(
         assert not claim.get("status", {}).get("allocation")
         assert dra.ALLOCATED_BY_ANNOTATION not in (claim["metadata"].get("annotations") or {})
     cleanup(cluster, ns)
+
+
+def test_a_gang_of_claims_is_allocated_all_or_nothing(
+    cluster: ClusterEnv, nodes: dict[str, DraNode], ns: str
+) -> None:
+    create_template(cluster, gpu_template("eight", 8, ns))
+    for group, size in (("pair", 2), ("three", 3)):
+        cluster.cp.admin.post(
+            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups",
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": group},
+                "spec": {"minMember": size},
+            },
+        )
+    pods = {"pair": ["pair-0", "pair-1"], "three": ["three-0", "three-1", "three-2"]}
+    for group, names in pods.items():
+        for name in names:
+            pod = claim_pod(name, "eight", ns)
+            pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
+            cluster.create_pod(ns, pod)
+    # 2 x 8 GPUs: one member per node, both claims allocated, both bound.
+    bound = {name: cluster.wait_bound(ns, name)["spec"]["nodeName"] for name in pods["pair"]}
+    assert sorted(bound.values()) == [A, B]
+    for name in pods["pair"]:
+        assert node_of(allocated_claim(cluster, ns, name)) == bound[name]
+        assert len(results(allocated_claim(cluster, ns, name))) == 8
+    # 3 x 8 GPUs on what is left (nothing): no member's claim is allocated, each says why.
+    wait_until(lambda: len(event_notes(cluster, ns, "DRAAllocationFailed")) >= 3, timeout=30, what="Events")
+    for name in pods["three"]:
+        assert dra.SCHEDULING_GATE in gates(cluster, ns, name)
+        assert not claim_of(cluster, ns, name).get("status", {}).get("allocation")
+    cleanup(cluster, ns)

@@ -312,3 +312,48 @@ def test_pairs_the_core_refuses_at_first_are_placed_by_the_retries() -> None:
     assert "n1" in failed  # the joint allocation alone puts 4 GPUs on 2 switches with 2 NICs
     got = place(node.cluster, c, ["n1"], {"n1": node.pool}, NodeScorer(ScoringConfig()), None)
     assert isinstance(got, ClaimAnswer) and got.node == "n1"
+
+
+# -- gangs of claims -------------------------------------------------------------------------------
+
+
+def two_nodes() -> tuple[ClusterState, dict[str, NodeDevices]]:
+    cluster = ClusterState()
+    pools = {}
+    for name in ("g1", "g2"):
+        dev = fixture_device("dgx-h100", name)
+        cluster.upsert_node(
+            {
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": "64", "memory": "1Ti", "pods": "110"}},
+            }
+        )
+        cluster.set_device(dev)
+        pools[name] = published(dev)
+    return cluster, pools
+
+
+def member(name: str, count: int) -> ClaimsRequest:
+    got = translate(pod_request(pod({"cpu": "1"}, name=name)), [(f"ns/{name}", gpus(count))], CLASSES)
+    assert isinstance(got, ClaimsRequest)
+    return got
+
+
+def test_a_gang_of_claims_is_placed_whole_or_not_at_all() -> None:
+    from allocator.core.claims.gang import place_gang
+    from allocator.core.gang.plan import PlanSettings
+
+    cluster, pools = two_nodes()
+    scorer = NodeScorer(ScoringConfig())
+    both = place_gang(cluster, [member("a", 8), member("b", 8)], ["g1", "g2"], pools, scorer, PlanSettings())
+    assert isinstance(both, list) and sorted(a.node for a in both) == ["g1", "g2"]
+    assert [len(a.results[f"ns/{m}"]) for a, m in zip(both, "ab", strict=True)] == [8, 8]
+    assert not cluster.nodes["g1"].pods  # nothing held: the caller holds what it is given
+    three = place_gang(cluster, [member(m, 8) for m in "abc"], ["g1", "g2"], pools, scorer, PlanSettings())
+    assert isinstance(three, NoPlacement) and "does not fit whole" in three.summary()
+    # Members of four share a node without sharing a GPU.
+    four = place_gang(cluster, [member(m, 4) for m in "abcd"], ["g1", "g2"], pools, scorer, PlanSettings())
+    assert isinstance(four, list)
+    for node in ("g1", "g2"):
+        used = [r.device for a in four if a.node == node for rs in a.results.values() for r in rs]
+        assert len(used) == len(set(used))

@@ -36,9 +36,12 @@ class NoPlacement:
     """Why no node can take the claims: a rejection per node looked at."""
 
     rejections: Mapping[str, Rejection]
+    message: str = ""  # said instead of the per-node summary (a gang that does not fit whole)
 
     def summary(self) -> str:
         """kube-scheduler's way: `0/3 nodes can take the claims: 2 need 4 free GPUs, 1 ...`."""
+        if self.message:
+            return self.message
         counts = Counter(r.message for r in self.rejections.values())
         parts = ", ".join(f"{n} {msg}" for msg, n in sorted(counts.items(), key=lambda t: (-t[1], t[0])))
         total = len(self.rejections)
