@@ -218,6 +218,18 @@ class DeviceClass:
         )
 
 
+def default_classes() -> dict[str, DeviceClass]:
+    """topoalloc's DeviceClasses as deploy/dra ships them (a test keeps the two the same): for
+    reading claims where no cluster says what the classes are (`topoalloc allocate`)."""
+    driver = dra.DRIVER
+    return {
+        name: DeviceClass(
+            name, (f'device.driver == "{driver}" && device.attributes["{driver}"].type == "{kind}"',)
+        )
+        for name, kind in dra.CLASS_TYPE.items()
+    }
+
+
 def opted_out(annotations: dict[str, str]) -> bool:
     """The claim (or template) asks for kube-scheduler's own allocation."""
     return annotations.get(dra.ALLOCATOR_ANNOTATION) == dra.ALLOCATOR_KUBE_SCHEDULER

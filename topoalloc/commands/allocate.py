@@ -30,6 +30,7 @@ from apis.documents import load_documents, single_object
 from apis.errors import CodecError, InputError
 from apis.quantity import Format, Quantity
 from apis.resources import KOORD, RESOURCE_DEVICE_TYPE
+from topoalloc.commands import allocate_claims as claims_mod
 from topoalloc.output import dump, output_option
 
 EXIT_FITS, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
@@ -111,8 +112,29 @@ def build_state(
     show_default=True,
     help="Device-level strategy (DeviceShareArgs.scoringStrategy.type).",
 )
+@click.option(
+    "--claim",
+    "claim_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="A ResourceClaim or ResourceClaimTemplate of the pod (repeatable): print the claims' "
+    "allocation (status.allocation per claim) instead of the annotation.",
+)
+@click.option(
+    "--device-class",
+    "class_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="DeviceClasses the claims name (default: topoalloc's, as deploy/dra ships them).",
+)
+@click.option(
+    "--slices",
+    "slices_path",
+    type=click.Path(path_type=Path),
+    help="The node's ResourceSlices (default: what its agent publishes in dra mode from DEVICE).",
+)
 @click.option("--explain", is_flag=True, help="Show the candidates, their scores and the choices on stderr.")
-@output_option("annotation", "the device-allocated annotation (or the reason)")
+@output_option("annotation", "the device-allocated annotation, or with --claim each claim's allocation")
 @click.pass_context
 def allocate(
     ctx: click.Context,
@@ -121,13 +143,18 @@ def allocate(
     assigned_path: Path | None,
     node_path: Path | None,
     device_scoring: str,
+    claim_paths: tuple[Path, ...],
+    class_paths: tuple[Path, ...],
+    slices_path: Path | None,
     explain: bool,
     output: str,
 ) -> None:
     """Choose the GPUs and RDMA VFs for POD on the node of DEVICE, Koordinator-compatible.
 
     Prints the scheduling.koordinator.sh/device-allocated annotation and exits 0, or prints why
-    the pod does not fit and exits 1; exits 2 when an input cannot be read.
+    the pod does not fit and exits 1; exits 2 when an input cannot be read. With --claim, the
+    devices for the pod's DRA claims instead: each claim's status.allocation as topoalloc would
+    write it.
     """
     try:
         device = _object(_load(device_path, "device file"), device_path, "device file", "Device")
@@ -146,6 +173,9 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     for name in unknown:
         click.echo(f"warning: pod file ({pod_path}): {name} is not a resource topoalloc allocates", err=True)
+    if claim_paths:
+        files = claims_mod.ClaimFiles(claim_paths, class_paths, slices_path)
+        ctx.exit(claims_mod.run(state, pod, device, files, DeviceScoring(device_scoring), explain, output))
     req = pod_request(pod)
     if req.invalid is not None:
         # A pod Kubernetes or Koordinator would refuse is bad input, not a node that lacks room.
