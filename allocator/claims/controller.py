@@ -108,34 +108,62 @@ class ClaimsController:
         self._moved: dict[str, _Moved] = {}
         self._unused: dict[str, float] = {}  # claim key -> when first seen allocated by us and unused
         self._leading = False
+        # What a pass looks at: the pods that changed (or whose claims did), or every pending pod
+        # after a change of the nodes, slices or classes (and at every resync).
+        self._dirty: set[str] = set()
+        self._rescan = True
+        self._claims_of: dict[str, set[str]] = {}  # pod key -> the claims it names
+        self._by_claim: dict[str, set[str]] = {}  # claim key -> the pending pods naming it
+        self._last_release = -math.inf
 
     # -- what the cache tells ----------------------------------------------------------------------
 
     def observe(self, kind: str, key: str, obj: JSON | None) -> None:
+        """The cache's changes: a pod (or a claim it names) changed looks at that pod again; a
+        change of what claims are placed against (Nodes, Devices, slices, classes, templates)
+        looks at every pending pod again."""
         if kind == "Pod":
-            spec = (obj or {}).get("spec") or {}
-            phase = ((obj or {}).get("status") or {}).get("phase")
-            if (
-                obj is not None
-                and spec.get("resourceClaims")
-                and not spec.get("nodeName")
-                and phase not in TERMINAL_POD_PHASES
-            ):
-                self.pending.add(key)
-            else:
-                self.pending.discard(key)
-                self._retry.pop(key, None)
-                self._moved.pop(key, None)
-        elif kind not in (
-            "ResourceClaim",
-            "ResourceClaimTemplate",
-            "DeviceClass",
-            "ResourceSlice",
-            "Node",
-            "Device",
-        ):
+            self._observe_pod(key, obj)
+        elif kind == "ResourceClaim":
+            self._dirty.update(self._by_claim.get(key, ()))
+        elif kind in ("ResourceClaimTemplate", "DeviceClass", "ResourceSlice", "Node", "Device"):
+            self._rescan = True
+            if kind == "Node":
+                self.decider.nodes_changed()
+        else:
             return
         self._wake.set()
+
+    def _observe_pod(self, key: str, obj: JSON | None) -> None:
+        for claim in self._claims_of.pop(key, ()):
+            pods = self._by_claim.get(claim)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self._by_claim[claim]
+        spec = (obj or {}).get("spec") or {}
+        phase = ((obj or {}).get("status") or {}).get("phase")
+        if (
+            obj is None
+            or not spec.get("resourceClaims")
+            or spec.get("nodeName")
+            or phase in TERMINAL_POD_PHASES
+        ):
+            self.pending.discard(key)
+            self._dirty.discard(key)
+            self._retry.pop(key, None)
+            self._moved.pop(key, None)
+            return
+        self.pending.add(key)
+        self._dirty.add(key)
+        namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+        try:
+            claims = {f"{namespace}/{n}" for ref in pod_claims(obj) if (n := claim_name(ref))}
+        except CodecError:
+            claims = set()
+        self._claims_of[key] = claims
+        for claim in claims:
+            self._by_claim.setdefault(claim, set()).add(key)
 
     def wake(self) -> None:
         self._wake.set()
@@ -149,7 +177,7 @@ class ClaimsController:
                     await self._wake.wait()
                 await asyncio.sleep(self.settings.batch_delay)
             except TimeoutError:
-                pass
+                self._rescan = True  # a full pass now and then: nothing waits on a lost event
             self._wake.clear()
             if not (self.is_leader() and self.synced()):
                 if self._leading:
@@ -171,6 +199,7 @@ class ClaimsController:
         self._retry.clear()
         self._moved.clear()
         self._unused.clear()
+        self._rescan = True
         self._leading = False
 
     async def drain(self) -> None:
@@ -182,23 +211,26 @@ class ClaimsController:
         self.passes += 1
         now = self.clock()
         next_at = math.inf
-        referenced: set[str] = set()
         gangs: dict[str, list[tuple[str, JSON, PodClaims]]] = {}
-        for key in sorted(self.pending):
+        due = {k for k, r in self._retry.items() if r.at <= now}
+        keys = self.pending if self._rescan else (self._dirty | due) & self.pending
+        rescanned, self._rescan = self._rescan, False
+        self._dirty.clear()
+        for key in sorted(keys):
             entry = self.cache.pods.get(key)
             pod = entry.raw if entry is not None else None
-            if pod is None or entry is None or entry.node or entry.deleting:
-                continue
-            claims = resolve(pod, self.cache.dra)
-            referenced.update(c.key for c in (*claims.todo, *claims.allocated))
-            if key in self._busy:
+            if pod is None or entry is None or entry.node or entry.deleting or key in self._busy:
                 continue
             retry = self._retry.get(key)
             waiting = retry is not None and retry.uid == entry.uid and retry.at > now
             if retry is not None and waiting and retry.seen == self._fingerprint(key):
                 next_at = min(next_at, retry.at)
                 continue
-            if dra.SCHEDULING_GATE not in _gates(pod):
+            gated = dra.SCHEDULING_GATE in _gates(pod)
+            if not gated and _unschedulable(pod) is None:
+                continue  # on its way: kube-scheduler binds it
+            claims = resolve(pod, self.cache.dra)
+            if not gated:
                 self._ungated(key, pod, claims, now)
             elif entry.gang and claims.todo and not claims.pinned:
                 gangs.setdefault(entry.gang, []).append((key, pod, claims))
@@ -206,7 +238,10 @@ class ClaimsController:
                 self._gated([(key, pod, claims)], now)
         for gang, members in sorted(gangs.items()):
             self._gated(members, now, gang=gang)
-        self._release_unused(referenced, now)
+        if rescanned or now - self._last_release >= self.settings.resync_period:
+            self._last_release = now
+            self._release_unused(set(self._by_claim), now)
+        next_at = min([next_at, *(r.at for k, r in self._retry.items() if k in self.pending and r.at > now)])
         if next_at < math.inf:
             asyncio.get_running_loop().call_at(
                 asyncio.get_running_loop().time() + max(0.0, next_at - now), self._wake.set

@@ -3,6 +3,7 @@ ledger at once, or why not. Synchronous from choice to hold, so no two decisions
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,6 +36,10 @@ class Decider:
         self.cache = cache
         self.core = core
         self.topology_keys = tuple(topology_keys)
+        self._candidates: dict[tuple[str, frozenset[str]], list[str]] = {}  # until a Node changes
+
+    def nodes_changed(self) -> None:
+        self._candidates.clear()
 
     def decide(self, members: list[Member], refused: frozenset[str] = frozenset()) -> list[ClaimAnswer] | str:
         """Place every member's claims (one pod: `place_claims`; a gang: all at once) and hold
@@ -63,12 +68,19 @@ class Decider:
     def candidate_nodes(self, pods: Sequence[JSON], refused: frozenset[str] = frozenset()) -> list[str]:
         """The DRA-mode nodes every pod's tolerations admit (taints, cordons), `refused` left out."""
         tolerations = [tolerations_of(p) for p in pods]
+        memo = (json.dumps(tolerations, sort_keys=True), refused)
+        found = self._candidates.get(memo)
+        if found is not None:
+            return found
         out = []
         for name in sorted(self.core.dra_nodes):
             facts = self.cache.nodes.get(name)
             if facts is None or name in refused or not all(admits(facts[2], t) for t in tolerations):
                 continue
             out.append(name)
+        if len(self._candidates) >= 256:
+            self._candidates.clear()
+        self._candidates[memo] = out
         return out
 
     def _hold(self, members: list[Member], answers: Sequence[ClaimAnswer], creqs: list[ClaimsRequest]) -> str:

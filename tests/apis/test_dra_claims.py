@@ -238,5 +238,7 @@ def test_the_default_classes_are_the_ones_deploy_ships() -> None:
     from apis.dra_claims import default_classes
 
     path = Path(__file__).resolve().parents[2] / "deploy" / "dra" / "deviceclasses.yaml"
-    shipped = {d["metadata"]["name"]: DeviceClass.from_dict(d) for d in yaml.safe_load_all(path.read_text()) if d}
+    shipped = {
+        d["metadata"]["name"]: DeviceClass.from_dict(d) for d in yaml.safe_load_all(path.read_text()) if d
+    }
     assert shipped == default_classes()
