@@ -211,9 +211,12 @@ def delete(cp: ControlPlane, namespace: str) -> None:
         timeout=300,
         what=f"pods of {namespace} deleted",
     )
-    # kube-controller-manager takes the pods out of reservedFor (and kube-scheduler's finalizer off
-    # its claims) before the claims can go.
-    cp.admin.request("DELETE", CLAIMS.format(ns=namespace))
+    # kube-scheduler's finalizer is taken off by kube-controller-manager, a few claims a second
+    # (its client is throttled): take it off here, so the next run starts on empty nodes sooner.
+    path = CLAIMS.format(ns=namespace)
+    names = [c["metadata"]["name"] for c in cp.admin.get(path)["items"]]
+    parallel(lambda n: cp.admin.merge_patch(f"{path}/{n}", {"metadata": {"finalizers": None}}), names)
+    cp.admin.request("DELETE", path)
     wait_until(
         lambda: not cp.admin.get(CLAIMS.format(ns=namespace), limit=1)["items"],
         timeout=300,
