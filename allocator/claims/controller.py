@@ -284,7 +284,7 @@ class ClaimsController:
 
     def _gang_size(self, gang: str, pod: JSON) -> int:
         """How many members the gang waits for: its PodGroup's minMember, or Koordinator's
-        min-available (a gang that says neither waits for the members there are)."""
+        min-available (a Koordinator gang without one: the members there are)."""
         group = self.cache.podgroups.get(gang)
         if group is not None:
             size = (group.get("spec") or {}).get("minMember")
@@ -293,7 +293,9 @@ class ClaimsController:
             ref = gang_of(pod)
         except CodecError:
             ref = None
-        return ref.min_available or 1 if ref is not None and ref.source == "koordinator" else 1 << 30
+        if ref is not None and ref.source == "koordinator":
+            return ref.min_available or 1  # without min-available: the members there are
+        return 1 << 30  # a PodGroup gang whose PodGroup is not there (yet): wait for it
 
     async def _allocate(self, members: list[Member], answers: list[ClaimAnswer], *, ungate: bool) -> None:
         """Write every member's claims (marked, then their allocation), then remove the gates; a

@@ -302,3 +302,28 @@ async def test_a_gang_of_claims_is_allocated_whole_then_ungated(fake_api: FakeAp
             assert allocation(fake_api, f"{name}-gpus") is None and gates(fake_api, name) == [
                 dra.SCHEDULING_GATE
             ]
+
+
+async def test_a_koordinator_gang_of_claims_waits_for_its_min_available(
+    fake_api: FakeApiServer, pki: Pki
+) -> None:
+    serve_dra(fake_api)
+    dra_node(fake_api, "n1")
+    fake_api.put(template("one", gpus(1)))
+    async with claims_world(fake_api, pki) as w:
+        await until(lambda: "n1" in w.run.service.cache.dra.published)
+        names = ("k-0", "k-1")
+        for name in names:
+            pod = claim_pod(name, templates={"g": "one"})
+            pod["metadata"]["annotations"] = {
+                "gang.scheduling.koordinator.sh/name": "k",
+                "gang.scheduling.koordinator.sh/min-available": "2",
+            }
+            await w.create_pod(pod)
+        make_claims(fake_api, "k-0")
+        await asyncio_sleep(0.5)
+        assert allocation(fake_api, "k-0-g") is None  # one of two members: it waits
+        make_claims(fake_api, "k-1")
+        await until(lambda: not gates(fake_api, "k-0") and not gates(fake_api, "k-1"), what="both ungated")
+        (a,), (b,) = devices_of(fake_api, "k-0-g"), devices_of(fake_api, "k-1-g")
+        assert a != b
