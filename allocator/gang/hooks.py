@@ -73,7 +73,6 @@ class GangScheduling:
         )
         # The API server presents no client certificate to webhooks: same certificate, no mTLS.
         self.tls = ReloadingTLS(tls_files, client_certs=False)
-        self.core = core
         self.is_leader = is_leader
         self.ca_bundle = (
             CaBundleInjector(api, settings.webhook_configuration, WEBHOOK_SERVICE, tls_files.client_ca)
@@ -87,16 +86,7 @@ class GangScheduling:
         steered = self.steering.filter(req, names)
         if steered is not None:
             return FilterVerdicts.from_rejections(*steered)
-        bound = self.steering.job_group_bound(req, names)
-        if bound is None:
-            return None
-        passed, refused = bound
-        # The nodes of the group's domain still go through the core's own checks.
-        verdicts = self.core.filter_nodes(req, passed) if req.wants_devices else FilterVerdicts(passed)
-        for name, why in refused.items():
-            (verdicts.unresolvable if why.unresolvable else verdicts.failed)[name] = why.message
-            verdicts.codes[why.code] += 1
-        return verdicts
+        return self.steering.job_group_filter(req, names)
 
     def steer_scores(self, req: PodRequest, names: Sequence[str], scores: np.ndarray) -> list[int] | None:
         if not self.steering.adjusts(req):

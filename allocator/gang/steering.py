@@ -24,7 +24,7 @@ from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
 from allocator.gang.topology import Topology
-from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts
 from allocator.runtime.gang_settings import GangSettings
 
 HELD = "topoalloc: held for gang"
@@ -102,6 +102,19 @@ class GangSteering:
             return dict(scores)
         keys, weight = self.topology.profile.keys, self.settings.sibling_weight
         return self.core.sibling_priorities(req, names, siblings, keys, weight)
+
+    def job_group_filter(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
+        """The filter's verdict for a job-group pod bound to a level (None: not bound): the core's
+        own checks on the nodes of its domain, the level's reason on the others."""
+        bound = self.job_group_bound(req, names)
+        if bound is None:
+            return None
+        passed, refused = bound
+        verdicts = self.core.filter_nodes(req, passed) if req.wants_devices else FilterVerdicts(passed)
+        for name, why in refused.items():
+            (verdicts.unresolvable if why.unresolvable else verdicts.failed)[name] = why.message
+            verdicts.codes[why.code] += 1
+        return verdicts
 
     def job_group_bound(
         self, req: PodRequest, names: Sequence[str]
