@@ -131,6 +131,6 @@ def test_the_profile_is_detected_again_when_the_nodes_change() -> None:
 def test_the_config_names_the_profile_and_refuses_an_unknown_one() -> None:
     cfg = ServiceConfig.from_mapping({"gang": {"topologyProfile": "gke"}})
     assert cfg.gang.topology_profile == "gke" and ServiceConfig().gang.topology_profile == "auto"
-    with pytest.raises(ValueError, match="gang.topologyProfile: unknown profile 'azure' \\(known: auto, "):
+    with pytest.raises(ValueError, match=r"gang\.topologyProfile: unknown profile 'azure' \(known: auto, "):
         ServiceConfig.from_mapping({"gang": {"topologyProfile": "azure"}})
     assert ServiceConfig().updated(gang_topology_profile="custom").gang.topology_profile == "custom"
