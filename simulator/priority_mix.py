@@ -159,12 +159,12 @@ class _Sim:
             self.preempt,
             len(gangs),
             len(self.gang_waits),
-            _pct(waits, 50),
-            _pct(waits, 99),
+            percentile(waits, 50),
+            percentile(waits, 99),
             self.lost,
             self.preemptions,
             self.victims,
-            _pct(sorted(self.batch_waits), 50),
+            percentile(sorted(self.batch_waits), 50),
             self.busy / (self.gpus * horizon),
         )
 
@@ -252,7 +252,7 @@ class _Sim:
         job.started, job.placed = -1.0, {}
 
 
-def _pct(values: list[float], q: int) -> float:
+def percentile(values: list[float], q: int) -> float:
     if not values:
         return float("nan")
     if len(values) == 1:

@@ -4,6 +4,7 @@ free and which leaf/spine each carries."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 from allocator.core.cluster.state import ClusterState
@@ -185,3 +186,35 @@ def test_keep_to_level_bounds_a_job_group_placed_one_by_one() -> None:
     passed, refused = keep_to_level(c.nodes, names, {"n3": 2, "n1": 1}, LEAF, "rl-job-group ns/ppo")
     assert passed == ["n3"] and refused["n1"].message == f"rl-job-group ns/ppo keeps to {LEAF}=L2"
     assert not refused["n1"].unresolvable  # the siblings may leave
+
+
+def leafs_of(c: ClusterState, plan: GangPlan) -> int:
+    return len({c.nodes[n].labels[LEAF] for n in plan.nodes})
+
+
+def test_on_random_clusters_a_level_never_spreads_a_gang_wider_than_no_level() -> None:
+    """Seeded random load on three leafs of four nodes; random gangs. Whenever the planner
+    without levels places a gang, a preferred leaf places it too in no more leafs, and a required
+    leaf places it in one leaf or says why; a gang the planner without levels keeps in one leaf
+    is never refused a required leaf."""
+    rng = random.Random(7)
+    narrower = 0
+    for trial in range(60):
+        c = cluster({f"n{i}": f"L{i // 4}" for i in range(12)})
+        for i in range(12):
+            if (held := rng.choice((0, 2, 4, 4, 6, 8))) > 0:
+                take(c, f"n{i}", held)
+        members = gang(rng.randint(2, 8), gpu=rng.choice((2, 4, 4, 8)))
+        free = plan_gang(c, members, BASE)
+        preferred = plan_in_levels(c, members, BASE, PREFERRED_LEAF)
+        required = plan_in_levels(c, members, BASE, REQUIRED_LEAF)
+        if not isinstance(free, GangPlan):
+            assert isinstance(preferred, NoPlan) and isinstance(required, NoPlan), trial
+            continue
+        assert isinstance(preferred, GangPlan) and leafs_of(c, preferred) <= leafs_of(c, free), trial
+        narrower += leafs_of(c, preferred) < leafs_of(c, free)
+        if isinstance(required, GangPlan):
+            assert leafs_of(c, required) == 1, trial
+        else:
+            assert leafs_of(c, free) > 1 and required.message.startswith(f"required leaf ({LEAF})"), trial
+    assert narrower >= 3  # the seed has gangs that fewest nodes would straddle but one leaf holds

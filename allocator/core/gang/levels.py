@@ -14,7 +14,8 @@ the widest of them is *required* (one domain of it, or no placement) or only *pr
    its topology keys;
 3. nothing at the widest allowed level: *required* waits, saying the level and the domains tried;
    *preferred* takes the fewest domains of the widest level (the roomiest first) that hold the
-   gang, and at worst the placement `plan_gang` finds without levels.
+   gang, or the placement `plan_gang` finds without levels where that spans fewer domains (counted
+   widest level first), so a preferred level never spreads a gang wider than no level would.
 
 A required level also bounds where members go at all: only nodes carrying its label, and once
 siblings (bound members, pods of the same job group) are placed, only their domain. Preemption
@@ -124,7 +125,11 @@ def plan_in_levels(
             tried += [(v, f"{free} of {wanted} GPUs free") for v, free in short]
     if levels.required:
         return NoPlan(_waiting(levels, len(members), tried), placed)
-    return _fewest_domains(cluster, members, inner, levels.top, pool, wanted, siblings) or direct
+    fewest = _fewest_domains(cluster, members, inner, levels.top, pool, wanted, siblings)
+    if fewest is None:
+        return direct
+    # The roomiest domains may be fragmented: keep whichever spans fewer domains, widest level first.
+    return min((fewest, direct), key=lambda p: _spans(cluster, p, levels.keys))
 
 
 def preempt_in_levels(
@@ -295,6 +300,12 @@ def _fewest_domains(
         if isinstance(found, GangPlan):
             return found
     return None
+
+
+def _spans(cluster: ClusterState, plan: GangPlan, keys: Sequence[str]) -> tuple[int, ...]:
+    """How many domains of each level the plan's nodes are in, widest level first."""
+    states = [cluster.nodes[n] for n in plan.nodes]
+    return tuple(len({_value(s, key) for s in states}) for key in reversed(keys))
 
 
 def _waiting(levels: Levels, members: int, tried: list[tuple[str, str]]) -> str:
