@@ -54,17 +54,23 @@ LEAF, SPINE = PROFILE.key_of("leaf"), PROFILE.key_of("spine")
 # `no-profile`: what the allocator did before topology profiles, on a Topograph cluster: its
 # default topology keys (clique, topoalloc.io/rack, zone) are labels these nodes do not carry.
 POLICIES = ("no-profile", "none", "preferred", "required")
+LABELS = {
+    "no-profile": "no levels",
+    "none": "profile only",
+    "preferred": "preferred leaf",
+    "required": "required leaf",
+}
 GANG_SHAPES = ((2, 4), (4, 4), (8, 4), (4, 2), (8, 2))  # (members, GPUs each)
 
 
 @dataclass(frozen=True)
 class TopologyMixSettings:
     spines: int = 2
-    leafs: int = 4  # per spine
-    nodes: int = 8  # per leaf
-    load: float = 0.6  # batch GPU demand as a share of the cluster
+    leafs: int = 8  # per spine
+    nodes: int = 4  # per leaf: a rack of DGX H100 (about 10 kW each) with its top-of-rack switch
+    load: float = 0.55  # batch GPU demand as a share of the cluster
     batch_hours: float = 2.0
-    gang_every_hours: float = 0.75
+    gang_every_hours: float = 1.0
     gang_hours: float = 4.0
     group_every_hours: float = 2.0
     group_hours: float = 4.0

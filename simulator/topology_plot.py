@@ -12,14 +12,14 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
 
-from simulator.topology_mix import TopologyMixResult
+from simulator.topology_mix import LABELS, TopologyMixResult
 
 
 def plot_topology_mix(results: Sequence[TopologyMixResult], path: Path, title: str = "") -> Path:
     """Two panels: mean leafs spanned (gangs, RL job groups) and wait p50/p99 of gangs and groups,
     one group of bars per policy. Returns the path written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    policies = [r.policy for r in results]
+    policies = [LABELS[r.policy] for r in results]
     x = np.arange(len(policies))
     fig, (spread, wait) = plt.subplots(1, 2, figsize=(11, 4.2))
     width = 0.38

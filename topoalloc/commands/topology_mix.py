@@ -8,14 +8,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from simulator.topology_mix import POLICIES, TopologyMixResult, TopologyMixSettings, run_topology_mix
-
-LABELS = {
-    "no-profile": "no levels",
-    "none": "profile only",
-    "preferred": "preferred leaf",
-    "required": "required leaf",
-}
+from simulator.topology_mix import LABELS, POLICIES, TopologyMixResult, TopologyMixSettings, run_topology_mix
 
 
 def format_topology_mix(results: list[TopologyMixResult]) -> str:
@@ -37,10 +30,10 @@ def format_topology_mix(results: list[TopologyMixResult]) -> str:
 @click.command("topology-mix")
 @click.option("--days", default=7.0, show_default=True, help="Simulated days.")
 @click.option("--spines", default=2, show_default=True, help="Spines.")
-@click.option("--leafs", default=4, show_default=True, help="Leafs per spine.")
-@click.option("--nodes", default=8, show_default=True, help="DGX H100 nodes per leaf.")
-@click.option("--load", default=0.6, show_default=True, help="Batch GPU demand as a share of the cluster.")
-@click.option("--gang-every", default=0.75, show_default=True, help="Hours between training gangs (mean).")
+@click.option("--leafs", default=8, show_default=True, help="Leafs per spine.")
+@click.option("--nodes", default=4, show_default=True, help="DGX H100 nodes per leaf.")
+@click.option("--load", default=0.55, show_default=True, help="Batch GPU demand as a share of the cluster.")
+@click.option("--gang-every", default=1.0, show_default=True, help="Hours between training gangs (mean).")
 @click.option("--seed", default=1, show_default=True, help="Random seed of the workload.")
 @click.option(
     "--plot",
