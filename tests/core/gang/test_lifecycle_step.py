@@ -321,6 +321,8 @@ def test_the_gang_s_topology_levels_go_to_every_plan_it_asks_for() -> None:
 
 def test_a_topology_wish_that_does_not_decode_waits_with_its_own_reason() -> None:
     why = "topology: pod ns/m0: topoalloc.io/required-topology: is not a valid label key (got 'a b')"
-    got = run(gang(member("m0"), member("m1"), problem=why, problem_code="InvalidTopology"), FakePlanner(free=8))
+    got = run(
+        gang(member("m0"), member("m1"), problem=why, problem_code="InvalidTopology"), FakePlanner(free=8)
+    )
     assert reports(got.actions) == [("GangWaiting", why)]
     assert got.state.wait_code == "InvalidTopology"
