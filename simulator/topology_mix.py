@@ -47,7 +47,7 @@ from allocator.core.request.pod_request import PodRequest
 from apis.topology_constraint import TopologyWish
 from apis.topology_profile import GENERIC, PRESETS
 from simulator.nodes import fixture_objects
-from simulator.priority_mix import percentile
+from simulator.priority_mix import batch_arrivals, percentile
 
 PROFILE = PRESETS["topograph"]
 LEAF, SPINE = PROFILE.key_of("leaf"), PROFILE.key_of("spine")
@@ -119,17 +119,8 @@ def _pod(name: str, gpus: int, labels: dict[str, str] | None = None) -> PodReque
 def workload(s: TopologyMixSettings, gpus_total: int) -> list[Job]:
     rng = random.Random(s.seed)
     horizon = s.days * 24
-    jobs: list[Job] = []
-    sizes, weights = (1, 2, 4), (6, 3, 1)
-    mean_gpus = sum(a * b for a, b in zip(sizes, weights, strict=True)) / sum(weights)
-    rate = s.load * gpus_total / (mean_gpus * s.batch_hours)
-    t = 0.0
-    for i in itertools.count():
-        if (t := t + rng.expovariate(rate)) >= horizon:
-            break
-        jobs.append(
-            Job(f"b{i}", "batch", (rng.choices(sizes, weights)[0],), rng.expovariate(1 / s.batch_hours), t)
-        )
+    arrivals = batch_arrivals(rng, s.load, gpus_total, s.batch_hours, horizon)
+    jobs = [Job(f"b{i}", "batch", (g,), hours, t) for i, (t, g, hours) in enumerate(arrivals)]
     t = 0.0
     for i in itertools.count():
         if (t := t + rng.expovariate(1 / s.gang_every_hours)) >= horizon:
