@@ -28,9 +28,10 @@ from allocator.core.claims.published import NodeDevices, results_usage
 from allocator.core.claims.solve import ClaimAnswer
 from allocator.core.cluster.columns import FilterVerdicts
 from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
+from allocator.core.gang.levels import Levels, keep_to_level, plan_in_levels, preempt_in_levels
 from allocator.core.gang.min_resources import Shortage, min_resources_shortage
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
-from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
+from allocator.core.gang.preemption import PreemptionPlan, node_victims
 from allocator.core.gang.siblings import sibling_priorities
 from allocator.core.gang.victims import Candidate
 from allocator.core.reasons import Rejection
@@ -265,11 +266,13 @@ class CoreAdapter:
         *,
         siblings: Mapping[str, int],
         names: Iterable[str],
+        levels: Levels | None = None,
     ) -> GangPlan | NoPlan:
-        """A placement for every member at once among `names` (core/gang/plan.py); DRA-mode nodes
-        take no member that asks for device resources."""
+        """A placement for every member at once among `names` (core/gang/plan.py), inside one
+        domain of the gang's topology levels (core/gang/levels.py); DRA-mode nodes take no member
+        that asks for device resources."""
         names = self._mode_nodes(requests, names)
-        return plan_gang(self.cluster, requests, settings, siblings=siblings, names=names)
+        return plan_in_levels(self.cluster, requests, settings, levels, siblings=siblings, names=names)
 
     def plan_with_preemption(
         self,
@@ -279,18 +282,26 @@ class CoreAdapter:
         *,
         names: Iterable[str],
         siblings: Mapping[str, int],
+        levels: Levels | None = None,
     ) -> PreemptionPlan | NoPlan:
         """A placement for every member and the cheapest victims among `candidates` that make room
-        for it (core/gang/preemption.py)."""
+        for it (core/gang/preemption.py), keeping to the gang's topology levels (levels.py)."""
         names = self._mode_nodes(requests, names)
-        return plan_with_preemption(
-            self.cluster, requests, candidates, settings, names=names, siblings=siblings
+        return preempt_in_levels(
+            self.cluster, requests, candidates, settings, levels, names=names, siblings=siblings
         )
 
     def _mode_nodes(self, requests: Sequence[PodRequest], names: Iterable[str]) -> list[str]:
         if self.dra_nodes and any(r.wants_devices for r in requests):
             return [n for n in names if n not in self.dra_nodes]
         return list(names)
+
+    def keep_to_level(
+        self, names: Sequence[str], siblings: Mapping[str, int], key: str, group: str
+    ) -> tuple[list[str], dict[str, Rejection]]:
+        """The nodes a job-group pod placed on its own may use under a required level (the
+        siblings' domain of `key`), and why the others may not (core/gang/levels.py)."""
+        return keep_to_level(self.cluster.nodes, names, siblings, key, group)
 
     def min_resources_shortage(
         self, wanted: Mapping[str, Quantity], names: Iterable[str], removable: Collection[str]

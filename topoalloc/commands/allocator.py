@@ -15,6 +15,7 @@ import click
 from allocator.runtime.config import ServiceConfig
 from apis.documents import load_mapping
 from apis.errors import InputError
+from apis.topology_profile import PROFILE_NAMES
 from topoalloc.commands.kube_access import config_error, require_kubeconfig
 from topoalloc.errors import BadInput
 
@@ -160,6 +161,12 @@ def _unknown_component(name: str) -> str | None:
     "topology_keys",
     multiple=True,
     help="Node label naming a topology domain, narrowest first (repeatable; replaces the defaults).",
+)
+@click.option(
+    "--topology-profile",
+    "gang_topology_profile",
+    type=click.Choice(PROFILE_NAMES),
+    help="Topology levels from the nodes' labels (docs/topology.md).  [default: auto]",
 )
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug.")
 def allocator(
