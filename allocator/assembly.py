@@ -1,11 +1,13 @@
 """The allocator process wired: the runtime (watch cache, leader election, events, TLS), the
-extender and health servers on top of it, and gang scheduling and Reservations plugged into the
-extender's seams.
+extender and health servers on top of it, gang scheduling and Reservations plugged into the
+extender's seams, and DRA claim allocation beside them.
 
-The one module that imports `allocator.extender` together with `allocator.gang` and
-`allocator.reservations`: the extender defines the seams (`GangHooks`, allocator/extender/gang_hooks.py;
-`ReservationHooks`, allocator/extender/reservation_hooks.py) and never imports either package; each
-implements its seam on top of the runtime's cache, API client and events.
+The one module that imports `allocator.extender` together with `allocator.gang`,
+`allocator.reservations` and `allocator.claims`: the extender defines the seams (`GangHooks`,
+allocator/extender/gang_hooks.py; `ReservationHooks`, allocator/extender/reservation_hooks.py) and
+never imports the gang or reservations package; each implements its seam on top of the runtime's
+cache, API client and events; the claims package knows none of them. The admission webhook server
+carries the gang's route and the DRA gate's (allocator/runtime/admission.py).
 """
 
 from __future__ import annotations
@@ -20,18 +22,20 @@ from pathlib import Path
 
 from aiohttp import web
 
+from allocator.claims.hooks import DraClaims
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
 from allocator.extender.gang_hooks import GangHooks
 from allocator.extender.reservation_hooks import ReservationHooks
 from allocator.gang.hooks import GangScheduling
 from allocator.reservations.hooks import ReservationScheduling
+from allocator.runtime.admission import add_reviewers, admission_app
 from allocator.runtime.cache.reflector import Backoff, Reflector
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, EventSink, NullEvents
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, RESERVATIONS, ApiError, KubeApi
+from allocator.runtime.kube import DEVICES, DRA_KINDS, NODES, PODGROUPS, PODS, RESERVATIONS, ApiError, KubeApi
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
@@ -40,7 +44,8 @@ log = logging.getLogger(__name__)
 
 # Nodes and Devices first: pods arriving before their node are held until it does, but the
 # first LIST is cheaper when the nodes are already there. Reservations before pods: their owners
-# then take their share out of rooms already held, never the other way round.
+# then take their share out of rooms already held, never the other way round. DRA's kinds when
+# claims are allocated.
 KINDS = (NODES, DEVICES, RESERVATIONS, PODS, PODGROUPS)
 
 
@@ -63,7 +68,7 @@ class Allocator:
                 watch_timeout=config.watch_timeout,
                 backoff=Backoff(config.backoff_initial, config.backoff_max),
             )
-            for kind in KINDS
+            for kind in (*KINDS, *(DRA_KINDS if config.dra.enabled else ()))
         ]
         le = config.leader_election
         self.elector = LeaderElector(api, le, on_change=self._leader_changed) if le.enabled else None
@@ -111,6 +116,28 @@ class Allocator:
             rooms.attach()
             self.cache.listeners.append(rooms.observe)
             self.reservations = rooms
+        self.claims = (
+            DraClaims(
+                config.dra,
+                api=api,
+                cache=self.cache,
+                core=self.core,
+                events=self.events,
+                is_leader=self.is_leader,
+                synced=lambda: self.synced,
+                topology_keys=config.gang.topology_keys,  # a gang of claims plans as a gang does
+            )
+            if config.dra.enabled
+            else None
+        )
+        if self.claims is not None:
+            self.cache.listeners.append(self.claims.observe)
+        # The webhook's own TLS when gang scheduling (which otherwise serves it) is off.
+        self.webhook_tls = (
+            ReloadingTLS(tls_files, client_certs=False)
+            if self.gang is None and self.claims is not None
+            else None
+        )
         self.binder = Binder(
             api,
             self.cache,
@@ -192,9 +219,18 @@ class Allocator:
         self._spawn("freeze the synced heap", self._freeze_after_sync())
         if self.reservations is not None:
             self.reservations.start(self._spawn)
+        webhook_app = webhook_tls = None
         if self.gang is not None:
             self.gang.start(self._spawn, cfg.tls_reload_interval)
             webhook_app, webhook_tls = self.gang.webhook()
+        if self.claims is not None:
+            self.claims.start(self._spawn)
+            if webhook_app is None and self.webhook_tls is not None:
+                webhook_app, webhook_tls = admission_app({}), self.webhook_tls.context
+                self._spawn("webhook TLS reload", self.webhook_tls.watch(cfg.tls_reload_interval))
+            assert webhook_app is not None
+            add_reviewers(webhook_app, self.claims.routes())
+        if webhook_app is not None:
             hook = web.AppRunner(webhook_app, access_log=None)
             await hook.setup()
             self._runners.append(hook)
@@ -202,7 +238,7 @@ class Allocator:
             site = web.TCPSite(hook, g.webhook_host, g.webhook_port, ssl_context=webhook_tls)
             await site.start()
             self.webhook_port = _bound_port(site)
-            log.info("gang admission webhook on https://%s:%d", g.webhook_host, self.webhook_port)
+            log.info("admission webhook on https://%s:%d", g.webhook_host, self.webhook_port)
 
         health = web.AppRunner(health_app(self), access_log=None)
         await health.setup()
@@ -260,6 +296,8 @@ class Allocator:
             self.gang.stop()
         if self.reservations is not None:
             self.reservations.stop()
+        if self.claims is not None:
+            self.claims.stop()
         if self.elector:
             if self.config.leader_election.label_pod and self.elector.is_leader:
                 with contextlib.suppress(ApiError):

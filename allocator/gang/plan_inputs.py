@@ -12,10 +12,11 @@ from typing import Any
 from allocator.core.gang.view import Gang, MemberPod, Outcomes
 from allocator.gang.cache_view import GangCache
 from allocator.gang.index import GangIndex
-from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import parse_duration
+from allocator.gang.topology import Topology
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.taints import admits, tolerations_of
 from apis import keys
 from apis import podgroup as pg
 from apis.errors import CodecError
@@ -59,11 +60,17 @@ def sibling_nodes(core: CoreAdapter, index: GangIndex, gang: str, members: list[
 
 
 def gang_view(
-    index: GangIndex, cache: GangCache, settings: GangSettings, key: str, outcomes: Outcomes | None = None
+    index: GangIndex,
+    cache: GangCache,
+    settings: GangSettings,
+    key: str,
+    outcomes: Outcomes | None = None,
+    topology: Topology | None = None,
 ) -> Gang:
     """One gang as a pass sees it: members for the schedulers we serve, its PodGroup (or why it
-    has none usable), its size and its timeout, the uid the hold ledger holds each member for, and
-    what became of the writes made for it last pass (`outcomes`)."""
+    has none usable), its size and its timeout, the uid the hold ledger holds each member for, the
+    topology levels it keeps to (with `topology`), and what became of the writes made for it last
+    pass (`outcomes`)."""
     names = settings.scheduler_names
     members = [m for m in index.members(key) if not names or m.scheduler in names]
     ref = index.ref(key)
@@ -71,6 +78,7 @@ def gang_view(
     source = ref.source if ref is not None else "podgroup"
     group: pg.PodGroup | None = None
     problem = ""
+    raw = None
     if source != "koordinator":
         raw = cache.podgroups.get(key)
         if raw is None:
@@ -90,9 +98,11 @@ def gang_view(
         timeout = settings.default_timeout
     held = cache.ledger.reservations
     holds = {m.key: res.uid for m in members if (res := held.get(m.key)) is not None}
+    levels, why = topology.levels_or_problem(members, raw, key) if topology is not None else (None, "")
+    code = "InvalidTopology" if why and not problem else "InvalidPodGroup"
     return Gang(
-        key, namespace, name, source, group, problem, min_member, float(timeout), members,
-        holds, index.generation, outcomes or Outcomes(),
+        key, namespace, name, source, group, problem or why, min_member, float(timeout), members,
+        holds, index.generation, outcomes or Outcomes(), levels, code,
     )  # fmt: skip
 
 

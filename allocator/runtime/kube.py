@@ -23,7 +23,7 @@ from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from yarl import URL
 
-from apis import device, podgroup, reservation
+from apis import device, dra, podgroup, reservation
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,12 @@ PODS = Kind("Pod", "", "v1", "pods")
 DEVICES = Kind(device.KIND, device.GROUP, device.VERSION, device.PLURAL)
 PODGROUPS = Kind("PodGroup", podgroup.GROUP, podgroup.VERSION, podgroup.PLURAL)
 RESERVATIONS = Kind(reservation.KIND, reservation.GROUP, reservation.VERSION, reservation.PLURAL)
+# DRA (resource.k8s.io/v1): what claims are allocated from and against.
+RESOURCECLAIMS = Kind("ResourceClaim", dra.GROUP, dra.VERSION, "resourceclaims")
+RESOURCECLAIMTEMPLATES = Kind("ResourceClaimTemplate", dra.GROUP, dra.VERSION, "resourceclaimtemplates")
+DEVICECLASSES = Kind("DeviceClass", dra.GROUP, dra.VERSION, "deviceclasses")
+RESOURCESLICES = Kind("ResourceSlice", dra.GROUP, dra.VERSION, "resourceslices")
+DRA_KINDS = (DEVICECLASSES, RESOURCESLICES, RESOURCECLAIMTEMPLATES, RESOURCECLAIMS)
 
 
 async def _body(resp: aiohttp.ClientResponse) -> bytes:

@@ -13,7 +13,10 @@ keeps everything else that takes devices, per pod key, as a `Reservation`:
     pods not created yet, allocator/reservations): no pod, no TTL, replaced whenever its owners
     take from it, dropped when the Reservation ends. Bind asks `placer` first: an owner of a room
     gets its devices from the room (and the binding's extra annotations with them).
-DRA claim allocations are the next entries this ledger will carry, beside these.
+  * a *claim hold* (`hold_claim`) holds the devices the claims controller chose for a
+    ResourceClaim (key `claim:<namespace>/<name>`) while it writes the claim's allocation, until the
+    watch shows the claim allocated (the cache drops the hold then: the claim's own entry counts)
+    or the controller drops it (the write failed).
 
 Every change of an entry is handed to `settle(key)` (the cache's: it makes the core count the
 pod's reservation, else its own entry). All methods are synchronous and the process runs one
@@ -184,6 +187,28 @@ class HoldLedger:
             annotation=allocations.to_json(),
             request=req,
             expires=math.inf,  # its holder releases it, not the TTL
+            holder=holder,
+        )
+        self._add(res)
+        return res
+
+    def hold_claim(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
+    ) -> Reservation | str:
+        """Hold devices for the ResourceClaim counted under `key` on `node` while its allocation is
+        written (no TTL: the cache or the holder ends it). `req` carries no cpu or memory: those are
+        the pod's, counted when it binds. Refused (the reason) while another entry holds the key."""
+        if key in self.reservations or node not in self.nodes:
+            return "the claim or its node is busy"
+        res = Reservation(
+            token=next(self._tokens),
+            key=key,
+            uid=uid,
+            node=node,
+            allocations=allocations,
+            annotation=allocations.to_json(),
+            request=req,
+            expires=math.inf,
             holder=holder,
         )
         self._add(res)

@@ -5,7 +5,8 @@ on stdout when it does not; 2 when an input cannot be read or decoded. `--explai
 candidate devices, their scores and the allocator's choices to stderr. `--reservation FILE` (any
 number) counts Reservations' rooms on the node (placing those not placed yet) and places the pod
 as bind would: from a room it owns, else beside them; --explain says which room was used or why
-none was.
+none was. `--claim FILE` (any number) prints the pod's DRA claims' allocations instead
+(allocate_claims.py); the two do not mix (one node is in one mode).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import click
 
 from allocator.core.devices.allocate import Allocation
 from allocator.core.devices.allocate import allocate as allocate_devices
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import build_inventory
-from allocator.core.node.state import NodeState, fits_free, node_facts
+from allocator.core.node.state import NodeState, node_facts
+from allocator.core.node.summary import fits_free
 from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -34,6 +37,7 @@ from apis.quantity import Format, Quantity
 from apis.reservation import Reservation
 from apis.reservation_pod import RESERVATION_ALLOCATED, ReservationAllocated
 from apis.resources import KOORD, RESOURCE_DEVICE_TYPE
+from topoalloc.commands import allocate_claims as claims_mod
 from topoalloc.output import dump, output_option
 
 EXIT_FITS, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
@@ -123,8 +127,29 @@ def build_state(
     help="A Reservation on the node (repeatable): its room counts as used, and the pod takes from it "
     "when it is an owner. One not placed yet is placed on this node first.",
 )
+@click.option(
+    "--claim",
+    "claim_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="A ResourceClaim or ResourceClaimTemplate of the pod (repeatable): print the claims' "
+    "allocation (status.allocation per claim) instead of the annotation.",
+)
+@click.option(
+    "--device-class",
+    "class_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="DeviceClasses the claims name (default: topoalloc's, as deploy/dra ships them).",
+)
+@click.option(
+    "--slices",
+    "slices_path",
+    type=click.Path(path_type=Path),
+    help="The node's ResourceSlices (default: what its agent publishes in dra mode from DEVICE).",
+)
 @click.option("--explain", is_flag=True, help="Show the candidates, their scores and the choices on stderr.")
-@output_option("annotation", "the device-allocated annotation (or the reason)")
+@output_option("annotation", "the device-allocated annotation, or with --claim each claim's allocation")
 @click.pass_context
 def allocate(
     ctx: click.Context,
@@ -134,14 +159,28 @@ def allocate(
     node_path: Path | None,
     device_scoring: str,
     reservation_paths: tuple[Path, ...],
+    claim_paths: tuple[Path, ...],
+    class_paths: tuple[Path, ...],
+    slices_path: Path | None,
     explain: bool,
     output: str,
 ) -> None:
     """Choose the GPUs and RDMA VFs for POD on the node of DEVICE, Koordinator-compatible.
 
     Prints the scheduling.koordinator.sh/device-allocated annotation and exits 0, or prints why
-    the pod does not fit and exits 1; exits 2 when an input cannot be read.
+    the pod does not fit and exits 1; exits 2 when an input cannot be read. With --claim, the
+    devices for the pod's DRA claims instead: each claim's status.allocation as topoalloc would
+    write it.
     """
+    if claim_paths and reservation_paths:
+        # One node is in one mode: claims on a DRA-mode node, rooms of device resources on a
+        # device-plugin node (the allocator never places a Reservation's devices in DRA mode).
+        click.echo(
+            "error: --claim and --reservation: a node hands its devices out through ResourceClaims "
+            "(dra mode) or device resources, and Reservations hold device resources; give one",
+            err=True,
+        )
+        ctx.exit(EXIT_BAD_INPUT)
     try:
         device = _object(_load(device_path, "device file"), device_path, "device file", "Device")
         pod = _object(_load(pod_path, "pod file"), pod_path, "pod file", "Pod")
@@ -160,6 +199,9 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     for name in unknown:
         click.echo(f"warning: pod file ({pod_path}): {name} is not a resource topoalloc allocates", err=True)
+    if claim_paths:
+        files = claims_mod.ClaimFiles(claim_paths, class_paths, slices_path)
+        ctx.exit(claims_mod.run(state, pod, device, files, DeviceScoring(device_scoring), explain, output))
     req = pod_request(pod)
     if req.invalid is not None:
         # A pod Kubernetes or Koordinator would refuse is bad input, not a node that lacks room.
@@ -257,9 +299,8 @@ def explanation(
     notes: list[str],
 ) -> list[str]:
     """Human lines: the request, every candidate device with its fit and score, then the choices."""
-    lines = [
-        f"node {state.name}: {state.healthy_gpu_count} healthy GPUs, {state.whole_gpus_free} whole GPUs free"
-    ]
+    gpus = GPUSummary.of(state)
+    lines = [f"node {state.name}: {gpus.healthy_count} healthy GPUs, {gpus.whole_free} whole GPUs free"]
     if req.invalid is not None:
         return [*lines, f"request invalid: {req.invalid.message}"]
     if not req.devices:
@@ -299,7 +340,7 @@ def explanation(
     if isinstance(result, Rejection):
         lines.append(f"rejected: {result.explained} [{result.code}]")
     else:
-        lines.append(f"allocated via {result.gpu_path or 'per-device selection'}")
+        lines.append(f"allocated via {result.path or 'per-device selection'}")
     return lines
 
 

@@ -333,12 +333,12 @@ class ClusterState:
         **kwargs: Any,
     ) -> Allocation | Rejection:
         """The bind-time device choice. With `scorer`, GPUs its score assumed for a shared pod
-        (the fragmentation term's pick) are taken when still free (`allocate(prefer_gpus=)`)."""
+        (the fragmentation term's pick) are taken when still free (`allocate(prefer=)`)."""
         state = self.nodes.get(node)
         if state is None:
             return UNKNOWN_NODE
-        if scorer is not None and "prefer_gpus" not in kwargs:
-            kwargs["prefer_gpus"] = scorer.preferred_gpus(state, req)
+        if scorer is not None and "prefer" not in kwargs:
+            kwargs["prefer"] = scorer.preferred_gpus(state, req)
         return allocate(state, req, scoring=scoring, **kwargs)
 
     def resources_fit(self, node: str, req: PodRequest) -> Rejection | None:

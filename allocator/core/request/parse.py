@@ -88,8 +88,8 @@ def pod_request(pod: Any) -> PodRequest:
         fields = _parse(pod, meta)
     except _Invalid as exc:
         req = PodRequest(**base, invalid=exc.rejection)
-        return _with_signature(req)
-    return _with_signature(PodRequest(**base, **fields))
+        return with_signature(req)
+    return with_signature(PodRequest(**base, **fields))
 
 
 def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
@@ -375,7 +375,8 @@ def _requirements(items: Iterable[Any]) -> tuple[tuple[str, str, tuple[str, ...]
 # -- signature -------------------------------------------------------------------------------------
 
 
-def _with_signature(req: PodRequest) -> PodRequest:
+def with_signature(req: PodRequest) -> PodRequest:
+    """`req` with its signature computed (also for requests built from claims, request/claims.py)."""
     hints = tuple(sorted((t, DeviceAllocateHints({t: h}).to_json()) for t, h in req.hints.items()))
     sig = (
         req.invalid,

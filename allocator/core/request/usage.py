@@ -14,6 +14,15 @@ from apis.errors import CodecError
 from apis.podresources import resource_quantity
 from apis.quantity import NANO
 
+# The key a ResourceClaim's devices are counted under on its node, beside the pods' keys
+# ("namespace/name"): a claim takes devices but is no pod (NodeState.pod_count skips it).
+CLAIM_KEY_PREFIX = "claim:"
+
+
+def claim_usage_key(claim_key: str) -> str:
+    return CLAIM_KEY_PREFIX + claim_key
+
+
 # kube-scheduler's defaults for containers without a cpu / memory request (scoring only).
 DEFAULT_CPU_MILLI = 100
 DEFAULT_MEMORY = 200 * 1024 * 1024

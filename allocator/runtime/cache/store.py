@@ -1,5 +1,6 @@
-"""The watch cache: raw Nodes, Pods, Devices, PodGroups and Reservations, fed incrementally into the
-allocator core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods.
+"""The watch cache: raw Nodes, Pods, Devices, PodGroups, Reservations and the DRA kinds
+(allocator/runtime/cache/dra.py), fed incrementally into the allocator core's cluster state, with
+the hold ledger (allocator/runtime/ledger.py) beside the pods.
 
 Who holds devices:
   * a pod with `spec.nodeName` that has not terminated holds what its `device-allocated`
@@ -8,7 +9,9 @@ Who holds devices:
   * an entry of the ledger (`ledger`: a bind reservation, a gang's hold) holds what it says,
     and takes precedence over the pod's own entry until the pod shows up bound;
   * a Reservation's room (a ledger entry of its own, kept by allocator/reservations) holds what
-    its owners have not taken yet.
+    its owners have not taken yet;
+  * an allocated ResourceClaim holds its devices under `claim:<namespace>/<name>` (a claim hold
+    of the ledger while topoalloc writes the allocation).
 A pod that carries the annotation but is not bound holds nothing: the annotation was written by a
 bind that did not finish, and kube-scheduler will call bind again.
 
@@ -26,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from allocator.runtime.cache.dra import DraStore
 from allocator.runtime.cache.records import (
     JSON,
     Assigned,
@@ -39,7 +43,16 @@ from allocator.runtime.cache.records import (
     pod_key,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
-from allocator.runtime.kube import DEVICES, NODES, PODGROUPS, PODS, RESERVATIONS, Kind
+from allocator.runtime.kube import (
+    DEVICES,
+    DRA_KINDS,
+    NODES,
+    PODGROUPS,
+    PODS,
+    RESERVATIONS,
+    RESOURCECLAIMS,
+    Kind,
+)
 from allocator.runtime.ledger import ROOM_HOLDER, HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
@@ -82,6 +95,8 @@ class ClusterCache:
             metrics=metrics,
             clock=clock,
         )
+        # ResourceClaims (their devices count like a bound pod's), templates, classes, slices.
+        self.dra = DraStore(core, self.ledger, settle=self._sync_core, notify=self._notify)
 
     def _notify(self, kind: str, key: str, obj: JSON | None) -> None:
         for listener in self.listeners:
@@ -106,6 +121,8 @@ class ClusterCache:
             self._upsert(kind, obj)
 
     def _store(self, kind: Kind) -> dict[str, Any]:
+        if kind in DRA_KINDS:
+            return self.dra.store(kind.name)
         stores: dict[str, dict[str, Any]] = {
             NODES.name: self.nodes,
             PODS.name: self.pods,
@@ -118,13 +135,15 @@ class ClusterCache:
     @staticmethod
     def _key_of(kind: Kind, obj: JSON) -> str:
         meta = meta_of(obj)
-        if kind.name in (PODS.name, PODGROUPS.name):
+        if kind.name in (PODS.name, PODGROUPS.name, RESOURCECLAIMS.name, "ResourceClaimTemplate"):
             return pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         return meta.get("name") or ""
 
     def _upsert(self, kind: Kind, obj: JSON) -> None:
         name = kind.name
-        if name == NODES.name:
+        if kind in DRA_KINDS:
+            self.dra.upsert(name, self._key_of(kind, obj), obj)
+        elif name == NODES.name:
             self._upsert_node(obj)
         elif name == PODS.name:
             self._upsert_pod(obj)
@@ -137,7 +156,9 @@ class ClusterCache:
 
     def _delete(self, kind: Kind, key: str) -> None:
         name = kind.name
-        if name == NODES.name:
+        if kind in DRA_KINDS:
+            self.dra.delete(name, key)
+        elif name == NODES.name:
             if self.nodes.pop(key, None) is not None:
                 self.core.remove_node(key)
                 # The core forgot the node's pods; they are installed again if the Node returns.
@@ -195,6 +216,7 @@ class ClusterCache:
         problem = self.core.set_device(dev)
         if problem is not None:
             log.warning("Device %s: %s", name, problem.message)
+        self.dra.node_changed(name)
 
     # -- pods -----------------------------------------------------------------------------------------
 
@@ -263,6 +285,8 @@ class ClusterCache:
             want = (res.node, res.token, None)
         elif entry is not None and entry.usage is not None:
             want = (entry.node, 0, entry.usage)
+        elif (claimed := self.dra.usage(key)) is not None:
+            want = (claimed.node, 0, claimed)  # a ResourceClaim's devices
         target = self._target.get(key)
         if target is not None and (want is None or want[0] != target):
             self._by_node[target].discard(key)
@@ -286,8 +310,8 @@ class ClusterCache:
         elif res is not None:
             self.core.assign_reservation(key, node, res.allocations, res.request)
         else:
-            assert entry is not None and entry.usage is not None
-            self.core.assign_usage(key, node, entry.usage)
+            assert installable[2] is not None
+            self.core.assign_usage(key, node, installable[2])
         self._assigned[key] = installable
 
     # == views ========================================================================================
@@ -308,9 +332,9 @@ class ClusterCache:
     def allocated_devices(self) -> Iterable[tuple[str, str, int]]:
         """(node, device type, devices with something allocated) for the metrics scrape."""
         taken: dict[tuple[str, str], set[int]] = defaultdict(set)
-        for key, (node, _token, _usage) in self._assigned.items():
+        for key, (node, _token, usage) in self._assigned.items():
             res = self.ledger.reservations.get(key)
-            allocs = res.allocations if res is not None else self.pods[key].allocations
+            allocs = res.allocations if res is not None else usage.allocations if usage else None
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)
         return [(node, dtype, len(minors)) for (node, dtype), minors in sorted(taken.items())]
