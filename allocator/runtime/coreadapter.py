@@ -343,6 +343,8 @@ class CoreAdapter:
         state = self.cluster.nodes.get(room.node)
         if state is None:
             return NOT_IN_CACHE
+        if self._dra_among(req, (room.node,)):
+            return DRA_MODE
         scoring = self.scoring.device_scoring if scored else None
         got = allocate_from_room(state, req, room, scoring=scoring, explain=explain)
         return got.devices if isinstance(got, Allocation) else got
@@ -354,13 +356,18 @@ class CoreAdapter:
         state = self.cluster.nodes.get(node)
         if state is None:
             return NOT_IN_CACHE
+        if self._dra_among(req, (node,)):
+            return DRA_MODE
         got = allocate_ignoring(state, req, rooms, scoring=self.scoring.device_scoring if scored else None)
         return got.devices if isinstance(got, Allocation) else got
 
     def place_room(self, req: PodRequest, names: Iterable[str] | None = None) -> RoomPlan | NoRoom:
-        """A Reservation's node and devices, chosen as a pod's are (core/reservation/place.py)."""
+        """A Reservation's node and devices, chosen as a pod's are (core/reservation/place.py); a
+        template of device resources never goes to a DRA-mode node (as a pod's would not)."""
+        pool = list(self.cluster.nodes if names is None else names)
+        refused = dict.fromkeys(self._dra_among(req, pool), DRA_MODE)
         return place_reservation(
-            self.cluster, req, names, scorer=self.scorer, scoring=self.scoring.device_scoring
+            self.cluster, req, pool, scorer=self.scorer, scoring=self.scoring.device_scoring, refused=refused
         )
 
     def resources_short(self, req: PodRequest, names: Sequence[str]) -> dict[str, Rejection]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from apis import keys
+from apis import dra, keys
 from apis.annotations import DeviceAllocations
 from apis.reservation_pod import RESERVATION_AFFINITY, RESERVATION_ALLOCATED
 from tests.reservations.objects import reservation
-from tests.service.harness import allocated, pod, running_allocator, seed_nodes, until
+from tests.service.harness import allocated, device, node, pod, running_allocator, seed_nodes, until
 from tests.service.pki import Pki
 from tests.support.allocations import entry
 from tests.support.fakeapi import FakeApiServer
@@ -154,6 +154,31 @@ async def test_a_gang_of_reservations_is_placed_whole_or_not_at_all(
         await until(lambda: phase(fake_api, "h-0") == phase(fake_api, "h-1") == "Available", timeout=10)
         nodes = {fake_api.get("reservations", f"h-{i}")["status"]["nodeName"] for i in range(2)}
         assert nodes == {"gpu-1", "gpu-2"}
+
+
+async def test_reservations_of_devices_never_land_on_a_dra_mode_node(
+    fake_api: FakeApiServer, pki: Pki
+) -> None:
+    """A DRA-mode node hands its devices out through ResourceClaims only: a Reservation's room of
+    device resources, alone or in a gang, is placed as a pod's would be, never there."""
+    seed_nodes(fake_api, ["gpu-1"])
+    fake_api.put(node("dra-1", labels={dra.MODE_LABEL: dra.MODE_DRA}))
+    fake_api.put(device("dra-1"))
+    fake_api.put(reservation("first", gpus=8))
+    async with running_allocator(fake_api, pki):
+        await until(lambda: phase(fake_api, "first") == "Available", timeout=10)
+        assert fake_api.get("reservations", "first")["status"]["nodeName"] == "gpu-1"
+        fake_api.put(reservation("second", gpus=1))
+        await until(lambda: scheduled(fake_api, "second").get("reason") == "Unschedulable", timeout=10)
+        assert "DRA mode" in scheduled(fake_api, "second")["message"]
+        pair = {
+            "labels": {"topoalloc.io/reservation-gang": "h"},
+            "annotations": {"topoalloc.io/reservation-gang-size": "2"},
+        }
+        for i in range(2):
+            fake_api.put(reservation(f"h-{i}", gpus=1, **pair))
+        await until(lambda: scheduled(fake_api, "h-1").get("reason") == "Unschedulable", timeout=10)
+        assert phase(fake_api, "h-0") == phase(fake_api, "h-1") == phase(fake_api, "second") == "Pending"
 
 
 async def test_a_bad_reservation_gets_a_condition_and_a_fixed_one_is_placed(

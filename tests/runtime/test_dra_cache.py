@@ -8,6 +8,7 @@ from typing import Any
 
 from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.usage import claim_usage_key
+from allocator.core.reservation.room import Room
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import DRA_MODE, CoreAdapter
 from allocator.runtime.kube import DEVICES, NODES, PODS, RESOURCECLAIMS, RESOURCESLICES
@@ -166,6 +167,12 @@ def test_dra_mode_nodes_refuse_device_pods_only() -> None:
     verdicts = core.filter_nodes(gpu_pod, ["dra-1", "dp-1"])
     assert verdicts.passed == ["dp-1"] and verdicts.unresolvable == {"dra-1": DRA_MODE.message}
     assert core.allocate(gpu_pod, "dra-1") is DRA_MODE
+    # Nor do Reservations' rooms there (a cpu-only room may sit on it) lend device resources.
+    none = DeviceAllocations({})
+    room = Room("r", "dra-1", none, none, cpu_milli=1000, reserved_cpu_milli=1000)
+    assert core.room_allocate(gpu_pod, room) is DRA_MODE
+    assert core.ignoring_allocate(gpu_pod, "dra-1", [room.key]) is DRA_MODE
+    assert core.room_allocate(core.request(pod("c2")), room) == none
     cpu_pod = core.request(pod("c"))
     assert core.filter_each(cpu_pod, ["dra-1", "dp-1"])[0] == ["dra-1", "dp-1"]
     # The label going away puts the node back on the extender path.

@@ -13,7 +13,7 @@ placed all at once with the gang planner (`gang.plan.plan_gang`), or with preemp
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from allocator.core.cluster.state import ClusterState, affinity_matches, resources_fit
@@ -52,15 +52,21 @@ def place(
     *,
     scorer: NodeScorer,
     scoring: DeviceScoring | None = None,
+    refused: Mapping[str, Rejection] | None = None,
 ) -> RoomPlan | NoRoom:
-    """The best node for the template among `names` (default: every node) and its devices there."""
+    """The best node for the template among `names` (default: every node) and its devices there.
+    `refused`: nodes of `names` ruled out beforehand, with their reason (DRA-mode nodes for a
+    template of device resources), counted in the answer like any other."""
     if req.invalid is not None:
         return NoRoom(f"the template is invalid: {req.invalid.message}", unresolvable=True)
     pool = list(cluster.nodes if names is None else names)
     if not pool:
         return NoRoom("no node admits the template (taints, cordons or nodeName)", unresolvable=True)
-    passed, failed = cluster.feasible(req, pool) if req.devices else (pool, {})
-    reasons: dict[str, Rejection] = dict(failed)
+    refused = refused or {}
+    candidates = [n for n in pool if n not in refused] if refused else pool
+    passed, failed = cluster.feasible(req, candidates) if req.devices else (candidates, {})
+    reasons: dict[str, Rejection] = {n: refused[n] for n in pool if n in refused}
+    reasons.update(failed)
     ok = []
     for name in passed:
         state = cluster.nodes.get(name)

@@ -132,3 +132,14 @@ def test_an_owner_already_bound_used_the_room(write: Any) -> None:
     assert "allocateOnce, and it has an owner already" in got.output
     taken = {g["minor"] for g in json.loads(devices)["gpu"]}
     assert taken.isdisjoint(g["minor"] for g in json.loads(got.stdout)["allocation"]["gpu"])
+
+
+def test_claims_and_reservations_together_are_bad_input(write: Any) -> None:
+    """One node is in one mode: claims on a DRA-mode node, rooms of device resources elsewhere."""
+    device = write("device.yaml", machine_device("dgx-h100", "n1"))
+    room = write("r.yaml", reservation("train", 4, "train"))
+    claim = write("c.yaml", {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim"})
+    args = ["--device", device, "--pod", write("p.yaml", pod(gpus(1))), "--reservation", room]
+    got = CliRunner().invoke(allocate, [*args, "--claim", claim])
+    assert got.exit_code == 2
+    assert "error: --claim and --reservation" in got.output and "give one" in got.output

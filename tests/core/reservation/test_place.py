@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from allocator.core.cluster.state import ClusterState
+from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.reservation.fit import short_of_rooms
 from allocator.core.reservation.place import NoRoom, RoomPlan, place
@@ -36,6 +37,16 @@ def test_a_reservation_goes_where_a_pod_would_and_says_why_not() -> None:
     assert place(c, pod_request(selected), scorer=SCORER).node == "n-b"  # type: ignore[union-attr]
     none = place(c, pod_request(pod(gpus(16))), scorer=SCORER)
     assert isinstance(none, NoRoom) and none.message.startswith("0/2 nodes can hold it") and none.unresolvable
+
+
+def test_nodes_refused_beforehand_are_never_chosen_and_say_why() -> None:
+    c = cluster("n-a", "n-b")
+    why = Rejection("topoalloc: node in DRA mode", "node hands its devices out through ResourceClaims")
+    got = place(c, pod_request(pod(gpus(4))), ["n-a", "n-b"], scorer=SCORER, refused={"n-a": why})
+    assert isinstance(got, RoomPlan) and got.node == "n-b"
+    none = place(c, pod_request(pod(gpus(4))), ["n-a"], scorer=SCORER, refused={"n-a": why})
+    assert isinstance(none, NoRoom)
+    assert none.message == "0/1 node can hold it: 1 node hands its devices out through ResourceClaims"
 
 
 def test_single_numa_node_templates_keep_their_devices_on_one() -> None:
