@@ -28,6 +28,7 @@ from allocator.extender.binder import Binder
 from allocator.extender.gang_hooks import GangHooks
 from allocator.extender.reservation_hooks import ReservationHooks
 from allocator.gang.hooks import GangScheduling
+from allocator.gang.topology import Topology
 from allocator.reservations.hooks import ReservationScheduling
 from allocator.runtime.admission import add_reviewers, admission_app
 from allocator.runtime.cache.reflector import Backoff, Reflector
@@ -82,7 +83,7 @@ class Allocator:
             tls_files, on_reload=lambda ok: self.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
         )
         # The one place the gang hooks are plugged in (allocator/extender/gang_hooks.py).
-        self.gang: GangHooks | None = (
+        gang = (
             GangScheduling(
                 config.gang,
                 api=api,
@@ -97,9 +98,17 @@ class Allocator:
             if config.gang.enabled
             else None
         )
-        if self.gang is not None:
-            self.cache.ledger.guard = self.gang.bind_refusal
-            self.cache.listeners.append(self.gang.observe)
+        self.gang: GangHooks | None = gang
+        if gang is not None:
+            self.cache.ledger.guard = gang.bind_refusal
+            self.cache.listeners.append(gang.observe)
+        # The topology profile (docs/topology.md): gang scheduling's, or one of its own for gangs of
+        # Reservations when gang scheduling is off (told of Node changes here, as the gang's is).
+        topology = gang.topology if gang is not None else Topology(config.gang, self.cache)
+        if gang is None:
+            self.cache.listeners.append(
+                lambda kind, key, obj: topology.nodes_changed() if kind == NODES.name else None
+            )
         # Reservations (allocator/extender/reservation_hooks.py): the book on the cache's
         # listeners, the placer in the ledger, the controller on the leader.
         self.reservations: ReservationHooks | None = None
@@ -112,6 +121,7 @@ class Allocator:
                 events=self.events,
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
+                profile=lambda: topology.profile,
             )
             rooms.attach()
             self.cache.listeners.append(rooms.observe)

@@ -10,7 +10,8 @@ Reservation once, oldest first:
     its status keeps `currentOwners` and `allocated` in step with its owners; one whose node is gone
     fails;
   * a Pending one is placed with the same core as a pod (placing.py); a gang of them (the
-    `topoalloc.io/reservation-gang` label) all at once or not at all. The room is held in the
+    `topoalloc.io/reservation-gang` label) all at once or not at all, inside one domain of the
+    topology level its members ask for (placing.py, docs/topology.md). The room is held in the
     ledger at once, then written: the reserved devices as `device-allocated`, then the status
     (Available, nodeName, allocatable). One that fits nowhere waits with `Scheduled=False, reason
     Unschedulable` and an Event, or, with a template priority, evicts the cheapest lower-priority
@@ -34,13 +35,23 @@ from allocator.reservations import status as st
 from allocator.reservations import writes
 from allocator.reservations.book import Entry, RoomBook
 from allocator.reservations.cache_view import ReservationCache
-from allocator.reservations.placing import Placing, admitting, place_gang, place_one, with_preemption
+from allocator.reservations.placing import (
+    GangTopology,
+    Placing,
+    admitting,
+    gang_levels,
+    place_gang,
+    place_one,
+    with_preemption,
+)
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.evictions import evict
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.reservation_settings import ReservationSettings
 from apis import reservation as rv
+from apis.errors import CodecError
+from apis.topology_profile import TopologyProfile
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +71,12 @@ class ReservationController:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         wall: Callable[[], float] = time.time,
+        profile: Callable[[], TopologyProfile] | None = None,
     ) -> None:
         self.api = api
+        # The allocator's topology profile (the gang scheduling's, docs/topology.md): gangs of
+        # Reservations keep to its levels as gangs of pods do. None: no levels.
+        self.profile = profile
         self.cache = cache
         self.core = core
         self.book = book
@@ -187,13 +202,26 @@ class ReservationController:
         for m in members[1:]:
             names &= set(admitting(self.cache, self.core, m))
         pool = sorted(names)
+        topology = GangTopology()
+        if members[0].res is not None and members[0].res.gang and self.profile is not None:
+            try:
+                topology = self._topology(members, self.profile())
+            except CodecError as exc:
+                note = f"topology: {exc}"
+                return [
+                    self._say(
+                        m, st.unschedulable(m.res, note, "InvalidTopology"), "Warning", "FailedReserve", note
+                    )
+                    for m in members
+                    if m.res is not None
+                ]
         got = (
             place_one(self.core, members[0], reqs[0], pool)
-            if len(members) == 1
-            else place_gang(self.core, members, reqs, pool)
+            if len(members) == 1 and topology.levels is None
+            else place_gang(self.core, members, reqs, pool, topology)
         )
         if not got.spots and self.settings.preemption and all(self._may_preempt(m) for m in members):
-            pre = with_preemption(self.cache, self.core, members, reqs, pool)
+            pre = with_preemption(self.cache, self.core, members, reqs, pool, topology)
             if pre.spots:
                 got = pre
         if not got.spots:
@@ -330,6 +358,16 @@ class ReservationController:
         self.events.record(
             PodRef("", entry.name, entry.uid, rv.KIND, rv.API_VERSION), type_, reason, "Reserve", note
         )
+
+    def _topology(self, members: list[Entry], profile: TopologyProfile) -> GangTopology:
+        """A gang's level, and the nodes of its members already holding room (their domain then
+        bounds a required level)."""
+        gang = members[0].res.gang if members[0].res is not None else ""
+        siblings: dict[str, int] = {}
+        for e in self.book.entries.values():
+            if e.room is not None and e.res is not None and e.res.gang == gang:
+                siblings[e.room.node] = siblings.get(e.room.node, 0) + 1
+        return GangTopology(profile.keys, gang_levels(members, profile), siblings)
 
     # -- priorities -------------------------------------------------------------------------------------
 

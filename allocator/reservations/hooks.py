@@ -20,6 +20,7 @@ from allocator.runtime.kube import KubeApi
 from allocator.runtime.ledger import no_placer
 from allocator.runtime.reservation_settings import ReservationSettings
 from allocator.runtime.tasks import Spawn
+from apis.topology_profile import TopologyProfile
 
 JSON = dict[str, Any]
 
@@ -37,7 +38,9 @@ class ReservationScheduling:
         events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
+        profile: Callable[[], TopologyProfile] | None = None,
     ) -> None:
+        """`profile`: the allocator's topology profile (gangs of Reservations keep to its levels)."""
         self.cache = cache
         self.book = RoomBook(cache, core)
         self.steering = RoomSteering(self.book, core, events)
@@ -50,6 +53,7 @@ class ReservationScheduling:
             events=events,
             is_leader=is_leader,
             synced=synced,
+            profile=profile,
         )
 
     def attach(self) -> None:

@@ -1,12 +1,16 @@
 """A Reservation's life on the fake API server with the real allocator: rebuilt after a restart
 from the API alone, Restricted rooms, the pod-count limit, expiry, a gang of Reservations placed all
-at once or not at all, bad objects, the cpu a room holds, pods that must land in a reservation."""
+at once or not at all and inside one domain of its required topology level, never on a DRA-mode
+node, bad objects, the cpu a room holds, pods that must land in a reservation."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
+
+from allocator.runtime.gang_settings import GangSettings
 from apis import dra, keys
 from apis.annotations import DeviceAllocations
 from apis.reservation_pod import RESERVATION_AFFINITY, RESERVATION_ALLOCATED
@@ -179,6 +183,48 @@ async def test_reservations_of_devices_never_land_on_a_dra_mode_node(
             fake_api.put(reservation(f"h-{i}", gpus=1, **pair))
         await until(lambda: scheduled(fake_api, "h-1").get("reason") == "Unschedulable", timeout=10)
         assert phase(fake_api, "h-0") == phase(fake_api, "h-1") == phase(fake_api, "second") == "Pending"
+
+
+@pytest.mark.parametrize("gang_scheduling", [True, False], ids=["gang-profile", "own-profile"])
+async def test_a_gang_of_reservations_keeps_to_its_required_topology_level(
+    fake_api: FakeApiServer, pki: Pki, gang_scheduling: bool
+) -> None:
+    """As a gang of pods does (docs/topology.md): one domain of the level or none placed; with
+    gang scheduling off too (the allocator then keeps a topology profile for Reservations)."""
+    for name, rack in (("gpu-1", "r1"), ("gpu-2", "r2"), ("gpu-3", "r2")):
+        fake_api.put(node(name, labels={"topoalloc.io/rack": rack}))
+        fake_api.put(device(name))
+    busy = pod("busy", gpus=1, node_name="gpu-3")  # rack r2 holds 15 free GPUs, not 16
+    busy["metadata"]["annotations"] = {
+        keys.DEVICE_ALLOCATED: DeviceAllocations({"gpu": [entry(0, GPU)]}).to_json()
+    }
+    fake_api.put(busy)
+    gang = {
+        "labels": {"topoalloc.io/reservation-gang": "g"},
+        "annotations": {
+            "topoalloc.io/reservation-gang-size": "2",
+            keys.REQUIRED_TOPOLOGY: "topoalloc.io/rack",
+        },
+    }
+    for i in range(2):
+        fake_api.put(reservation(f"g-{i}", gpus=8, **gang))
+    bad = {
+        "labels": {"topoalloc.io/reservation-gang": "b"},
+        "annotations": {"topoalloc.io/reservation-gang-size": "1", keys.REQUIRED_TOPOLOGY: "not a key"},
+    }
+    fake_api.put(reservation("b-0", gpus=1, **bad))
+    settings = GangSettings(enabled=gang_scheduling, webhook_host="127.0.0.1", webhook_port=0)
+    async with running_allocator(fake_api, pki, gang=settings):
+        await until(lambda: scheduled(fake_api, "g-1").get("reason") == "Unschedulable", timeout=10)
+        why = scheduled(fake_api, "g-1")["message"]
+        assert "required" in why and "topoalloc.io/rack" in why, why
+        assert phase(fake_api, "g-0") == phase(fake_api, "g-1") == "Pending"  # not across the racks
+        await until(lambda: scheduled(fake_api, "b-0").get("reason") == "InvalidTopology", timeout=10)
+        assert "Reservation b-0" in scheduled(fake_api, "b-0")["message"]
+        fake_api.remove("pods", "busy", "default")
+        await until(lambda: phase(fake_api, "g-0") == phase(fake_api, "g-1") == "Available", timeout=10)
+        nodes = {fake_api.get("reservations", f"g-{i}")["status"]["nodeName"] for i in range(2)}
+        assert nodes == {"gpu-2", "gpu-3"}
 
 
 async def test_a_bad_reservation_gets_a_condition_and_a_fixed_one_is_placed(
