@@ -28,7 +28,7 @@ from allocator.core.reservation.room import room_key
 from apis.annotations import DeviceAllocations
 from simulator.cluster import SimCluster, SimRequest
 from simulator.engine import POLICIES, Arrival
-from simulator.gang_planner import Gang, place_gang, place_pod
+from simulator.gang_planner import Gang
 from simulator.gang_wait import exponential_lifetime
 from simulator.nodes import NodeObjects
 from simulator.policies import Policy
@@ -85,7 +85,7 @@ def replay_reserved(
         nonlocal unplaced
         still = []
         for job, members in unplaced:
-            if place_gang(cluster, members, policy):
+            if cluster.place(members, policy).placed:
                 rooms[job] = (tick, members)
             else:
                 still.append((job, members))
@@ -100,7 +100,7 @@ def replay_reserved(
         if freed and waiting:
             still_waiting = []
             for since, job, members in waiting:
-                if place_gang(cluster, members, policy):
+                if cluster.place(members, policy).placed:
                     out.waits[job] = tick - since
                     placed(tick, members)
                 else:
@@ -124,12 +124,12 @@ def replay_reserved(
             out.reserved[job] = False
             unplaced = [(j, m) for j, m in unplaced if j != job]
         if isinstance(item, Gang):
-            if place_gang(cluster, members, policy):
+            if cluster.place(members, policy).placed:
                 out.waits[job] = 0
                 placed(tick, members)
             else:
                 waiting.append((tick, job, members))
-        elif place_pod(cluster, item, policy):
+        elif cluster.place(members, policy).placed:
             out.waits.setdefault(job, 0)
             placed(tick, members)
     return out
@@ -137,8 +137,9 @@ def replay_reserved(
 
 def _take(cluster: SimCluster, member: SimRequest, room: SimRequest) -> None:
     """The member takes exactly its room: same node, same devices."""
-    i = cluster.node_of(room)
-    assert i is not None
+    node = cluster.core.pod_node.get(room.key)
+    assert node is not None
+    i = cluster.index[node]
     held = cluster.states[i].pods[room.key].allocations
     cluster.unassign(room)
     cluster.assign(i, member, Allocation(held if held is not None else DeviceAllocations({})))
