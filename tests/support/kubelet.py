@@ -11,6 +11,9 @@
   `List` names every active pod with every regular container: a pod is added before its admission
   starts (so the pod being admitted is listed, its containers holding nothing yet), a container's
   devices appear once its Allocate has returned, and a refused pod drops out.
+- A plugin whose ListAndWatch stream ends (its process died) has every device marked unhealthy, as
+  kubelet's PluginDisconnected does, until it registers again: nothing is allocated through a dead
+  plugin's socket, even though a gRPC channel would reconnect to a new process serving it.
 - `restart()`: what a kubelet restart does to plugins: the directory is emptied (plugin sockets
   deleted), a new `kubelet.sock` is created and registrations start from nothing; allocations
   survive (kubelet checkpoints them).
@@ -58,6 +61,7 @@ class _Plugin:
     preferred: bool
     devices: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (health, numa or -1)
     lists: int = 0  # ListAndWatch messages received
+    disconnected: bool = False  # its ListAndWatch stream ended
     changed: threading.Condition = field(default_factory=threading.Condition)
 
 
@@ -161,6 +165,12 @@ class StandInKubelet:
                     }
                     plugin.lists += 1
                     plugin.changed.notify_all()
+        # the plugin went away (its process died, or a new registration replaced it): as kubelet's
+        # PluginDisconnected, every device of the resource is unhealthy until a plugin registers again
+        with plugin.changed:
+            plugin.devices = {i: ("Unhealthy", numa) for i, (_h, numa) in plugin.devices.items()}
+            plugin.disconnected = True
+            plugin.changed.notify_all()
 
     def wait_registered(self, resources: list[str], timeout: float = 10.0, *, count: int = 1) -> None:
         """Wait until each resource has registered (`count` times in all) and sent a device list."""
@@ -224,16 +234,19 @@ class StandInKubelet:
         if plugin.preferred and self.ask_preferred:
             self.calls.append(("GetPreferredAllocation", plugin.resource))
             started = time.perf_counter()
-            reply = plugin.stub.GetPreferredAllocation(
-                pb.PreferredAllocationRequest(
-                    container_requests=[
-                        pb.ContainerPreferredAllocationRequest(
-                            available_deviceIDs=available, allocation_size=n
-                        )
-                    ]
-                ),
-                timeout=10,
-            )
+            try:
+                reply = plugin.stub.GetPreferredAllocation(
+                    pb.PreferredAllocationRequest(
+                        container_requests=[
+                            pb.ContainerPreferredAllocationRequest(
+                                available_deviceIDs=available, allocation_size=n
+                            )
+                        ]
+                    ),
+                    timeout=10,
+                )
+            except grpc.RpcError as exc:  # kubelet fails the admission on an error here too
+                raise AdmissionError(f"GetPreferredAllocation failed: {exc.details()}") from None
             self.latencies["GetPreferredAllocation"].append(time.perf_counter() - started)
             chosen = [i for i in reply.container_responses[0].deviceIDs if i in available][:n]
         chosen += [i for i in available if i not in chosen][: n - len(chosen)]
