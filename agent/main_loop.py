@@ -132,7 +132,13 @@ class Agent:
             SlicePublisher(kube, node_name) if kube is not None and config.mode == dra.MODE_DRA else None
         )
         self.mid = MidTier(config.mid_tier) if kube is not None and config.mid_tier.enabled else None
-        self.pods: PodWatcher | None = None
+        # this node's pods, watched once for the mid-tier and the device plugins; started on the
+        # first pass
+        self.pods = (
+            PodWatcher(kube, node_name)
+            if kube is not None and (self.mid is not None or device_plugins is not None)
+            else None
+        )
         self.events: EventWatcher | None = None
         self.hotplug: HotplugMonitor | None = None
         self.trigger = threading.Event()
@@ -147,7 +153,9 @@ class Agent:
         # after the first pass, so that they never advertise an empty inventory
         self.device_plugins = device_plugins
         if device_plugins is not None:
-            device_plugins.attach(mid=self.mid, book=self.book)
+            device_plugins.attach(
+                mid=self.mid, book=self.book, pods=self.pods.snapshot if self.pods is not None else None
+            )
         # the kubelet DRA plugin: started after the first pass too; a registration with kubelet
         # (which deletes a node's slices when it starts) has the slices checked at once
         self.dra_plugin = dra_plugin
@@ -202,6 +210,8 @@ class Agent:
         if self.dra_plugin is not None:
             self.dra_plugin.update(device)
             self.dra_plugin.start()
+        if self.pods is not None and self.pods.ident is None and not self.stopping.is_set():
+            self.pods.start()
         if self.device_plugins is not None:
             self.device_plugins.update(device)
             self.device_plugins.start()
@@ -239,11 +249,8 @@ class Agent:
 
     def _mid_tier(self) -> dict[str, str | None]:
         removed: dict[str, str | None] = {resources.MID_CPU: None, resources.MID_MEMORY: None}
-        if self.mid is None or self.publisher is None or self.kube is None:
+        if self.mid is None or self.publisher is None or self.pods is None:
             return {}
-        if self.pods is None:
-            self.pods = PodWatcher(self.kube, self.node_name)
-            self.pods.start()
         if not self.pods.synced.is_set():
             return removed
         node = self.publisher.node or {}

@@ -121,6 +121,9 @@ class Admission:
         self.on_served = on_served
         self.record = record  # makes a served container durable before Allocate answers; raises OSError
         self.pod_cache_seconds = pod_cache_seconds
+        # the agent's watch of this node's pods: (version, pods), or None while it is not in step
+        self.watched_pods: Callable[[], tuple[int, list[dict[str, Any]]] | None] | None = None
+        self._watched_version = -1
         self.clock = clock
         self.inventory = Inventory()
         self.served: dict[str, ServedPod] = {}  # pod uid ->
@@ -149,6 +152,21 @@ class Admission:
 
     # -- pods -------------------------------------------------------------------------------
     def _pod_list(self, fresh: bool) -> list[dict[str, Any]]:
+        """This node's pods: from the agent's pod watch when it is in step (no request on the call
+        path), else a LIST cached for `pod_cache_seconds`; `fresh` asks the API server itself (a pod
+        kubelet names that the watch has not shown yet, a holder that may be gone)."""
+        watched = None if fresh or self.watched_pods is None else self.watched_pods()
+        if watched is not None:
+            version, pods = watched
+            if version != self._watched_version:
+                self._watched_version = version
+                # finished pods only: one the watch does not show yet may have just been served
+                done = {
+                    _uid(p) for p in pods if (p.get("status") or {}).get("phase") in rn.TERMINAL_POD_PHASES
+                }
+                for uid in done.intersection(self.served):
+                    del self.served[uid]
+            return pods
         if fresh or self.clock() - self._pods_at > self.pod_cache_seconds:
             pods = self.list_pods()
             self._pods, self._pods_at = pods, self.clock()

@@ -126,10 +126,18 @@ class DevicePluginService:
             devices.publish(inv.devices(resource))
 
     # -- lifecycle --------------------------------------------------------------------------
-    def attach(self, *, mid: MidTier | None, book: HealthBook) -> None:
-        """Give the service the agent's mid-tier and health book, and restore all three from the
-        checkpoint (served pods, mid-tier windows, Xid history)."""
+    def attach(
+        self,
+        *,
+        mid: MidTier | None,
+        book: HealthBook,
+        pods: Callable[[], tuple[int, list[dict[str, Any]]] | None] | None = None,
+    ) -> None:
+        """Give the service the agent's mid-tier, health book and pod watch (`pods`: the node's pods
+        while the watch is in step, else None), and restore the served pods, mid-tier windows and
+        Xid history from the checkpoint and the served journal."""
         self.mid, self.book = mid, book
+        self.admission.watched_pods = pods
         loaded = checkpoint.load(self.checkpoint_path)
         if loaded is not None:
             self._restore(loaded[0], loaded[1], mid, book)
@@ -234,11 +242,16 @@ class DevicePluginService:
 
 
 class _CheckpointWriter(threading.Thread):
-    """Saves soon after each `request`, coalescing a burst of requests into one write."""
+    """Saves after a burst of `request`s: once none came for `quiet` seconds, or `longest` after the
+    first. The journal already holds each served container, so the checkpoint (an fsync and a
+    rename, about 10 ms) waits for kubelet to stop admitting rather than compete with its calls for
+    the disk."""
 
-    def __init__(self, save: Callable[[], None]) -> None:
+    def __init__(self, save: Callable[[], None], *, quiet: float = 0.5, longest: float = 5.0) -> None:
         super().__init__(name="checkpoint-writer", daemon=True)
         self.save = save
+        self.quiet = quiet
+        self.longest = longest
         self._wanted = threading.Event()
         self._halt = threading.Event()
 
@@ -247,11 +260,18 @@ class _CheckpointWriter(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.is_set():
-            if self._wanted.wait(0.5):
+            if not self._wanted.wait(0.5):
+                continue
+            first = time.monotonic()
+            self._wanted.clear()
+            while not self._halt.is_set() and time.monotonic() - first < self.longest:
+                if not self._wanted.wait(self.quiet):
+                    break  # quiet: the burst is over
                 self._wanted.clear()
-                self.save()
+            self.save()
 
     def stop(self) -> None:
         self._halt.set()
+        self._wanted.set()
         if self.is_alive():
             self.join(5.0)

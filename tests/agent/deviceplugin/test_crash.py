@@ -18,90 +18,29 @@ from __future__ import annotations
 
 import random
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from tests.agent.deviceplugin.rig import allocated, gpu_entry, pod_doc
-from tests.agent.support import FIXTURES
-from tests.support.agent_forkserver import AgentForkServer
+from tests.support.agent_node import AgentNode
 from tests.support.fakeapi import FakeApiServer
 from tests.support.kubelet import AdmissionError, StandInKubelet
-from tests.support.rest import kubeconfig_text
 
-NODE = "gpu-node"
 ROUNDS = 50
 SEED = 3232
 KILL_WINDOW = 0.03  # seconds after the whole-GPU pod's admission starts (it takes a few ms)
-RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma"]
 
 
-@dataclass
-class Node:
-    server: FakeApiServer
-    forks: AgentForkServer
-    root: Path
-    kubelet: StandInKubelet
-    pid: int = 0
-    starts: int = 0
-    log: list[str] = field(default_factory=list)
+class Node(AgentNode):
+    def __init__(self, server: FakeApiServer) -> None:
+        super().__init__(server)
+        self.refusals: list[str] = []
 
-    @property
-    def state(self) -> Path:
-        return self.root / "state"
-
-    def argv(self) -> list[str]:
-        return [
-            "agent",
-            "--fixture",
-            str(FIXTURES / "dgx-h100"),
-            "--node-name",
-            NODE,
-            "--kubeconfig",
-            str(self.root / "kubeconfig"),
-            "--config",
-            str(self.root / "agent.yaml"),
-            "--resync",
-            "60",
-            "--no-hotplug",
-            "--health-port",
-            "0",
-            "--device-plugin",
-            "--device-plugin-dir",
-            str(self.root / "dp"),
-            "--pod-resources-socket",
-            str(self.root / "pr.sock"),
-            "--cdi-root",
-            str(self.root / "cdi"),
-            "--dev-root",
-            str(self.root / "dev"),
-            "--state-dir",
-            str(self.state),
-            "-v",
-        ]
-
-    def start_agent(self) -> None:
-        self.pid = self.forks.start(self.argv(), self.root / "agent.log")
-        self.starts += 1
-        self.kubelet.wait_registered(RESOURCES, timeout=20, count=self.starts)
-
-    def kill_agent(self) -> None:
-        if self.pid:
-            self.forks.kill(self.pid)
-            self.pid = 0
-
-    def put_pod(self, name: str, limits: dict[str, str], annotation: str) -> dict:
-        return self.server.put(pod_doc(name, {"main": limits}, annotation))
-
-    def set_phase(self, name: str, phase: str) -> None:
-        pod = self.server.get("pods", name, "default")
-        pod["status"]["phase"] = phase
-        self.server.put(pod)
+    def pod(self, name: str, limits: dict[str, str], annotation: str) -> dict:
+        return self.put_pod(pod_doc(name, {"main": limits}, annotation))
 
     def admit(self, pod: dict) -> bool:
         """kubelet's admission; a refused pod is Failed, as kubelet's rejection makes it."""
@@ -109,7 +48,7 @@ class Node:
             self.kubelet.admit(pod)
             return True
         except AdmissionError as exc:
-            self.log.append(f"{pod['metadata']['name']}: {exc}")
+            self.refusals.append(f"{pod['metadata']['name']}: {exc}")
             self.set_phase(pod["metadata"]["name"], "Failed")
             return False
 
@@ -120,32 +59,11 @@ class Node:
 
 @pytest.fixture
 def node(fake_api_thread: FakeApiServer) -> Iterator[Node]:
-    server = fake_api_thread
-    server.put(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": NODE},
-            "status": {"capacity": {"cpu": "64"}, "allocatable": {"cpu": "64"}},
-        }
-    )
-    root = Path(tempfile.mkdtemp(prefix="crash-", dir="/tmp"))  # unix socket paths stay short
-    (root / "kubeconfig").write_text(kubeconfig_text(server.url))
-    (root / "agent.yaml").write_text("midTier:\n  enabled: false\n")
-    for d in ("dev", "cdi", "dp"):
-        (root / d).mkdir()
-    for name in ("nvidiactl", "nvidia-uvm"):
-        (root / "dev" / name).touch()
-    kubelet = StandInKubelet(root / "dp", root / "pr.sock").start()
-    forks = AgentForkServer()
-    node = Node(server, forks, root, kubelet)
+    node = Node(fake_api_thread)
     try:
         yield node
     finally:
-        node.kill_agent()
-        forks.close()
-        kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        node.close()
 
 
 def _held_twice(kubelet: StandInKubelet) -> list[str]:
@@ -164,14 +82,14 @@ def _held_twice(kubelet: StandInKubelet) -> list[str]:
 def test_killed_agent_never_serves_a_gpu_twice(node: Node) -> None:
     rng = random.Random(SEED)
     node.start_agent()
-    uuids = {int(k): v for k, v in _gpu_uuids(node).items()}
+    uuids = {minor: node.uuid(minor) for minor in range(8)}
     started = time.monotonic()
     outcomes = {"whole admitted": 0, "whole refused": 0}
     for i in range(ROUNDS):
         minor = i % 8
         uuid = uuids[minor]
         mode = rng.choice(("both", "both", "state dir lost", "no PodResources"))
-        whole = node.put_pod(f"whole-{i}", {"nvidia.com/gpu": "1"}, allocated([gpu_entry(minor, uuid)]))
+        whole = node.pod(f"whole-{i}", {"nvidia.com/gpu": "1"}, allocated([gpu_entry(minor, uuid)]))
         killer = threading.Timer(rng.uniform(0, KILL_WINDOW), node.kill_agent)
         killer.start()
         whole_in = node.admit(whole)
@@ -183,7 +101,7 @@ def test_killed_agent_never_serves_a_gpu_twice(node: Node) -> None:
         if mode == "no PodResources":
             node.kubelet.stop_pod_resources()
         node.start_agent()
-        share = node.put_pod(
+        share = node.pod(
             f"share-{i}",
             {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"},
             allocated([gpu_entry(minor, uuid, core=50)]),
@@ -192,11 +110,11 @@ def test_killed_agent_never_serves_a_gpu_twice(node: Node) -> None:
         if mode == "no PodResources":
             node.kubelet.start_pod_resources()
 
-        where = f"round {i} ({mode}): whole {'admitted' if whole_in else 'refused'}; {node.log[-2:]}"
+        where = f"round {i} ({mode}): whole {'admitted' if whole_in else 'refused'}; {node.refusals[-2:]}"
         assert not _held_twice(node.kubelet), where
         assert share_in != whole_in, where
         if whole_in:
-            assert "already serve another pod" in node.log[-1], where
+            assert "already serve another pod" in node.refusals[-1], where
         for name, admitted in ((f"whole-{i}", whole_in), (f"share-{i}", share_in)):
             if admitted:
                 node.finish(name)
@@ -204,8 +122,3 @@ def test_killed_agent_never_serves_a_gpu_twice(node: Node) -> None:
     # the kill points must cover both sides of the Allocate answer to mean anything
     assert outcomes["whole admitted"] >= ROUNDS // 2 and outcomes["whole refused"] >= 1, outcomes
     print(f"{ROUNDS} rounds in {took:.1f} s: {outcomes}")
-
-
-def _gpu_uuids(node: Node) -> dict[str, str]:
-    device = node.server.get("devices", NODE)
-    return {str(d["minor"]): str(d["id"]) for d in device["spec"]["devices"] if d["type"] == "gpu"}

@@ -1,0 +1,112 @@
+"""One node's agent as its own process (fixture mode, device plugins on) serving a stand-in kubelet,
+with its pods in the fake API server: what the crash test kills and restarts, and what the device
+plugin benchmark measures the way a node runs it (kubelet and the agent in two processes).
+
+Agent processes come from the fork server (tests/support/agent_forkserver.py), so a restart costs a
+fraction of a second; each is an ordinary process, SIGKILLed and reaped by PID.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.support.agent_forkserver import AgentForkServer
+from tests.support.fakeapi import FakeApiServer
+from tests.support.kubelet import StandInKubelet
+from tests.support.rest import kubeconfig_text
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN_RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma"]
+
+
+class AgentNode:
+    def __init__(self, server: FakeApiServer, name: str = "gpu-node", *, fixture: str = "dgx-h100") -> None:
+        self.server = server
+        self.name = name
+        self.fixture = REPO / "hw-fixtures" / fixture
+        self.root = Path(tempfile.mkdtemp(prefix="node-", dir="/tmp"))  # unix socket paths stay short
+        self.state = self.root / "state"
+        self.log = self.root / "agent.log"
+        (self.root / "kubeconfig").write_text(kubeconfig_text(server.url))
+        (self.root / "agent.yaml").write_text("midTier:\n  enabled: false\n")
+        for d in ("dev", "cdi", "dp"):
+            (self.root / d).mkdir()
+        for dev in ("nvidiactl", "nvidia-uvm"):
+            (self.root / "dev" / dev).touch()
+        server.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name},
+                "status": {"capacity": {"cpu": "64"}, "allocatable": {"cpu": "64"}},
+            }
+        )
+        self.kubelet = StandInKubelet(self.root / "dp", self.root / "pr.sock").start()
+        self.forks = AgentForkServer()
+        self.pid = 0
+        self.starts = 0
+
+    def argv(self, *extra: str) -> list[str]:
+        return [
+            "agent",
+            "--fixture",
+            str(self.fixture),
+            "--node-name",
+            self.name,
+            "--kubeconfig",
+            str(self.root / "kubeconfig"),
+            "--config",
+            str(self.root / "agent.yaml"),
+            "--resync",
+            "60",
+            "--no-hotplug",
+            "--health-port",
+            "0",
+            "--device-plugin",
+            "--device-plugin-dir",
+            str(self.root / "dp"),
+            "--pod-resources-socket",
+            str(self.root / "pr.sock"),
+            "--cdi-root",
+            str(self.root / "cdi"),
+            "--dev-root",
+            str(self.root / "dev"),
+            "--state-dir",
+            str(self.state),
+            "-v",
+            *extra,
+        ]
+
+    def start_agent(self, timeout: float = 20.0) -> None:
+        """A new agent process; returns once its plugins registered with the stand-in kubelet."""
+        self.pid = self.forks.start(self.argv(), self.log)
+        self.starts += 1
+        self.kubelet.wait_registered(PLUGIN_RESOURCES, timeout=timeout, count=self.starts)
+
+    def kill_agent(self) -> None:
+        if self.pid:
+            self.forks.kill(self.pid)
+            self.pid = 0
+
+    def uuid(self, minor: int) -> str:
+        device = self.server.get("devices", self.name)
+        return next(
+            str(d["id"]) for d in device["spec"]["devices"] if d["type"] == "gpu" and d["minor"] == minor
+        )
+
+    def put_pod(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return self.server.put(doc)
+
+    def set_phase(self, name: str, phase: str, namespace: str = "default") -> None:
+        pod = self.server.get("pods", name, namespace)
+        pod["status"]["phase"] = phase
+        self.server.put(pod)
+
+    def close(self) -> None:
+        self.kill_agent()
+        self.forks.close()
+        self.kubelet.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
