@@ -1,6 +1,7 @@
-"""One node's agent as its own process (fixture mode, device plugins on) serving a stand-in kubelet,
-with its pods in the fake API server: what the crash test kills and restarts, and what the device
-plugin benchmark measures the way a node runs it (kubelet and the agent in two processes).
+"""One node's agent as its own process (fixture mode) with its pods in the fake API server; in
+device-plugin mode it serves a stand-in kubelet. What the crash test kills and restarts, what the
+device plugin benchmark measures the way a node runs it (kubelet and the agent in two processes),
+and what a GPU failure is rehearsed on (`events`: the folder of `--fixture-events`).
 
 Agent processes come from the fork server (tests/support/agent_forkserver.py), so a restart costs a
 fraction of a second; each is an ordinary process, SIGKILLed and reaped by PID.
@@ -23,12 +24,22 @@ PLUGIN_RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh
 
 
 class AgentNode:
-    def __init__(self, server: FakeApiServer, name: str = "gpu-node", *, fixture: str = "dgx-h100") -> None:
+    def __init__(
+        self,
+        server: FakeApiServer,
+        name: str = "gpu-node",
+        *,
+        fixture: str = "dgx-h100",
+        mode: str = "device-plugin",
+        fixture_events: bool = False,
+    ) -> None:
         self.server = server
         self.name = name
+        self.mode = mode
         self.fixture = REPO / "hw-fixtures" / fixture
         self.root = Path(tempfile.mkdtemp(prefix="node-", dir="/tmp"))  # unix socket paths stay short
         self.state = self.root / "state"
+        self.events = self.root / "events" if fixture_events else None
         self.log = self.root / "agent.log"
         (self.root / "kubeconfig").write_text(kubeconfig_text(server.url))
         (self.root / "agent.yaml").write_text("midTier:\n  enabled: false\n")
@@ -50,6 +61,19 @@ class AgentNode:
         self.starts = 0
 
     def argv(self, *extra: str) -> list[str]:
+        plugins = (
+            [
+                "--device-plugin",
+                "--device-plugin-dir",
+                str(self.root / "dp"),
+                "--pod-resources-socket",
+                str(self.root / "pr.sock"),
+                "--cdi-root",
+                str(self.root / "cdi"),
+            ]
+            if self.mode == "device-plugin"
+            else ["--mode", self.mode]
+        )
         return [
             "agent",
             "--fixture",
@@ -65,13 +89,8 @@ class AgentNode:
             "--no-hotplug",
             "--health-port",
             "0",
-            "--device-plugin",
-            "--device-plugin-dir",
-            str(self.root / "dp"),
-            "--pod-resources-socket",
-            str(self.root / "pr.sock"),
-            "--cdi-root",
-            str(self.root / "cdi"),
+            *plugins,
+            *(["--fixture-events", str(self.events)] if self.events is not None else []),
             "--dev-root",
             str(self.root / "dev"),
             "--state-dir",
@@ -81,10 +100,12 @@ class AgentNode:
         ]
 
     def start_agent(self, timeout: float = 20.0) -> None:
-        """A new agent process; returns once its plugins registered with the stand-in kubelet."""
+        """A new agent process; in device-plugin mode returns once its plugins registered with the
+        stand-in kubelet."""
         self.pid = self.forks.start(self.argv(), self.log)
         self.starts += 1
-        self.kubelet.wait_registered(PLUGIN_RESOURCES, timeout=timeout, count=self.starts)
+        if self.mode == "device-plugin":
+            self.kubelet.wait_registered(PLUGIN_RESOURCES, timeout=timeout, count=self.starts)
 
     def kill_agent(self) -> None:
         if self.pid:
