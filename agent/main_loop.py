@@ -27,6 +27,7 @@ from agent.discovery.hotplug import HotplugMonitor
 from agent.dra.slice_publisher import SlicePublisher
 from agent.dra.slices import pool_devices
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from agent.kubelet_config import KubeletConfigReader
 from agent.midtier.pod_watch import PodWatcher
 from agent.midtier.reclaimable import MidTier
 from agent.publish.device_builder import (
@@ -37,6 +38,7 @@ from agent.publish.device_builder import (
     node_labels,
     node_resources,
 )
+from agent.publish.kubelet_labels import kubelet_labels
 from agent.publish.publisher import Publisher
 from apis import dra, keys, resources
 from apis.device import Condition, Device
@@ -131,6 +133,7 @@ class Agent:
         self.slices = (
             SlicePublisher(kube, node_name) if kube is not None and config.mode == dra.MODE_DRA else None
         )
+        self.kubelet = KubeletConfigReader(config.kubelet)  # its Topology Manager, on the Node
         self.mid = MidTier(config.mid_tier) if kube is not None and config.mid_tier.enabled else None
         # this node's pods, watched once for the mid-tier and the device plugins; started on the
         # first pass
@@ -201,6 +204,11 @@ class Agent:
         device = carry_over(self._previous, device, snap, now)
         labels = node_labels(device)
         labels[dra.MODE_LABEL] = self.config.mode
+        labels.update(
+            kubelet_labels(
+                self.kubelet.policies(), snap.topology.numa_cpus, serving=self.device_plugins is not None
+            )
+        )
         extended = node_resources(device)
         pool: list[dict[str, Any]] = []
         if self.config.mode == dra.MODE_DRA:
@@ -320,6 +328,15 @@ class Agent:
         self.discoverer.stop()
 
     # -- health endpoint --------------------------------------------------------------------
+    def _kubelet_state(self) -> dict[str, Any]:
+        got = self.kubelet.policies()
+        return {
+            "topologyManagerPolicy": got.topology_manager_policy,
+            "topologyManagerScope": got.topology_manager_scope,
+            "cpuManagerPolicy": got.cpu_manager_policy,
+            "source": got.source,
+        }
+
     def health_state(self) -> dict[str, Any]:
         now = self.clock()
         last = self.last_pass
@@ -347,5 +364,6 @@ class Agent:
             "hotplug": (self.hotplug.error or "listening") if self.hotplug else "off",
             "mode": self.config.mode,
             "devicePlugin": self.device_plugins.state() if self.device_plugins else "off",
+            "kubelet": self._kubelet_state(),
             "draPlugin": self.dra_plugin.state() if self.dra_plugin else "off",
         }

@@ -42,7 +42,10 @@ class AgentNode:
         self.events = self.root / "events" if fixture_events else None
         self.log = self.root / "agent.log"
         (self.root / "kubeconfig").write_text(kubeconfig_text(server.url))
-        (self.root / "agent.yaml").write_text("midTier:\n  enabled: false\n")
+        self.kubelet_config = self.root / "kubelet-config.yaml"  # kubelet's policies: none unless written
+        (self.root / "agent.yaml").write_text(
+            f"midTier:\n  enabled: false\nkubelet:\n  configFile: {self.kubelet_config}\n"
+        )
         for d in ("dev", "cdi", "dp"):
             (self.root / d).mkdir()
         for dev in ("nvidiactl", "nvidia-uvm"):

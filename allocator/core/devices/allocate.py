@@ -17,6 +17,7 @@ from allocator.core.devices.gpu import feasible_partitions
 from allocator.core.devices.messages import (
     gpu_shortage,
 )
+from allocator.core.devices.numa_policy import kubelet_alignment, misaligned
 from allocator.core.devices.plain import pcie_scopes
 from allocator.core.devices.registry import HANDLERS
 from allocator.core.node.features import FITS_EXACT, FITS_SHARE, FITS_WHOLE, Feature
@@ -70,8 +71,15 @@ def allocate(
     when given.
     """
     prefer = tuple(sorted(set(prefer_gpus))) if prefer_gpus else ()
+    aligned = kubelet_alignment(state, req)  # where kubelet's Topology Manager will put the devices
+    if isinstance(aligned, Rejection):
+        return _unaligned_verdict(state, req) or aligned
+    if aligned is not None:
+        numa_mask = aligned if numa_mask is None else aligned & frozenset(numa_mask)
     result = _solve(state, req, scoring, numa_mask, required, explain, want_plan=True, prefer=prefer)
     if isinstance(result, Rejection):
+        if aligned is not None:
+            return _unaligned_verdict(state, req) or misaligned(result, aligned, state)
         return result
     assert isinstance(result, tuple)
     plan, gpu_path = result
@@ -82,6 +90,18 @@ def allocate(
 
 def fits(state: NodeState, req: PodRequest) -> Rejection | None:
     """None when `allocate(state, req)` would succeed, else its rejection."""
+    aligned = kubelet_alignment(state, req)
+    if aligned is None:
+        return _unaligned_verdict(state, req)
+    base = _unaligned_verdict(state, req)  # a pod that fits nowhere here says so, as elsewhere
+    if base is not None or isinstance(aligned, Rejection):
+        return base or aligned  # type: ignore[return-value]
+    result = _solve(state, req, None, aligned, None, None, want_plan=False)
+    return misaligned(result, aligned, state) if isinstance(result, Rejection) else None
+
+
+def _unaligned_verdict(state: NodeState, req: PodRequest) -> Rejection | None:
+    """`fits` where kubelet's Topology Manager restricts nothing."""
     g = req.plain_gpu
     if g is not None:
         quick = _quick_gpu_verdict(state, req, g)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator.core.node.inventory import DeviceSlot, NodeInventory, Scope
+from allocator.core.node.kubelet_view import view_key
 from allocator.core.node.state import NodeState
 from apis import keys
 
@@ -124,8 +125,10 @@ def usage_key(state: NodeState) -> Hashable:
     return used, vfs
 
 
-def _isolation(state: NodeState) -> str:
-    return state.labels.get(keys.GPU_ISOLATION_PROVIDER, "")
+def _isolation(state: NodeState) -> Hashable:
+    """The isolation-provider label, and on a node whose kubelet aligns devices by NUMA, what its
+    Topology Manager reads (devices.numa_policy): () elsewhere, so those nodes group as before."""
+    return state.labels.get(keys.GPU_ISOLATION_PROVIDER, ""), view_key(state)
 
 
 # -- the features ----------------------------------------------------------------------------------

@@ -54,6 +54,8 @@ class PodEntry:
     nonzero_memory: int
     used: tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]  # (type, minor, resources)
     vfs: tuple[tuple[str, int, str], ...]  # (type, minor, VF bus id)
+    exclusive_cpus: int = 0  # pinned by kubelet's static CPU manager (request/usage.py)
+    gpu_whole: bool = False  # its GPUs are nvidia.com/gpu IDs to kubelet, not gpu-core shares
 
 
 def _usage_of(allocations: DeviceAllocations | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -176,6 +178,8 @@ class NodeState:
         *,
         nonzero_cpu_milli: int | None = None,
         nonzero_memory: int | None = None,
+        exclusive_cpus: int = 0,
+        gpu_whole: bool = False,
     ) -> None:
         """Count a pod's devices and requests here. Adding a key again replaces its old entry."""
         if key in self.pods:
@@ -190,6 +194,8 @@ class NodeState:
             memory if nonzero_memory is None else nonzero_memory,
             used,
             vfs,
+            exclusive_cpus,
+            gpu_whole,
         )
         self.pods[key] = entry
         for dtype, minor, res in used:
@@ -214,6 +220,8 @@ class NodeState:
             usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli,
             nonzero_memory=usage.nonzero_memory,
+            exclusive_cpus=usage.exclusive_cpus,
+            gpu_whole=usage.gpu_whole,
         )
 
     def remove_pod(self, key: str) -> bool:
