@@ -88,7 +88,7 @@ def shared(node: Node) -> dict[str, list[float]]:
 def run(scenario: str, pods: int, agent: str = "thread") -> dict[str, list[float]]:
     with ServerThread(FakeApiServer()) as server, server.sync_api_client() as client:
         if agent == "process":
-            node = AgentNode(server)
+            node = AgentNode(server, verbose=False)  # as the DaemonSet runs it
             try:
                 node.start_agent()
                 uuids = {m: node.uuid(m) for m in range(8)}  # read once: not part of the calls

@@ -245,7 +245,8 @@ class _CheckpointWriter(threading.Thread):
     """Saves after a burst of `request`s: once none came for `quiet` seconds, or `longest` after the
     first. The journal already holds each served container, so the checkpoint (an fsync and a
     rename, about 10 ms) waits for kubelet to stop admitting rather than compete with its calls for
-    the disk."""
+    the disk; and a request during a burst only notes the time, so it wakes no thread on the call
+    path."""
 
     def __init__(self, save: Callable[[], None], *, quiet: float = 0.5, longest: float = 5.0) -> None:
         super().__init__(name="checkpoint-writer", daemon=True)
@@ -254,20 +255,28 @@ class _CheckpointWriter(threading.Thread):
         self.longest = longest
         self._wanted = threading.Event()
         self._halt = threading.Event()
+        self._last = 0.0
+        self._busy = False
 
     def request(self) -> None:
-        self._wanted.set()
+        self._last = time.monotonic()
+        if not self._busy:
+            self._wanted.set()
 
     def run(self) -> None:
         while not self._halt.is_set():
             if not self._wanted.wait(0.5):
                 continue
-            first = time.monotonic()
             self._wanted.clear()
-            while not self._halt.is_set() and time.monotonic() - first < self.longest:
-                if not self._wanted.wait(self.quiet):
-                    break  # quiet: the burst is over
-                self._wanted.clear()
+            self._busy = True
+            first = time.monotonic()
+            while not self._halt.is_set():
+                now = time.monotonic()
+                until = min(self._last + self.quiet, first + self.longest)
+                if now >= until:
+                    break  # quiet, or long enough: the burst is over
+                self._halt.wait(until - now)
+            self._busy = False  # a request from here on wakes the next round
             self.save()
 
     def stop(self) -> None:

@@ -32,10 +32,12 @@ class AgentNode:
         fixture: str = "dgx-h100",
         mode: str = "device-plugin",
         fixture_events: bool = False,
+        verbose: bool = True,
     ) -> None:
         self.server = server
         self.name = name
         self.mode = mode
+        self.verbose = verbose  # -v: the agent logs each served container (tests read the log)
         self.fixture = REPO / "hw-fixtures" / fixture
         self.root = Path(tempfile.mkdtemp(prefix="node-", dir="/tmp"))  # unix socket paths stay short
         self.state = self.root / "state"
@@ -98,7 +100,7 @@ class AgentNode:
             str(self.root / "dev"),
             "--state-dir",
             str(self.state),
-            "-v",
+            *(["-v"] if self.verbose else []),
             *extra,
         ]
 
