@@ -83,75 +83,60 @@ def _providers(view: KubeletView, req: PodRequest) -> list[list[Hint]]:
     return out
 
 
-def _narrower(a: int, b: int) -> bool:
-    return a < b if a.bit_count() == b.bit_count() else a.bit_count() < b.bit_count()
-
-
-def _better(best: Hint | None, cand: Hint, target: int) -> Hint | None:
-    """kubelet's HintMerger.compare; `target` its best non-preferred affinity count."""
-    assert cand.mask is not None
-    if cand.mask == 0:
-        return best
-    if best is None:
-        return cand
-    assert best.mask is not None
-    if best.preferred != cand.preferred:
-        return cand if cand.preferred else best
-
-    def fitter() -> Hint:
-        return best if cand.mask == best.mask or _narrower(best.mask, cand.mask) else cand  # type: ignore[arg-type]
-
-    if best.preferred:
-        return fitter()
-    cur, new = best.mask.bit_count(), cand.mask.bit_count()
-    if cur > target:
-        return fitter()
-    if cur == target:
-        return fitter() if new == target else best
-    if new > target:
-        return best
-    if new == target:
-        return cand
-    return cand if new > cur else best if new < cur else fitter()
+def _fitter(masks: set[int]) -> int:
+    """The narrowest mask, then the lowest (kubelet's bitmask.IsNarrowerThan)."""
+    return min(masks, key=lambda m: (m.bit_count(), m))
 
 
 def merge(policy: str, nodes: tuple[int, ...], providers: list[list[Hint]]) -> tuple[Hint, bool]:
-    """(best hint, admitted) under kubelet's policy."""
+    """(best hint, admitted) under kubelet's policy.
+
+    kubelet merges every permutation of one hint per provider (the AND of their masks, preferred
+    when all are and their masks agree) and keeps the best by HintMerger.compare. Its outcome
+    depends only on the set of merged masks, which is what is computed here: the permutations
+    themselves number up to 255^providers on an 8-NUMA-node machine."""
     default = sum(1 << n for n in nodes)
     if policy == "single-numa-node":
         providers = [
             [h for h in hs if h.preferred and (h.mask is None or h.mask.bit_count() == 1)] for hs in providers
         ]
-    narrow = [
-        min((h.mask for h in hs if h.mask is not None), key=lambda m: (m.bit_count(), m), default=None)
-        for hs in providers
-    ]
-    target = max((m.bit_count() for m in narrow if m is not None), default=0)
-    best: Hint | None = None
-    stack: list[tuple[int, int, bool, int | None]] = [(0, default, True, None)]
-    while stack:  # every permutation, one hint per provider, in kubelet's order
-        i, mask, preferred, first = stack.pop()
-        if i == len(providers):
-            best = _better(best, Hint(mask, preferred), target)
-            continue
-        for hint in reversed(providers[i]):
-            if hint.mask is None:
-                stack.append((i + 1, mask, preferred and hint.preferred, first))
-            else:
-                agree = first is None or hint.mask == first
-                stack.append(
-                    (
-                        i + 1,
-                        mask & hint.mask,
-                        preferred and hint.preferred and agree,
-                        first if first is not None else hint.mask,
-                    )
-                )
-    if best is None:
-        best = Hint(default, False)
+    best = _best(default, providers)
     if policy == "single-numa-node" and best.mask == default:
         best = Hint(None, best.preferred)
     return best, policy == "best-effort" or best.preferred
+
+
+def _best(default: int, providers: list[list[Hint]]) -> Hint:
+    if any(not hs for hs in providers):
+        return Hint(default, False)  # no permutation at all
+    # preferred: one preferred hint per provider, their masks all equal (an `any` hint agrees
+    # with every mask; all `any` merges to the default mask)
+    options = [{h.mask for h in hs if h.preferred} for hs in providers]
+    masks = {m for opts in options for m in opts if m is not None}
+    preferred = {m for m in masks if all(m in opts or None in opts for opts in options)}
+    if all(None in opts for opts in options):
+        preferred.add(default)
+    preferred.discard(0)
+    if preferred:
+        return Hint(_fitter(preferred), True)
+    merged = {default}
+    for hs in providers:
+        merged = {m & (default if h.mask is None else h.mask) for m in merged for h in hs}
+    merged.discard(0)
+    if not merged:
+        return Hint(default, False)
+    narrowest = [
+        _fitter({h.mask for h in hs if h.mask is not None}) for hs in providers if any(h.mask for h in hs)
+    ]
+    target = max((m.bit_count() for m in narrowest), default=0)
+    at = {m for m in merged if m.bit_count() == target}
+    below = {m for m in merged if m.bit_count() < target}
+    if at:
+        return Hint(_fitter(at), False)
+    if below:
+        most = max(m.bit_count() for m in below)
+        return Hint(_fitter({m for m in below if m.bit_count() == most}), False)
+    return Hint(_fitter(merged), False)
 
 
 def kubelet_alignment(state: NodeState, req: PodRequest) -> frozenset[int] | Rejection | None:
