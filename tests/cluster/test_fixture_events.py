@@ -66,7 +66,8 @@ def test_an_injected_xid_makes_the_gpu_unhealthy_in_the_device(cluster: ClusterE
         "False",
         "XidCriticalError",
     )
-    assert _gpu(cluster, 6)[1].get("lastXid") == 79  # kept by the CRD's schema (read back)
+    # the status, written after the spec in its own request, keeps the Xid (the CRD's schema, read back)
+    wait_until(lambda: _gpu(cluster, 6)[1].get("lastXid") == 79, timeout=15, what="lastXid 79 in the status")
     assert all(_gpu(cluster, m)[0]["health"] for m in (0, 1, 2, 3, 4, 5, 7))
     wait_until(
         lambda: (
