@@ -1,20 +1,24 @@
-"""An append-only journal of small msgpack records, each on disk before `append` returns.
+"""An append-only journal of small msgpack records: a record is in the kernel before `append`
+returns, and on disk a moment later.
 
 What a checkpoint (agent/checkpoint.py) costs to make durable (a new file, its fsync, a rename, the
-directory's fsync: about 10 ms) is too much for a call kubelet waits on; one record appended to a
-file whose blocks already exist is one synchronous write of a few hundred bytes (about 0.2 ms), and
-nothing about the file's metadata changes. So the owner appends a record on the call path and folds
-the records into its checkpoint off it (`rotate`).
+directory's fsync: about 10 ms) is too much for a call kubelet waits on. `append` writes one record
+of a few hundred bytes into a file whose blocks already exist: once `pwrite` returns the record is
+in the kernel's page cache, so it survives the agent's process dying at any instant (SIGKILL,
+OOM kill, a crash), which is what the owner needs before it answers. Making it survive a power cut
+as well is the background flusher's job: `fdatasync` soon after the first unsynced record, one for
+a whole burst (group commit), off the call (a synchronous write per call measured 0.13 ms p50 on an
+idle local disk but up to 16 ms p99 on a busy one). A power cut takes the node's pods with it; what
+the owner needs after one is its checkpoint plus kubelet's own record (see its module).
 
 Layout: two segment files, `<name>.0` and `<name>.1`, each pre-written with zeros when opened, so
 that appends overwrite existing blocks. A record is framed as length (u32), CRC-32 (u32) and its
 msgpack bytes; a zero length ends a segment, and a torn or corrupt frame ends it too (only the last
-append can be torn, and its call never answered). Appends go to the active segment. `rotate` makes
-the other one active and returns `release`, which zeroes the old one: the owner calls it once a
-checkpoint holding everything appended before the rotation is durable. A crash anywhere leaves every
-record either in a durable checkpoint or in a segment, so `replay` after a restart plus the
-checkpoint is complete; replaying a record the checkpoint already holds must be harmless (the
-owner's records are idempotent facts).
+append can be torn). Appends go to the active segment. `rotate` makes the other one active and
+returns `release`, which zeroes the old one: the owner calls it once a checkpoint holding everything
+appended before the rotation is durable. A crash anywhere leaves every record either in a durable
+checkpoint or in a segment, so `replay` after a restart plus the checkpoint is complete; replaying a
+record the checkpoint already holds must be harmless (the owner's records are idempotent facts).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -33,8 +38,8 @@ import msgpack
 log = logging.getLogger(__name__)
 
 SEGMENT_BYTES = 64 * 1024  # zeroed ahead: about 400 one-GPU records between two rotations
+SYNC_DELAY = 0.002  # the flusher's group-commit window after the first unsynced record
 _HEADER = struct.Struct("<II")  # payload length, CRC-32 of the payload
-_DSYNC = getattr(os, "O_DSYNC", 0)  # each write durable on return; fdatasync where it is missing
 
 
 def read_segment(data: bytes) -> list[Any]:
@@ -55,14 +60,28 @@ def read_segment(data: bytes) -> list[Any]:
 
 
 class Journal:
-    def __init__(self, directory: str | Path, name: str, *, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        name: str,
+        *,
+        segment_bytes: int = SEGMENT_BYTES,
+        sync_delay: float = SYNC_DELAY,
+    ) -> None:
         self.paths = (Path(directory) / f"{name}.0", Path(directory) / f"{name}.1")
         self.segment_bytes = segment_bytes
+        self.sync_delay = sync_delay
         self._lock = threading.Lock()
         self._fds: list[int] = []
         self._used = [0, 0]  # bytes written into each segment since it was last zeroed
         self._active = 0
         self._seq = 0
+        self._unsynced = False  # a record is in the page cache only
+        self._flushing = False  # the flusher is at work: an append need not wake it
+        self._wake = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self.syncs = 0  # fdatasync rounds done by the flusher
+        self.error = ""  # the flusher's last failure
 
     def replay(self) -> list[Any]:
         """Every record left in the segments, oldest first (before `open`; unreadable files count
@@ -88,7 +107,7 @@ class Journal:
         directory = self.paths[0].parent
         directory.mkdir(parents=True, exist_ok=True)
         for path in self.paths:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _DSYNC, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             self._fds.append(fd)
             os.pwrite(fd, bytes(max(self.segment_bytes, os.fstat(fd).st_size)), 0)
             os.fsync(fd)
@@ -98,21 +117,55 @@ class Journal:
         finally:
             os.close(dir_fd)
         self._used, self._active, self._seq = [0, 0], 0, 0
+        if self._flusher is None or not self._flusher.is_alive():
+            self._flusher = threading.Thread(target=self._flush_loop, name="journal-flusher", daemon=True)
+            self._flusher.start()
 
     def append(self, record: Any) -> None:
-        """Write one record; it survives a crash once this returns. Raises OSError (and before
-        `open`, RuntimeError)."""
+        """Write one record: it survives the process dying once this returns, and a power cut once
+        the flusher synced it (milliseconds later). Raises OSError (and before `open`, RuntimeError)."""
         with self._lock:
             if not self._fds:
                 raise RuntimeError(f"journal {self.paths[0]} is not open")
             body = msgpack.packb([self._seq, record])
             frame = _HEADER.pack(len(body), zlib.crc32(body)) + body
-            fd = self._fds[self._active]
-            os.pwrite(fd, frame, self._used[self._active])
-            if not _DSYNC:
-                os.fdatasync(fd)
+            os.pwrite(self._fds[self._active], frame, self._used[self._active])
             self._used[self._active] += len(frame)
             self._seq += 1
+            self._unsynced = True
+            wake = not self._flushing
+            self._flushing = True
+        if wake:
+            self._wake.set()  # once per burst: the flusher keeps going while records come
+
+    def sync(self) -> None:
+        """Everything appended so far on disk (the flusher does this by itself)."""
+        with self._lock:
+            fds = list(self._fds)
+            self._unsynced = False
+        for fd in fds:
+            os.fdatasync(fd)
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if not self._fds:
+                return  # closed
+            time.sleep(self.sync_delay)  # let the burst's next records join this round
+            while True:
+                with self._lock:
+                    if not self._unsynced or not self._fds:
+                        self._flushing = False
+                        break
+                try:
+                    self.sync()
+                    self.syncs += 1
+                    self.error = ""
+                except OSError as exc:  # a disk that fails syncs fails appends too, soon enough
+                    self.error = str(exc)
+                    log.warning("journal %s not synced: %s", self.paths[0], exc)
+                    time.sleep(0.5)
 
     def rotate(self) -> Callable[[], None]:
         """Send further appends to the other segment; the returned `release` zeroes the segment
@@ -133,12 +186,16 @@ class Journal:
             if not used or segment == self._active or not self._fds:
                 return
             os.pwrite(self._fds[segment], bytes(used), 0)
-            if not _DSYNC:
-                os.fdatasync(self._fds[segment])
+            os.fdatasync(self._fds[segment])
             self._used[segment] = 0
 
     def close(self) -> None:
         with self._lock:
             for fd in self._fds:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    log.warning("journal %s not synced at close: %s", self.paths[0], exc)
                 os.close(fd)
             self._fds = []
+        self._wake.set()  # the flusher sees it closed and ends

@@ -19,8 +19,9 @@ can drop that reservation and let the next pod be offered the same devices). The
   apart and would offer both).
 
 What was served survives a crash: each served container is recorded (`record`, the service's
-journal, on disk before Allocate answers), and a restarted agent also adopts what kubelet's
-PodResources says its pods hold (`adopt`) before its first answer.
+journal: in the kernel before Allocate answers, so the agent dying cannot lose it, and on disk
+milliseconds later), and a restarted agent also adopts what kubelet's PodResources says its pods
+hold (`adopt`) before its first answer.
 
 So a container's devices are its annotation's, or it does not start.
 """
@@ -291,7 +292,7 @@ class Admission:
             "ids": list(ids),
         }
         try:
-            self.record(entry)  # on disk before kubelet hears of it: a crash now cannot forget it
+            self.record(entry)  # journaled before kubelet hears of it: dying now cannot forget it
         except (OSError, RuntimeError) as exc:
             raise Refused(
                 f"pod {pod_key(hit.pod)}: cannot record the served devices: {exc}", hit.pod

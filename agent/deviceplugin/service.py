@@ -1,8 +1,9 @@
 """The device plugins as one service of the agent: servers, registration, admission, cross-check and
 checkpoint, fed by the agent's discovery passes (`update`) and started after the first one.
 
-What was served is durable before each Allocate answers: a record in the served journal
-(agent/journal.py, a fraction of a millisecond), folded into the checkpoint off the call. On start,
+What was served is journaled before each Allocate answers (agent/journal.py: in the kernel at once,
+so it survives the agent dying; on disk milliseconds later, one sync per burst), and folded into the
+checkpoint off the call. On start,
 before the plugins serve: the checkpoint, then the journal's records, then what kubelet's
 PodResources says its pods hold (kubelet keeps that across an agent restart, and it also covers a
 lost state directory); the union is saved and the journal starts empty."""
