@@ -5,7 +5,8 @@ apis/kubelet_policy.py, and the pods counted on the node).
 kubelet counts each resource apart: a GPU served whole (`nvidia.com/gpu`) leaves its 100 `gpu-core`
 IDs free to kubelet, and a GPU partly shared out through `gpu-core` is a free `nvidia.com/gpu` to
 kubelet. The Topology Manager's hints come from those counts, not from what the allocator knows is
-free, so this view keeps kubelet's.
+free, so this view keeps kubelet's. A Reservation's room is no pod to kubelet: the devices and
+CPUs it holds are free in kubelet's counts (an owner is counted once it is a pod).
 
 Exclusive CPUs: a Guaranteed pod's whole CPUs are pinned on the NUMA node of its devices (where
 kubelet aligned them), the rest, if they do not fit there, on the other NUMA nodes lowest first; a
@@ -20,7 +21,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 from allocator.core.node.inventory import DeviceSlot
-from allocator.core.node.state import NodeState
+from allocator.core.node.state import NodeState, PodEntry
+from allocator.core.request.usage import ROOM_KEY_PREFIX
 from apis import resources as rn
 from apis.kubelet_policy import (
     CPU_MANAGER_POLICY,
@@ -102,7 +104,7 @@ def _build(state: NodeState) -> KubeletView:
     whole: set[int] = set()
     share: dict[int, int] = {}  # GPU minor -> gpu-core IDs kubelet holds for pods
     rdma: dict[int, int] = {}
-    for entry in state.pods.values():
+    for entry in _kubelets_pods(state):
         for dtype, minor, res in entry.used:
             values = dict(res)
             if dtype == rn.DeviceType.GPU:
@@ -135,6 +137,11 @@ def _build(state: NodeState) -> KubeletView:
     )
 
 
+def _kubelets_pods(state: NodeState) -> list[PodEntry]:
+    """The entries kubelet has admitted or will: every one but Reservations' rooms."""
+    return [e for key, e in state.pods.items() if not key.startswith(ROOM_KEY_PREFIX)]
+
+
 def _counts(devices: list[tuple[DeviceSlot, int, int]]) -> ResourceCounts:
     """(slot, IDs, free IDs) per device; unhealthy devices have no free IDs."""
     total: dict[int, int] = {}
@@ -163,7 +170,7 @@ def _cpus_free(state: NodeState, cpus: Mapping[int, tuple[int, int]]) -> dict[in
     free = {n: exclusive for n, (_total, exclusive) in cpus.items()}
     inv = state.inventory
     assert inv is not None
-    for entry in state.pods.values():
+    for entry in _kubelets_pods(state):
         want = entry.exclusive_cpus
         if not want:
             continue

@@ -19,6 +19,11 @@ from apis.quantity import NANO
 CLAIM_KEY_PREFIX = "claim:"
 
 
+# The key a Reservation's room is counted under (core/reservation/room.py): it holds devices, cpu
+# and memory for its owners, but kubelet never hears of it (node/kubelet_view.py skips it).
+ROOM_KEY_PREFIX = "reservation:"  # a pod key always has one "/", a namespace never a ":"
+
+
 def claim_usage_key(claim_key: str) -> str:
     return CLAIM_KEY_PREFIX + claim_key
 

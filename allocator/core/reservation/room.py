@@ -15,19 +15,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from allocator.core.devices.context import Bounds
+from allocator.core.request.usage import ROOM_KEY_PREFIX
 from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
 from apis.quantity import Quantity
-
-ROOM_PREFIX = "reservation:"  # a pod key always has one "/", a namespace never a ":"
 
 
 def room_key(name: str) -> str:
     """The key a Reservation's room is counted under in the core's node state."""
-    return ROOM_PREFIX + name
+    return ROOM_KEY_PREFIX + name
 
 
 def is_room(key: str) -> bool:
-    return key.startswith(ROOM_PREFIX)
+    return key.startswith(ROOM_KEY_PREFIX)
 
 
 @dataclass(frozen=True)
