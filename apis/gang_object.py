@@ -63,6 +63,26 @@ def gang_object(ref: pg.GangRef, raw: JSON) -> GangObject:
     return of_podgroup(pg.PodGroup.from_dict(raw), ref.namespace)
 
 
+def read_gang_object(
+    ref: pg.GangRef, stores: Mapping[str, Mapping[str, JSON]]
+) -> tuple[GangObject | None, JSON | None, str]:
+    """The gang's object looked up in `stores` (source -> NS/NAME -> the object as read): decoded,
+    as read, and why there is none to plan by ("" for a Koordinator gang, which has none)."""
+    if ref.source == pg.KOORDINATOR_SOURCE:
+        return None, None, ""
+    what = {
+        pg.NATIVE_SOURCE: f"PodGroup ({wl.PODGROUP_API_VERSION})",
+        pg.WORKLOAD_SOURCE: f"Workload ({wl.WORKLOAD_API_VERSION})",
+    }.get(ref.source, "PodGroup")
+    raw = (stores.get(ref.source) or {}).get(ref.object_key)
+    if raw is None:
+        return None, None, f"{what} {ref.object_key} does not exist"
+    try:
+        return gang_object(ref, raw), raw, ""
+    except CodecError as exc:
+        return None, raw, f"{what} {ref.object_key} is invalid: {exc}"
+
+
 def of_podgroup(group: pg.PodGroup, namespace: str) -> GangObject:
     return GangObject(
         pg.PODGROUP_SOURCE,

@@ -141,7 +141,7 @@ def _cycle(
 def _clear_caches(cluster: ClusterState) -> None:
     cluster.forget_cached()
     for state in cluster.nodes.values():
-        state._derived = {}
+        state.forget_derived()
 
 
 def measure(

@@ -90,7 +90,7 @@ def classify_idle(
     whole_shapes = [s for s in shapes if s.gpu_count and not s.sharing]
     out: dict[str, float] = defaultdict(float)
     for node in range(state.size):
-        gpus = list(state.gpu_rows[node])
+        gpus = list(state.free_pct(node))
         if not any(gpus):
             continue
         model = state.models[node]
@@ -144,12 +144,11 @@ def analyse(trace: str, seed: int, policy: str) -> Snapshot:
     for req in requests:
         demand += req.demand_pct
         arrived.append(req)
-        feasible = state.feasible(req)
-        if feasible.any():
-            node, gpus = chosen.select(state, req, feasible)
-            allocation = chosen.place(state, node, req, gpus)
+        step = state.place((req,), chosen)
+        if step.placed:
+            (placed,) = step.placed
             if req.sharing:
-                contents[(node, allocation.minors("gpu")[0])].append(req.gpu_pct)
+                contents[(placed.node, placed.allocation.minors("gpu")[0])].append(req.gpu_pct)
         else:
             key = (pod_kind(req), reject_cause(state, req))
             snap.rejected[key] += req.demand_pct

@@ -80,7 +80,7 @@ class LearnFromArrivals(TopoallocPolicy):
     instead of the placed ones only."""
 
     def attach(self, cluster: Any) -> None:
-        super().attach(cluster)
+        # Not TopoallocPolicy.attach: the scorer does not observe placements.
         feasible = cluster.feasible
 
         def observed(req: Any) -> Any:  # replay asks every arriving pod's feasible nodes first
@@ -88,9 +88,6 @@ class LearnFromArrivals(TopoallocPolicy):
             return feasible(req)
 
         cluster.feasible = observed
-
-    def place(self, cluster: Any, node: int, req: Any, gpus: Any, *, observe: bool = True) -> Any:
-        return super().place(cluster, node, req, gpus, observe=False)
 
 
 PRESSURE_OF = term.FragmentationTerm._pressure_of

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             plan = None
             for _ in range(args.repeat):
                 for state in cluster.nodes.values():
-                    state._derived, state.verdicts, state.scores = {}, {}, {}
+                    state.forget_derived()
                 gc.collect()
                 start = time.perf_counter()
                 plan = plan_gang(cluster, gang, settings)

@@ -1,25 +1,40 @@
-"""The simulated cluster: the production core's `ClusterState`, plus vectorised mirrors of its
-per-node summaries for the baselines and the metrics.
+"""The simulated cluster: the production core's `ClusterState`, read through its `NodeTable`.
 
 Every policy runs on the same model: nodes are `NodeState`s built from Node and Device objects,
 pods are `PodRequest`s parsed from Pod objects, device feasibility is the core's `filter`
 (verdicts cached per node version and request signature), the devices are chosen by the core's
-`allocate` and counted by `assign`. After a placement only that node changed, so its row of the
-numpy mirrors (free CPU, memory, pods, per-GPU free share, whole free GPUs, version) is re-read
-from its `NodeState`; `resources_fit` and `affinity_matches` run vectorised over those rows
-(tests hold them equal to the core's functions). GPU shares are in percent of one GPU.
+`allocate` and counted by `assign`. The per-node numbers the baselines and the metrics read
+(free CPU, memory, pods, per-GPU free share, whole free GPUs, last change) are the core's
+NodeTable columns, node index = table slot: a column re-reads only the nodes that changed since
+it was last read. `resources_fit` and `affinity_matches` run vectorised over those columns (tests
+hold them equal to the core's functions). GPU shares are in percent of one GPU.
+
+A replay step is one call, `place(members, policy)`: the policy is asked which feasible node
+(`Chooser.select`) for each member, the core allocates and counts it there, and the step's
+answer carries what the replay records (the placements, allocated GPU, fragmentation).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from allocator.core.cluster.state import ClusterState, affinity_matches
 from allocator.core.devices.allocate import Allocation
+from allocator.core.node.features import CPU_FREE, MEMORY_FREE, PODS_FREE
+from allocator.core.node.gpu_features import (
+    FREE_PCT_ROWS,
+    GPU_COUNT,
+    GPU_FREE_MAX,
+    GPU_IDLE_PCT,
+    WHOLE_FREE,
+    gpu_model,
+)
+from allocator.core.node.gpu_summary import GPUSummary
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
@@ -28,7 +43,6 @@ from allocator.core.scoring.fragmentation import node_fragment
 from allocator.core.scoring.fragmentation_term import task_shape
 from allocator.core.scoring.scorer import NodeScorer
 from allocator.core.scoring.workload_mix import TaskShape, WorkloadMix
-from apis import resources as rn
 
 FULL = 100  # a whole GPU, in percent
 
@@ -88,12 +102,15 @@ class RequestFactory:
         self._parsed: dict[Any, PodRequest] = {}
         self._shape_ids: dict[TaskShape, int] = {}
 
-    def request(self, pod: Mapping[str, Any], template: Any = None, gang: str = "") -> SimRequest:
+    def request(
+        self, pod: Mapping[str, Any], template: Any = None, gang: str = "", parsed: PodRequest | None = None
+    ) -> SimRequest:
+        """`parsed`: the pod's request made elsewhere (a job's DRA claims, simulator/workload.py)."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         req = self._parsed.get(template) if template is not None else None
         if req is None:
-            req = pod_request(pod)
+            req = parsed if parsed is not None else pod_request(pod)
             if req.invalid is not None:
                 raise SimulationError(f"pod {key}: {req.invalid.message}")
             if template is not None:
@@ -122,6 +139,45 @@ class Feasible:
         return bool(self.names)
 
 
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A policy's answer: the node, and for a shared pod the GPU its rule picked (None: the core's
+    pick), or the devices it already chose (the koordinator baseline allocates on its own view)."""
+
+    node: int
+    gpus: tuple[int, ...] | None = None
+    allocation: Allocation | None = None
+
+
+class Chooser(Protocol):
+    """A policy as the cluster asks it: `select` among the feasible nodes; the core then allocates
+    on the chosen node with `scoring` (None: Koordinator's Filter order) and, when given, the
+    GPUs `scorer`'s score assumed."""
+
+    scoring: DeviceScoring | None
+    scorer: NodeScorer | None
+
+    def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    req: SimRequest
+    node: int
+    allocation: Allocation
+    state: NodeState  # the node it was counted on
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One arrival's outcome: every member placed, or none; then the cluster's allocated GPU (in
+    percent of one GPU) and fragmentation (0.0 without a metrics mix)."""
+
+    placed: tuple[Placed, ...]
+    allocated_pct: int
+    fragmented: float
+
+
 class SimCluster:
     def __init__(
         self,
@@ -142,54 +198,78 @@ class SimCluster:
             names.append(state.name)
         self.names = names
         self.index = {name: i for i, name in enumerate(names)}
+        self.table = self.core.table
+        if [self.table.slots[name] for name in names] != list(range(len(names))):
+            raise SimulationError("node names must be distinct (a node's index is its table slot)")
         self.states = [self.core.nodes[name] for name in names]
-        n = self.size = len(names)
-        self.models = [s.gpu_model for s in self.states]
-        self.gpu_count = np.array(
-            [len(s.inventory.gpu_minors) if s.inventory else 0 for s in self.states], dtype=np.int64
-        )
-        self.pods_allocatable = np.array(
-            [s.allocatable.get(rn.PODS, 1 << 30) for s in self.states], dtype=np.int64
-        )
-        width = max(int(self.gpu_count.max(initial=0)), 1)
-        self.gpu_matrix = np.full((n, width), -1, dtype=np.int64)  # -1: no such GPU (never fits)
-        self.gpu_rows: list[tuple[int, ...]] = [()] * n
-        self.gpu_free_total = np.zeros(n, dtype=np.int64)
-        self.gpu_free_max = np.zeros(n, dtype=np.int64)
-        self.gpu_full_count = np.zeros(n, dtype=np.int64)
-        self.cpu_capacity = np.array([s.allocatable_cpu_milli for s in self.states], dtype=np.int64)
-        self.cpu_free = np.zeros(n, dtype=np.int64)
-        self.mem_free = np.zeros(n, dtype=np.int64)
-        self.pods_free = np.zeros(n, dtype=np.int64)
-        self.version = np.zeros(n, dtype=np.int64)
+        self.size = len(names)
+        self.models = [gpu_model(s) for s in self.states]  # labels never change in a run
         self.metrics_mix = metrics_mix
-        self.node_frag = np.zeros(n, dtype=np.float64)
+        self._fragments = np.zeros(self.size, dtype=np.float64)
+        self._fragments_synced = -1
         self._affinity: dict[Any, np.ndarray] = {}
-        for i in range(n):
-            self.refresh(i)
         self.capacity_pct = int(self.gpu_free_total.sum())
 
-    # -- summaries -------------------------------------------------------------------------------
-    def refresh(self, i: int) -> None:
-        """Re-read node ``i``'s row from its NodeState (after it changed)."""
-        s = self.states[i]
-        free = s.gpu_free_core_pct
-        self.gpu_rows[i] = free
-        self.gpu_matrix[i, : len(free)] = free
-        self.gpu_free_total[i] = sum(free)
-        self.gpu_free_max[i] = max(free, default=0)
-        self.gpu_full_count[i] = s.whole_gpus_free
-        cpu = s.cpu_free_milli
-        self.cpu_free[i] = cpu
-        self.mem_free[i] = s.memory_free
-        self.pods_free[i] = self.pods_allocatable[i] - s.pod_count
-        self.version[i] = s.version
-        if self.metrics_mix is not None:
-            self.node_frag[i] = node_fragment(free, cpu, self.metrics_mix.compiled_for(self.models[i]))
+    # -- columns (the core's NodeTable) ------------------------------------------------------------
+    @property
+    def cpu_free(self) -> np.ndarray:
+        return self.table.feature(CPU_FREE)[: self.size]
+
+    @property
+    def mem_free(self) -> np.ndarray:
+        return self.table.feature(MEMORY_FREE)[: self.size]
+
+    @property
+    def pods_free(self) -> np.ndarray:
+        return self.table.feature(PODS_FREE)[: self.size]
+
+    @property
+    def gpu_count(self) -> np.ndarray:
+        return self.table.feature(GPU_COUNT)[: self.size]
+
+    @property
+    def gpu_free_total(self) -> np.ndarray:
+        """Free share of each node's GPUs together, in percent of one GPU."""
+        return self.table.feature(GPU_IDLE_PCT)[: self.size]
+
+    @property
+    def gpu_free_max(self) -> np.ndarray:
+        return self.table.feature(GPU_FREE_MAX)[: self.size]
+
+    @property
+    def gpu_full_count(self) -> np.ndarray:
+        return self.table.feature(WHOLE_FREE)[: self.size]
+
+    @property
+    def gpu_matrix(self) -> np.ndarray:
+        """Per node, each GPU's free share (-1 past its last GPU: never fits)."""
+        return self.table.rows(FREE_PCT_ROWS)[: self.size]
+
+    @property
+    def version(self) -> np.ndarray:
+        """Per node, the table's stamp of its last change: it changes exactly when the node does."""
+        return self.table.stamp[: self.size]
+
+    def free_pct(self, node: int) -> tuple[int, ...]:
+        """Node ``node``'s per-GPU free share, GPUs in minor order."""
+        return GPUSummary.of(self.states[node]).free_pct
 
     @property
     def allocated_pct(self) -> int:
         return self.capacity_pct - int(self.gpu_free_total.sum())
+
+    @property
+    def fragmented(self) -> float:
+        """The nodes' fragmentation against the metrics mix, summed (0.0 without a mix)."""
+        mix, table, values = self.metrics_mix, self.table, self._fragments
+        if mix is not None and self._fragments_synced != table.clock:
+            for i in table.changed_list(self._fragments_synced):
+                state = self.states[i]
+                values[i] = node_fragment(
+                    GPUSummary.of(state).free_pct, state.cpu_free_milli, mix.compiled_for(self.models[i])
+                )
+            self._fragments_synced = table.clock
+        return float(values.sum())
 
     def affinity_mask(self, req: SimRequest) -> np.ndarray:
         """The core's `affinity_matches` for every node (labels never change in a run)."""
@@ -217,9 +297,8 @@ class SimCluster:
     def feasible(self, req: SimRequest) -> Feasible:
         """Nodes passing kube-scheduler's checks and the core's device filter."""
         mask = self.fits_mask(req)
-        candidates = np.flatnonzero(mask).tolist()
         names = self.names
-        wanted = [names[i] for i in candidates]
+        wanted = [names[i] for i in np.flatnonzero(mask).tolist()]
         if not req.pod.wants_devices:
             return Feasible(mask, wanted)
         passed, _ = self.core.feasible(req.pod, wanted)
@@ -228,6 +307,31 @@ class SimCluster:
             index = self.index
             mask[[index[name] for name in passed]] = True
         return Feasible(mask, passed)
+
+    # -- a replay step -----------------------------------------------------------------------------
+    def place(self, members: Sequence[SimRequest], policy: Chooser) -> Step:
+        """Place every member (a lone pod or a gang's members) or none: each on the node the
+        policy selects among the feasible ones, with the core's devices there; when one fits
+        nowhere, those placed before it are taken back. Observers (the scorer's learned workload
+        mix) hear of the members once all are placed."""
+        placed: list[Placed] = []
+        for req in members:
+            feasible = self.feasible(req)
+            if not feasible.any():
+                for done in reversed(placed):
+                    self.unassign(done.req)
+                placed = []
+                break
+            choice = policy.select(self, req, feasible)
+            allocation = choice.allocation
+            if allocation is None:
+                allocation = self.allocate(choice.node, req, choice.gpus, policy.scoring, policy.scorer)
+            self.assign(choice.node, req, allocation, observe=False)
+            placed.append(Placed(req, choice.node, allocation, self.states[choice.node]))
+        for p in placed:
+            for observe in self.core.observers:
+                observe(p.req.pod)
+        return Step(tuple(placed), self.allocated_pct, self.fragmented)
 
     # -- changes ---------------------------------------------------------------------------------
     def allocate(
@@ -242,7 +346,7 @@ class SimCluster:
         if scorer is not None:
             result = self.core.allocate(req.pod, self.names[i], scoring, scorer=scorer)
         else:
-            result = self.core.allocate(req.pod, self.names[i], scoring, prefer_gpus=prefer)
+            result = self.core.allocate(req.pod, self.names[i], scoring, prefer=prefer)
         if isinstance(result, Rejection):
             raise SimulationError(f"{req.key} passed the filter on {self.names[i]} but: {result.explained}")
         return result
@@ -260,13 +364,6 @@ class SimCluster:
             nonzero_memory=pod.nonzero_memory,
             request=pod if observe else None,
         )
-        self.refresh(i)
 
     def unassign(self, req: SimRequest) -> None:
-        node = self.core.pod_node.get(req.key)
-        if node is not None and self.core.unassign(req.key):
-            self.refresh(self.index[node])
-
-    def node_of(self, req: SimRequest) -> int | None:
-        node = self.core.pod_node.get(req.key)
-        return None if node is None else self.index[node]
+        self.core.unassign(req.key)

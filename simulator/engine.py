@@ -13,7 +13,7 @@ import numpy as np
 
 from allocator.core.scoring.workload_mix import WorkloadMix
 from simulator.cluster import RequestFactory, SimCluster, SimRequest
-from simulator.gang_planner import Gang, place_gang, place_pod
+from simulator.gang_planner import Gang, members_of
 from simulator.koordinator_policy import KoordinatorPolicy
 from simulator.metrics import Curves, EventLog, curves
 from simulator.objects import openb_node_objects, openb_pod_object
@@ -103,29 +103,27 @@ def replay(
     fragmented = np.zeros(n)
     stats = ReplayStats()
     policy.attach(cluster)
+    capacity = max(cluster.capacity_pct, 1)
     demand = 0
     k = 0
     for item in arrivals:
+        members = members_of(item)
+        step = cluster.place(members, policy)
+        if not step.placed:
+            stats.failed += len(members)
         if isinstance(item, Gang):
             stats.gangs += 1
-            if not place_gang(cluster, item.members, policy):
+            if not step.placed:
                 stats.failed_gangs += 1
-                stats.failed += len(item.members)
-            members: Sequence[SimRequest] = item.members
-        else:
-            if not place_pod(cluster, item, policy):
-                stats.failed += 1
-            members = (item,)
-        allocated_now = cluster.allocated_pct
-        fragmented_now = float(cluster.node_frag.sum())
+        placed = {p.req.key: p for p in step.placed}
         for member in members:
             demand += member.demand_pct
             arrived[k] = demand
-            allocated[k] = allocated_now
-            fragmented[k] = fragmented_now
+            allocated[k] = step.allocated_pct
+            fragmented[k] = step.fragmented
             k += 1
             if quality is not None:
-                record(quality, cluster, member, demand / max(cluster.capacity_pct, 1) * 100.0)
+                record(quality, member, placed.get(member.key), demand / capacity * 100.0)
     stats.pods = n
     return EventLog(cluster.capacity_pct, arrived, allocated, fragmented), stats
 

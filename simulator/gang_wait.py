@@ -23,7 +23,7 @@ import numpy as np
 
 from simulator.cluster import SimCluster, SimRequest
 from simulator.engine import POLICIES, Arrival
-from simulator.gang_planner import Gang, place_gang, place_pod
+from simulator.gang_planner import Gang
 from simulator.nodes import NodeObjects
 from simulator.policies import Policy
 from simulator.runner import workload_setup
@@ -68,20 +68,20 @@ def replay_queued(
         if freed and waiting:
             still = []
             for since, gang in waiting:
-                if place_gang(cluster, gang.members, policy):
+                if cluster.place(gang.members, policy).placed:
                     out.waits.append(tick - since)
                     placed(tick, gang.members)
                 else:
                     still.append((since, gang))
             waiting = still
         if isinstance(item, Gang):
-            if place_gang(cluster, item.members, policy):
+            if cluster.place(item.members, policy).placed:
                 out.waits.append(0)
                 placed(tick, item.members)
             else:
                 waiting.append((tick, item))
             continue
-        if place_pod(cluster, item, policy):
+        if cluster.place((item,), policy).placed:
             placed(tick, (item,))
     out.never = len(waiting)
     return out

@@ -31,15 +31,14 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from allocator.core.devices.allocate import Allocation
 from allocator.core.devices.allocate import allocate as core_allocate
 from allocator.core.node.inventory import NodeInventory, build_inventory
 from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
 from allocator.core.scoring.device import DeviceScoring, least_requested
 from allocator.core.scoring.scorer import device_share_per_type
-from simulator.cluster import Feasible, SimCluster, SimRequest
-from simulator.policies import Choice, Policy
+from simulator.cluster import Choice, Feasible, SimCluster, SimRequest
+from simulator.policies import Policy
 
 MAX_SCORE = 100
 
@@ -93,7 +92,6 @@ class KoordinatorPolicy(Policy):
         self._inventories: list[NodeInventory | None] = []
         self._shadows: dict[int, tuple[int, NodeState]] = {}
         self._scores: dict[tuple[int, int], tuple[int, int, int]] = {}  # (shape, node) -> version, kube, dev
-        self._chosen: tuple[str, Allocation] | None = None
         self.fallbacks = 0  # placements where no node allocated under Koordinator's view
 
     def attach(self, cluster: SimCluster) -> None:
@@ -136,25 +134,17 @@ class KoordinatorPolicy(Policy):
         return [nodes[i] for i in order]
 
     def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
+        """The best-ranked node where Koordinator's view allocates, with those devices; else the
+        best-ranked node, where the core allocates with `scoring`."""
         ranked = self.ranked(cluster, req, feasible)
-        self._chosen = None
         if not req.pod.wants_devices:
-            return ranked[0], None
+            return Choice(ranked[0])
         for node in ranked:
             result = core_allocate(self.shadow(cluster, node), req.pod, scoring=self.scoring)
             if not isinstance(result, Rejection):
-                self._chosen = (req.key, result)
-                return node, None
+                return Choice(node, allocation=result)
         self.fallbacks += 1
-        return ranked[0], None
-
-    def allocate(
-        self, cluster: SimCluster, node: int, req: SimRequest, gpus: tuple[int, ...] | None
-    ) -> Allocation:
-        chosen, self._chosen = self._chosen, None
-        if chosen is not None and chosen[0] == req.key:
-            return chosen[1]
-        return cluster.allocate(node, req, scoring=self.scoring)
+        return Choice(ranked[0])
 
 
 def koordinator_inventory(labels: Mapping[str, str], cluster: SimCluster, name: str) -> NodeInventory:

@@ -2,13 +2,13 @@
 (../shared/traces/openb/FGD-PROTOCOL.md §2, "Baseline policies as implemented"), and topoalloc's
 production scorer.
 
-A policy sees the simulated cluster (the core's NodeStates and their mirrored summaries), the
+A policy sees the simulated cluster (the core's NodeStates and its NodeTable columns), the
 request and the feasible nodes, and returns the node and, for a shared pod, the GPU its rule
-picks; `place` then has the core allocate (taking that GPU) and assign. The baselines break ties
-the artifact's way: the highest score wins, then the lowest seeded node rank (its
-"lexicographically smallest renamed node"). `topoalloc` is the production path end to end: the
-core's ranking (fine score, stable per-node tie key), its bind-time allocation with the GPU the
-fragmentation term assumed, and a workload mix learned from the pods the cluster placed.
+picks (a `Choice`); the cluster then has the core allocate there (taking that GPU) and assign.
+The baselines break ties the artifact's way: the highest score wins, then the lowest seeded node
+rank (its "lexicographically smallest renamed node"). `topoalloc` is the production path end to
+end: the core's ranking (fine score, stable per-node tie key), its bind-time allocation with the
+GPU the fragmentation term assumed, and a workload mix learned from the pods the cluster placed.
 
 Policies whose score of a node depends only on that node's state and the task shape cache the
 score per (task shape, node) and recompute only nodes whose state changed since (the
@@ -25,12 +25,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from allocator.core.devices.allocate import Allocation
+from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.fragmentation import placement_options
 from allocator.core.scoring.fragmentation_term import FragmentationSettings
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from allocator.core.scoring.workload_mix import WorkloadMix
-from simulator.cluster import FULL, Feasible, SimCluster, SimRequest
+from simulator.cluster import FULL, Choice, Feasible, SimCluster, SimRequest
 
 MAX_SPEC_CPU = 128_000.0  # milli-cores, the artifact's normalisation constants
 MAX_SPEC_GPU_PCT = 800.0  # 8 GPUs, in percent (8000 milli)
@@ -61,19 +61,21 @@ def best_fit_gpu(free: Sequence[int], need: int) -> int:
     return best
 
 
-Choice = tuple[int, tuple[int, ...] | None]  # node index, GPUs for a shared pod (None: the core's pick)
-
-
 def gpus_for(cluster: SimCluster, node: int, req: SimRequest) -> tuple[int, ...] | None:
     """The baselines' in-node choice: best fit for a sharing task. Whole GPUs are left to the
     core (lowest free minors on nodes without topology, as the artifact takes them)."""
     if req.sharing:
-        return (best_fit_gpu(cluster.gpu_rows[node], req.gpu_pct),)
+        return (best_fit_gpu(cluster.free_pct(node), req.gpu_pct),)
     return None
 
 
 class Policy:
+    """A `Chooser`: the baselines let the core choose devices in Koordinator's Filter order
+    (no device scoring), taking the GPU a shared pod's rule picked."""
+
     name = "policy"
+    scoring: DeviceScoring | None = None
+    scorer: NodeScorer | None = None
 
     def __init__(self, rank: Sequence[int], rng: random.Random) -> None:
         self.rank = np.asarray(rank, dtype=np.int64)
@@ -85,26 +87,6 @@ class Policy:
     def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
         raise NotImplementedError
 
-    def place(
-        self,
-        cluster: SimCluster,
-        node: int,
-        req: SimRequest,
-        gpus: tuple[int, ...] | None,
-        *,
-        observe: bool = True,
-    ) -> Allocation:
-        """Allocate on the chosen node through the core (`allocate`) and count the pod there."""
-        allocation = self.allocate(cluster, node, req, gpus)
-        cluster.assign(node, req, allocation, observe=observe)
-        return allocation
-
-    def allocate(
-        self, cluster: SimCluster, node: int, req: SimRequest, gpus: tuple[int, ...] | None
-    ) -> Allocation:
-        """The core's device choice on the node, taking ``gpus`` for a shared pod."""
-        return cluster.allocate(node, req, gpus)
-
 
 class RandomPolicy(Policy):
     """Uniform among feasible nodes; a sharing task goes to a uniform GPU among those that fit."""
@@ -115,9 +97,9 @@ class RandomPolicy(Policy):
         cand = np.flatnonzero(feasible.mask)
         node = int(cand[self.rng.randrange(len(cand))])
         if req.sharing:
-            fits = [i for i, f in enumerate(cluster.gpu_rows[node]) if f >= req.gpu_pct]
-            return node, (fits[self.rng.randrange(len(fits))],)
-        return node, None
+            fits = [i for i, f in enumerate(cluster.free_pct(node)) if f >= req.gpu_pct]
+            return Choice(node, (fits[self.rng.randrange(len(fits))],))
+        return Choice(node)
 
 
 class DotProdPolicy(Policy):
@@ -132,7 +114,7 @@ class DotProdPolicy(Policy):
         ) * (req.demand_pct / MAX_SPEC_GPU_PCT)
         score = np.floor(MAX_SCORE * (1.0 - dot / 2.0))
         node = pick_top([score], feasible.mask, self.rank)
-        return node, gpus_for(cluster, node, req)
+        return Choice(node, gpus_for(cluster, node, req))
 
 
 class BestFitPolicy(Policy):
@@ -150,7 +132,7 @@ class BestFitPolicy(Policy):
         lo, hi = int(values.min()), int(values.max())
         score = (raw - lo) * MAX_SCORE // (hi - lo) if hi > lo else np.zeros_like(raw)
         node = pick_top([score], feasible.mask, self.rank)
-        return node, gpus_for(cluster, node, req)
+        return Choice(node, gpus_for(cluster, node, req))
 
 
 class GpuPackingPolicy(Policy):
@@ -163,7 +145,7 @@ class GpuPackingPolicy(Policy):
     def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
         if req.gpu_count == 0:
             node = pick_top([np.zeros(cluster.size)], feasible.mask, self.rank)
-            return node, None
+            return Choice(node)
         idle_node = cluster.gpu_full_count == cluster.gpu_count
         score = np.where(idle_node, np.maximum(33 - cluster.gpu_count, cluster.gpu_count), 0)
         if req.sharing:
@@ -174,7 +156,7 @@ class GpuPackingPolicy(Policy):
             used = np.full(cluster.size, max(50 - req.gpu_count, 33))
         score = np.where(idle_node, score, used)
         node = pick_top([score], feasible.mask, self.rank)
-        return node, gpus_for(cluster, node, req)
+        return Choice(node, gpus_for(cluster, node, req))
 
 
 class GpuClusteringPolicy(Policy):
@@ -197,7 +179,7 @@ class GpuClusteringPolicy(Policy):
             self._kinds = np.zeros(cluster.size, dtype=np.int64)
         if req.gpu_count == 0:
             node = pick_top([np.zeros(cluster.size)], feasible.mask, self.rank)
-            return node, None
+            return Choice(node)
         bit = self._kind_bit(req)
         kinds = self._kinds
         fullness = 25 * (8000 - 10 * cluster.gpu_free_total) // 8000
@@ -208,12 +190,13 @@ class GpuClusteringPolicy(Policy):
         )
         node = pick_top([band + fullness], feasible.mask, self.rank)
         kinds[node] |= bit
-        return node, gpus_for(cluster, node, req)
+        return Choice(node, gpus_for(cluster, node, req))
 
 
 class CachedPolicy(Policy):
-    """A policy whose node score depends only on (node state, task shape): scores are cached per
-    (shape, node) and recomputed for the nodes whose version changed, with a memo on node state."""
+    """A policy whose node score depends only on the task shape and the node's model, free CPU and
+    per-GPU free share: scores are cached per (shape, node) and recomputed for the nodes whose
+    version changed, with a memo on those inputs."""
 
     n_keys = 1
     memo_limit = 400_000
@@ -224,13 +207,11 @@ class CachedPolicy(Policy):
         self._memo: dict[tuple, tuple[tuple[float, ...], tuple[int, ...] | None]] = {}
 
     def score_node(
-        self, cluster: SimCluster, node: int, req: SimRequest
+        self, req: SimRequest, model: str, cpu_free: int, free: tuple[int, ...]
     ) -> tuple[tuple[float, ...], tuple[int, ...] | None]:
-        """(score keys, higher is better; GPUs for a shared pod) for a feasible node."""
+        """(score keys, higher is better; GPUs for a shared pod) for a feasible node of GPU model
+        `model` with `cpu_free` milli-cores and per-GPU free share `free`."""
         raise NotImplementedError
-
-    def memo_key(self, cluster: SimCluster, node: int, req: SimRequest) -> tuple:
-        return (req.shape_id, cluster.models[node], int(cluster.cpu_free[node]), cluster.gpu_rows[node])
 
     def select(self, cluster: SimCluster, req: SimRequest, feasible: Feasible) -> Choice:
         entry = self._cache.get(req.shape_id)
@@ -243,21 +224,24 @@ class CachedPolicy(Policy):
             self._cache[req.shape_id] = entry
         seen, scores, gpus = entry
         mask = feasible.mask
-        stale = np.flatnonzero(mask & (seen != cluster.version))
+        version = cluster.version
+        stale = np.flatnonzero(mask & (seen != version))
         if len(stale):
             memo = self._memo
             if len(memo) > self.memo_limit:
                 memo.clear()
+            models, cpu_free, sid = cluster.models, cluster.cpu_free, req.shape_id
             for node in stale.tolist():
-                key = self.memo_key(cluster, node, req)
+                model, cpu, free = models[node], int(cpu_free[node]), cluster.free_pct(node)
+                key = (sid, model, cpu, free)
                 hit = memo.get(key)
                 if hit is None:
-                    hit = memo[key] = self.score_node(cluster, node, req)
+                    hit = memo[key] = self.score_node(req, model, cpu, free)
                 scores[:, node] = hit[0]
                 gpus[node] = hit[1]
-            seen[stale] = cluster.version[stale]
+            seen[stale] = version[stale]
         node = pick_top(list(scores), mask, self.rank)
-        return node, gpus[node]
+        return Choice(node, gpus[node])
 
 
 def fgd_score(delta_pct: float) -> int:
@@ -279,14 +263,9 @@ class FgdPolicy(CachedPolicy):
         self.mix = mix
 
     def score_node(
-        self, cluster: SimCluster, node: int, req: SimRequest
+        self, req: SimRequest, model: str, cpu_free: int, free: tuple[int, ...]
     ) -> tuple[tuple[float, ...], tuple[int, ...] | None]:
-        options = placement_options(
-            cluster.gpu_rows[node],
-            int(cluster.cpu_free[node]),
-            req.shape,
-            self.mix.compiled_for(cluster.models[node]),
-        )
+        options = placement_options(free, cpu_free, req.shape, self.mix.compiled_for(model))
         best = max(options, key=lambda o: fgd_score(-o.growth))  # first max = lowest GPU index
         return (float(fgd_score(-best.growth)),), best.gpus if req.sharing else None
 
@@ -302,7 +281,9 @@ class TopoallocPolicy(Policy):
     def __init__(self, rank: Sequence[int], rng: random.Random, config: ScoringConfig | None = None) -> None:
         super().__init__(rank, rng)
         self.config = config or ScoringConfig()
+        # The production bind path: the configured device scoring, the GPUs the scorer assumed.
         self.scorer = NodeScorer(self.config)
+        self.scoring = self.config.device_scoring
 
     def attach(self, cluster: SimCluster) -> None:
         cluster.core.add_observer(self.scorer.observe)
@@ -311,13 +292,7 @@ class TopoallocPolicy(Policy):
         best = cluster.core.best(req.pod, feasible.names, self.scorer)
         if best is None:
             raise ValueError(f"{req.key}: no feasible node to rank")
-        return cluster.index[best], None
-
-    def allocate(
-        self, cluster: SimCluster, node: int, req: SimRequest, gpus: tuple[int, ...] | None
-    ) -> Allocation:
-        """The production bind path: the GPUs the scorer assumed (``gpus`` is unused)."""
-        return cluster.allocate(node, req, scoring=self.config.device_scoring, scorer=self.scorer)
+        return Choice(cluster.index[best])
 
 
 def oracle_config(mix: WorkloadMix, base: ScoringConfig | None = None) -> ScoringConfig:

@@ -26,7 +26,7 @@ import heapq
 import itertools
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from allocator.core.cluster.state import ClusterState
@@ -35,6 +35,7 @@ from allocator.core.gang.plan import GangPlan, PlanSettings, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
 from allocator.core.gang.priority import by_priority
 from allocator.core.gang.victims import Budget, Candidate
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from simulator.nodes import fixture_objects
@@ -92,18 +93,25 @@ def _pod(name: str, gpus: int, priority: int) -> PodRequest:
     return pod_request(raw)
 
 
+def batch_arrivals(
+    rng: random.Random, load: float, gpus_total: int, mean_hours: float, horizon: float
+) -> Iterator[tuple[float, int, float]]:
+    """(arrival, GPUs, hours) of batch pods of 1, 2 or 4 whole GPUs (weights 6:3:1): a Poisson
+    stream sized to keep `load` of the GPUs busy, each running an exponential time."""
+    sizes, weights = (1, 2, 4), (6, 3, 1)
+    mean_gpus = sum(a * b for a, b in zip(sizes, weights, strict=True)) / sum(weights)
+    rate = load * gpus_total / (mean_gpus * mean_hours)  # pods per hour
+    t = 0.0
+    while (t := t + rng.expovariate(rate)) < horizon:
+        yield t, rng.choices(sizes, weights)[0], rng.expovariate(1 / mean_hours)
+
+
 def _workload(s: MixSettings, gpus_total: int) -> list[Job]:
     rng = random.Random(s.seed)
     horizon = s.days * 24
     jobs: list[Job] = []
-    sizes, weights = (1, 2, 4), (6, 3, 1)
-    mean_gpus = sum(a * b for a, b in zip(sizes, weights, strict=True)) / sum(weights)
-    rate = s.load * gpus_total / (mean_gpus * s.batch_hours)  # batch pods per hour
-    t, i = 0.0, 0
-    while (t := t + rng.expovariate(rate)) < horizon:
-        g = rng.choices(sizes, weights)[0]
-        jobs.append(Job(f"b{i}", g, 1, rng.expovariate(1 / s.batch_hours), LOW, t))
-        i += 1
+    for i, (t, g, hours) in enumerate(batch_arrivals(rng, s.load, gpus_total, s.batch_hours, horizon)):
+        jobs.append(Job(f"b{i}", g, 1, hours, LOW, t))
     t, i = 0.0, 0
     while (t := t + rng.expovariate(1 / s.gang_every_hours)) < horizon:
         jobs.append(Job(f"g{i}", 8, rng.randint(2, 4), rng.expovariate(1 / s.gang_hours), HIGH, t))
@@ -158,12 +166,12 @@ class _Sim:
             self.preempt,
             len(gangs),
             len(self.gang_waits),
-            _pct(waits, 50),
-            _pct(waits, 99),
+            percentile(waits, 50),
+            percentile(waits, 99),
             self.lost,
             self.preemptions,
             self.victims,
-            _pct(sorted(self.batch_waits), 50),
+            percentile(sorted(self.batch_waits), 50),
             self.busy / (self.gpus * horizon),
         )
 
@@ -221,8 +229,9 @@ class _Sim:
         for name in passed:
             state = self.cluster.nodes[name]
             got = allocate(state, req)
-            if isinstance(got, Allocation) and (best is None or state.whole_gpus_free < best[0]):
-                best = (state.whole_gpus_free, name, got)
+            free = GPUSummary.of(state).whole_free
+            if isinstance(got, Allocation) and (best is None or free < best[0]):
+                best = (free, name, got)
         if best is None:
             return
         _, node, got = best
@@ -250,7 +259,7 @@ class _Sim:
         job.started, job.placed = -1.0, {}
 
 
-def _pct(values: list[float], q: int) -> float:
+def percentile(values: list[float], q: int) -> float:
     if not values:
         return float("nan")
     if len(values) == 1:

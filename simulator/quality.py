@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from allocator.core.node.inventory import NodeInventory
 from apis import resources as rn
 from apis.device import NUMA_UNKNOWN
-from simulator.cluster import SimCluster, SimRequest
+from simulator.cluster import Placed, SimRequest
 
 GPU, RDMA = rn.DeviceType.GPU, rn.DeviceType.RDMA
 
@@ -265,22 +265,19 @@ def wants_quality(req: SimRequest) -> bool:
     return (req.gpu_count >= 2 and not req.sharing) or joint_gpu_nic(req)
 
 
-def record(stats: QualityStats, cluster: SimCluster, req: SimRequest, arrived_pct: float) -> None:
-    """Add a placed pod's facts (read back from the node it was counted on) to ``stats``."""
+def record(stats: QualityStats, req: SimRequest, placed: Placed | None, arrived_pct: float) -> None:
+    """Add an arrived pod's facts to ``stats``: for a placed one (``placed``), its devices read
+    against the facts of the node it was counted on."""
     if not wants_quality(req):
         return
     if req.gpu_count >= 2 and not req.sharing:
         stats.arrived[req.gpu_count] = stats.arrived.get(req.gpu_count, 0) + 1
         stats.load_arrived[load_bin(arrived_pct)] += 1
-    node = cluster.node_of(req)
-    if node is None:
+    if placed is None or not placed.allocation.devices.by_type:
         return
-    state = cluster.states[node]
-    entry = state.pods.get(req.key)
-    allocations = entry.allocations if entry is not None else None
-    if allocations is None:
-        return
+    allocations = placed.allocation.devices
     nics = allocations.minors(RDMA) if joint_gpu_nic(req) else []
-    placement = placement_quality(state.inventory, allocations.minors(GPU), nics, whole=not req.sharing)
+    inventory = placed.state.inventory
+    placement = placement_quality(inventory, allocations.minors(GPU), nics, whole=not req.sharing)
     placement.arrived_pct = arrived_pct
     stats.add(placement)

@@ -56,6 +56,7 @@ from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import gang_view
 from allocator.gang.planner import ClusterPlanner
 from allocator.gang.preempting import evict
+from allocator.gang.topology import Topology
 from allocator.gang.writes import (
     annotate_hold,
     annotate_planned_node,
@@ -103,6 +104,7 @@ class GangController:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         plan_settings: PlanSettings,
+        topology: Topology | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -116,7 +118,8 @@ class GangController:
         self.synced = synced
         self.clock = clock
         self.wall = wall
-        self.planner = ClusterPlanner(cache, core, holds, index, plan_settings)
+        self.topology = topology or Topology(settings, cache)
+        self.planner = ClusterPlanner(cache, core, holds, index, plan_settings, self.topology)
         self.member_events = MemberEvents(events, clock)
         self.states: dict[str, GangState] = {}
         self._refs: dict[str, GangRef] = {}  # gang key -> how its members named it, while it has a state
@@ -176,7 +179,9 @@ class GangController:
         for key in sorted(set(self.index.by_gang) | set(self.states)):
             got = answers.get(key)
             outcomes = got.outcomes() if got is not None else None
-            view = gang_view(self.index, self.cache, self.settings, key, outcomes, self._refs.get(key))
+            view = gang_view(
+                self.index, self.cache, self.settings, key, outcomes, self._refs.get(key), self.topology
+            )
             if (ref := self.index.ref(key)) is not None:
                 self._refs[key] = ref
             gangs.append(view)

@@ -13,15 +13,14 @@ from typing import Any
 from allocator.core.gang.view import Gang, MemberPod, Outcomes
 from allocator.gang.cache_view import GangCache
 from allocator.gang.index import GangIndex
-from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import parse_duration
+from allocator.gang.topology import Topology
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.taints import admits, tolerations_of
 from apis import keys
 from apis import podgroup as pg
-from apis import workload as wl
-from apis.errors import CodecError
-from apis.gang_object import GangObject, gang_object
+from apis.gang_object import GangObject, read_gang_object
 from apis.podgroup import GangRef
 
 JSON = dict[str, Any]
@@ -69,18 +68,19 @@ def gang_view(
     key: str,
     outcomes: Outcomes | None = None,
     last: GangRef | None = None,
+    topology: Topology | None = None,
 ) -> Gang:
     """One gang as a pass sees it: members for the schedulers we serve, the object that defines it
     (or why it has none usable), its size and its timeout, the uid the hold ledger holds each
-    member for, and what became of the writes made for it last pass (`outcomes`). `last` is how
-    its members named it before they all left (its object is still read once more: a timed-out
-    gang's status goes back to Pending)."""
+    member for, the topology levels it keeps to (with `topology`), and what became of the writes
+    made for it last pass (`outcomes`). `last` is how its members named it before they all left
+    (its object is still read once more: a timed-out gang's status goes back to Pending)."""
     names = settings.scheduler_names
     members = [m for m in index.members(key) if not names or m.scheduler in names]
     namespace, _, name = key.partition("/")
     ref = index.ref(key) or last or GangRef(namespace, name, pg.PODGROUP_SOURCE)
     source = ref.source
-    found, problem = _object_of(cache, ref)
+    found, raw, problem = _object_of(cache, ref)
     if found is not None and found.source == pg.PODGROUP_SOURCE:
         min_member, timeout = found.min_member, found.timeout  # scheduleTimeoutSeconds, or none
     elif found is not None:  # the native API has no timeout field
@@ -91,29 +91,25 @@ def gang_view(
         timeout = settings.default_timeout
     held = cache.ledger.reservations
     holds = {m.key: res.uid for m in members if (res := held.get(m.key)) is not None}
+    where = ref.object_key if raw is not None else key
+    native = ref.source == pg.NATIVE_SOURCE
+    levels, why = (
+        topology.levels_or_problem(members, raw, where, native=native) if topology is not None else (None, "")
+    )
+    code = "InvalidTopology" if why and not problem else "InvalidPodGroup"
     return Gang(
-        key, namespace, name, source, found, problem, min_member, float(timeout), members,
-        holds, index.generation, outcomes or Outcomes(),
+        key, namespace, name, source, found, problem or why, min_member, float(timeout), members,
+        holds, index.generation, outcomes or Outcomes(), levels, code,
     )  # fmt: skip
 
 
-def _object_of(cache: GangCache, ref: GangRef) -> tuple[GangObject | None, str]:
-    """The gang's object as read from the cache, or why there is none to plan by ("" for a
-    Koordinator gang, which has none)."""
-    if ref.source == pg.KOORDINATOR_SOURCE:
-        return None, ""
-    store, what = cache.podgroups, "PodGroup"
-    if ref.source == pg.NATIVE_SOURCE:
-        store, what = cache.native_podgroups, f"PodGroup ({wl.PODGROUP_API_VERSION})"
-    elif ref.source == pg.WORKLOAD_SOURCE:
-        store, what = cache.workloads, f"Workload ({wl.WORKLOAD_API_VERSION})"
-    raw = store.get(ref.object_key)
-    if raw is None:
-        return None, f"{what} {ref.object_key} does not exist"
-    try:
-        return gang_object(ref, raw), ""
-    except CodecError as exc:
-        return None, f"{what} {ref.object_key} is invalid: {exc}"
+def _object_of(cache: GangCache, ref: GangRef) -> tuple[GangObject | None, JSON | None, str]:
+    stores = {
+        pg.PODGROUP_SOURCE: cache.podgroups,
+        pg.NATIVE_SOURCE: cache.native_podgroups,
+        pg.WORKLOAD_SOURCE: cache.workloads,
+    }
+    return read_gang_object(ref, stores)
 
 
 def _waiting_time(annotations: Mapping[str, str], members: list[MemberPod]) -> float | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from apis.topology_profile import AUTO, PROFILE_NAMES
+
 # Node labels naming a topology domain, widest last: the planner keeps a gang inside one domain of
 # the first key that can hold it, and sibling affinity scores nodes sharing them.
 DEFAULT_TOPOLOGY_KEYS = ("nvidia.com/gpu.clique", "topoalloc.io/rack", "topology.kubernetes.io/zone")
@@ -25,6 +27,10 @@ class GangSettings:
     # leaves the caBundle to someone else (cert-manager's CA injector).
     webhook_configuration: str = WEBHOOK_CONFIGURATION
     topology_keys: list[str] = field(default_factory=lambda: list(DEFAULT_TOPOLOGY_KEYS))
+    # Which labels name the topology levels (docs/topology.md): a preset (topograph,
+    # topograph-legacy, aws, gke, generic), `custom` (topology_keys), or `auto`: detected from the
+    # nodes' labels, unless topology_keys was set to something else (then those keys).
+    topology_profile: str = AUTO
     # Gangs that set no timeout (PodGroup scheduleTimeoutSeconds, Koordinator waiting-time) wait
     # this long for a placement before they fail; 0 waits for ever.
     default_timeout: float = 0.0
@@ -60,3 +66,10 @@ class GangSettings:
     def gates(self, native: bool, scheduler: str = DEFAULT_SCHEDULER) -> bool:
         """Whether the webhook gates a member of a gang (native: scheduling.k8s.io) for `scheduler`."""
         return not (native and scheduler in self.gang_plugin_schedulers)
+
+    def __post_init__(self) -> None:
+        if self.topology_profile not in PROFILE_NAMES:
+            known = ", ".join(PROFILE_NAMES)
+            raise ValueError(
+                f"gang.topologyProfile: unknown profile {self.topology_profile!r} (known: {known})"
+            )

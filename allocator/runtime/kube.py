@@ -23,7 +23,7 @@ from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from yarl import URL
 
-from apis import device, podgroup, workload
+from apis import device, dra, podgroup, reservation, workload
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,13 @@ NATIVE_PODGROUPS = Kind(
     "PodGroup.scheduling.k8s.io", workload.GROUP, workload.V1ALPHA2, workload.PODGROUPS, optional=True
 )
 WORKLOADS = Kind("Workload", workload.GROUP, workload.V1ALPHA1, workload.WORKLOADS, optional=True)
+RESERVATIONS = Kind(reservation.KIND, reservation.GROUP, reservation.VERSION, reservation.PLURAL)
+# DRA (resource.k8s.io/v1): what claims are allocated from and against.
+RESOURCECLAIMS = Kind("ResourceClaim", dra.GROUP, dra.VERSION, "resourceclaims")
+RESOURCECLAIMTEMPLATES = Kind("ResourceClaimTemplate", dra.GROUP, dra.VERSION, "resourceclaimtemplates")
+DEVICECLASSES = Kind("DeviceClass", dra.GROUP, dra.VERSION, "deviceclasses")
+RESOURCESLICES = Kind("ResourceSlice", dra.GROUP, dra.VERSION, "resourceslices")
+DRA_KINDS = (DEVICECLASSES, RESOURCESLICES, RESOURCECLAIMTEMPLATES, RESOURCECLAIMS)
 
 
 async def _body(resp: aiohttp.ClientResponse) -> bytes:

@@ -50,7 +50,7 @@ def test_worked_example_annotation_is_byte_identical() -> None:
     for scoring in (None, LEAST, MOST):
         got = ok(run(state, p, scoring=scoring) if scoring else run(state, p))
         assert got.to_json() == expected
-        assert got.gpu_path == "partition"
+        assert got.path == "partition"
 
 
 # -- 4.2: memory and ratio completed from the GPU's size -------------------------------------------------
@@ -167,7 +167,7 @@ def test_partition_bin_pack_worked_numbers() -> None:
     use_gpus(state, 4)
     explain: list[str] = []
     got = ok(allocate(state, pod_request(pod(gpus(1))), explain=explain))
-    assert (got.minors("gpu"), got.gpu_path) == ([5], "partition")
+    assert (got.minors("gpu"), got.path) == ([5], "partition")
     scores = {line.split(":")[0]: int(line.rsplit(" ", 1)[1]) for line in explain if "bin-pack" in line}
     assert scores == {
         "partition 0": 2,
@@ -189,7 +189,7 @@ def test_honour_without_a_table_or_size() -> None:
     assert (r.code, r.unresolvable) == (rs.UNSUPPORTED_GPU_COUNT, True)
     assert r.message == "no GPU partition holds 3 GPUs (partition sizes: 1, 2, 4, 8)"
     shared = ok(run(honor, pod({"koordinator.sh/gpu": "50"})))
-    assert shared.gpu_path == "topology"
+    assert shared.path == "topology"
 
 
 def test_honoured_partitions_that_are_all_taken() -> None:
@@ -210,7 +210,7 @@ def test_prefer_policy_falls_back_to_the_walk() -> None:
     state = state_of(plain_example_device(), HOPPER_NODE)
     use_gpus(state, 0, 4)
     got = ok(run(state, pod(gpus(4))))
-    assert got.gpu_path == "topology" and got.minors("gpu") == [1, 2, 3, 5]
+    assert got.path == "topology" and got.minors("gpu") == [1, 2, 3, 5]
 
 
 def test_higher_allocation_score_group_first_and_restricted() -> None:

@@ -29,7 +29,7 @@ def test_walk_prefers_scopes_already_in_use() -> None:
     state = state_of(plain_example_device())
     use_gpus(state, 5)
     got = ok(run(state, pod(gpus(1))))
-    assert (got.minors("gpu"), got.gpu_path) == ([4], "topology")
+    assert (got.minors("gpu"), got.path) == ([4], "topology")
 
 
 def test_walk_bin_packs_numa_nodes() -> None:
@@ -82,7 +82,7 @@ def test_missing_topology_tree() -> None:
     r = rejected(run(state, scoped))
     assert (r.code, r.unresolvable) == (rs.MISSING_TOPOLOGY_TREE, True)
     got = ok(run(state, pod(gpus(2))))
-    assert (got.minors("gpu"), got.gpu_path) == ([0, 1], "plain")
+    assert (got.minors("gpu"), got.path) == ([0, 1], "plain")
 
 
 def test_multi_shared_gpu() -> None:
@@ -91,7 +91,7 @@ def test_multi_shared_gpu() -> None:
     r = rejected(run(state, pod(shared, annotations=hint(gpu={"requiredTopologyScope": "NUMANode"}))))
     assert (r.code, r.unresolvable) == (rs.UNSUPPORTED_MULTI_SHARED, True)
     got = ok(run(state, pod(shared)))
-    assert got.minors("gpu") == [0, 1] and got.gpu_path == "plain"
+    assert got.minors("gpu") == [0, 1] and got.path == "plain"
     assert json.loads(got.to_json())["gpu"][0]["resources"][CORE] == "50"
 
 

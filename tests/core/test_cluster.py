@@ -5,6 +5,7 @@ from __future__ import annotations
 from allocator.core import reasons as rs
 from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState, affinity_matches, resources_fit
 from allocator.core.devices.allocate import Allocation
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.parse import pod_request
 from allocator.core.scoring.scorer import NodeScorer
 from apis import keys
@@ -70,11 +71,13 @@ def test_moving_a_pod_and_assigning_from_a_pod_object() -> None:
     )
     usage = c.assign_pod(p)
     assert (
-        c.pod_node["default/x"] == "l1" and c.nodes["l1"].gpu_used_mask == 1 << 3 and usage.cpu_milli == 1000
+        c.pod_node["default/x"] == "l1"
+        and GPUSummary.of(c.nodes["l1"]).used_mask == 1 << 3
+        and usage.cpu_milli == 1000
     )
     p["spec"]["nodeName"] = "h1"
     c.assign_pod(p)
-    assert c.nodes["l1"].gpu_used_mask == 0 and c.nodes["h1"].gpu_used_mask == 1 << 3
+    assert GPUSummary.of(c.nodes["l1"]).used_mask == 0 and GPUSummary.of(c.nodes["h1"]).used_mask == 1 << 3
     c.remove_node("h1")
     assert "default/x" not in c.pod_node and "h1" not in c.nodes
 

@@ -127,7 +127,7 @@ def test_explain_lists_the_candidate_sets_and_their_objective() -> None:
     state = state_of(_golden())
     notes: list[str] = []
     result = allocate(state, pod_request(pod(gpus(2))), explain=notes)
-    assert isinstance(result, Allocation) and result.gpu_path == "topology"
+    assert isinstance(result, Allocation) and result.path == "topology"
     text = "\n".join(notes)
     assert "GPU sets by interconnect (every set compared)" in text
     assert "GPUs 0, 3: bottleneck 50 GB/s NODE, total 50 GB/s; leaves 50 GB/s NODE, total 150 GB/s" in text

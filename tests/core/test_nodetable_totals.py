@@ -7,7 +7,8 @@ import random
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.devices.allocate import Allocation
-from allocator.core.node.features import GPU_IDLE_PCT, GPU_MODEL
+from allocator.core.node.gpu_features import GPU_IDLE_PCT, GPU_MODEL, gpu_model
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.parse import pod_request
 from apis import keys
 from tests.core.pods import gpus, pod
@@ -17,7 +18,7 @@ from tests.support.machines import dgx_h100_device, l40s_device
 def _brute(cluster: ClusterState) -> dict[str, int]:
     out: dict[str, int] = {}
     for state in cluster.nodes.values():
-        out[state.gpu_model] = out.get(state.gpu_model, 0) + sum(state.gpu_free_core_pct)
+        out[gpu_model(state)] = out.get(gpu_model(state), 0) + sum(GPUSummary.of(state).free_pct)
     return out
 
 

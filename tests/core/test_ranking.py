@@ -92,7 +92,7 @@ def test_bind_takes_the_gpu_the_fragmentation_term_scored() -> None:
     koordinator = c.allocate(req, "l1", device_scoring)
     ours = c.allocate(req, "l1", device_scoring, scorer=scorer)
     assert koordinator.minors("gpu") == [4]  # same PCIe switch as the used GPU, the emptier one
-    assert ours.minors("gpu") == [5] and ours.gpu_path == "preferred"
+    assert ours.minors("gpu") == [5] and ours.path == "preferred"
     # whole GPUs keep the topology choice: any fully free GPU leaves the same fragmentation
     two = pod_request(pod(gpus(2, cpu="2")))
     assert scorer.preferred_gpus(c.nodes["l1"], two) is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from allocator.core.node.gpu_features import gpu_model
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
 from allocator.core.request.parse import pod_request
 from allocator.core.scoring.device import DeviceScoring
@@ -121,7 +123,15 @@ def test_scorer_range_weights_and_plugins() -> None:
     calls = []
 
     def fragmentation(s: NodeState, r: object) -> float:
-        calls.append((s.gpu_free_core_pct, s.cpu_free_milli, s.memory_free, s.gpu_model, s.healthy_gpu_count))
+        calls.append(
+            (
+                GPUSummary.of(s).free_pct,
+                s.cpu_free_milli,
+                s.memory_free,
+                gpu_model(s),
+                GPUSummary.of(s).healthy_count,
+            )
+        )
         return 0.0
 
     weights = {"fit": 0, "scarce": 0, "topology": 1, "fragmentation": 1}

@@ -6,6 +6,8 @@ import copy
 
 import pytest
 
+from allocator.core.node.gpu_features import gpu_model
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import LEVEL_NUMA, LEVEL_PCIE, build_inventory
 from allocator.core.node.state import NodeState, state_from_objects
 from apis import keys
@@ -119,18 +121,26 @@ def test_malformed_device_raises_codec_error() -> None:
 def test_add_and_remove_pods_keep_free_and_summaries() -> None:
     st = example_state()
     v0 = st.version
-    assert st.whole_gpus_free == 8 and st.gpu_free_ratio == 800
+    assert GPUSummary.of(st).whole_free == 8 and GPUSummary.of(st).free_ratio == 800
     st.add_pod("ns/a", alloc(f'{{"gpu":[{whole(0)},{whole(1)}]}}'), 1000, 2**30)
     assert st.version > v0
     assert st.free["gpu"][0] == {CORE: 0, MEM: 0, RATIO: 0}
-    assert st.gpu_used_mask == 0b11 and st.whole_gpus_free == 6 and st.gpu_free_ratio == 600
+    assert (
+        GPUSummary.of(st).used_mask == 0b11
+        and GPUSummary.of(st).whole_free == 6
+        and GPUSummary.of(st).free_ratio == 600
+    )
     assert (st.requested_cpu_milli, st.requested_memory) == (1000, 2**30)
     half = f'{{"gpu":[{{"minor":2,"resources":{{"{CORE}":"50","{RATIO}":"50","{MEM}":"40779Mi"}}}}]}}'
     st.add_pod("ns/b", alloc(half))
     assert st.free["gpu"][2] == {CORE: 50, MEM: 40780 * MI, RATIO: 50}
-    assert st.gpu_free_core_pct == (0, 0, 50, 100, 100, 100, 100, 100)
+    assert GPUSummary.of(st).free_pct == (0, 0, 50, 100, 100, 100, 100, 100)
     st.remove_pod("ns/a")
-    assert st.gpu_used_mask == 0b100 and st.whole_gpus_free == 7 and st.requested_cpu_milli == 0
+    assert (
+        GPUSummary.of(st).used_mask == 0b100
+        and GPUSummary.of(st).whole_free == 7
+        and st.requested_cpu_milli == 0
+    )
     assert st.remove_pod("ns/a") is False
 
 
@@ -138,7 +148,7 @@ def test_adding_a_key_again_replaces_it() -> None:
     st = example_state()
     st.add_pod("ns/a", alloc(f'{{"gpu":[{whole(0)}]}}'))
     st.add_pod("ns/a", alloc(f'{{"gpu":[{whole(1)}]}}'))
-    assert st.gpu_used_mask == 0b10
+    assert GPUSummary.of(st).used_mask == 0b10
 
 
 def test_free_is_clamped_and_used_only_minors_exist() -> None:
@@ -171,9 +181,17 @@ def test_device_update_reapplies_pods_and_delete_marks_all_unhealthy() -> None:
     dev = koordinator_example_device()
     dev["spec"]["devices"][1]["health"] = False
     st.set_inventory(build_inventory(dev))
-    assert st.gpu_used_mask == 1 and st.whole_gpus_free == 6 and st.healthy_gpu_count == 7
+    assert (
+        GPUSummary.of(st).used_mask == 1
+        and GPUSummary.of(st).whole_free == 6
+        and GPUSummary.of(st).healthy_count == 7
+    )
     st.devices_gone()
-    assert st.whole_gpus_free == 0 and st.healthy_gpu_count == 0 and st.gpu_free_core_pct == (0,) * 8
+    assert (
+        GPUSummary.of(st).whole_free == 0
+        and GPUSummary.of(st).healthy_count == 0
+        and GPUSummary.of(st).free_pct == (0,) * 8
+    )
     assert st.inventory is not None and st.inventory.slot("gpu", 0).id  # type: ignore[union-attr]
 
 
@@ -186,8 +204,8 @@ def test_fgd_summary_properties() -> None:
     bound["metadata"]["annotations"] = {keys.DEVICE_ALLOCATED: f'{{"gpu":[{whole(3)}]}}'}
     st = state_from_objects(node, koordinator_example_device(), [bound])
     assert st.cpu_free_milli == 60000 and st.memory_free == 504 * 2**30
-    assert st.gpu_model == "H800" and st.healthy_gpu_count == 8
-    assert st.gpu_free_core_pct[3] == 0 and sum(st.gpu_free_core_pct) == 700
+    assert gpu_model(st) == "H800" and GPUSummary.of(st).healthy_count == 8
+    assert GPUSummary.of(st).free_pct[3] == 0 and sum(GPUSummary.of(st).free_pct) == 700
     assert st.allocatable["pods"] == 110 and st.pod_count == 1
 
 
@@ -206,7 +224,7 @@ def test_inventory_is_not_shared_mutable() -> None:
 def test_largest_free_set_per_scope() -> None:
     st = example_state()
     st.add_pod("ns/a", alloc(f'{{"gpu":[{whole(0)},{whole(2)},{whole(4)}]}}'))
-    assert st.largest_free_set(LEVEL_PCIE) == (2, "pci0000:b7")
-    assert st.largest_free_set(LEVEL_NUMA) == (3, "1")
+    assert GPUSummary.of(st).largest_free_set(LEVEL_PCIE) == (2, "pci0000:b7")
+    assert GPUSummary.of(st).largest_free_set(LEVEL_NUMA) == (3, "1")
     st.add_pod("ns/b", alloc(f'{{"gpu":[{whole(6)}]}}'))
-    assert st.largest_free_set(LEVEL_PCIE) == (1, "pci0000:15")
+    assert GPUSummary.of(st).largest_free_set(LEVEL_PCIE) == (1, "pci0000:15")

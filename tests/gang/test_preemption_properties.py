@@ -20,6 +20,7 @@ from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.gang.plan import GangPlan, NoPlan, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
 from allocator.core.gang.victims import Budget, Candidate
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from apis.annotations import DeviceAllocations
@@ -165,7 +166,7 @@ def test_gang_victims_are_the_cheapest_set_and_obey_the_rules(
     for placement in got.plan.placements:
         state = after.nodes[placement.node]
         for minor in placement.allocation.minors("gpu"):
-            assert state.gpu_whole_mask >> minor & 1
+            assert GPUSummary.of(state).whole_mask >> minor & 1
         after.assign(placement.key, placement.node, placement.allocation.devices)
 
 

@@ -29,7 +29,6 @@ def make_state(spec: list[tuple[int, int, list[int], int]], model: str = "M") ->
             cluster.core.assign(f"setup/n{i}-gpu{minor}", f"n{i}", allocations)
         if cpu_free < cpu:
             cluster.core.assign(f"setup/n{i}-cpu", f"n{i}", None, cpu - cpu_free)
-        cluster.refresh(i)
     return cluster
 
 

@@ -56,9 +56,8 @@ def test_node_choice_spreads() -> None:
         chosen.attach(cluster)
         nodes = []
         for r in (first, second):
-            node, gpu = chosen.select(cluster, r, cluster.feasible(r))
-            chosen.place(cluster, node, r, gpu)
-            nodes.append(node)
+            (placed,) = cluster.place((r,), chosen).placed
+            nodes.append(placed.node)
         picks[name] = nodes
     assert picks["koordinator"][0] != picks["koordinator"][1]
     assert picks["topoalloc"][0] == picks["topoalloc"][1]
@@ -105,8 +104,8 @@ def test_device_choice_ignores_nvlink() -> None:
     cluster.assign(0, one, _take(cluster, one, 1))
     two = req("two", gpus(2))
     p = policy(cluster)
-    node, _ = p.select(cluster, two, cluster.feasible(two))
-    assert p.allocate(cluster, node, two, None).minors("gpu") == [0, 2]
+    allocation = p.select(cluster, two, cluster.feasible(two)).allocation
+    assert allocation is not None and allocation.minors("gpu") == [0, 2]
     assert cluster.allocate(0, two, scoring=DeviceScoring()).minors("gpu") == [2, 3]
 
 
@@ -130,8 +129,8 @@ def test_joint_nic_on_koordinators_view() -> None:
             "scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}',
         },
     )
-    node, _ = p.select(cluster, pod, cluster.feasible(pod))
-    allocation = p.allocate(cluster, node, pod, None)
+    allocation = p.select(cluster, pod, cluster.feasible(pod)).allocation
+    assert allocation is not None
     inv = cluster.states[0].inventory
     assert inv is not None
     g = inv.slot("gpu", allocation.minors("gpu")[0])

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from sim_helpers import make_state, request
 
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.scoring.workload_mix import TaskShape, WorkloadMix
+from simulator.cluster import Choice
 from simulator.policies import (
     BestFitPolicy,
     DotProdPolicy,
@@ -39,7 +41,12 @@ TASK = request(2_000, 30, 1)
 def choose(policy, spec=SPEC, req=TASK):
     cluster = make_state(spec)
     policy.attach(cluster)
-    return policy.select(cluster, req, cluster.feasible(req))
+    return pair(policy.select(cluster, req, cluster.feasible(req)))
+
+
+def pair(choice: Choice) -> tuple[int, tuple[int, ...] | None]:
+    assert choice.allocation is None  # the baselines and topoalloc leave the devices to the core
+    return choice.node, choice.gpus
 
 
 def test_pick_top_breaks_ties_by_rank() -> None:
@@ -72,10 +79,10 @@ def test_gpuclustering_bands_by_the_kinds_already_on_the_node(rng: random.Random
     policy = GpuClusteringPolicy(RANK_N2_FIRST, rng)
     cluster = make_state(SPEC)
     # no kinds yet: band 25 + ⌊25(8000 − free milli)/8000⌋: n0 45, n1 25, n2 40
-    assert policy.select(cluster, TASK, cluster.feasible(TASK)) == (0, (1,))
+    assert pair(policy.select(cluster, TASK, cluster.feasible(TASK))) == (0, (1,))
     whole = request(2_000, 100, 1)
     # n0 now holds a sharing task: "other kinds" band 0 + 20 = 20; n2 idle band 40 wins
-    assert policy.select(cluster, whole, cluster.feasible(whole))[0] == 2
+    assert policy.select(cluster, whole, cluster.feasible(whole)).node == 2
 
 
 def test_random_picks_uniformly_among_feasible_nodes_and_fitting_gpus(rng: random.Random) -> None:
@@ -100,22 +107,22 @@ def test_topoalloc_runs_the_production_scorer_and_allocates_the_gpu_it_scored(rn
     policy = TopoallocPolicy(RANK_N0_FIRST, rng, oracle_config(FGD_MIX))
     cluster = make_state(SPEC)
     policy.attach(cluster)
-    node, gpus = policy.select(cluster, TASK, cluster.feasible(TASK))
-    assert (node, gpus) == (2, None)  # n2 as FGD; the GPU comes from the core at bind
-    allocation = policy.place(cluster, node, TASK, gpus)
+    assert pair(policy.select(cluster, TASK, cluster.feasible(TASK))) == (2, None)  # n2 as FGD
+    (placed,) = cluster.place((TASK,), policy).placed  # the GPU comes from the core at bind
     # Koordinator's default device scoring (LeastAllocated) would take idle GPU 1; the
     # fragmentation term scored GPU 0 (70% free), and the bind path takes that one
-    assert allocation.minors("gpu") == [0]
-    assert cluster.states[2].gpu_free_core_pct == (40, 100, 100, 20)
+    assert placed.node == 2 and placed.allocation.minors("gpu") == [0]
+    assert GPUSummary.of(cluster.states[2]).free_pct == (40, 100, 100, 20)
 
 
 def test_cached_scores_follow_node_changes(rng: random.Random) -> None:
     policy = FgdPolicy(RANK_N0_FIRST, rng, FGD_MIX)
     cluster = make_state(SPEC)
-    assert policy.select(cluster, TASK, cluster.feasible(TASK)) == (2, (0,))
-    policy.place(cluster, 2, TASK, (0,))  # n2 -> [40, 100, 100, 20]: now n2 on GPU 0 scores like n0
+    assert pair(policy.select(cluster, TASK, cluster.feasible(TASK))) == (2, (0,))
+    (placed,) = cluster.place((TASK,), policy).placed  # n2 -> [40, 100, 100, 20]: scores like n0 now
+    assert (placed.node, placed.allocation.minors("gpu")) == (2, [0])
     second = request(2_000, 30, 1, name="second")
-    node, gpus = policy.select(cluster, second, cluster.feasible(second))
+    chosen = pair(policy.select(cluster, second, cluster.feasible(second)))
     fresh_cluster = make_state([SPEC[0], SPEC[1], (32_000, 131_072, [40, 100, 100, 20], 18_000)])
     fresh = FgdPolicy(RANK_N0_FIRST, random.Random(1), FGD_MIX)
-    assert (node, gpus) == fresh.select(fresh_cluster, second, fresh_cluster.feasible(second))
+    assert chosen == pair(fresh.select(fresh_cluster, second, fresh_cluster.feasible(second)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import state_from_objects
 from apis import keys
 from apis.annotations import parse_device_allocated
@@ -43,10 +44,9 @@ def test_each_choice_is_the_extenders_single_top_node() -> None:
         if not feasible.any():
             continue
         priorities = cluster.core.priorities(req.pod, feasible.names, policy.scorer)
-        node, _ = policy.select(cluster, req, feasible)
-        assert priorities[cluster.names[node]] == 10
+        (one,) = cluster.place((req,), policy).placed
+        assert priorities[cluster.names[one.node]] == 10
         assert sorted(priorities.values()).count(10) == 1
-        policy.place(cluster, node, req, None)
         placed += 1
     assert placed > 60  # the cluster filled up on the way
     assert policy.scorer.components["fragmentation"].mix().shapes  # learned from the placements
@@ -74,9 +74,9 @@ def test_allocations_are_valid_annotations_that_rebuild_the_node_state() -> None
             bound.append(pod)
         # what the extender would rebuild from the watch: the same free shares, CPU and memory
         rebuilt = state_from_objects(node, device, bound)
-        assert rebuilt.gpu_free_core_pct == live.gpu_free_core_pct
+        assert GPUSummary.of(rebuilt).free_pct == GPUSummary.of(live).free_pct
         assert (rebuilt.cpu_free_milli, rebuilt.memory_free) == (live.cpu_free_milli, live.memory_free)
-        assert all(0 <= f <= 100 for f in live.gpu_free_core_pct)
+        assert all(0 <= f <= 100 for f in GPUSummary.of(live).free_pct)
         rebuilt_any |= bool(bound)
     assert rebuilt_any
 

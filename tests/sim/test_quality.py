@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from typing import Any
 
 import pytest
@@ -12,10 +13,11 @@ import pytest
 from allocator.core.devices.allocate import Allocation
 from allocator.core.node.inventory import build_inventory
 from apis.annotations import parse_device_allocated
-from simulator.cluster import RequestFactory, SimCluster
+from simulator.cluster import Placed, RequestFactory, SimCluster
 from simulator.nodes import _fixture_device, fixture_objects
 from simulator.objects import node_object, openb_node_objects, pod_object
 from simulator.openb import OpenbNode
+from simulator.policies import RandomPolicy
 from simulator.quality import (
     CROSS,
     NUMA,
@@ -175,9 +177,11 @@ def test_record_reads_placements_back_from_the_cluster() -> None:
         (req("far-nic", 2, rdma=True), "dgx", {"gpu": [2, 3], "rdma": [6]}),
     ]
     for r, node, entries in placements:
-        cluster.assign(cluster.index[node], r, Allocation(_allocation(entries)))
-        record(stats, cluster, r, arrived_pct=55.0)
-    record(stats, cluster, req("never-placed", 8), arrived_pct=60.0)
+        i = cluster.index[node]
+        allocation = Allocation(_allocation(entries))
+        cluster.assign(i, r, allocation)
+        record(stats, r, Placed(r, i, allocation, cluster.states[i]), arrived_pct=55.0)
+    record(stats, req("never-placed", 8), None, arrived_pct=60.0)
 
     assert stats.arrived == {8: 2, 2: 2}
     assert stats.multi == {8: [1, 0, 0, 0, 0], 2: [0, 0, 0, 0, 2]}
@@ -195,8 +199,9 @@ def test_shares_and_cpu_pods_are_not_counted() -> None:
     factory = RequestFactory()
     stats = QualityStats()
     pod = factory.request(pod_object("cpu", {"cpu": "1"}))
-    cluster.assign(0, pod, Allocation(parse_device_allocated("{}")))
-    record(stats, cluster, pod, arrived_pct=1.0)
+    (placed,) = cluster.place((pod,), RandomPolicy([0], random.Random(1))).placed
+    assert not placed.allocation.devices.by_type
+    record(stats, pod, placed, arrived_pct=1.0)
     assert stats == QualityStats()
 
 
@@ -215,8 +220,9 @@ def test_pods_on_nodes_without_topology_are_left_out() -> None:
     """openb nodes carry no topology: a 2-GPU pod there has no level and no share of one."""
     cluster = SimCluster([openb_node_objects(OpenbNode("o", 32_000, 65_536, 4, "T4"))])
     pod = RequestFactory().request(pod_object("two", {"cpu": "1", "nvidia.com/gpu": "2"}))
-    cluster.assign(0, pod, cluster.allocate(0, pod))
+    allocation = cluster.allocate(0, pod)
+    cluster.assign(0, pod, allocation)
     stats = QualityStats()
-    record(stats, cluster, pod, arrived_pct=10.0)
+    record(stats, pod, Placed(pod, 0, allocation, cluster.states[0]), arrived_pct=10.0)
     assert stats.arrived == {2: 1} and stats.multi_no_topology == {2: 1} and stats.multi == {}
     assert math.isnan(stats.arrived_level_pct(CROSS, 2)) and math.isnan(stats.level_pct(CROSS, 2))

@@ -10,10 +10,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from allocator.core.node.gpu_summary import GPUSummary
 from apis import keys
 from simulator.cluster import SimCluster
 from simulator.engine import POLICIES
-from simulator.gang_planner import Gang, place_gang
+from simulator.gang_planner import Gang
 from simulator.nodes import fixture_objects, nodes_from_spec
 from simulator.openb import TraceError
 from simulator.runner import workload_setup
@@ -67,14 +68,14 @@ def test_gangs_are_placed_whole_or_not_at_all(tmp_path: Path) -> None:
     assert pair.members[0].pod.gang is not None and pair.members[0].pod.gang.name == "pair"
     policy = POLICIES["topoalloc"](workload_setup(cluster.size, 3), None)
     policy.attach(cluster)
-    assert place_gang(cluster, pair.members, policy)
+    assert cluster.place(pair.members, policy).placed
     # both on the L40S, one NUMA node each (the A100 board would split a member across sockets)
     assert [cluster.core.pod_node[m.key] for m in pair.members] == ["l40s-8x-pcie-00"] * 2
-    before = [s.gpu_free_core_pct for s in cluster.states]
+    before = [GPUSummary.of(s).free_pct for s in cluster.states]
     # 8 GPUs per member: the first fits nowhere now (0 + 4 free whole GPUs left)... and nothing stays held
-    assert not place_gang(cluster, huge.members, policy)
+    assert not cluster.place(huge.members, policy).placed
     assert all(m.key not in cluster.core.pod_node for m in huge.members)
-    assert [s.gpu_free_core_pct for s in cluster.states] == before
+    assert [GPUSummary.of(s).free_pct for s in cluster.states] == before
 
 
 def test_a_failing_last_member_rolls_back_the_others() -> None:
@@ -91,7 +92,8 @@ def test_a_failing_last_member_rolls_back_the_others() -> None:
     (gang,) = arrivals(workload, cluster.capacity_pct, seed=1)
     policy = POLICIES["bestfit"](workload_setup(cluster.size, 1), None)
     assert isinstance(gang, Gang)
-    assert not place_gang(cluster, gang.members, policy)  # 12 GPUs: three 4-GPU members fit, the fourth not
+    step = cluster.place(gang.members, policy)  # 12 GPUs: three 4-GPU members fit, the fourth not
+    assert step.placed == () and step.allocated_pct == 0
     assert cluster.allocated_pct == 0 and not cluster.core.pod_node
 
 
@@ -178,3 +180,46 @@ def test_workload_setup_is_seeded() -> None:
     a, b = workload_setup(10, 7), workload_setup(10, 7)
     assert a.node_rank == b.node_rank and sorted(a.node_rank) == list(range(10))
     assert a.rng.random() == b.rng.random() != random.Random(8).random()
+
+
+def test_a_job_of_dra_claims_is_placed_as_the_claims_controller_places_it() -> None:
+    pair = {
+        "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.topoalloc.io", "count": 2}}],
+        "constraints": [{"matchAttribute": "topoalloc.io/nvlinkPartition2"}],
+    }
+    workload = parse_workload(
+        {"jobs": [{"name": "dra", "replicas": 2, "requests": {"cpu": "1"}, "claims": [pair]}]}
+    )
+    cluster = SimCluster([fixture_objects("a100-pcie-4x-nvlink-pairs", "a0")])
+    stream = arrivals(workload, cluster.capacity_pct, seed=1)
+    first, second = stream
+    assert not isinstance(first, Gang) and first.pod.gpu is not None and first.pod.gpu.count == 2
+    assert first.pod.gpu.restricted_partition  # the claim's constraint, as the core reads it
+    policy = POLICIES["topoalloc"](workload_setup(cluster.size, 1), None)
+    policy.attach(cluster)
+    for member in (first, second):
+        assert cluster.place((member,), policy).placed
+    # two NVLink pairs of the board, one per claim
+    pods = cluster.core.nodes["a0"].pods
+    assert sorted(
+        sorted(a.minor for a in pods[k].allocations["gpu"]) for k in ("sim/dra-0", "sim/dra-1")
+    ) == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize(
+    "claims, message",
+    [
+        (
+            [{"requests": [{"name": "n", "exactly": {"deviceClassName": "rdma.topoalloc.io"}}]}],
+            "claims of gpu.topoalloc.io only",
+        ),
+        (
+            [{"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.topoalloc.io", "count": 0}}]}],
+            "exactly.count",
+        ),
+        ({"requests": []}, "expected a list"),
+    ],
+)
+def test_dra_claims_a_job_cannot_have(claims: object, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        parse_workload({"jobs": [{"name": "a", "requests": {"cpu": "1"}, "claims": claims}]})

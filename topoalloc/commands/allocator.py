@@ -15,6 +15,7 @@ import click
 from allocator.runtime.config import ServiceConfig
 from apis.documents import load_mapping
 from apis.errors import InputError
+from apis.topology_profile import PROFILE_NAMES
 from topoalloc.commands.kube_access import config_error, require_kubeconfig
 from topoalloc.errors import BadInput
 
@@ -168,6 +169,12 @@ def _unknown_component(name: str) -> str | None:
     'gangs (scheduling.k8s.io) of their pods are steered, not gated; "" for none.  '
     "[default: default-scheduler]",
 )
+@click.option(
+    "--topology-profile",
+    "gang_topology_profile",
+    type=click.Choice(PROFILE_NAMES),
+    help="Topology levels from the nodes' labels (docs/topology.md).  [default: auto]",
+)
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug.")
 def allocator(
     config_file: Path | None,
@@ -186,6 +193,8 @@ def allocator(
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # cel-python logs every parse tree at DEBUG: never ours to read.
+    logging.getLogger("celpy").setLevel(max(logging.INFO, logging.getLogger().level))
     try:
         cfg = ServiceConfig.load(config_file) if config_file else ServiceConfig()
         cfg = cfg.updated(**flags, leader_enabled=leader_enabled)

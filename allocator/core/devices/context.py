@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import VF, NodeInventory
-from allocator.core.node.state import NodeState, all_zero, fits_free
+from allocator.core.node.state import NodeState
+from allocator.core.node.summary import all_zero, fits_free
 from allocator.core.request.pod_request import GPURequirement, PodRequest, Resources
 from allocator.core.scoring.device import DeviceScoring
 from apis import resources as rn
@@ -33,7 +35,7 @@ class Ctx:
     view: View
     notes: list[str] | None
     per_type: dict[str, tuple[Resources, int]] = field(default_factory=dict)  # request per device, count
-    prefer_gpus: tuple[int, ...] = ()  # GPUs the node score assumed for a shared pod
+    prefer: tuple[int, ...] = ()  # GPUs the node score assumed for a shared pod
 
     def note(self, text: str) -> None:
         if self.notes is not None:
@@ -102,9 +104,10 @@ class View:
         state = self.state
         inv = state.inventory
         assert inv is not None
-        used = state.gpu_used_mask | self.cut_mask
+        gpus = GPUSummary.of(state)
+        used = gpus.used_mask | self.cut_mask
         if not self.filtered:
-            return state.gpu_fit_mask(g.per_gpu), inv.gpu_healthy_mask, used
+            return gpus.fit_mask(g.per_gpu), inv.gpu_healthy_mask, used
         feasible = total = 0
         for minor, free in self.free.get(GPU, {}).items():
             if not (inv.gpu_healthy_mask >> minor & 1):

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from allocator.core import reasons as rs
 from allocator.core.devices.context import Ctx, Pick, device_score, minor_list
 from allocator.core.devices.gpu_set_pick import pick_gpu_set
+from allocator.core.devices.handler import UNDECIDED, Undecided
 from allocator.core.devices.messages import (
     beyond_node,
     gpu_shortage,
@@ -15,11 +16,17 @@ from allocator.core.devices.messages import (
     scope_label,
     scope_shortage,
 )
-from allocator.core.devices.plain import select_plain
+from allocator.core.devices.plain import pcie_scopes, select_plain
+from allocator.core.node.features import Feature
+from allocator.core.node.gpu_features import FITS_SHARE, FITS_WHOLE
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import LEVEL_DEVICE, DeviceSlot, NodeInventory, Scope
+from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
-from allocator.core.request.pod_request import GPURequirement, Resources
+from allocator.core.request.pod_request import GPURequirement, PodRequest, Resources
+from apis import keys
 from apis import resources as rn
+from apis.quantity import Format, Quantity
 
 GPU = rn.DeviceType.GPU
 
@@ -105,7 +112,7 @@ def _preferred(ctx: Ctx, g: GPURequirement, feasible: int, desired: int) -> list
     """The GPUs the node score assumed for a shared pod, when every one is a feasible candidate.
     Whole-GPU pods keep the partition table and the scope walk: any fully free GPU leaves the
     same fragmentation, so topology decides."""
-    prefer = ctx.prefer_gpus
+    prefer = ctx.prefer
     if not prefer or not g.shared or len(prefer) != desired or g.scope_level:
         return None
     mask = 0
@@ -283,6 +290,52 @@ def _walk(
 class GPUHandler:
     """GPUs: one requirement for the pod (`req.gpu`), chosen by `allocate_gpu`."""
 
+    verdict_without_picks = True
+
+    def admit(self, state: NodeState, req: PodRequest) -> Rejection | None:
+        g = req.gpu
+        return isolation_refusal(state, req) if g is not None and g.shared else None
+
+    def quick_verdict(self, state: NodeState, req: PodRequest) -> Rejection | Undecided | None:
+        """GPU-only requests without hints: decided from the node's GPU bitmasks alone. Mirrors
+        `allocate_gpu`'s verdict exactly (the property tests hold the two together)."""
+        g = req.plain_gpu
+        inv = state.inventory
+        if g is None or inv is None or not inv.gpu_mask:
+            return UNDECIDED
+        gpus = GPUSummary.of(state)
+        if g.shared:
+            if req.isolation_provider and (refused := isolation_refusal(state, req)) is not None:
+                return refused
+            if g.count == 1 and g.equal_share is not None:
+                # One GPU with x% of compute and of memory: the node's best GPU decides.
+                return None if gpus.max_share >= g.equal_share else gpu_shortage(g, 0, selector=False)
+        honor = not g.shared and (g.honor_partition or inv.partition_honor)
+        if (too_many := beyond_node(g, inv.gpu_mask.bit_count(), partitions=honor)) is not None:
+            return too_many
+        if honor:
+            return UNDECIDED
+        feasible = gpus.whole_mask if g.whole else gpus.fit_mask(g.per_gpu)
+        available = feasible.bit_count()
+        if available >= g.count:
+            return None
+        if not g.shared and inv.partitions is not None:
+            groups = inv.partitions.get(g.count)
+            if groups and feasible_partitions(groups, g, gpus.used_mask, inv.gpu_healthy_mask):
+                return None
+        return gpu_shortage(g, available, selector=False)
+
+    def grouping(self, req: PodRequest) -> Feature | None:
+        # Keep in step with `quick_verdict`: these features name exactly what it reads, and, for
+        # whole GPUs on a node that honours partitions, what `allocate_gpu` reads.
+        g = req.plain_gpu
+        if g is not None:
+            if g.shared and g.count == 1 and g.equal_share is not None:
+                return FITS_SHARE
+            if g.whole:
+                return FITS_WHOLE
+        return None
+
     def demand(self, ctx: Ctx, resources: Resources) -> tuple[Resources, int] | Rejection:
         g = ctx.req.gpu
         assert g is not None
@@ -299,10 +352,33 @@ class GPUHandler:
     def choose(
         self, ctx: Ctx, per: Resources, desired: int, pcies: frozenset[str], *, need_picks: bool
     ) -> tuple[list[Pick], str] | Rejection:
+        # A GPU count is the pod's request, never stretched to cover a joint primary's switches
+        # (Koordinator would hand out extra cards); SamePCIe is then checked as for any type.
         return allocate_gpu(ctx, desired, desired, need_picks=need_picks)
 
-    def resources(self, chosen: dict[str, int], slot: DeviceSlot) -> dict[str, int]:
-        return with_gpu_memory(chosen, slot.total.get(rn.GPU_MEMORY, 0))
+    def joint_scopes(self, inv: NodeInventory, picks: list[Pick]) -> frozenset[str]:
+        return pcie_scopes(inv, GPU, picks)
+
+    def resources(self, chosen: dict[str, int], slot: DeviceSlot | None) -> dict[str, Quantity]:
+        res = chosen if slot is None else with_gpu_memory(chosen, slot.total.get(rn.GPU_MEMORY, 0))
+        return {
+            n: Quantity.of(v, Format.BINARY_SI if n == rn.GPU_MEMORY else Format.DECIMAL_SI)
+            for n, v in res.items()
+        }
+
+
+def isolation_refusal(state: NodeState, req: PodRequest) -> Rejection | None:
+    """A shared-GPU pod that names an isolation provider needs a node offering the same (7.2)."""
+    wanted = req.isolation_provider
+    offered = state.labels.get(keys.GPU_ISOLATION_PROVIDER, "")
+    if not wanted or wanted == offered:
+        return None
+    return Rejection(
+        rs.ISOLATION_PROVIDER,
+        f"pod needs GPU isolation provider {wanted}",
+        unresolvable=True,
+        detail=f"the node offers {offered or 'none'}",
+    )
 
 
 def with_gpu_memory(res: dict[str, int], total_memory: int) -> dict[str, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from allocator.core.devices.context import Ctx, Pick, minor_list
 from allocator.core.devices.gpu_sets import Choice, SetRequest, choose
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.pod_request import GPURequirement
 from apis import resources as rn
 
@@ -22,7 +23,7 @@ def set_request(ctx: Ctx, g: GPURequirement, feasible: int, used: int, level: in
     return SetRequest(
         count=g.count,
         candidates=feasible,
-        pool=ctx.state.gpu_whole_mask,
+        pool=GPUSummary.of(ctx.state).whole_mask,
         used=used,
         within=within,
         scopes=scopes,

@@ -7,14 +7,18 @@ from collections.abc import Collection
 
 from allocator.core import reasons as rs
 from allocator.core.devices.context import Ctx, Pick, device_score, noun
+from allocator.core.devices.handler import UNDECIDED, Undecided
 from allocator.core.devices.messages import (
     type_shortage,
 )
+from allocator.core.node.features import Feature
 from allocator.core.node.inventory import VF, DeviceSlot, NodeInventory
-from allocator.core.node.state import all_zero, fits_free
+from allocator.core.node.state import NodeState
+from allocator.core.node.summary import all_zero, fits_free
 from allocator.core.reasons import Rejection
-from allocator.core.request.pod_request import Resources
+from allocator.core.request.pod_request import PodRequest, Resources
 from apis import resources as rn
+from apis.quantity import Format, Quantity
 from apis.selector import LabelSelector
 
 GPU = rn.DeviceType.GPU
@@ -92,6 +96,7 @@ def _lowest_free_vf(slot: DeviceSlot, selector: LabelSelector, taken: Collection
 
 
 def pcie_scopes(inv: NodeInventory, dtype: str, picks: list[Pick]) -> frozenset[str]:
+    """The PCIe scopes of the chosen devices that have topology."""
     out = set()
     for p in picks:
         slot = inv.slot(dtype, p.minor)
@@ -104,8 +109,19 @@ class PerDeviceHandler:
     """Device types chosen device by device (RDMA NICs, FPGAs): `resource` counts percent of a
     device (100 = one whole device) unless a hint says otherwise."""
 
+    verdict_without_picks = False
+
     def __init__(self, dtype: str, resource: str) -> None:
         self.dtype, self.resource = dtype, resource
+
+    def admit(self, state: NodeState, req: PodRequest) -> Rejection | None:
+        return None
+
+    def quick_verdict(self, state: NodeState, req: PodRequest) -> Rejection | Undecided | None:
+        return UNDECIDED
+
+    def grouping(self, req: PodRequest) -> Feature | None:
+        return None
 
     def demand(self, ctx: Ctx, resources: Resources) -> tuple[Resources, int] | Rejection:
         dtype, name = self.dtype, self.resource
@@ -133,11 +149,16 @@ class PerDeviceHandler:
     def choose(
         self, ctx: Ctx, per: Resources, desired: int, pcies: frozenset[str], *, need_picks: bool
     ) -> tuple[list[Pick], str] | Rejection:
+        if ctx.req.joint_same_pcie and desired < len(pcies):
+            desired = len(pcies)  # SamePCIe: one on each of the primary's switches
         max_count = max(desired, len(pcies))
         picks = select_plain(ctx, self.dtype, per, desired, max_count, pcies)
         if isinstance(picks, Rejection):
             return picks
         return picks, ""
 
-    def resources(self, chosen: dict[str, int], slot: DeviceSlot) -> dict[str, int]:
-        return chosen
+    def joint_scopes(self, inv: NodeInventory, picks: list[Pick]) -> frozenset[str]:
+        return pcie_scopes(inv, self.dtype, picks)
+
+    def resources(self, chosen: dict[str, int], slot: DeviceSlot | None) -> dict[str, Quantity]:
+        return {n: Quantity.of(v, Format.DECIMAL_SI) for n, v in chosen.items()}

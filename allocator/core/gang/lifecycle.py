@@ -119,7 +119,7 @@ class _Turn:
         self.head = head
         self.queued = False
         self.actions: list[Action] = []
-        self.room = RoomMaking(gang.key, planner, settings, now, self.actions)
+        self.room = RoomMaking(gang.key, planner, settings, now, self.actions, gang.levels)
 
     def run(self) -> None:
         gang = self.gang
@@ -141,7 +141,7 @@ class _Turn:
             state.status = {"phase": "Failed"} if gang.keeps_status else None
         start = self._start()
         if gang.problem:
-            state.reason, state.wait_code = gang.problem, "InvalidPodGroup"
+            state.reason, state.wait_code = gang.problem, gang.problem_code
         elif failed:
             pass
         elif len(active) < gang.min_member:
@@ -289,9 +289,10 @@ class _Turn:
                 self.actions.append(Count("plans", "no_room"))
                 return
         siblings = planner.sibling_nodes(gang.key, ready)
-        found = planner.plan_gang(requests, siblings=siblings, names=names)
+        levels = gang.levels
+        found = planner.plan_gang(requests, siblings=siblings, names=names, levels=levels)
         if isinstance(found, NoPlan) and len(requests) > need:
-            fewer = planner.plan_gang(requests[:need], siblings=siblings, names=names)
+            fewer = planner.plan_gang(requests[:need], siblings=siblings, names=names, levels=levels)
             found = fewer if isinstance(fewer, GangPlan) else found
         if isinstance(found, NoPlan):
             report = self.room.make_room(
@@ -327,6 +328,7 @@ class _Turn:
                 requests,
                 siblings=planner.sibling_nodes(self.gang.key, [m]),
                 names=planner.admitting_nodes([m]),
+                levels=self.gang.levels,
             )
             if isinstance(found, GangPlan) and self._commit(found, [m]):
                 continue

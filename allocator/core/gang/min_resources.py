@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from allocator.core.cluster.state import ClusterState
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
 from apis import resources as rn
 from apis.quantity import Quantity
@@ -64,7 +65,7 @@ def wanted_amounts(min_resources: Mapping[str, Quantity]) -> dict[str, int]:
 
 def _gpu_capacity(state: NodeState, resource: str) -> int:
     if state.inventory is not None:
-        return state.healthy_gpu_count
+        return GPUSummary.of(state).healthy_count
     return state.allocatable.get(resource, 0)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from allocator.core.cluster.state import ClusterState, affinity_matches, resources_fit
 from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.gang.siblings import domain_values, shared_domain
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection, plural
 from allocator.core.request.pod_request import PodRequest
@@ -191,7 +192,7 @@ class _Search:
         tier = NVLINK
         g = first.gpu
         if g is not None and not g.shared and state.inventory is not None:
-            tier = best_tier(state.inventory, state.gpu_whole_mask, self.caps[name] * g.count)
+            tier = best_tier(state.inventory, GPUSummary.of(state).whole_mask, self.caps[name] * g.count)
         return (-self._nearness(name), -tier, name)
 
     def _nearness(self, name: str) -> int:
@@ -414,7 +415,7 @@ def _shape_groups(ordered: Sequence[PodRequest], candidates: Mapping[str, frozen
 def _capacity(state: NodeState, groups: Sequence[_Group]) -> int:
     """An upper bound on how many members the node can take together: members smallest first,
     counted against free whole GPUs, cpu, memory and pod slots."""
-    gpus = state.whole_gpus_free
+    gpus = GPUSummary.of(state).whole_free
     cpu = state.cpu_free_milli
     memory = state.memory_free
     alloc = state.allocatable

@@ -36,6 +36,7 @@ from allocator.core.gang.victims import (
     spare,
     units_of,
 )
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState, PodEntry
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import DeviceScoring
@@ -99,7 +100,7 @@ def node_victims(
         with _without(scratch, [k for u in removed for k in u.keys]):
             return _place(scratch, req, scoring) is not None
 
-    shortfall = max(0, whole_gpus_wanted(req) - state.whole_gpus_free)
+    shortfall = max(0, whole_gpus_wanted(req) - GPUSummary.of(state).whole_free)
     choice = cheapest(units, fits, shortfall=shortfall, budget=budget)
     if choice is None:
         return None
@@ -152,7 +153,7 @@ def plan_with_preemption(
         return isinstance(plan(removed), GangPlan)
 
     wanted = sum(whole_gpus_wanted(m) for m in members)
-    shortfall = max(0, wanted - sum(scratch.nodes[n].whole_gpus_free for n in pool))
+    shortfall = max(0, wanted - sum(GPUSummary.of(scratch.nodes[n]).whole_free for n in pool))
     everything = plan(units)
     if isinstance(everything, NoPlan):
         return NoPlan(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from allocator.core.gang.levels import Levels
 from apis import keys
 from apis.gang_object import GangObject
 from apis.podgroup import GangRef
@@ -85,6 +86,10 @@ class Gang:
     holds: Mapping[str, str] = field(default_factory=dict)  # member key -> uid the hold ledger holds it for
     generation: int = 0  # changes whenever the watch reported anything (a fruitless attempt retries then)
     outcomes: Outcomes = field(default_factory=Outcomes)
+    # The topology levels its members keep to (levels.py), None for none; `problem_code` is the
+    # Waiting reason of `problem` (InvalidTopology for a wish that does not decode).
+    levels: Levels | None = None
+    problem_code: str = "InvalidPodGroup"
 
     @property
     def active(self) -> list[MemberPod]:

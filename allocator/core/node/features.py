@@ -10,13 +10,15 @@ per-node computation on random clusters whose nodes differ in exactly those part
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from allocator.core.node.inventory import DeviceSlot, NodeInventory, Scope
+from allocator.core.node.kubelet_view import view_key
 from allocator.core.node.state import NodeState
 from apis import keys
+from apis import resources as rn
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,16 @@ class Feature:
     name: str
     extract: Callable[[NodeState], Any]
     raw: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """A per-node sequence of ints for `NodeTable.rows`: one row of a 2-D column per node, padded
+    with `pad` to the longest row (e.g. each GPU's free share)."""
+
+    name: str
+    extract: Callable[[NodeState], Sequence[int]]
+    pad: int = -1
 
 
 _CLASSES: dict[Hashable, int] = {}
@@ -124,29 +136,25 @@ def usage_key(state: NodeState) -> Hashable:
     return used, vfs
 
 
-def _isolation(state: NodeState) -> str:
-    return state.labels.get(keys.GPU_ISOLATION_PROVIDER, "")
+def admission_key(state: NodeState) -> Hashable:
+    """What the verdict reads of a node besides its devices: the isolation-provider label, and on a
+    node whose kubelet aligns devices by NUMA, what its Topology Manager reads (devices.numa_policy;
+    () elsewhere, so those nodes group as before)."""
+    return state.labels.get(keys.GPU_ISOLATION_PROVIDER, ""), view_key(state)
+
+
+_NO_POD_LIMIT = 1 << 30  # pods a node takes when its allocatable names no limit
 
 
 # -- the features ----------------------------------------------------------------------------------
 
-# Everything `allocate.fits` reads of a node: inventory, device usage, the isolation-provider label.
-FITS_EXACT = Feature("fits:exact", lambda s: (inventory_class(s.inventory), usage_key(s), _isolation(s)))
-# What `fits` reads for whole GPUs without hints: the GPU bitmasks (see `allocate.fits_grouping`).
-FITS_WHOLE = Feature(
-    "fits:whole",
-    lambda s: (inventory_class(s.inventory), s.gpu_whole_mask, s.gpu_used_mask, _isolation(s)),
-)
-# ... and for one GPU with an equal share of compute and memory: the best GPU's free share.
-FITS_SHARE = Feature("fits:share", lambda s: (inventory_class(s.inventory), _isolation(s), s.gpu_max_share))
+# Everything `allocate.fits` reads of a node: inventory, device usage, the isolation-provider label
+# (a device type's handler may name a coarser feature for requests it decides from summaries:
+# `gpu_features`).
+FITS_EXACT = Feature("fits:exact", lambda s: (inventory_class(s.inventory), usage_key(s), admission_key(s)))
 USAGE = Feature("usage", lambda s: (inventory_class(s.inventory), usage_key(s)))
-GPU_MODEL = Feature("gpu_model", lambda s: s.gpu_model)
-FREE_PCT = Feature("free_pct", lambda s: s.gpu_free_core_pct)
 CPU_FREE = Feature("cpu_free", lambda s: s.cpu_free_milli, raw=True)
-TOPOLOGY_WHOLE = Feature(
-    "topology:whole", lambda s: None if s.inventory is None else (s.inventory.layout, s.gpu_whole_mask)
-)
 KINDS = Feature("kinds", lambda s: s.resource_kinds)
 MEMORY_FREE = Feature("memory_free", lambda s: s.memory_free, raw=True)
-# Idle GPU of the node in percent of one GPU (the sum of the per-GPU free shares).
-GPU_IDLE_PCT = Feature("gpu_idle_pct", lambda s: sum(s.gpu_free_core_pct), raw=True)
+# Pods the node still takes (kube-scheduler's pod count check).
+PODS_FREE = Feature("pods_free", lambda s: s.allocatable.get(rn.PODS, _NO_POD_LIMIT) - s.pod_count, raw=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -365,6 +365,23 @@ def summed_totals(devices: Mapping[str, tuple[DeviceSlot, ...]]) -> Mapping[str,
                 summed[name] = summed.get(name, 0) + value
         out[dtype] = MappingProxyType(summed)
     return MappingProxyType(out)
+
+
+def all_unhealthy(inv: NodeInventory) -> NodeInventory:
+    """The inventory with every device unhealthy and offering nothing (its Device CR is gone)."""
+    dead = {
+        t: tuple(replace(s, health=False, total=MappingProxyType({})) for s in slots)
+        for t, slots in inv.devices.items()
+    }
+    by_minor = {t: MappingProxyType({s.minor: s for s in slots}) for t, slots in dead.items()}
+    return replace(
+        inv,
+        devices=MappingProxyType(dead),
+        by_minor=MappingProxyType(by_minor),
+        gpu_healthy_mask=0,
+        type_totals=summed_totals(dead),
+        gpu_memory_size=0,
+    )
 
 
 _LAYOUTS: dict[tuple[Any, ...], int] = {}

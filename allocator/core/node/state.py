@@ -1,27 +1,26 @@
 """One node's live state: its inventory plus what the pods on it use, with summaries kept up to date.
 
 `add_pod` / `remove_pod` touch only the devices named in the pod's allocation and bump `version`.
-Summaries the allocator and scorers read in O(1): free resources per device, GPUs in use, GPUs
-that can take a whole-card request, free GPU share, requested cpu/memory. Derived per-version
-values (feasible-GPU masks per request shape) are computed on first use and dropped on change.
+Summaries the allocator and scorers read in O(1): free resources per device, requested
+cpu/memory, and per device type the type's own summary (`summaries`, made by the type's class in
+`summaries.SUMMARIES` and updated device by device; `GPUSummary.of(state)` reads the GPUs').
+Values a summary derives (feasible-device masks per request shape) are computed on first use and
+dropped when one of its devices changes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from allocator.core.node.inventory import NodeInventory, build_inventory, summed_totals
-from allocator.core.request.pod_request import WHOLE_GPU, Resources
-from allocator.core.request.usage import PodUsage, pod_usage
-from apis import keys
+from allocator.core.node.inventory import NodeInventory, all_unhealthy, build_inventory
+from allocator.core.node.summaries import SUMMARIES, whole_gpus_free
+from allocator.core.node.summary import DeviceSummary
+from allocator.core.request.usage import CLAIM_KEY_PREFIX, PodUsage, pod_usage
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.quantity import Quantity
-
-GPU = rn.DeviceType.GPU
 
 
 class ChangeLog(Protocol):
@@ -29,19 +28,6 @@ class ChangeLog(Protocol):
     it belongs to. A Protocol, so this module never imports the table, which reads NodeStates."""
 
     def touch(self, slot: int) -> None: ...
-
-
-def fits_free(request: Resources, free: Mapping[str, int]) -> bool:
-    """Koordinator's `request <= free`: only names the device reports are compared."""
-    for name, value in request:
-        have = free.get(name)
-        if have is not None and value > have:
-            return False
-    return True
-
-
-def all_zero(free: Mapping[str, int]) -> bool:
-    return not any(free.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +40,8 @@ class PodEntry:
     nonzero_memory: int
     used: tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]  # (type, minor, resources)
     vfs: tuple[tuple[str, int, str], ...]  # (type, minor, VF bus id)
+    exclusive_cpus: int = 0  # pinned by kubelet's static CPU manager (request/usage.py)
+    whole_cards: bool = False  # its devices are whole-card IDs to kubelet (nvidia.com/gpu), not shares
 
 
 def _usage_of(allocations: DeviceAllocations | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -97,6 +85,7 @@ class NodeState:
         self.allocatable: dict[str, int] = dict(allocatable or {})
         self.version = 0
         self.pods: dict[str, PodEntry] = {}
+        self.claim_entries = 0  # entries of ResourceClaims among `pods` (not pods)
         self.used: dict[str, dict[int, dict[str, int]]] = {}
         self.vf_taken: dict[str, dict[int, set[str]]] = {}
         self.requested_cpu_milli = 0
@@ -107,16 +96,7 @@ class NodeState:
         self.resource_kinds: frozenset[str] = frozenset()  # cpu, memory, gpu, rdma, ... offered here
         self.allocatable_cpu_milli = self.allocatable_memory = 0
         self.free: dict[str, dict[int, dict[str, int]]] = {}
-        self.gpu_used_mask = 0
-        self.gpu_whole_mask = 0
-        # Free and total GPU memory share over healthy GPUs, in percent of one GPU (800 = 8 GPUs).
-        self.gpu_free_ratio = 0
-        self.gpu_total_ratio = 0
-        self._gpu_shares: dict[int, int] = {}
-        self._gpu_pct: dict[int, int] = {}  # minor -> free share in percent (gpu_free_core_pct)
-        # The largest min(free gpu-core, free gpu-memory-ratio) of any healthy GPU (-1: none).
-        self.gpu_max_share = -1
-        self._derived: dict[Any, Any] = {}
+        self.summaries: dict[str, DeviceSummary] = {}  # device type -> its summary of this node
         # The ClusterState's node table and this node's slot there: every change stamps the slot,
         # which is how the cluster's column caches (filter verdicts, scores) see it.
         self._table: ChangeLog | None = None
@@ -139,15 +119,10 @@ class NodeState:
                 minors.setdefault(dtype, set()).update(s.minor for s in slots)
         for dtype, per_minor in self.used.items():
             minors.setdefault(dtype, set()).update(per_minor)
-        self.gpu_used_mask = self.gpu_whole_mask = self.gpu_free_ratio = 0
-        self._gpu_shares = {}
-        self._gpu_pct = {}
+        self.summaries = {dtype: make(inventory) for dtype, make in SUMMARIES.items()}
         for dtype, ms in minors.items():
             for minor in ms:
                 self._refresh(dtype, minor)
-        self.gpu_total_ratio = (
-            0 if inventory is None else inventory.type_totals.get(GPU, {}).get(rn.GPU_MEMORY_RATIO, 0)
-        )
         self._refresh_kinds()
         self._changed()
 
@@ -176,10 +151,14 @@ class NodeState:
         *,
         nonzero_cpu_milli: int | None = None,
         nonzero_memory: int | None = None,
+        exclusive_cpus: int = 0,
+        whole_cards: bool = False,
     ) -> None:
         """Count a pod's devices and requests here. Adding a key again replaces its old entry."""
         if key in self.pods:
             self._drop(self.pods.pop(key))
+        elif key.startswith(CLAIM_KEY_PREFIX):
+            self.claim_entries += 1
         used, vfs = _usage_of(allocations)
         entry = PodEntry(
             key,
@@ -190,6 +169,8 @@ class NodeState:
             memory if nonzero_memory is None else nonzero_memory,
             used,
             vfs,
+            exclusive_cpus,
+            whole_cards,
         )
         self.pods[key] = entry
         for dtype, minor, res in used:
@@ -214,12 +195,16 @@ class NodeState:
             usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli,
             nonzero_memory=usage.nonzero_memory,
+            exclusive_cpus=usage.exclusive_cpus,
+            whole_cards=usage.whole_cards,
         )
 
     def remove_pod(self, key: str) -> bool:
         entry = self.pods.pop(key, None)
         if entry is None:
             return False
+        if key.startswith(CLAIM_KEY_PREFIX):
+            self.claim_entries -= 1
         self._drop(entry)
         self._changed()
         return True
@@ -256,37 +241,13 @@ class NodeState:
         for n in used:
             free.setdefault(n, 0)
         per_type = self.free.setdefault(dtype, {})
-        if dtype == GPU:
-            bit = 1 << minor
-            old = per_type.get(minor)
-            if old is not None and total:
-                self.gpu_free_ratio -= old.get(rn.GPU_MEMORY_RATIO, 0)
-            if total:
-                self.gpu_free_ratio += free.get(rn.GPU_MEMORY_RATIO, 0)
-            if any(used.values()):
-                self.gpu_used_mask |= bit
-            else:
-                self.gpu_used_mask &= ~bit
-            if total and not all_zero(free) and fits_free(WHOLE_GPU, free):
-                self.gpu_whole_mask |= bit
-            else:
-                self.gpu_whole_mask &= ~bit
-            shares = [free[n] for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if n in free]
-            if total and shares and not all_zero(free):
-                self._gpu_shares[minor] = min(shares)
-            else:
-                self._gpu_shares.pop(minor, None)
-            self.gpu_max_share = max(self._gpu_shares.values(), default=-1)
-            pct = [
-                free.get(n, 0) * 100 // total[n] for n in (rn.GPU_CORE, rn.GPU_MEMORY_RATIO) if total.get(n)
-            ]
-            self._gpu_pct[minor] = max(0, min(100, min(pct))) if pct else 0
+        summary = self.summaries.get(dtype)
+        if summary is not None:
+            summary.update(minor, total, used, free, per_type.get(minor))
         per_type[minor] = free
 
     def _changed(self) -> None:
         self.version += 1
-        if self._derived:
-            self._derived = {}
         if self._table is not None:
             self._table.touch(self._slot)
 
@@ -301,98 +262,17 @@ class NodeState:
 
     def devices_gone(self) -> None:
         """The Device CR was deleted: every device counts as unhealthy until it returns (2.2)."""
-        inv = self.inventory
-        if inv is None:
-            return
-        dead = {
-            t: tuple(replace(s, health=False, total=MappingProxyType({})) for s in slots)
-            for t, slots in inv.devices.items()
-        }
-        by_minor = {t: MappingProxyType({s.minor: s for s in slots}) for t, slots in dead.items()}
-        self.set_inventory(
-            replace(
-                inv,
-                devices=MappingProxyType(dead),
-                by_minor=MappingProxyType(by_minor),
-                gpu_healthy_mask=0,
-                type_totals=summed_totals(dead),
-                gpu_memory_size=0,
-            )
-        )
+        if self.inventory is not None:
+            self.set_inventory(all_unhealthy(self.inventory))
 
     # -- summaries -----------------------------------------------------------------------------
-    def derived(self, key: Any) -> Any:
-        return self._derived.get(key)
+    def forget_derived(self) -> None:
+        """Drop what the summaries derived and cached (benchmarks measure cold caches this way)."""
+        for summary in self.summaries.values():
+            summary.forget()
 
-    def remember(self, key: Any, value: Any) -> Any:
-        self._derived[key] = value
-        return value
-
-    def gpu_fit_mask(self, per_gpu: Resources) -> int:
-        """GPUs that can take `per_gpu` now: healthy, not exhausted, and `per_gpu <= free`."""
-        if per_gpu == WHOLE_GPU:
-            return self.gpu_whole_mask
-        key = ("fit", per_gpu)
-        hit = self._derived.get(key)
-        if hit is not None:
-            return hit
-        mask = 0
-        inv = self.inventory
-        if inv is not None:
-            frees = self.free.get(GPU, {})
-            healthy = inv.gpu_healthy_mask
-            for minor in inv.gpu_minors:
-                free = frees.get(minor)
-                if healthy >> minor & 1 and free and not all_zero(free) and fits_free(per_gpu, free):
-                    mask |= 1 << minor
-        self._derived[key] = mask
-        return mask
-
-    def largest_free_set(self, level: int, per_gpu: Resources = WHOLE_GPU) -> tuple[int, str]:
-        """The most GPUs that can take `per_gpu` inside one scope of `level` (inventory.LEVEL_*)
-        and that scope's name; (0, "") without such scopes."""
-        key = ("largest", level, per_gpu)
-        hit = self._derived.get(key)
-        if hit is not None:
-            return hit
-        best, name = 0, ""
-        inv = self.inventory
-        if inv is not None:
-            feasible = self.gpu_fit_mask(per_gpu)
-            for scope in inv.scopes_by_level.get(level, ()):
-                n = (feasible & scope.mask).bit_count()
-                if n > best:
-                    best, name = n, scope.name
-        return self.remember(key, (best, name))
-
-    @property
-    def whole_gpus_free(self) -> int:
-        return self.gpu_whole_mask.bit_count()
-
-    @property
-    def healthy_gpu_count(self) -> int:
-        return 0 if self.inventory is None else self.inventory.gpu_healthy_mask.bit_count()
-
-    @property
-    def gpu_model(self) -> str:
-        """Node label first (what kube-scheduler sees), the Device label otherwise."""
-        model = self.labels.get(keys.GPU_MODEL)
-        if model:
-            return model
-        return self.inventory.gpu_model if self.inventory is not None else ""
-
-    @property
-    def gpu_free_core_pct(self) -> tuple[int, ...]:
-        """Free compute share of each GPU in percent (0..100), GPUs in minor order; an unhealthy GPU
-        has 0. A GPU's share is the smaller of its free compute and free memory share, since a
-        shared task needs both."""
-        hit = self._derived.get("free_pct")
-        if hit is not None:
-            return hit
-        inv = self.inventory
-        pct = self._gpu_pct
-        out = () if inv is None else tuple(pct.get(m, 0) for m in inv.gpu_minors)
-        return self.remember("free_pct", out)
+    # Kept while allocator/gang reads it (issue 25); the core reads the type's summary.
+    whole_gpus_free = property(whole_gpus_free)
 
     @property
     def cpu_free_milli(self) -> int:
@@ -404,7 +284,7 @@ class NodeState:
 
     @property
     def pod_count(self) -> int:
-        return len(self.pods)
+        return len(self.pods) - self.claim_entries
 
     def free_vfs(self, dtype: str, minor: int) -> int:
         inv = self.inventory

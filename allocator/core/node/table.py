@@ -9,7 +9,8 @@ inventory class and usage, ...) kept as int64 columns: hashable values are inter
 ids, so nodes in the same state share an id and a request shape can be decided once per id
 instead of once per node. A feature is re-read only for the slots whose stamp is newer than the
 feature's own refresh. Ids are never reused: when an intern table grows past its bound it starts
-a new generation, and caches keyed by ids (`generation`) start over.
+a new generation, and caches keyed by ids (`generation`) start over. Rows (`rows`) are the same
+for per-node int tuples, kept as the rows of a 2-D column.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from allocator.core.node.features import Feature
+    from allocator.core.node.features import Feature, Rows
     from allocator.core.node.state import NodeState
 
 Extract = Callable[["NodeState"], Any]
 _RAW_LIMIT = 2**62  # raw int features are clamped into int64 (see `feature`)
 _RECENT_LISTS = 8
+_LOG_LIMIT = 1 << 16
 
 
 class _Feature:
@@ -40,6 +42,16 @@ class _Feature:
         self.ids: dict[Hashable, int] = {}
         self.by_id: list[Any] = []
         self.generation = 0
+
+
+class _Rows:
+    __slots__ = ("extract", "pad", "synced", "values")
+
+    def __init__(self, spec: Rows) -> None:
+        self.extract = spec.extract
+        self.pad = spec.pad
+        self.values = np.full((0, 1), spec.pad, np.int64)
+        self.synced = -1
 
 
 class _Total:
@@ -81,8 +93,13 @@ class NodeTable:
         self.layout = 0  # bumps when slots are assigned or freed
         self._free: list[int] = []
         self._features: dict[str, _Feature] = {}
+        self._rows: dict[str, _Rows] = {}
         self._totals: dict[tuple[str, str], _Total] = {}
         self._recent: list[tuple[list[str], np.ndarray]] = []
+        # Slots in the order they were touched since clock `_log_start` (the i-th at clock
+        # `_log_start + i + 1`): the few nodes changed since a recent clock, without a scan.
+        self._log: list[int] = []
+        self._log_start = 0
 
     @property
     def capacity(self) -> int:
@@ -129,10 +146,35 @@ class NodeTable:
         """The node in `slot` changed (called by `NodeState._changed`)."""
         self.clock += 1
         self.stamp[slot] = self.clock
+        log = self._log
+        log.append(slot)
+        if len(log) > _LOG_LIMIT:
+            self._log, self._log_start = [], self.clock
 
     def changed_since(self, clock: int) -> np.ndarray:
-        """Slots whose node changed (or was attached or detached) after `clock`."""
+        """Slots whose node changed (or was attached or detached) after `clock`, ascending."""
+        recent = self._recent_changes(clock)
+        if recent is not None:
+            return np.array(recent, np.intp)
         return np.flatnonzero(self.stamp[: len(self.states)] > clock)
+
+    def changed_list(self, clock: int) -> list[int]:
+        """`changed_since` as a list, every slot for a negative clock (never read): for loops
+        that re-read the changed nodes."""
+        if clock < 0:
+            return list(range(len(self.states)))
+        recent = self._recent_changes(clock)
+        if recent is not None:
+            return recent
+        return np.flatnonzero(self.stamp[: len(self.states)] > clock).tolist()
+
+    def _recent_changes(self, clock: int) -> list[int] | None:
+        """The slots changed after `clock` from the log, when it reaches back that far and they
+        are few (None: scan the stamps instead)."""
+        if clock < self._log_start:
+            return None
+        recent = self._log[clock - self._log_start :]
+        return sorted(set(recent)) if 8 * len(recent) < len(self.states) else None
 
     # -- names -----------------------------------------------------------------------------------
     def slots_of(self, names: Sequence[str]) -> np.ndarray:
@@ -171,17 +213,43 @@ class NodeTable:
             grown = np.full(len(self.stamp), -1, np.int64)
             grown[: len(f.values)] = f.values
             f.values = grown
-        dirty = np.arange(n) if f.synced < 0 else self.changed_since(f.synced)
+        dirty = self.changed_list(f.synced)
         if f.raw:
-            self._read_raw(f, dirty.tolist())
+            self._read_raw(f, dirty)
         else:
             if len(f.ids) > 4 * len(self.slots) + 10_000:
                 f.ids, f.by_id = {}, []
                 f.generation += 1
-                dirty = np.arange(n)
-            self._read_interned(f, dirty.tolist())
+                dirty = list(range(n))
+            self._read_interned(f, dirty)
         f.synced = self.clock
         return f.values
+
+    def rows(self, spec: Rows) -> np.ndarray:
+        """The rows' 2-D int64 column over all slots (free slots and the tails of short rows hold
+        `spec.pad`; at least one wide), re-read where stale."""
+        r = self._rows.get(spec.name)
+        if r is None:
+            r = self._rows[spec.name] = _Rows(spec)
+        if r.synced == self.clock:
+            return r.values
+        if len(r.values) < len(self.stamp):
+            grown = np.full((len(self.stamp), r.values.shape[1]), r.pad, np.int64)
+            grown[: len(r.values)] = r.values
+            r.values = grown
+        states, extract, pad = self.states, r.extract, r.pad
+        for slot in self.changed_list(r.synced):
+            state = states[slot]
+            row = () if state is None else extract(state)
+            if len(row) > r.values.shape[1]:
+                wider = np.full((len(r.values), len(row)), pad, np.int64)
+                wider[:, : r.values.shape[1]] = r.values
+                r.values = wider
+            values = r.values[slot]
+            values[: len(row)] = row
+            values[len(row) :] = pad
+        r.synced = self.clock
+        return r.values
 
     def totals(self, group: Feature, value: Feature) -> dict[Any, int]:
         """The sum of the raw feature `value` over the nodes of each value of the interned feature

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.device import LEAST_ALLOCATED, MOST_ALLOCATED
@@ -111,11 +112,12 @@ def prepare_fit(
             elif code == _MEMORY:
                 requested, capacity = state.nonzero_memory + extra, state.allocatable_memory
             elif code == _GPU:
-                capacity = state.gpu_total_ratio
+                gpus = GPUSummary.of(state)
+                capacity = gpus.total_ratio
                 share = (
                     fixed_share if fixed_share is not None else gpu_share_request(req, _memory_size(state))
                 )
-                requested = capacity - state.gpu_free_ratio + share
+                requested = capacity - gpus.free_ratio + share
             else:
                 pair = _device_pair(state, req, extra)
                 if pair is None:

@@ -32,7 +32,9 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from allocator.core.node.features import CPU_FREE, FREE_PCT, GPU_IDLE_PCT, GPU_MODEL, MEMORY_FREE
+from allocator.core.node.features import CPU_FREE, MEMORY_FREE
+from allocator.core.node.gpu_features import FREE_PCT, GPU_IDLE_PCT, GPU_MODEL, gpu_model
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
 from allocator.core.node.table import NodeTable, combine_keys
 from allocator.core.request.pod_request import PodRequest
@@ -292,7 +294,7 @@ class FragmentationTerm:
         table = state.table
         if not isinstance(table, NodeTable) or not self._constrained:
             return 0.0
-        return self.pressure(table).get(state.gpu_model, 0.0)
+        return self.pressure(table).get(gpu_model(state), 0.0)
 
     # -- scoring -----------------------------------------------------------------------------
     def placement(self, state: NodeState, req: PodRequest) -> NodeScore | None:
@@ -343,10 +345,10 @@ class FragmentationTerm:
         need, need_mem = shape.cpu_milli, shape.memory_mib
 
         def placement(state: NodeState) -> NodeScore | None:
-            free: Sequence[int] = state.gpu_free_core_pct
+            free: Sequence[int] = GPUSummary.of(state).free_pct
             cpu = state.cpu_free_milli
             mem = _mib_down(state.memory_free)
-            model = state.gpu_model
+            model = gpu_model(state)
             cpu_cuts, mem_cuts = cuts_of(model, mix)
             pressure = pressure_of(state)
             key = (

@@ -6,7 +6,8 @@ from placed pods, `fragmentation_term.py`), `device` (Koordinator's DeviceShare 
 that does not apply to a pod (None) drops out of the mean. Components plug in (or replace a
 built-in) by name: `NodeScorer(config, components={"fragmentation": term})` with any callable
 `term(state, req) -> float | None` or an object with `prepare(req)`; a fragmentation term reads only
-the node's per-GPU free core share, free CPU and memory, GPU model and healthy GPU count. A weight
+the node's per-GPU free core share (`GPUSummary.of(state)`), free CPU and memory, GPU model
+(`gpu_features.gpu_model(state)`) and healthy GPU count. A weight
 whose component does not exist is ignored.
 
 `fine` is the weighted mean itself (0..100): nodes are ranked by it, ties going to a stable

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from allocator.core.node.features import TOPOLOGY_WHOLE, USAGE
+from allocator.core.node.features import USAGE
+from allocator.core.node.gpu_features import TOPOLOGY_WHOLE
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import LEVEL_NUMA, LEVEL_PCIE, NodeInventory
 from allocator.core.node.state import NodeState
 from allocator.core.request.pod_request import PodRequest
@@ -24,7 +26,7 @@ def topology_score(state: NodeState, req: PodRequest) -> float | None:
     inv = state.inventory
     if g is None or g.count < 2 or g.shared or inv is None:
         return None
-    return _tier(state, inv, state.gpu_fit_mask(g.per_gpu), g.count)
+    return _tier(state, inv, GPUSummary.of(state).fit_mask(g.per_gpu), g.count)
 
 
 def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | None:
@@ -37,7 +39,8 @@ def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | N
         inv = state.inventory
         if inv is None:
             return None
-        feasible = state.gpu_whole_mask if whole else state.gpu_fit_mask(per_gpu)
+        gpus = GPUSummary.of(state)
+        feasible = gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
         return _tier(state, inv, feasible, count)
 
     return score

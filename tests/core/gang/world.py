@@ -15,6 +15,7 @@ from typing import Any
 
 from allocator.core.devices.allocate import Allocation
 from allocator.core.gang.actions import Action, Hold, Release, Report, Reserve
+from allocator.core.gang.levels import Levels
 from allocator.core.gang.lifecycle import Step, step
 from allocator.core.gang.min_resources import Shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, Placement
@@ -95,6 +96,8 @@ def gang(
     problem: str = "",
     name: str = "g",
     source: str = pg.PODGROUP_SOURCE,
+    levels: Levels | None = None,
+    problem_code: str = "InvalidPodGroup",
 ) -> Gang:
     """A gang defined by `source`'s object (a scheduler-plugins PodGroup by default, a native
     PodGroup whose conditions are `status`'s, a Workload's pod group), or by none (`podgroup=False`:
@@ -134,6 +137,8 @@ def gang(
         dict(holds or {}),
         generation,
         outcomes or Outcomes(),
+        levels,
+        problem_code,
     )
 
 
@@ -170,6 +175,7 @@ class FakePlanner:
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     reserved: list[Reserve] = field(default_factory=list)
     released: list[Release] = field(default_factory=list)
+    levels_seen: list[Levels | None] = field(default_factory=list)  # what each plan was asked to keep to
 
     def called(self, name: str) -> list[tuple[Any, ...]]:
         return [args for n, args in self.calls if n == name]
@@ -201,9 +207,15 @@ class FakePlanner:
         return GangPlan(placements, 100.0, self.domain)
 
     def plan_gang(
-        self, requests: Sequence[PodRequest], *, siblings: Mapping[str, int], names: Iterable[str]
+        self,
+        requests: Sequence[PodRequest],
+        *,
+        siblings: Mapping[str, int],
+        names: Iterable[str],
+        levels: Levels | None = None,
     ) -> GangPlan | NoPlan:
         self.calls.append(("plan_gang", tuple(r.key for r in requests)))
+        self.levels_seen.append(levels)
         if len(requests) > self.free:
             return NoPlan(f"only {self.free} of {len(requests)} members fit at once", self.free)
         return self._plan(requests)
@@ -215,7 +227,9 @@ class FakePlanner:
         *,
         names: Iterable[str],
         siblings: Mapping[str, int],
+        levels: Levels | None = None,
     ) -> PreemptionPlan | NoPlan:
+        self.levels_seen.append(levels)
         pool = list(candidates)
         self.calls.append(("plan_with_preemption", tuple((c.key, c.priority) for c in pool)))
         priority = min(r.priority for r in requests)

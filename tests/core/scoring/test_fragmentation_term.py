@@ -9,6 +9,8 @@ import yaml
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.devices.allocate import Allocation
+from allocator.core.node.gpu_features import gpu_model
+from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import build_inventory
 from allocator.core.node.state import NodeState
 from allocator.core.request.parse import pod_request
@@ -202,7 +204,7 @@ def test_memoised_scores_equal_score_node_on_every_state() -> None:
             shape = task_shape(req)
             assert shape is not None
             want = score_node(
-                state.gpu_free_core_pct,
+                GPUSummary.of(state).free_pct,
                 state.cpu_free_milli,
                 "L40S",
                 shape,
@@ -224,13 +226,13 @@ def test_model_pressure_is_kept_from_the_cluster_and_changes_the_version() -> No
             {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "64", "memory": "1Ti"}}}
         )
         cluster.set_device(device)
-    models = {n: s.gpu_model for n, s in cluster.nodes.items()}
+    models = {n: gpu_model(s) for n, s in cluster.nodes.items()}
     assert models == {"h1": "H100-80GB-HBM3", "l1": "L40S", "l2": "L40S"}
 
     def brute() -> dict[str, float]:
         idle: dict[str, int] = {}
         for state in cluster.nodes.values():
-            idle[state.gpu_model] = idle.get(state.gpu_model, 0) + sum(state.gpu_free_core_pct)
+            idle[gpu_model(state)] = idle.get(gpu_model(state), 0) + sum(GPUSummary.of(state).free_pct)
         raw = term.mix().model_pressure(idle)
         return {m: round(p * PRESSURE_LEVELS) / PRESSURE_LEVELS for m, p in raw.items()}
 
@@ -253,12 +255,12 @@ def test_model_pressure_is_kept_from_the_cluster_and_changes_the_version() -> No
     shape = task_shape(req)
     h1 = cluster.nodes["h1"]
     want = score_node(
-        h1.gpu_free_core_pct,
+        GPUSummary.of(h1).free_pct,
         h1.cpu_free_milli,
-        h1.gpu_model,
+        gpu_model(h1),
         shape,
         term.mix(),
         memory_free_mib=h1.memory_free // 2**20,
-        model_pressure=brute()[h1.gpu_model],
+        model_pressure=brute()[gpu_model(h1)],
     )
     assert term.placement(h1, req) == want

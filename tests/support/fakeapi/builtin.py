@@ -205,6 +205,9 @@ def builtin_types() -> list[ResourceType]:
         ),
         custom_resource_type("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", namespaced=False),
         custom_resource_type(
+            "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", namespaced=False
+        ),
+        custom_resource_type(
             "scheduling.x-k8s.io",
             "v1alpha1",
             "podgroups",
