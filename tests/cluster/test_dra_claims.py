@@ -6,7 +6,8 @@ and ungates it, kube-scheduler binds it there, the plugin prepares exactly those
 pairs stay intact where kube-scheduler's first fit breaks them on the same node state; every GPU
 gets the NIC behind its switch; a pod kube-scheduler cannot place on the node its claims were
 allocated on is allocated elsewhere; claims kube-scheduler allocated count as used; one node is in
-one mode; bad claims say why and nothing is written."""
+one mode; bad claims say why and nothing is written; a gang of claims, however the gang is defined, is
+allocated whole or not at all."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from tests.cluster.dra_claims import (
     node_of,
     results,
 )
+from tests.cluster.gang_sources import NATIVE, SCHEDULER_PLUGINS, WORKLOAD, GangSource, gang_sources
 from tests.cluster.harness import ClusterEnv, gpu_pod
 from tests.support.controlplane import wait_until
 
@@ -238,26 +240,19 @@ def test_bad_claims_say_why_and_nothing_is_written(
     cleanup(cluster, ns)
 
 
+@gang_sources(SCHEDULER_PLUGINS, NATIVE, WORKLOAD)
 def test_a_gang_of_claims_is_allocated_all_or_nothing(
-    cluster: ClusterEnv, nodes: dict[str, DraNode], ns: str
+    cluster: ClusterEnv, nodes: dict[str, DraNode], ns: str, gang_source: GangSource
 ) -> None:
+    """For each way to define a gang (scheduler-plugins' PodGroup, Kubernetes' own PodGroup with
+    kube-scheduler's gang plugin, a 1.35 Workload's pod group), sized by its own object."""
     create_template(cluster, gpu_template("eight", 8, ns))
     for group, size in (("pair", 2), ("three", 3)):
-        cluster.cp.admin.post(
-            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups",
-            {
-                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-                "kind": "PodGroup",
-                "metadata": {"name": group},
-                "spec": {"minMember": size},
-            },
-        )
+        gang_source.create(cluster.cp, ns, group, size)
     pods = {"pair": ["pair-0", "pair-1"], "three": ["three-0", "three-1", "three-2"]}
     for group, names in pods.items():
         for name in names:
-            pod = claim_pod(name, "eight", ns)
-            pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
-            cluster.create_pod(ns, pod)
+            cluster.create_pod(ns, gang_source.join(claim_pod(name, "eight", ns), group))
     # 2 x 8 GPUs: one member per node, both claims allocated, both bound.
     bound = {name: cluster.wait_bound(ns, name)["spec"]["nodeName"] for name in pods["pair"]}
     assert sorted(bound.values()) == [A, B]
