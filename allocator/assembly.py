@@ -1,9 +1,13 @@
 """The allocator process wired: the runtime (watch cache, leader election, events, TLS), the
-extender and health servers on top of it, and gang scheduling plugged into the extender's seam.
+extender and health servers on top of it, gang scheduling and Reservations plugged into the
+extender's seams, and DRA claim allocation beside them.
 
-The one module that imports both `allocator.extender` and `allocator.gang`: the extender defines
-the seam (`GangHooks`, allocator/extender/gang_hooks.py) and never imports the gang package; the
-gang package implements it on top of the runtime's cache, API client and events.
+The one module that imports `allocator.extender` together with `allocator.gang`,
+`allocator.reservations` and `allocator.claims`: the extender defines the seams (`GangHooks`,
+allocator/extender/gang_hooks.py; `ReservationHooks`, allocator/extender/reservation_hooks.py) and
+never imports the gang or reservations package; each implements its seam on top of the runtime's
+cache, API client and events; the claims package knows none of them. The admission webhook server
+carries the gang's route and the DRA gate's (allocator/runtime/admission.py).
 """
 
 from __future__ import annotations
@@ -18,16 +22,33 @@ from pathlib import Path
 
 from aiohttp import web
 
+from allocator.claims.hooks import DraClaims
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
 from allocator.extender.gang_hooks import GangHooks
+from allocator.extender.reservation_hooks import ReservationHooks
 from allocator.gang.hooks import GangScheduling
+from allocator.gang.topology import Topology
+from allocator.reservations.hooks import ReservationScheduling
+from allocator.runtime.admission import add_reviewers, admission_app
 from allocator.runtime.cache.reflector import Backoff, Reflector
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, EventSink, NullEvents
-from allocator.runtime.kube import DEVICES, NODES, PDBS, PODGROUPS, PODS, ApiError, KubeApi
+from allocator.runtime.kube import (
+    DEVICES,
+    DRA_KINDS,
+    NATIVE_PODGROUPS,
+    NODES,
+    PDBS,
+    PODGROUPS,
+    PODS,
+    RESERVATIONS,
+    WORKLOADS,
+    ApiError,
+    KubeApi,
+)
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
@@ -35,8 +56,11 @@ from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
 log = logging.getLogger(__name__)
 
 # Nodes and Devices first: pods arriving before their node are held until it does, but the
-# first LIST is cheaper when the nodes are already there.
-KINDS = (NODES, DEVICES, PODS, PODGROUPS, PDBS)
+# first LIST is cheaper when the nodes are already there. Reservations before pods: their owners
+# then take their share out of rooms already held, never the other way round. The two native gang
+# kinds are watched where the server serves them (1.36: PodGroups, 1.35: Workloads; API discovery
+# decides). DRA's kinds when claims are allocated.
+KINDS = (NODES, DEVICES, RESERVATIONS, PODS, PODGROUPS, NATIVE_PODGROUPS, WORKLOADS, PDBS)
 
 
 class Allocator:
@@ -58,7 +82,7 @@ class Allocator:
                 watch_timeout=config.watch_timeout,
                 backoff=Backoff(config.backoff_initial, config.backoff_max),
             )
-            for kind in KINDS
+            for kind in (*KINDS, *(DRA_KINDS if config.dra.enabled else ()))
         ]
         le = config.leader_election
         self.elector = LeaderElector(api, le, on_change=self._leader_changed) if le.enabled else None
@@ -72,7 +96,7 @@ class Allocator:
             tls_files, on_reload=lambda ok: self.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
         )
         # The one place the gang hooks are plugged in (allocator/extender/gang_hooks.py).
-        self.gang: GangHooks | None = (
+        gang = (
             GangScheduling(
                 config.gang,
                 api=api,
@@ -87,9 +111,56 @@ class Allocator:
             if config.gang.enabled
             else None
         )
-        if self.gang is not None:
-            self.cache.ledger.guard = self.gang.bind_refusal
-            self.cache.listeners.append(self.gang.observe)
+        self.gang: GangHooks | None = gang
+        if gang is not None:
+            self.cache.ledger.guard = gang.bind_refusal
+            self.cache.listeners.append(gang.observe)
+        # The topology profile (docs/topology.md): gang scheduling's, or one of its own for gangs of
+        # Reservations when gang scheduling is off (told of Node changes here, as the gang's is).
+        topology = gang.topology if gang is not None else Topology(config.gang, self.cache)
+        if gang is None:
+            self.cache.listeners.append(
+                lambda kind, key, obj: topology.nodes_changed() if kind == NODES.name else None
+            )
+        # Reservations (allocator/extender/reservation_hooks.py): the book on the cache's
+        # listeners, the placer in the ledger, the controller on the leader.
+        self.reservations: ReservationHooks | None = None
+        if config.reservations.enabled:
+            rooms = ReservationScheduling(
+                config.reservations,
+                api=api,
+                cache=self.cache,
+                core=self.core,
+                events=self.events,
+                is_leader=self.is_leader,
+                synced=lambda: self.synced,
+                profile=lambda: topology.profile,
+            )
+            rooms.attach()
+            self.cache.listeners.append(rooms.observe)
+            self.reservations = rooms
+        self.claims = (
+            DraClaims(
+                config.dra,
+                api=api,
+                cache=self.cache,
+                core=self.core,
+                events=self.events,
+                is_leader=self.is_leader,
+                synced=lambda: self.synced,
+                topology_keys=config.gang.topology_keys,  # a gang of claims plans as a gang does
+            )
+            if config.dra.enabled
+            else None
+        )
+        if self.claims is not None:
+            self.cache.listeners.append(self.claims.observe)
+        # The webhook's own TLS when gang scheduling (which otherwise serves it) is off.
+        self.webhook_tls = (
+            ReloadingTLS(tls_files, client_certs=False)
+            if self.gang is None and self.claims is not None
+            else None
+        )
         self.binder = Binder(
             api,
             self.cache,
@@ -169,9 +240,20 @@ class Allocator:
         self._spawn("TLS reload", self.tls.watch(cfg.tls_reload_interval))
         self._spawn("reservation expiry", self._expire_loop())
         self._spawn("freeze the synced heap", self._freeze_after_sync())
+        if self.reservations is not None:
+            self.reservations.start(self._spawn)
+        webhook_app = webhook_tls = None
         if self.gang is not None:
             self.gang.start(self._spawn, cfg.tls_reload_interval)
             webhook_app, webhook_tls = self.gang.webhook()
+        if self.claims is not None:
+            self.claims.start(self._spawn)
+            if webhook_app is None and self.webhook_tls is not None:
+                webhook_app, webhook_tls = admission_app({}), self.webhook_tls.context
+                self._spawn("webhook TLS reload", self.webhook_tls.watch(cfg.tls_reload_interval))
+            assert webhook_app is not None
+            add_reviewers(webhook_app, self.claims.routes())
+        if webhook_app is not None:
             hook = web.AppRunner(webhook_app, access_log=None)
             await hook.setup()
             self._runners.append(hook)
@@ -179,7 +261,7 @@ class Allocator:
             site = web.TCPSite(hook, g.webhook_host, g.webhook_port, ssl_context=webhook_tls)
             await site.start()
             self.webhook_port = _bound_port(site)
-            log.info("gang admission webhook on https://%s:%d", g.webhook_host, self.webhook_port)
+            log.info("admission webhook on https://%s:%d", g.webhook_host, self.webhook_port)
 
         health = web.AppRunner(health_app(self), access_log=None)
         await health.setup()
@@ -235,6 +317,10 @@ class Allocator:
         self._tasks.clear()
         if self.gang is not None:
             self.gang.stop()
+        if self.reservations is not None:
+            self.reservations.stop()
+        if self.claims is not None:
+            self.claims.stop()
         if self.elector:
             if self.config.leader_election.label_pod and self.elector.is_leader:
                 with contextlib.suppress(ApiError):

@@ -90,7 +90,8 @@ SCHEDULING_GATE: Final = "topoalloc.io/dra"
 # to kube-scheduler's own (first-fit) allocation.
 ALLOCATOR_ANNOTATION: Final = "topoalloc.io/allocator"
 ALLOCATOR_KUBE_SCHEDULER: Final = "kube-scheduler"
-# On a claim whose allocation topoalloc wrote: the node it chose (for readers and for a restart).
+# On a claim whose allocation topoalloc wrote, with the value ALLOCATED_BY (written before the
+# allocation): which claims topoalloc may move or release, also after a restart.
 ALLOCATED_BY_ANNOTATION: Final = "topoalloc.io/allocated-by"
 ALLOCATED_BY: Final = "topoalloc"
 

@@ -40,3 +40,12 @@ GANG_SCHEDULING_GATE = TOPOALLOC + "gang"
 GANG_PLANNED_NODE = TOPOALLOC + "gang-planned-node"  # set on a member released without its gate
 # On a member whose gang holds room while victims leave: the hold, so a new leader continues it.
 GANG_HOLD = TOPOALLOC + "gang-hold"
+
+# Topology levels a gang or an RL job group keeps to (docs/topology.md): the value is a node label
+# key (or a level's name in the allocator's topology profile).
+REQUIRED_TOPOLOGY = TOPOALLOC + "required-topology"
+PREFERRED_TOPOLOGY = TOPOALLOC + "preferred-topology"
+# Kueue's pod-set annotations (Topology-Aware Scheduling), read for users coming from Kueue.
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"

@@ -1,4 +1,5 @@
-"""PodGroup (scheduling.x-k8s.io/v1alpha1, scheduler-plugins) and how a pod names its gang."""
+"""PodGroup (scheduling.x-k8s.io/v1alpha1, scheduler-plugins) and how a pod names its gang: that
+PodGroup, Koordinator's annotations, or Kubernetes' own gang API (apis/workload.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis import decode as d
-from apis import keys
+from apis import keys, workload
 from apis.errors import CodecError
 from apis.gojson import sorted_map
 from apis.quantity import Quantity
@@ -137,30 +138,62 @@ class PodGroup:
         }
 
 
+# Where a gang is defined (GangRef.source).
+PODGROUP_SOURCE = "podgroup"  # scheduler-plugins PodGroup, named by the pod-group label
+LEGACY_SOURCE = "podgroup-legacy"  # the same, by the legacy label
+KOORDINATOR_SOURCE = "koordinator"  # no object: the members' annotations say it all
+NATIVE_SOURCE = "native"  # scheduling.k8s.io/v1alpha2 PodGroup (Kubernetes 1.36)
+WORKLOAD_SOURCE = "workload"  # a pod group of a scheduling.k8s.io/v1alpha1 Workload (Kubernetes 1.35)
+NATIVE_SOURCES = (NATIVE_SOURCE, WORKLOAD_SOURCE)
+
+
 @dataclass(frozen=True)
 class GangRef:
-    """Which gang a pod belongs to. `min_available` is set only for PodGroup-less Koordinator gangs."""
+    """Which gang a pod belongs to. `min_available` is set only for PodGroup-less Koordinator gangs;
+    `workload` and `pod_group` only for a 1.35 Workload's pod group, whose gang is named
+    `WORKLOAD/POD_GROUP` (`/REPLICA_KEY` added for a replica)."""
 
     namespace: str
     name: str
-    source: str  # "podgroup", "podgroup-legacy" or "koordinator"
+    source: str  # one of the *_SOURCE names above
     min_available: int | None = None
+    workload: str = ""
+    pod_group: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def native(self) -> bool:
+        """kube-scheduler knows this gang (and may run its own gang plugin on it)."""
+        return self.source in NATIVE_SOURCES
+
+    @property
+    def object_key(self) -> str:
+        """NS/NAME of the API object that defines the gang ("" for Koordinator gangs)."""
+        if self.source == KOORDINATOR_SOURCE:
+            return ""
+        return f"{self.namespace}/{self.workload or self.name}"
+
 
 def gang_of(pod: dict[str, Any]) -> GangRef | None:
-    """The gang a pod names through the PodGroup label (new or legacy) or Koordinator's annotations."""
+    """The gang a pod names: Kubernetes' own (spec.schedulingGroup, spec.workloadRef) first, as
+    kube-scheduler reads it; then the PodGroup label (new or legacy); then Koordinator's annotations."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     namespace = meta.get("namespace") or "default"
+    native = workload.membership(pod)
+    if native is not None and not native.workload:
+        return GangRef(namespace, native.pod_group, NATIVE_SOURCE)
+    if native is not None:
+        name = "/".join(p for p in (native.workload, native.pod_group, native.replica) if p)
+        return GangRef(namespace, name, WORKLOAD_SOURCE, workload=native.workload, pod_group=native.pod_group)
     if labels.get(keys.POD_GROUP_LABEL):
-        return GangRef(namespace, labels[keys.POD_GROUP_LABEL], "podgroup")
+        return GangRef(namespace, labels[keys.POD_GROUP_LABEL], PODGROUP_SOURCE)
     if labels.get(keys.POD_GROUP_LABEL_LEGACY):
-        return GangRef(namespace, labels[keys.POD_GROUP_LABEL_LEGACY], "podgroup-legacy")
+        return GangRef(namespace, labels[keys.POD_GROUP_LABEL_LEGACY], LEGACY_SOURCE)
     name = annotations.get(keys.GANG_NAME) or labels.get(keys.GANG_NAME)
     if not name:
         return None
@@ -173,7 +206,7 @@ def gang_of(pod: dict[str, Any]) -> GangRef | None:
             raise CodecError(keys.GANG_MIN_AVAILABLE, "must be a positive integer", raw) from None
         if min_available <= 0:
             raise CodecError(keys.GANG_MIN_AVAILABLE, "must be a positive integer", raw)
-    return GangRef(namespace, name, "koordinator", min_available)
+    return GangRef(namespace, name, KOORDINATOR_SOURCE, min_available)
 
 
 def spec_priority(spec: Any) -> int:

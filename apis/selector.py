@@ -58,14 +58,14 @@ class LabelSelector:
         data = d.struct(value, path, ("matchLabels", "matchExpressions"))
         labels = d.str_map(data, "matchLabels", path)
         for key, val in labels.items():
-            _check_key(key, d.join(d.join(path, "matchLabels"), key))
+            check_key(key, d.join(d.join(path, "matchLabels"), key))
             _check_value(val, d.join(d.join(path, "matchLabels"), key))
         reqs = []
         for i, item in enumerate(d.array(data, "matchExpressions", path)):
             rpath = d.join(d.join(path, "matchExpressions"), i)
             rd = d.struct(item, rpath, ("key", "operator", "values"))
             key = d.string(rd, "key", rpath, required=True)
-            _check_key(key, d.join(rpath, "key"))
+            check_key(key, d.join(rpath, "key"))
             op = d.one_of(
                 d.string(rd, "operator", rpath, required=True), OPERATORS, d.join(rpath, "operator")
             )
@@ -90,7 +90,8 @@ class LabelSelector:
         return out
 
 
-def _check_key(key: str, path: str) -> None:
+def check_key(key: str, path: str) -> None:
+    """CodecError unless `key` is a valid label key (an optional DNS prefix, a name of 63 at most)."""
     name = key.rsplit("/", 1)[-1]
     if not _KEY_RE.match(key) or len(name) > 63 or len(key) - len(name) > 254:
         raise CodecError(path, "is not a valid label key", key)

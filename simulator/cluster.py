@@ -102,12 +102,15 @@ class RequestFactory:
         self._parsed: dict[Any, PodRequest] = {}
         self._shape_ids: dict[TaskShape, int] = {}
 
-    def request(self, pod: Mapping[str, Any], template: Any = None, gang: str = "") -> SimRequest:
+    def request(
+        self, pod: Mapping[str, Any], template: Any = None, gang: str = "", parsed: PodRequest | None = None
+    ) -> SimRequest:
+        """`parsed`: the pod's request made elsewhere (a job's DRA claims, simulator/workload.py)."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         req = self._parsed.get(template) if template is not None else None
         if req is None:
-            req = pod_request(pod)
+            req = parsed if parsed is not None else pod_request(pod)
             if req.invalid is not None:
                 raise SimulationError(f"pod {key}: {req.invalid.message}")
             if template is not None:

@@ -26,7 +26,7 @@ import heapq
 import itertools
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from allocator.core.cluster.state import ClusterState
@@ -93,18 +93,25 @@ def _pod(name: str, gpus: int, priority: int) -> PodRequest:
     return pod_request(raw)
 
 
+def batch_arrivals(
+    rng: random.Random, load: float, gpus_total: int, mean_hours: float, horizon: float
+) -> Iterator[tuple[float, int, float]]:
+    """(arrival, GPUs, hours) of batch pods of 1, 2 or 4 whole GPUs (weights 6:3:1): a Poisson
+    stream sized to keep `load` of the GPUs busy, each running an exponential time."""
+    sizes, weights = (1, 2, 4), (6, 3, 1)
+    mean_gpus = sum(a * b for a, b in zip(sizes, weights, strict=True)) / sum(weights)
+    rate = load * gpus_total / (mean_gpus * mean_hours)  # pods per hour
+    t = 0.0
+    while (t := t + rng.expovariate(rate)) < horizon:
+        yield t, rng.choices(sizes, weights)[0], rng.expovariate(1 / mean_hours)
+
+
 def _workload(s: MixSettings, gpus_total: int) -> list[Job]:
     rng = random.Random(s.seed)
     horizon = s.days * 24
     jobs: list[Job] = []
-    sizes, weights = (1, 2, 4), (6, 3, 1)
-    mean_gpus = sum(a * b for a, b in zip(sizes, weights, strict=True)) / sum(weights)
-    rate = s.load * gpus_total / (mean_gpus * s.batch_hours)  # batch pods per hour
-    t, i = 0.0, 0
-    while (t := t + rng.expovariate(rate)) < horizon:
-        g = rng.choices(sizes, weights)[0]
-        jobs.append(Job(f"b{i}", g, 1, rng.expovariate(1 / s.batch_hours), LOW, t))
-        i += 1
+    for i, (t, g, hours) in enumerate(batch_arrivals(rng, s.load, gpus_total, s.batch_hours, horizon)):
+        jobs.append(Job(f"b{i}", g, 1, hours, LOW, t))
     t, i = 0.0, 0
     while (t := t + rng.expovariate(1 / s.gang_every_hours)) < horizon:
         jobs.append(Job(f"g{i}", 8, rng.randint(2, 4), rng.expovariate(1 / s.gang_hours), HIGH, t))
@@ -159,12 +166,12 @@ class _Sim:
             self.preempt,
             len(gangs),
             len(self.gang_waits),
-            _pct(waits, 50),
-            _pct(waits, 99),
+            percentile(waits, 50),
+            percentile(waits, 99),
             self.lost,
             self.preemptions,
             self.victims,
-            _pct(sorted(self.batch_waits), 50),
+            percentile(sorted(self.batch_waits), 50),
             self.busy / (self.gpus * horizon),
         )
 
@@ -252,7 +259,7 @@ class _Sim:
         job.started, job.placed = -1.0, {}
 
 
-def _pct(values: list[float], q: int) -> float:
+def percentile(values: list[float], q: int) -> float:
     if not values:
         return float("nan")
     if len(values) == 1:

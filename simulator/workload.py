@@ -10,12 +10,20 @@ jobs:
     replicas: 2
     gang: true            # all members or none (label scheduling.x-k8s.io/pod-group: pretrain)
     at: 0.4               # arrives after 40% of the trace pods (default 0: before them, in file order)
+    reserveAhead: 200     # optional: a Reservation for it this many arrivals earlier (a gang, or
+                          # one replica; `topoalloc simulate` then reports the wait it saves)
     gpuModels: [H100-80GB-HBM3]   # required node affinity on node.koordinator.sh/gpu-model
     requests: {cpu: "96", memory: 1000Gi, nvidia.com/gpu: "8"}
     labels: {}            # optional; annotations: {} too (device hints, joint allocation, ...)
   - name: notebooks
     replicas: 20
     pod: {...}            # instead of requests: a whole Pod template (its name is replaced)
+  - name: dra-pairs       # each pod's GPUs from DRA claims, placed as the claims controller places
+    replicas: 8           # them (allocator/core/request/claims.py: whole GPUs, the scope or
+    requests: {cpu: "8"}  # partition a matchAttribute names); GPU requests only, no slices to check
+    claims:               # attributes against: the simulator has no per-device attributes
+      - requests: [{name: gpus, exactly: {deviceClassName: gpu.topoalloc.io, count: 2}}]
+        constraints: [{matchAttribute: topoalloc.io/nvlinkPartition2}]
 ```
 """
 
@@ -27,10 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from allocator.core.reasons import Rejection
+from allocator.core.request.claims import OURS, classify, translate
+from allocator.core.request.parse import pod_request
 from allocator.core.scoring.workload_mix import WorkloadMix
-from apis import keys
+from apis import dra, keys
 from apis.documents import load_object
-from apis.errors import InputError
+from apis.dra_claims import ClaimSpec, claim_spec, default_classes
+from apis.errors import CodecError, InputError
 from simulator.cluster import RequestFactory, SimRequest
 from simulator.engine import Arrival, OpenbRequests
 from simulator.gang_planner import Gang
@@ -48,6 +60,8 @@ class Job:
     gang: bool
     at: float
     pod: dict[str, Any]  # template
+    reserve_ahead: int = 0  # arrivals between its Reservation and its arrival (0: none)
+    claims: tuple[ClaimSpec, ...] = ()  # spec.devices of each DRA claim of every pod
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,8 @@ def _job(item: Any, i: int) -> Job:
         "labels",
         "annotations",
         "pod",
+        "reserveAhead",
+        "claims",
     }
     if unknown:
         raise TraceError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -91,6 +107,12 @@ def _job(item: Any, i: int) -> Job:
     if replicas < 1 or not 0.0 <= at <= 1.0:
         raise TraceError(f"{where}: replicas must be >= 1 and at within 0..1")
     gang = bool(item.get("gang", False))
+    try:
+        ahead = int(item.get("reserveAhead", 0))
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: reserveAhead must be a number of arrivals") from None
+    if ahead < 0 or (ahead and not gang and replicas != 1):
+        raise TraceError(f"{where}: reserveAhead must be >= 0, on a gang or a job of one replica")
     if "pod" in item:
         if "requests" in item:
             raise TraceError(f"{where}: give either requests or pod, not both")
@@ -113,7 +135,30 @@ def _job(item: Any, i: int) -> Job:
     if gang:
         meta = pod.setdefault("metadata", {})
         meta.setdefault("labels", {})[keys.POD_GROUP_LABEL] = name
-    return Job(name, replicas, gang, at, pod)
+    return Job(name, replicas, gang, at, pod, ahead, _claims(item.get("claims"), where))
+
+
+def _claims(value: Any, where: str) -> tuple[ClaimSpec, ...]:
+    """The job's DRA claims: each a claim's spec.devices, every request one of topoalloc's GPU
+    classes (the simulator models GPUs only)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise TraceError(f"{where}.claims: expected a list of claim specs (spec.devices)")
+    out = []
+    for i, item in enumerate(value):
+        path = f"{where}.claims[{i}]"
+        try:
+            spec = claim_spec(item, path)
+        except CodecError as exc:
+            raise TraceError(str(exc)) from None
+        verdict = classify(spec, opted_out=False)
+        if verdict.kind != OURS or any(
+            r.exactly and r.exactly.device_class != dra.GPU_CLASS for r in spec.requests
+        ):
+            raise TraceError(f"{path}: the simulator allocates claims of {dra.GPU_CLASS} only")
+        out.append(spec)
+    return tuple(out)
 
 
 def load_workload(path: Path | str) -> Workload:
@@ -156,7 +201,15 @@ def _job_arrivals(job: Job, factory: RequestFactory) -> list[Arrival]:
         pod = {**job.pod, "metadata": {**(job.pod.get("metadata") or {})}}
         pod["metadata"]["name"] = f"{job.name}-{r}"
         pod["metadata"].setdefault("namespace", NAMESPACE)
-        members.append(factory.request(pod, template=("job", job.name), gang=job.name if job.gang else ""))
+        parsed = None
+        if job.claims:
+            claims = [(f"{NAMESPACE}/{job.name}-{i}", c) for i, c in enumerate(job.claims)]
+            creq = translate(pod_request(pod), claims, default_classes())
+            if isinstance(creq, Rejection):
+                raise TraceError(f"job {job.name}: {creq.message}")
+            parsed = creq.pod
+        gang = job.name if job.gang else ""
+        members.append(factory.request(pod, template=("job", job.name), gang=gang, parsed=parsed))
     if job.gang:
         return [Gang(job.name, tuple(members))]
     return list(members)

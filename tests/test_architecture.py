@@ -1,5 +1,5 @@
 """Imports run one way: apis <- agent; apis <- allocator.core <- allocator.runtime <- (allocator.extender,
-allocator.gang side by side); allocator.core <- simulator; allocator/assembly.py is the one module that
+allocator.gang, allocator.claims side by side, none importing another); allocator.core <- simulator; allocator/assembly.py is the one module that
 imports both the extender and the gang package (the extender defines the seam, `GangHooks`, and never
 imports allocator.gang; the gang package implements it structurally and never imports the extender).
 Only allocator/runtime/coreadapter.py reaches the core's cluster state (`allocator.core.cluster`).
@@ -97,6 +97,8 @@ FORBIDDEN = {
         "allocator.runtime",
         "allocator.extender",
         "allocator.gang",
+        "allocator.reservations",
+        "allocator.claims",
         "allocator.assembly",
         "simulator",
         "topoalloc",
@@ -108,6 +110,8 @@ FORBIDDEN = {
         "simulator",
         "allocator.extender",
         "allocator.gang",
+        "allocator.reservations",
+        "allocator.claims",
         "allocator.assembly",
         "topoalloc",
     ),
@@ -117,6 +121,8 @@ FORBIDDEN = {
         "agent",
         "simulator",
         "allocator.gang",
+        "allocator.reservations",
+        "allocator.claims",
         "allocator.assembly",
         "allocator.runtime.cache.store",
         "topoalloc",
@@ -128,6 +134,35 @@ FORBIDDEN = {
         "agent",
         "simulator",
         "allocator.extender",
+        "allocator.reservations",
+        "allocator.claims",
+        "allocator.assembly",
+        "allocator.runtime.cache.store",
+        "topoalloc",
+    ),
+    # Reservations likewise: on the runtime through their own cache view (reservations/cache_view.py),
+    # implementing `ReservationHooks` without importing the extender, side by side with gangs and
+    # DRA claims.
+    "allocator/reservations": (
+        "agent",
+        "simulator",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.claims",
+        "allocator.assembly",
+        "allocator.runtime.cache.store",
+        "topoalloc",
+    ),
+    # DRA claim allocation builds on the runtime (cache records and its DRA part, hold ledger, API
+    # client, events, admission envelope) through its own cache view (claims/cache_view.py), knows
+    # neither the extender, gang scheduling nor Reservations, and is plugged in by
+    # allocator/assembly.py.
+    "allocator/claims": (
+        "agent",
+        "simulator",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.reservations",
         "allocator.assembly",
         "allocator.runtime.cache.store",
         "topoalloc",
@@ -137,6 +172,8 @@ FORBIDDEN = {
         "allocator.runtime",
         "allocator.extender",
         "allocator.gang",
+        "allocator.reservations",
+        "allocator.claims",
         "allocator.assembly",
         "topoalloc",
         "kubernetes",
@@ -160,7 +197,10 @@ CORE_IO_MODULES = (
     "aiohttp",
 )
 # allocator.core's sub-packages, lowest first (`reasons` is a module at the core's root).
-CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang")
+# `claims` and `reservation` are the two top layers, side by side: each builds on the gang planner
+# and everything below, and neither imports the other (CORE_SIBLINGS).
+CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation")
+CORE_SIBLINGS = (("claims", "reservation"),)
 
 # The product: what users install and run. It never imports tests/ or bench/.
 PRODUCT = ("agent", "apis", "allocator", "simulator", "topoalloc")
@@ -292,7 +332,10 @@ def test_core_layers_import_only_downwards() -> None:
             continue
         for name in sorted(_imports(path)):
             theirs = _core_layer(name)
-            if theirs is not None and theirs > mine:
+            if theirs is None or theirs == mine:
+                continue
+            pair = (CORE_LAYERS[mine], CORE_LAYERS[theirs])
+            if theirs > mine or pair in CORE_SIBLINGS or pair[::-1] in CORE_SIBLINGS:
                 upward.append(f"{path.relative_to(REPO)} ({CORE_LAYERS[mine]}) imports {name}")
     assert upward == []
 

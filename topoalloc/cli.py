@@ -19,6 +19,8 @@ SUBCOMMANDS: dict[str, str] = {
     "simulate": "topoalloc.commands.simulate:simulate",
     "demo": "topoalloc.commands.simulate:demo",
     "priority-mix": "topoalloc.commands.priority_mix:priority_mix",
+    "topology": "topoalloc.commands.topology:topology",
+    "topology-mix": "topoalloc.commands.topology_mix:topology_mix",
     "install": "topoalloc.commands.install:install",
     "upgrade": "topoalloc.commands.install:upgrade",
     "uninstall": "topoalloc.commands.install:uninstall",

@@ -123,7 +123,8 @@ class Binder:
         # The annotation travels in the Binding: the API server copies a Binding's annotations
         # onto the pod in the same write that sets spec.nodeName, so the pod is bound with its
         # devices or not at all, and there is nothing to undo when the binding fails.
-        annotations = {keys.DEVICE_ALLOCATED: res.annotation} if res is not None else None
+        # An owner of a Reservation's room also gets reservation-allocated (res.extra).
+        annotations = {keys.DEVICE_ALLOCATED: res.annotation, **res.extra} if res is not None else None
         try:
             await self.api.bind_pod(
                 args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations=annotations

@@ -1,7 +1,8 @@
 """What gang scheduling reads and does with the watch cache, and nothing more.
 
-The controller reads the members' pod entries, the Nodes' facts (taints, cordon) and the
-PodGroups, and holds (or drops) its plans' devices in the hold ledger. The runtime's
+The controller reads the members' pod entries, the Nodes' facts (taints, cordon) and the objects
+that define gangs (scheduler-plugins PodGroups, native PodGroups, Workloads), and holds (or
+drops) its plans' devices in the hold ledger. The runtime's
 `ClusterCache` is the one implementation in the process, handed in by allocator/assembly.py
 (tests/runtime/test_cache_views.py checks it fits); tests/gang/fakes.py has an in-memory one for
 unit tests of the steering.
@@ -44,6 +45,12 @@ class GangCache(Protocol):
 
     @property
     def podgroups(self) -> Mapping[str, JSON]: ...
+
+    @property
+    def native_podgroups(self) -> Mapping[str, JSON]: ...
+
+    @property
+    def workloads(self) -> Mapping[str, JSON]: ...
 
     @property
     def ledger(self) -> GangLedger: ...

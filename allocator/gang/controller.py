@@ -31,6 +31,7 @@ from allocator.core.gang.actions import (
     ClearHold,
     Count,
     Duration,
+    EventTarget,
     Evict,
     Nudge,
     PassGauges,
@@ -55,6 +56,7 @@ from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import gang_view
 from allocator.gang.planner import ClusterPlanner
 from allocator.gang.preempting import evict
+from allocator.gang.topology import Topology
 from allocator.gang.writes import (
     annotate_hold,
     annotate_planned_node,
@@ -67,6 +69,7 @@ from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
+from apis.podgroup import GangRef
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,7 @@ class GangController:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         plan_settings: PlanSettings,
+        topology: Topology | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -114,9 +118,11 @@ class GangController:
         self.synced = synced
         self.clock = clock
         self.wall = wall
-        self.planner = ClusterPlanner(cache, core, holds, index, plan_settings)
+        self.topology = topology or Topology(settings, cache)
+        self.planner = ClusterPlanner(cache, core, holds, index, plan_settings, self.topology)
         self.member_events = MemberEvents(events, clock)
         self.states: dict[str, GangState] = {}
+        self._refs: dict[str, GangRef] = {}  # gang key -> how its members named it, while it has a state
         self.passes = 0
         self._wake = asyncio.Event()
         self._next_deadline = math.inf  # wall clock: the next timeout or bind deadline to look at
@@ -149,6 +155,12 @@ class GangController:
             except Exception:  # a bug in one pass must not stop gang scheduling for good
                 log.exception("gang controller pass failed")
 
+    def making_room(self, gang: str) -> bool:
+        """The gang holds room its victims (or the pods finishing there) still occupy: its members
+        must not bind yet. (Gated members never ask; ungated ones do, at filter and bind.)"""
+        state = self.states.get(gang)
+        return state is not None and state.preempting is not None
+
     def step_down(self) -> None:
         """Leadership lost: the next leader plans from scratch, so hold nothing here."""
         self.planner.release(release_all(self.states.values()))
@@ -167,7 +179,12 @@ class GangController:
         for key in sorted(set(self.index.by_gang) | set(self.states)):
             got = answers.get(key)
             outcomes = got.outcomes() if got is not None else None
-            gangs.append(gang_view(self.index, self.cache, self.settings, key, outcomes))
+            view = gang_view(
+                self.index, self.cache, self.settings, key, outcomes, self._refs.get(key), self.topology
+            )
+            if (ref := self.index.ref(key)) is not None:
+                self._refs[key] = ref
+            gangs.append(view)
         run = GangPass(gangs, self.states, self._now(), self.settings)
         effects: list[Effect] = []
         try:
@@ -178,6 +195,7 @@ class GangController:
                 effects.extend(self._apply(action))
         finally:
             self.states = run.states  # the gangs stepped so far hold what the ledger holds for them
+            self._refs = {k: ref for k, ref in self._refs.items() if k in self.states}
         if effects:
             await asyncio.gather(*effects)
 
@@ -196,8 +214,8 @@ class GangController:
                 return [annotate_planned_node(self.api, member, node)]
             case Evict(gang, victim) if victim.key not in self._evicting:
                 return [self._evict(gang, victim)]
-            case WriteStatus(gang, namespace, name, status):
-                return [self._patch_status(gang, namespace, name, status)]
+            case WriteStatus(gang, target, status):
+                return [self._patch_status(gang, target, status)]
             case RecordHold(member, record):
                 return [annotate_hold(self.api, member, record.to_json())]
             case ClearHold(key, uid):
@@ -229,6 +247,6 @@ class GangController:
             self._evicting.discard(victim.key)
         self._answers_of(gang).evictions[victim.key] = why
 
-    async def _patch_status(self, gang: str, namespace: str, name: str, status: JSON) -> None:
-        if not await patch_podgroup_status(self.api, namespace, name, status):
+    async def _patch_status(self, gang: str, target: EventTarget, status: JSON) -> None:
+        if not await patch_podgroup_status(self.api, target, status):
             self._answers_of(gang).status_refused = True  # written again next pass

@@ -22,6 +22,7 @@ from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.steering import GangSteering
+from allocator.gang.topology import Topology
 from allocator.gang.webhook import webhook_app
 from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest, Rejection
 from allocator.runtime.events import EventSink
@@ -51,7 +52,10 @@ class GangScheduling:
         self.index = GangIndex()
         self.metrics = GangMetrics(registry)
         self.holds = PlanHolds(cache.ledger)
-        self.steering = GangSteering(core, self.holds, self.index, settings)
+        self.topology = Topology(settings, cache)
+        self.steering = GangSteering(
+            core, self.holds, self.index, settings, self.topology, lambda g: self.controller.making_room(g)
+        )
         plan_settings = PlanSettings(
             topology_keys=tuple(settings.topology_keys), scoring=core.scoring.device_scoring
         )
@@ -67,6 +71,7 @@ class GangScheduling:
             is_leader=is_leader,
             synced=synced,
             plan_settings=plan_settings,
+            topology=self.topology,
         )
         # The API server presents no client certificate to webhooks: same certificate, no mTLS.
         self.tls = ReloadingTLS(tls_files, client_certs=False)
@@ -81,7 +86,9 @@ class GangScheduling:
 
     def steer_filter(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
         steered = self.steering.filter(req, names)
-        return FilterVerdicts.from_rejections(*steered) if steered is not None else None
+        if steered is not None:
+            return FilterVerdicts.from_rejections(*steered)
+        return self.steering.job_group_filter(req, names)
 
     def steer_scores(self, req: PodRequest, names: Sequence[str], scores: np.ndarray) -> list[int] | None:
         if not self.steering.adjusts(req):
@@ -93,11 +100,14 @@ class GangScheduling:
         return self.steering.bind_refusal(req, node)
 
     def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
+        if kind == "Node":
+            self.topology.nodes_changed()  # the profile may be detected differently now
         self.index.on_change(kind, key, obj)
         self.controller.wake()
 
     def webhook(self) -> tuple[web.Application, ssl.SSLContext]:
-        return webhook_app(self.settings.scheduler_names), self.tls.context
+        s = self.settings
+        return webhook_app(s.scheduler_names, plugin_schedulers=s.gang_plugin_schedulers), self.tls.context
 
     def start(self, spawn: Spawn, reload_interval: float) -> None:
         """The background work; the server listens for the webhook (`webhook`)."""

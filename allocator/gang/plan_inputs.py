@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from allocator.core.gang.view import Gang, MemberPod, Outcomes
 from allocator.gang.cache_view import GangCache
 from allocator.gang.index import GangIndex
-from allocator.gang.taints import admits, tolerations_of
 from allocator.gang.timefmt import parse_duration
+from allocator.gang.topology import Topology
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.taints import admits, tolerations_of
 from apis import keys
 from apis import podgroup as pg
-from apis.errors import CodecError
+from apis.gang_object import GangObject, read_gang_object
+from apis.podgroup import GangRef
 
 JSON = dict[str, Any]
 
@@ -59,46 +62,62 @@ def sibling_nodes(core: CoreAdapter, index: GangIndex, gang: str, members: list[
 
 
 def gang_view(
-    index: GangIndex, cache: GangCache, settings: GangSettings, key: str, outcomes: Outcomes | None = None
+    index: GangIndex,
+    cache: GangCache,
+    settings: GangSettings,
+    key: str,
+    outcomes: Outcomes | None = None,
+    last: GangRef | None = None,
+    topology: Topology | None = None,
 ) -> Gang:
-    """One gang as a pass sees it: members for the schedulers we serve, its PodGroup (or why it
-    has none usable), its size and its timeout, the uid the hold ledger holds each member for, and
-    what became of the writes made for it last pass (`outcomes`)."""
+    """One gang as a pass sees it: members for the schedulers we serve, the object that defines it
+    (or why it has none usable), its size and its timeout, the uid the hold ledger holds each
+    member for, the topology levels it keeps to (with `topology`), and what became of the writes
+    made for it last pass (`outcomes`). `last` is how its members named it before they all left
+    (its object is still read once more: a timed-out gang's status goes back to Pending)."""
     names = settings.scheduler_names
     members = [m for m in index.members(key) if not names or m.scheduler in names]
-    ref = index.ref(key)
     namespace, _, name = key.partition("/")
-    source = ref.source if ref is not None else "podgroup"
-    group: pg.PodGroup | None = None
-    problem = ""
-    if source != "koordinator":
-        raw = cache.podgroups.get(key)
-        if raw is None:
-            problem = f"PodGroup {key} does not exist"
-        else:
-            try:
-                group = pg.PodGroup.from_dict(raw)
-            except CodecError as exc:
-                problem = f"PodGroup {key} is invalid: {exc}"
-    if group is not None:
-        min_member = max(1, group.min_member)
-        timeout = group.schedule_timeout_seconds
+    ref = index.ref(key) or last or GangRef(namespace, name, pg.PODGROUP_SOURCE)
+    source = ref.source
+    found, raw, problem = _object_of(cache, ref)
+    if found is not None and found.source == pg.PODGROUP_SOURCE:
+        min_member, timeout = found.min_member, found.timeout  # scheduleTimeoutSeconds, or none
+    elif found is not None:  # the native API has no timeout field
+        min_member, timeout = found.min_member, _waiting_time(found.annotations, members)
     else:
-        min_member = max(1, (ref.min_available if ref is not None else None) or 1)
-        timeout = _waiting_time(members)
+        min_member, timeout = max(1, ref.min_available or 1), _waiting_time({}, members)
     if timeout is None:
         timeout = settings.default_timeout
     held = cache.ledger.reservations
     holds = {m.key: res.uid for m in members if (res := held.get(m.key)) is not None}
+    where = ref.object_key if raw is not None else key
+    native = ref.source == pg.NATIVE_SOURCE
+    levels, why = (
+        topology.levels_or_problem(members, raw, where, native=native) if topology is not None else (None, "")
+    )
+    code = "InvalidTopology" if why and not problem else "InvalidPodGroup"
     return Gang(
-        key, namespace, name, source, group, problem, min_member, float(timeout), members,
-        holds, index.generation, outcomes or Outcomes(),
+        key, namespace, name, source, found, problem or why, min_member, float(timeout), members,
+        holds, index.generation, outcomes or Outcomes(), levels, code,
     )  # fmt: skip
 
 
-def _waiting_time(members: list[MemberPod]) -> float | None:
-    for m in members:
-        raw = m.annotations.get(keys.GANG_WAITING_TIME)
+def _object_of(cache: GangCache, ref: GangRef) -> tuple[GangObject | None, JSON | None, str]:
+    stores = {
+        pg.PODGROUP_SOURCE: cache.podgroups,
+        pg.NATIVE_SOURCE: cache.native_podgroups,
+        pg.WORKLOAD_SOURCE: cache.workloads,
+    }
+    return read_gang_object(ref, stores)
+
+
+def _waiting_time(annotations: Mapping[str, str], members: list[MemberPod]) -> float | None:
+    """The gang's waiting-time annotation (Koordinator's key, a Go duration): on its object first
+    (a native PodGroup or Workload, which have no timeout field), else on a member."""
+    found = [annotations.get(keys.GANG_WAITING_TIME)]
+    found += [m.annotations.get(keys.GANG_WAITING_TIME) for m in members]
+    for raw in found:
         if raw is not None and (seconds := parse_duration(raw)) is not None:
             return seconds
     return None

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from allocator.core.gang.actions import Release, Reserve
+from allocator.core.gang.levels import Levels
 from allocator.core.gang.min_resources import Shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
 from allocator.core.gang.preemption import PreemptionPlan
@@ -17,6 +19,7 @@ from allocator.gang.cache_view import GangCache
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
+from allocator.gang.topology import Topology
 from allocator.runtime.cache.records import Reservation
 from allocator.runtime.cache.victims import all_candidates
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
@@ -29,13 +32,27 @@ class ClusterPlanner:
     """Implements the core's `Planner`."""
 
     def __init__(
-        self, cache: GangCache, core: CoreAdapter, holds: PlanHolds, index: GangIndex, settings: PlanSettings
+        self,
+        cache: GangCache,
+        core: CoreAdapter,
+        holds: PlanHolds,
+        index: GangIndex,
+        settings: PlanSettings,
+        topology: Topology | None = None,
     ) -> None:
         self.cache = cache
         self.core = core
         self.holds = holds
         self.index = index
-        self.settings = settings
+        self._settings = settings
+        self.topology = topology
+
+    @property
+    def settings(self) -> PlanSettings:
+        """The plan settings with the topology profile's levels as the keys a plan prefers."""
+        if self.topology is None:
+            return self._settings
+        return replace(self._settings, topology_keys=self.topology.profile.keys)
 
     # -- the inputs of a plan ------------------------------------------------------------------
 
@@ -67,9 +84,14 @@ class ClusterPlanner:
     # -- the core's decisions ------------------------------------------------------------------
 
     def plan_gang(
-        self, requests: Sequence[PodRequest], *, siblings: Mapping[str, int], names: Iterable[str]
+        self,
+        requests: Sequence[PodRequest],
+        *,
+        siblings: Mapping[str, int],
+        names: Iterable[str],
+        levels: Levels | None = None,
     ) -> GangPlan | NoPlan:
-        return self.core.plan_gang(requests, self.settings, siblings=siblings, names=names)
+        return self.core.plan_gang(requests, self.settings, siblings=siblings, names=names, levels=levels)
 
     def plan_with_preemption(
         self,
@@ -78,9 +100,12 @@ class ClusterPlanner:
         *,
         names: Iterable[str],
         siblings: Mapping[str, int],
+        levels: Levels | None = None,
     ) -> PreemptionPlan | NoPlan:
         settings = self.settings
-        return self.core.plan_with_preemption(requests, candidates, settings, names=names, siblings=siblings)
+        return self.core.plan_with_preemption(
+            requests, candidates, settings, names=names, siblings=siblings, levels=levels
+        )
 
     def min_resources_shortage(
         self, wanted: Mapping[str, Quantity], names: Iterable[str], removable: Collection[str]

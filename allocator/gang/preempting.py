@@ -1,33 +1,8 @@
 """The gang controller's eviction of a victim (the lifecycle's `Evict`, allocator/core/gang/making_room.py
-decides whom): through the Eviction API with a uid precondition, so PodDisruptionBudgets hold; a
-budget that allows no disruption answers 429, and the lifecycle retries on its next step."""
+decides whom): the runtime's `evict` (allocator/runtime/evictions.py), shared with Reservations."""
 
 from __future__ import annotations
 
-import logging
+from allocator.runtime.evictions import evict
 
-from allocator.core.gang.victims import Candidate
-from allocator.runtime.kube import ApiError, KubeApi
-
-log = logging.getLogger(__name__)
-
-
-async def evict(api: KubeApi, victim: Candidate) -> str:
-    """Evict one pod (uid precondition); "" when done or already gone, else why not."""
-    namespace, _, name = victim.key.partition("/")
-    body = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": name, "namespace": namespace},
-        "deleteOptions": {"preconditions": {"uid": victim.uid}},
-    }
-    try:
-        await api.raw("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body=body)
-    except ApiError as exc:
-        if exc.status in (404, 409):  # gone, or another pod of that name now
-            return ""
-        if exc.status == 429:
-            return "a PodDisruptionBudget allows no disruption now"
-        log.warning("evicting %s: %s", victim.key, exc)
-        return str(exc)
-    return ""
+__all__ = ["evict"]

@@ -3,9 +3,14 @@
 * filter: a planned member passes its planned node only; a gang member without a plan passes no
   node ("held for its gang", resolvable, so kube-scheduler retries), which keeps the gang
   all-or-nothing even for members that reached kube-scheduler without the gate (webhook down,
-  allocator restarted after releasing some of them).
+  allocator restarted after releasing some of them, Kubernetes' own gangs, never gated where
+  kube-scheduler's gang plugin runs). Neither does a member whose gang holds room that its victims
+  (or, starving, the pods finishing there) still occupy: its devices are not free yet.
 * prioritize: a planned member scores 10 on its node; any pod with siblings (its gang, its
-  `rl-job-group`) gets the sibling affinity blended into the core's score.
+  `rl-job-group`) gets the sibling affinity blended into the core's score, over the topology
+  profile's levels.
+* a pod of an `rl-job-group` placed on its own (not a gang member) whose group requires a
+  topology level passes only nodes of its siblings' domain of that level (`job_group_bound`).
 * bind (`bind_refusal`, asked by the cache and the binder): a member without a plan is refused,
   a planned member only goes to its planned node, with its planned devices (`HoldLedger.reserve`).
 """
@@ -13,25 +18,38 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from allocator.core.reasons import Rejection
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
-from allocator.runtime.coreadapter import CoreAdapter
+from allocator.gang.topology import Topology
+from allocator.runtime.cache.records import Reservation
+from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts
 from allocator.runtime.gang_settings import GangSettings
 
 HELD = "topoalloc: held for gang"
+TOPOLOGY = "InvalidTopology"
 
 
 class GangSteering:
-    def __init__(self, core: CoreAdapter, holds: PlanHolds, index: GangIndex, settings: GangSettings) -> None:
+    def __init__(
+        self,
+        core: CoreAdapter,
+        holds: PlanHolds,
+        index: GangIndex,
+        settings: GangSettings,
+        topology: Topology,
+        making_room: Callable[[str], bool] = lambda gang: False,
+    ) -> None:
         self.core = core
         self.holds = holds
         self.index = index
         self.settings = settings
+        self.topology = topology
+        self.making_room = making_room  # gang key -> its held room is not free yet (the controller's)
 
     def manages(self, req: PodRequest) -> bool:
         """A gang member this allocator plans (its scheduler is one we serve)."""
@@ -55,14 +73,20 @@ class GangSteering:
         its name), or it is a gang member without a plan. None: go ahead."""
         res = self.holds.planned(req.key)
         if res is not None:
-            return plan_refusal(res, req, node)
+            return self.room_refusal(res) or plan_refusal(res, req, node)
         return self.guard(req)
+
+    def room_refusal(self, res: Reservation) -> Rejection | None:
+        """A held member whose gang is still making room: its planned devices are taken."""
+        if not self.making_room(res.holder):
+            return None
+        return Rejection(HELD, f"held for gang {res.holder} until the room held for it is free")
 
     def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]] | None:
         """The verdict for a gang member (None: not one, the normal filter decides)."""
         res = self.holds.planned(req.key)
         if res is not None:
-            refusal = plan_refusal(res, req, res.node)
+            refusal = self.room_refusal(res) or plan_refusal(res, req, res.node)
             if refusal is not None:
                 return [], dict.fromkeys(names, refusal)
             elsewhere = planned_elsewhere(res)
@@ -87,8 +111,39 @@ class GangSteering:
         siblings = self.sibling_nodes(req)
         if not siblings or self.settings.sibling_weight <= 0:
             return dict(scores)
-        keys, weight = self.settings.topology_keys, self.settings.sibling_weight
+        keys, weight = self.topology.profile.keys, self.settings.sibling_weight
         return self.core.sibling_priorities(req, names, siblings, keys, weight)
+
+    def job_group_filter(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
+        """The filter's verdict for a job-group pod bound to a level (None: not bound): the core's
+        own checks on the nodes of its domain, the level's reason on the others."""
+        bound = self.job_group_bound(req, names)
+        if bound is None:
+            return None
+        passed, refused = bound
+        verdicts = self.core.filter_nodes(req, passed) if req.wants_devices else FilterVerdicts(passed)
+        for name, why in refused.items():
+            (verdicts.unresolvable if why.unresolvable else verdicts.failed)[name] = why.message
+            verdicts.codes[why.code] += 1
+        return verdicts
+
+    def job_group_bound(
+        self, req: PodRequest, names: Sequence[str]
+    ) -> tuple[list[str], dict[str, Rejection]] | None:
+        """For a job-group pod placed on its own whose group requires a level: the nodes of its
+        siblings' domain (any node carrying the level's label before the first is placed) and why
+        not the others. None: no such bound."""
+        if not req.rl_job_group or req.gang is not None or req.gang_error:
+            return None
+        group = f"rl-job-group {req.namespace}/{req.rl_job_group}"
+        keys_ = self.index.by_job.get((req.namespace, req.rl_job_group), ())
+        members = sorted((self.index.pods[k] for k in keys_), key=lambda m: (m.created, m.name))
+        levels, why = self.topology.levels_or_problem(members)
+        if why:
+            return [], dict.fromkeys(names, Rejection(TOPOLOGY, f"{group}: {why}", unresolvable=True))
+        if levels is None or not levels.required:
+            return None
+        return self.core.keep_to_level(names, self.sibling_nodes(req), levels.top, group)
 
     def sibling_nodes(self, req: PodRequest) -> dict[str, int]:
         """node -> how many of the pod's siblings (gang, job group) hold or reserve room there."""

@@ -1,7 +1,7 @@
 """The gang controller's writes to the API server: a member's gate removed, its planned node
-annotated, a PodGroup's status, a hold's record; and the Events it records. Each write is guarded
-(uid test, JSON patch tests) so it never lands on a pod that was replaced; a failure is logged and
-reported, and the next pass decides again."""
+annotated, a PodGroup's status (either API's), a hold's record; and the Events it records. Each
+write is guarded (uid test, JSON patch tests) so it never lands on a pod that was replaced; a
+failure is logged and reported, and the next pass decides again."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from typing import Any
 from allocator.core.gang.actions import EventTarget
 from allocator.core.gang.view import MemberPod
 from allocator.runtime.events import EventSink, PodRef
-from allocator.runtime.kube import MERGE_PATCH, ApiError, KubeApi
+from allocator.runtime.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeApi
 from apis import keys
 from apis import podgroup as pg
+from apis import workload as wl
+from apis.gang_object import native_conditions
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +66,29 @@ async def annotate_planned_node(api: KubeApi, m: MemberPod, node: str) -> None:
         log.warning("annotating %s with its planned node: %s", m.key, exc)
 
 
-async def patch_podgroup_status(api: KubeApi, namespace: str, name: str, status: JSON) -> bool:
-    """Merge `status` into the PodGroup's status subresource. False when the API refused it."""
-    path = f"/apis/{pg.GROUP}/{pg.VERSION}/namespaces/{namespace}/{pg.PLURAL}/{name}/status"
+async def patch_podgroup_status(api: KubeApi, target: EventTarget, status: JSON) -> bool:
+    """Write the gang's status onto its PodGroup's status subresource. False when the API refused it.
+
+    A scheduler-plugins PodGroup takes it as a merge patch. A native PodGroup keeps conditions
+    only, kube-scheduler's among them: topoalloc's go in under their own types as a strategic merge
+    patch, which merges the list by type (a merge patch would replace kube-scheduler's)."""
+    native = target.api_version == wl.PODGROUP_API_VERSION
+    plural = wl.PODGROUPS if native else pg.PLURAL
+    path = f"/apis/{target.api_version}/namespaces/{target.namespace}/{plural}/{target.name}/status"
+    body, kind = {"status": status}, MERGE_PATCH
+    if native:
+        body, kind = {"status": {"conditions": native_conditions(status)}}, STRATEGIC_MERGE_PATCH
     try:
-        await api.raw("PATCH", path, body={"status": status}, content_type=MERGE_PATCH)
+        await api.raw("PATCH", path, body=body, content_type=kind)
     except ApiError as exc:
-        log.warning("updating the status of PodGroup %s/%s: %s", namespace, name, exc)
+        log.warning("updating the status of %s %s/%s: %s", target.kind, target.namespace, target.name, exc)
         return False
     return True
 
 
 def event_ref(target: EventTarget) -> PodRef:
-    """The object an Event of the gang lifecycle is about: its PodGroup, or a member pod."""
-    if target.podgroup:
-        return PodRef(target.namespace, target.name, "", pg.KIND, pg.API_VERSION)
-    return PodRef(target.namespace, target.name, target.uid)
+    """The object an Event of the gang lifecycle is about: the gang's object, or a member pod."""
+    return PodRef(target.namespace, target.name, target.uid, target.kind, target.api_version)
 
 
 def record_event(events: EventSink, target: EventTarget, type_: str, reason: str, note: str) -> None:

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.reservation_settings import ReservationSettings
 from apis.documents import load_mapping
 
 DEFAULT_NAMESPACE = "topoalloc-system"
@@ -82,6 +84,10 @@ class ServiceConfig:
     scoring: dict[str, Any] = field(default_factory=dict)
     # gang scheduling: admission webhook, gang controller, extender steering (docs/gang.md)
     gang: GangSettings = field(default_factory=GangSettings)
+    # Reservations: room held for pods not created yet (docs/reservations.md)
+    reservations: ReservationSettings = field(default_factory=ReservationSettings)
+    # DRA claims allocated by topology (docs/dra.md): watches, webhook gate, claims controller
+    dra: DraSettings = field(default_factory=DraSettings)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ServiceConfig:

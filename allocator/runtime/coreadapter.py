@@ -22,21 +22,36 @@ from typing import Any
 
 import numpy as np
 
+from allocator.core.claims.gang import place_gang
+from allocator.core.claims.place import NoPlacement, place
+from allocator.core.claims.published import NodeDevices, results_usage
+from allocator.core.claims.solve import ClaimAnswer
 from allocator.core.cluster.columns import FilterVerdicts
 from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
+from allocator.core.devices.allocate import Allocation
+from allocator.core.gang.levels import Levels, keep_to_level, plan_in_levels, preempt_in_levels
 from allocator.core.gang.min_resources import Shortage, min_resources_shortage
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
-from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
+from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
+from allocator.core.gang.preemption import PreemptionPlan, node_victims
 from allocator.core.gang.siblings import sibling_priorities
 from allocator.core.gang.victims import Candidate
 from allocator.core.reasons import Rejection
+from allocator.core.request.claims import ClaimsRequest
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.request.usage import PodUsage, pod_usage
+from allocator.core.reservation.consume import allocate_from_room, allocate_ignoring
+from allocator.core.reservation.fit import short_of_rooms
+from allocator.core.reservation.place import NoRoom, RoomPlan
+from allocator.core.reservation.place import place as place_reservation
+from allocator.core.reservation.room import Room
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
+from apis import dra
 from apis.annotations import DeviceAllocations
+from apis.dra_claims import DeviceResult
 from apis.errors import CodecError
 from apis.quantity import Quantity
+from apis.resources import NVIDIA_GPU
 
 __all__ = ["NOT_IN_CACHE", "CoreAdapter", "FilterVerdicts", "PodRequest", "PodUsage", "Rejection"]
 
@@ -45,6 +60,12 @@ log = logging.getLogger(__name__)
 # The core's answer for a node it has never heard of (the watch cache is behind, or the node has
 # no Node object): resolvable, since the node may show up in a moment.
 NOT_IN_CACHE = Rejection(UNKNOWN_NODE.code, "node is not in the allocator's cache yet", unresolvable=False)
+# The extender path's answer for a node in DRA mode: one node is in one mode (docs/dra.md).
+DRA_MODE = Rejection(
+    "topoalloc: node in DRA mode",
+    "node hands its devices out through ResourceClaims (DRA mode), not device resources",
+    unresolvable=True,
+)
 
 
 class CoreAdapter:
@@ -58,6 +79,8 @@ class CoreAdapter:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         # Nodes whose Device CR does not decode: their reason replaces "no free GPU".
         self.device_errors: dict[str, Rejection] = {}
+        # Nodes whose Node says topoalloc.io/device-mode: dra. Their devices go to claims only.
+        self.dra_nodes: set[str] = set()
 
     @staticmethod
     def check_scoring(scoring: Mapping[str, Any]) -> None:
@@ -89,8 +112,9 @@ class CoreAdapter:
         """What `pod_usage` would read from a pod bound with these allocations, from the request
         already parsed at bind time (the pod's own requests, so the same numbers)."""
         return PodUsage(
-            key, node, allocations, req.cpu_milli, req.memory, req.nonzero_cpu_milli, req.nonzero_memory
-        )
+            key, node, allocations, req.cpu_milli, req.memory, req.nonzero_cpu_milli, req.nonzero_memory,
+            exclusive_cpus=req.exclusive_cpus, whole_cards=req.scalars.get(NVIDIA_GPU, 0) > 0,
+        )  # fmt: skip
 
     # -- cluster state ------------------------------------------------------------------------------
 
@@ -104,6 +128,12 @@ class CoreAdapter:
 
     def set_node(self, node: Mapping[str, Any]) -> str | None:
         """Install a Node's labels and allocatable; a problem string if it does not decode."""
+        meta = node.get("metadata") or {}
+        name = meta.get("name") or ""
+        if (meta.get("labels") or {}).get(dra.MODE_LABEL) == dra.MODE_DRA:
+            self.dra_nodes.add(name)
+        else:
+            self.dra_nodes.discard(name)
         try:
             self.cluster.upsert_node(node)
         except CodecError as exc:
@@ -111,6 +141,7 @@ class CoreAdapter:
         return None
 
     def remove_node(self, name: str) -> None:
+        self.dra_nodes.discard(name)
         self.cluster.remove_node(name)
 
     def set_device(self, device: Mapping[str, Any]) -> Rejection | None:
@@ -139,6 +170,7 @@ class CoreAdapter:
         self.cluster.assign(
             key, node, usage.allocations, usage.cpu_milli, usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli, nonzero_memory=usage.nonzero_memory,
+            exclusive_cpus=usage.exclusive_cpus, whole_cards=usage.whole_cards,
         )  # fmt: skip
 
     def assign_reservation(
@@ -156,22 +188,36 @@ class CoreAdapter:
 
     def filter_nodes(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
         """The filter verb's answer: passed, failed and unresolvable messages and counts per
-        reason code, built from the core's columns without a per-node Python loop."""
-        verdicts = self.cluster.verdicts(req, names, unknown=NOT_IN_CACHE)
+        reason code, built from the core's columns without a per-node Python loop. A node in DRA
+        mode refuses a pod that asks for device resources."""
+        dra_mode = self._dra_among(req, names)
+        asked = [n for n in names if n not in dra_mode] if dra_mode else names
+        verdicts = self.cluster.verdicts(req, asked, unknown=NOT_IN_CACHE)
         errors = self.device_errors
         if errors and any(n in verdicts.failed or n in verdicts.unresolvable for n in errors):
             # Rare (a Device CR that does not decode): the per-node path, which keeps the order.
             return FilterVerdicts.from_rejections(*self.filter_each(req, names))
+        if dra_mode:
+            verdicts.unresolvable.update(dict.fromkeys(dra_mode, DRA_MODE.message))
+            verdicts.codes[DRA_MODE.code] += len(dra_mode)
         return verdicts
+
+    def _dra_among(self, req: PodRequest, names: Iterable[str]) -> set[str]:
+        """The DRA-mode nodes among `names`, when the pod asks for device resources."""
+        if not self.dra_nodes or not req.wants_devices:
+            return set()
+        return {n for n in names if n in self.dra_nodes}
 
     def filter_each(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, Rejection]]:
         """`filter_nodes` node by node: the names that can host the pod's devices, in the order
         given, and a reason for each other. A node whose Device CR does not decode says so rather
         than "no free GPU"."""
-        passed, failed = self.cluster.feasible(req, names)
+        dra_mode = self._dra_among(req, names)
+        passed, failed = self.cluster.feasible(req, [n for n in names if n not in dra_mode])
         for name, rej in failed.items():
             if rej is UNKNOWN_NODE:
                 failed[name] = NOT_IN_CACHE
+        failed.update(dict.fromkeys(dra_mode, DRA_MODE))
         for name, problem in self.device_errors.items():
             if name in failed:
                 failed[name] = problem
@@ -187,6 +233,8 @@ class CoreAdapter:
         """The bind-time choice, with the configured device scoring (Koordinator's Reserve)."""
         if node not in self.cluster.nodes:
             return NOT_IN_CACHE
+        if self._dra_among(req, (node,)):
+            return DRA_MODE
         result = self.cluster.allocate(req, node, self.scoring.device_scoring, scorer=self.scorer)
         if isinstance(result, Rejection):
             return result
@@ -195,6 +243,8 @@ class CoreAdapter:
     def node_rejection(self, req: PodRequest, node: str) -> Rejection | None:
         """The core's own reason `node` cannot host the pod, with its detail (what the node has
         left), for an Event; None when it can."""
+        if self._dra_among(req, (node,)):
+            return DRA_MODE
         return self.cluster.feasible(req, [node])[1].get(node)
 
     # -- preemption and gang planning ---------------------------------------------------------------
@@ -210,7 +260,7 @@ class CoreAdapter:
         scoring = self.scoring.device_scoring
         for node in nodes:
             state = self.cluster.nodes.get(node)
-            if state is None:
+            if state is None or self._dra_among(req, (node,)):
                 continue
             here = [c for c in candidates if c.node == node or c.gang]
             got = node_victims(state, req, here, scoring=scoring)
@@ -225,9 +275,13 @@ class CoreAdapter:
         *,
         siblings: Mapping[str, int],
         names: Iterable[str],
+        levels: Levels | None = None,
     ) -> GangPlan | NoPlan:
-        """A placement for every member at once among `names` (core/gang/plan.py)."""
-        return plan_gang(self.cluster, requests, settings, siblings=siblings, names=names)
+        """A placement for every member at once among `names` (core/gang/plan.py), inside one
+        domain of the gang's topology levels (core/gang/levels.py); DRA-mode nodes take no member
+        that asks for device resources."""
+        names = self._mode_nodes(requests, names)
+        return plan_in_levels(self.cluster, requests, settings, levels, siblings=siblings, names=names)
 
     def plan_with_preemption(
         self,
@@ -237,12 +291,26 @@ class CoreAdapter:
         *,
         names: Iterable[str],
         siblings: Mapping[str, int],
+        levels: Levels | None = None,
     ) -> PreemptionPlan | NoPlan:
         """A placement for every member and the cheapest victims among `candidates` that make room
-        for it (core/gang/preemption.py)."""
-        return plan_with_preemption(
-            self.cluster, requests, candidates, settings, names=names, siblings=siblings
+        for it (core/gang/preemption.py), keeping to the gang's topology levels (levels.py)."""
+        names = self._mode_nodes(requests, names)
+        return preempt_in_levels(
+            self.cluster, requests, candidates, settings, levels, names=names, siblings=siblings
         )
+
+    def _mode_nodes(self, requests: Sequence[PodRequest], names: Iterable[str]) -> list[str]:
+        if self.dra_nodes and any(r.wants_devices for r in requests):
+            return [n for n in names if n not in self.dra_nodes]
+        return list(names)
+
+    def keep_to_level(
+        self, names: Sequence[str], siblings: Mapping[str, int], key: str, group: str
+    ) -> tuple[list[str], dict[str, Rejection]]:
+        """The nodes a job-group pod placed on its own may use under a required level (the
+        siblings' domain of `key`), and why the others may not (core/gang/levels.py)."""
+        return keep_to_level(self.cluster.nodes, names, siblings, key, group)
 
     def min_resources_shortage(
         self, wanted: Mapping[str, Quantity], names: Iterable[str], removable: Collection[str]
@@ -267,3 +335,80 @@ class CoreAdapter:
         """The prioritize answer for a pod with siblings: the scorer's scores blended with the
         affinity to nodes sharing `keys` labels with them (core/gang/siblings.py)."""
         return sibling_priorities(self.cluster, req, names, self.scorer, siblings, keys, weight)
+
+    # -- reservations (core/reservation) ------------------------------------------------------------
+
+    def room_allocate(
+        self, req: PodRequest, room: Room, *, scored: bool = True, explain: list[str] | None = None
+    ) -> DeviceAllocations | Rejection:
+        """An owner's devices from `room` on its node (the room's own first); `scored=False` is
+        the filter's check (no device scoring), True the bind's choice."""
+        state = self.cluster.nodes.get(room.node)
+        if state is None:
+            return NOT_IN_CACHE
+        if self._dra_among(req, (room.node,)):
+            return DRA_MODE
+        scoring = self.scoring.device_scoring if scored else None
+        got = allocate_from_room(state, req, room, scoring=scoring, explain=explain)
+        return got.devices if isinstance(got, Allocation) else got
+
+    def ignoring_allocate(
+        self, req: PodRequest, node: str, rooms: Iterable[str], *, scored: bool = True
+    ) -> DeviceAllocations | Rejection:
+        """A reservation-ignored pod's devices on `node`, the rooms `rooms` counted free."""
+        state = self.cluster.nodes.get(node)
+        if state is None:
+            return NOT_IN_CACHE
+        if self._dra_among(req, (node,)):
+            return DRA_MODE
+        got = allocate_ignoring(state, req, rooms, scoring=self.scoring.device_scoring if scored else None)
+        return got.devices if isinstance(got, Allocation) else got
+
+    def place_room(self, req: PodRequest, names: Iterable[str] | None = None) -> RoomPlan | NoRoom:
+        """A Reservation's node and devices, chosen as a pod's are (core/reservation/place.py); a
+        template of device resources never goes to a DRA-mode node (as a pod's would not)."""
+        pool = list(self.cluster.nodes if names is None else names)
+        refused = dict.fromkeys(self._dra_among(req, pool), DRA_MODE)
+        return place_reservation(
+            self.cluster, req, pool, scorer=self.scorer, scoring=self.scoring.device_scoring, refused=refused
+        )
+
+    def resources_short(self, req: PodRequest, names: Sequence[str]) -> dict[str, Rejection]:
+        """The named nodes that lack cpu, memory or a pod slot for the pod once the rooms there are
+        counted (kube-scheduler does not know what a room holds; core/reservation/fit.py)."""
+        return short_of_rooms(self.cluster, req, names)
+
+    # -- DRA claims ---------------------------------------------------------------------------------
+
+    def claim_usage(
+        self, node: str, pool: str, results: Iterable[DeviceResult]
+    ) -> tuple[DeviceAllocations, list[str]]:
+        """What a claim's results take on `node` (whoever allocated them), read against the node's
+        Device; and the devices that could not be counted (core/claims/published.py)."""
+        state = self.cluster.nodes.get(node)
+        return results_usage(None if state is None else state.inventory, pool, results)
+
+    def place_claims(
+        self,
+        creq: ClaimsRequest,
+        names: Sequence[str],
+        published: Mapping[str, NodeDevices],
+        *,
+        explain: bool = False,
+    ) -> ClaimAnswer | NoPlacement:
+        """The node and devices for a pod's claims among `names` (core/claims/place.py), with the
+        configured device scoring and the extender's node scorer."""
+        return place(
+            self.cluster, creq, names, published, self.scorer, self.scoring.device_scoring, explain=explain
+        )
+
+    def place_claim_gang(
+        self,
+        members: Sequence[ClaimsRequest],
+        names: Sequence[str],
+        published: Mapping[str, NodeDevices],
+        topology_keys: Sequence[str] = (),
+    ) -> list[ClaimAnswer] | NoPlacement:
+        """Every member's claims at once, or why not (core/claims/gang.py)."""
+        settings = PlanSettings(topology_keys=tuple(topology_keys), scoring=self.scoring.device_scoring)
+        return place_gang(self.cluster, members, names, published, self.scorer, settings)

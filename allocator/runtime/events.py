@@ -30,7 +30,8 @@ NOTE_LIMIT = 1024  # events.k8s.io/v1 validation
 
 @dataclass
 class PodRef:
-    """The object an Event is about: a Pod unless `kind` says otherwise (gangs report on PodGroups)."""
+    """The object an Event is about: a Pod unless `kind` says otherwise (gangs report on PodGroups,
+    Reservations on themselves: cluster-scoped, `namespace` "")."""
 
     namespace: str
     name: str
@@ -198,20 +199,19 @@ class EventRecorder:
             self._count("dropped")
             return
         ref = series.ref
-        regarding = {
-            "apiVersion": ref.api_version,
-            "kind": ref.kind,
-            "namespace": ref.namespace,
-            "name": ref.name,
-        }
+        regarding = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+        if ref.namespace:
+            regarding["namespace"] = ref.namespace
         if ref.uid:
             regarding["uid"] = ref.uid
+        # A cluster-scoped object (a Reservation) has its Events in "default", as Nodes do.
+        namespace = ref.namespace or "default"
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             # A generateName must itself be a valid name prefix: it may end in '-', not in '.'
             # (kube-apiserver answers 422; tests/cluster pins it).
-            "metadata": {"generateName": f"{ref.name}-", "namespace": ref.namespace},
+            "metadata": {"generateName": f"{ref.name}-", "namespace": namespace},
             "eventTime": micro_time(),
             "reportingController": CONTROLLER,
             "reportingInstance": self.instance[:128],
@@ -222,7 +222,7 @@ class EventRecorder:
             "regarding": regarding,
         }
         try:
-            created = await self.api.create_event(ref.namespace, body)
+            created = await self.api.create_event(namespace, body)
         except ApiError as exc:
             self._count("failed")
             # Never below WARNING: a refused Event is otherwise invisible (users see no Events).
@@ -239,8 +239,9 @@ class EventRecorder:
             if series.count > series.written_count and (force or now - series.last_write >= self.window):
                 if series.event_name and self._bucket.take(now):
                     patch = {"series": {"count": series.count, "lastObservedTime": micro_time()}}
+                    namespace = series.ref.namespace or "default"
                     try:
-                        await self.api.patch_event(series.ref.namespace, series.event_name, patch)
+                        await self.api.patch_event(namespace, series.event_name, patch)
                         series.written_count = series.count
                         series.last_write = now
                         self.written += 1

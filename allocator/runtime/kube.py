@@ -23,12 +23,14 @@ from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from yarl import URL
 
-from apis import device, podgroup
+from apis import device, dra, podgroup, reservation, workload
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+# Built-in kinds only: merges lists by their patchMergeKey (a native PodGroup's conditions by type).
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 USER_AGENT = "topoalloc-allocator"
 
 
@@ -69,23 +71,41 @@ class ApiError(Exception):
 class Kind:
     """A resource the watch cache lists and watches across all namespaces."""
 
-    name: str
+    name: str  # unique among the kinds watched (metric label, log name)
     group: str  # "" for the core group
     version: str
     plural: str
-    # Read when the allocator may: a LIST that RBAC forbids is an empty set, not an outage (an
-    # allocator upgraded before its ClusterRole still serves; it just weighs no budgets).
+    # A kind that may not be there for us: looked up through API discovery before every LIST (an
+    # alpha API the server serves only when turned on), and a LIST that RBAC forbids is an empty set
+    # too, not an outage (an allocator upgraded before its ClusterRole still serves; it just weighs
+    # no budgets).
     optional: bool = False
 
     @property
     def custom(self) -> bool:
         return bool(self.group)
 
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
 
 NODES = Kind("Node", "", "v1", "nodes")
 PODS = Kind("Pod", "", "v1", "pods")
 DEVICES = Kind(device.KIND, device.GROUP, device.VERSION, device.PLURAL)
 PODGROUPS = Kind("PodGroup", podgroup.GROUP, podgroup.VERSION, podgroup.PLURAL)
+# Kubernetes' own gang API: 1.36 serves v1alpha2 PodGroups, 1.35 v1alpha1 Workloads (apis/workload.py).
+NATIVE_PODGROUPS = Kind(
+    "PodGroup.scheduling.k8s.io", workload.GROUP, workload.V1ALPHA2, workload.PODGROUPS, optional=True
+)
+WORKLOADS = Kind("Workload", workload.GROUP, workload.V1ALPHA1, workload.WORKLOADS, optional=True)
+RESERVATIONS = Kind(reservation.KIND, reservation.GROUP, reservation.VERSION, reservation.PLURAL)
+# DRA (resource.k8s.io/v1): what claims are allocated from and against.
+RESOURCECLAIMS = Kind("ResourceClaim", dra.GROUP, dra.VERSION, "resourceclaims")
+RESOURCECLAIMTEMPLATES = Kind("ResourceClaimTemplate", dra.GROUP, dra.VERSION, "resourceclaimtemplates")
+DEVICECLASSES = Kind("DeviceClass", dra.GROUP, dra.VERSION, "deviceclasses")
+RESOURCESLICES = Kind("ResourceSlice", dra.GROUP, dra.VERSION, "resourceslices")
+DRA_KINDS = (DEVICECLASSES, RESOURCESLICES, RESOURCECLAIMTEMPLATES, RESOURCECLAIMS)
 PDBS = Kind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", optional=True)
 
 
@@ -279,6 +299,17 @@ class KubeApi:
         if kind.custom:
             return f"/apis/{kind.group}/{kind.version}/{kind.plural}"
         return f"/api/{kind.version}/{kind.plural}"
+
+    async def serves(self, kind: Kind) -> bool:
+        """API discovery: whether the server serves `kind` in its group and version now."""
+        path = f"/apis/{kind.group_version}" if kind.group else f"/api/{kind.version}"
+        try:
+            found = await self._call("GET", path)
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return any(isinstance(r, dict) and r.get("name") == kind.plural for r in found.get("resources") or [])
 
     async def list(self, kind: Kind, *, page_size: int = 500) -> tuple[list[JSON], str]:
         """A consistent LIST (read from etcd, pages of `page_size`): the items and the list's

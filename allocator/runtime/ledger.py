@@ -9,8 +9,14 @@ keeps everything else that takes devices, per pod key, as a `Reservation`:
     bound or the gang drops the hold (allocator/gang/holds.py). Bind then takes the held devices,
     and asks `guard` (gang scheduling's `bind_refusal`, plugged in by allocator/assembly.py) whether
     it may bind the pod to that node at all.
-DRA claim allocations and Reservations (room held for pods not created yet) are the next entries
-this ledger will carry, beside these.
+  * a *room* (`hold_room`) is what a placed Reservation still holds on its node (room held for
+    pods not created yet, allocator/reservations): no pod, no TTL, replaced whenever its owners
+    take from it, dropped when the Reservation ends. Bind asks `placer` first: an owner of a room
+    gets its devices from the room (and the binding's extra annotations with them).
+  * a *claim hold* (`hold_claim`) holds the devices the claims controller chose for a
+    ResourceClaim (key `claim:<namespace>/<name>`) while it writes the claim's allocation, until the
+    watch shows the claim allocated (the cache drops the hold then: the claim's own entry counts)
+    or the controller drops it (the write failed).
 
 Every change of an entry is handed to `settle(key)` (the cache's: it makes the core count the
 pod's reservation, else its own entry). All methods are synchronous and the process runs one
@@ -26,6 +32,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Container, Mapping
+from dataclasses import dataclass, field
 
 from allocator.runtime.cache.records import (
     JSON,
@@ -44,6 +51,25 @@ log = logging.getLogger(__name__)
 Allocate = Callable[[PodRequest, str], "DeviceAllocations | Rejection"]
 # Why a pod must not be bound to a node now (None: go ahead); gang scheduling's `bind_refusal`.
 BindGuard = Callable[[PodRequest, str], "Rejection | None"]
+ROOM_HOLDER = "reservation"  # the holder of every room entry
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A bind's devices chosen by someone else than the core's plain choice (a room's owner)."""
+
+    allocations: DeviceAllocations
+    room: str = ""  # the Reservation whose room it takes from
+    annotations: Mapping[str, str] = field(default_factory=dict)  # written beside device-allocated
+
+
+# The devices of a pod on a node when it owns a room there; None: the plain choice decides.
+Placer = Callable[[JSON, PodRequest, str], "Placed | Rejection | None"]
+
+
+def no_placer(pod: JSON, req: PodRequest, node: str) -> Placed | Rejection | None:
+    """The placer without Reservations: every bind takes the core's plain choice."""
+    return None
 
 
 def no_refusal(req: PodRequest, node: str) -> Rejection | None:
@@ -74,6 +100,10 @@ class HoldLedger:
         self.reservations: dict[str, Reservation] = {}
         # Why a pod must not be bound to a node now (gang scheduling's, set at wiring time).
         self.guard: BindGuard = no_refusal
+        # An owner's devices from its room (Reservations', set at wiring time).
+        self.placer: Placer = no_placer
+        # Told of every entry that goes (Reservations recount the room a failed bind took from).
+        self.on_drop: list[Callable[[Reservation], None]] = []
         self._tokens = itertools.count(1)
 
     # -- the bind path ---------------------------------------------------------------------------
@@ -101,7 +131,10 @@ class HoldLedger:
         refusal = self.guard(req, node)
         if refusal is not None:
             return refusal
-        chosen = self.allocate(req, node)
+        placed = self.placer(pod, req, node)
+        if isinstance(placed, Rejection):
+            return placed
+        chosen = self.allocate(req, node) if placed is None else placed.allocations
         if isinstance(chosen, Rejection):
             return chosen
         res = Reservation(
@@ -113,6 +146,8 @@ class HoldLedger:
             annotation=chosen.to_json(),
             request=req,
             expires=self.clock() + self.ttl,
+            room=placed.room if placed is not None else "",
+            extra=placed.annotations if placed is not None else {},
         )
         self._add(res)
         return res
@@ -157,12 +192,64 @@ class HoldLedger:
         self._add(res)
         return res
 
+    def hold_claim(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
+    ) -> Reservation | str:
+        """Hold devices for the ResourceClaim counted under `key` on `node` while its allocation is
+        written (no TTL: the cache or the holder ends it). `req` carries no cpu or memory: those are
+        the pod's, counted when it binds. Refused (the reason) while another entry holds the key."""
+        if key in self.reservations or node not in self.nodes:
+            return "the claim or its node is busy"
+        res = Reservation(
+            token=next(self._tokens),
+            key=key,
+            uid=uid,
+            node=node,
+            allocations=allocations,
+            annotation=allocations.to_json(),
+            request=req,
+            expires=math.inf,
+            holder=holder,
+        )
+        self._add(res)
+        return res
+
     def drop_hold(self, key: str, *, force: bool = False) -> bool:
         """Drop a hold unless its bind is under way (that bind ends in a binding or in a rollback
         that leaves the hold to its holder again); `force` drops it anyway (leadership lost, or a
         bind that never finished)."""
         res = self.reservations.get(key)
         if res is None or not res.holder or (res.binding and not force):
+            return False
+        self.drop(key)
+        self.settle(key)
+        return True
+
+    # -- rooms (Reservations) --------------------------------------------------------------------
+
+    def hold_room(self, key: str, node: str, allocations: DeviceAllocations, req: PodRequest) -> None:
+        """Hold (or hold anew, with what is left of it) a Reservation's room on `node`; `req`
+        carries its cpu and memory."""
+        old = self.reservations.get(key)
+        same = (node, allocations.to_json(), req.cpu_milli, req.memory)
+        if old is not None and (old.node, old.annotation, old.request.cpu_milli, old.request.memory) == same:
+            return  # nothing changed: the core keeps counting it as it is
+        res = Reservation(
+            token=next(self._tokens),
+            key=key,
+            uid="",
+            node=node,
+            allocations=allocations,
+            annotation=allocations.to_json(),
+            request=req,
+            expires=math.inf,
+            holder=ROOM_HOLDER,
+        )
+        self._add(res)
+
+    def drop_room(self, key: str) -> bool:
+        res = self.reservations.get(key)
+        if res is None or res.holder != ROOM_HOLDER:
             return False
         self.drop(key)
         self.settle(key)
@@ -184,8 +271,11 @@ class HoldLedger:
     def drop(self, key: str) -> None:
         """Forget the pod's entry without settling it: the cache does, once it has taken in the
         change that ended it (the pod bound, finished, deleted or replaced)."""
-        if self.reservations.pop(key, None) is not None:
+        res = self.reservations.pop(key, None)
+        if res is not None:
             self._gauge()
+            for listener in self.on_drop:
+                listener(res)
 
     def _add(self, res: Reservation) -> None:
         self.reservations[res.key] = res

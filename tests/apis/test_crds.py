@@ -76,11 +76,11 @@ def _validate(kind: str, obj: dict) -> None:
     jsonschema.validate(obj, _schema(kind), cls=jsonschema.Draft4Validator)
 
 
-def test_both_crds_present() -> None:
-    assert set(_crds()) == {"Device", "PodGroup"}
+def test_every_crd_present() -> None:
+    assert set(_crds()) == {"Device", "PodGroup", "Reservation"}
 
 
-@pytest.mark.parametrize("kind", ["Device", "PodGroup"])
+@pytest.mark.parametrize("kind", ["Device", "PodGroup", "Reservation"])
 def test_crd_is_structural(kind: str) -> None:
     assert structural_errors(_schema(kind)) == []
 
@@ -95,7 +95,7 @@ def test_checker_catches_non_structural_schemas() -> None:
     assert any("description not allowed" in e for e in errors)
 
 
-@pytest.mark.parametrize("kind", ["Device", "PodGroup"])
+@pytest.mark.parametrize("kind", ["Device", "PodGroup", "Reservation"])
 def test_printer_columns_point_at_declared_fields(kind: str) -> None:
     (version,) = _crds()[kind]["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]

@@ -27,14 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.gang_sources import SCHEDULER_PLUGINS, GangSource
 from tests.cluster.harness import ALLOCATED, DEVICES, ClusterEnv, gpu_pod
 from tests.support.cluster_product import agent_argv
 from tests.support.controlplane import ControlPlane, Process
 from tests.support.kubelet import AdmissionError, Granted, StandInKubelet
 
 PLUGIN_RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma"]
-PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
-GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 @dataclass
@@ -46,7 +45,13 @@ class PluginNode:
 
 
 def start_plugin_node(
-    cluster: ClusterEnv, name: str, *, fixture: str = "dgx-h100", gpus: int = 8, labels: dict[str, str]
+    cluster: ClusterEnv,
+    name: str,
+    *,
+    fixture: str = "dgx-h100",
+    gpus: int = 8,
+    labels: dict[str, str],
+    extra_args: tuple[str, ...] = (),
 ) -> PluginNode:
     """A Node, its stand-in kubelet and its agent serving that kubelet (not waited for: see
     `wait_plugin_node`, so that several nodes start together)."""
@@ -72,6 +77,7 @@ def start_plugin_node(
         str(root / "dev"),
         "--state-dir",
         str(root / "state"),
+        *extra_args,
     )
     agent = Process(f"agent-{name}", argv, cluster.workdir / f"agent-{name}.log").start()
     cluster.extra.append(agent)
@@ -107,22 +113,21 @@ def gpu_uuids(cluster: ClusterEnv, node: str) -> dict[int, str]:
 
 
 def create_gang(
-    cp: ControlPlane, ns: str, group: str, members: int, gpus: int, selector: dict[str, str]
+    cp: ControlPlane,
+    ns: str,
+    group: str,
+    members: int,
+    gpus: int,
+    selector: dict[str, str],
+    source: GangSource = SCHEDULER_PLUGINS,
 ) -> float:
-    """A PodGroup and its members, POSTed in parallel (a burst). Returns when (time.monotonic) the
-    last member was created: from then on the gang is complete."""
-    cp.admin.post(
-        PODGROUPS.format(ns=ns),
-        {
-            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": group},
-            "spec": {"minMember": members},
-        },
-    )
+    """The gang's object (a PodGroup of `source`'s kind) and its members, POSTed in parallel (a
+    burst). Returns when (time.monotonic) the last member was created: from then on the gang is
+    complete."""
+    source.create(cp, ns, group, members)
 
     def one(i: int) -> float:
-        body = gpu_pod(f"{group}-{i:02d}", gpus=gpus, labels={GROUP_LABEL: group}, node_selector=selector)
+        body = source.join(gpu_pod(f"{group}-{i:02d}", gpus=gpus, node_selector=selector), group)
         cp.admin.post(f"/api/v1/namespaces/{ns}/pods", body)
         return time.monotonic()
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.apis.paths import require_shared
+from tests.cluster.gang_sources import GangSource
 from tests.cluster.harness import ClusterEnv
 from tests.support.kube_releases import KubeRelease, selected_releases
 
@@ -95,6 +96,26 @@ def ns(cluster: ClusterEnv) -> Iterator[str]:
     yield name
     cluster.delete_pods(name)
     cluster.cp.admin.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="module")
+def gang_source(
+    request: pytest.FixtureRequest, cluster: ClusterEnv, release: KubeRelease
+) -> Iterator[GangSource]:
+    """The gang source a module's scenarios run with (parametrised indirectly by the module:
+    `pytestmark = gang_sources(...)`), on the releases that serve it; the one without kube-scheduler's
+    gang plugin restarts kube-scheduler and the allocator for the module, and back after it."""
+    source: GangSource = request.param
+    if release.minor not in source.releases:
+        pytest.skip(f"{source.id} gangs are not served by Kubernetes {release.minor}")
+    if source.kube_scheduler_plugin:
+        yield source
+        return
+    cluster.kube_scheduler_gang_plugin(False)
+    try:
+        yield source
+    finally:
+        cluster.kube_scheduler_gang_plugin(True)
 
 
 def _logs(env: ClusterEnv, lines: int = 60) -> str:

@@ -69,6 +69,9 @@ class ClusterEnv:
             scheduler_config=scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs),
             controller_manager=True,
             release=self.release,
+            # The native gang API's alpha gates, on for the whole tier: every test passes with them.
+            feature_gates=self.release.feature_gates,
+            runtime_config=self.release.runtime_config,
         )
         self.cp.start()
         self.apply_manifests()
@@ -117,6 +120,18 @@ class ClusterEnv:
         self.replicas[identity] = replica
         self.started.append(replica.process)
         return replica
+
+    def kube_scheduler_gang_plugin(self, on: bool) -> None:
+        """Restart kube-scheduler with its GangScheduling plugin (the default profile's, with the
+        gates on) or without it, and the allocator to match (`--gang-plugin-schedulers ""`: it
+        gates Kubernetes' own gangs itself)."""
+        config = scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs)
+        if not on:
+            disabled = {"multiPoint": {"disabled": [{"name": "GangScheduling"}]}}
+            config["profiles"] = [{"schedulerName": "default-scheduler", "plugins": disabled}]
+        self.cp.start_scheduler(config)
+        args = () if on else ("--gang-plugin-schedulers", "")
+        self.start_allocator("alloc-a", extra_args=args).wait_ready("/readyz")
 
     def stop(self) -> None:
         for agent in self.agents:

@@ -1,5 +1,5 @@
-"""Scenario: a 40-pod gang (PodGroup, 1 nvidia.com/gpu each) fills 5 DGX H100 nodes at once, from
-kube-scheduler to the containers. Each node runs the real agent (device plugins on) and a stand-in
+"""Scenario: a 40-pod gang (PodGroup of either API, 1 nvidia.com/gpu each) fills 5 DGX H100 nodes at
+once, from kube-scheduler to the containers. Each node runs the real agent (device plugins on) and a stand-in
 kubelet that admits pods as they bind, nodes in parallel (tests/cluster/burst.py). The whole gang
 is admitted in a random order among same-second members, every container gets exactly its own
 pod's annotated GPU (the agent names the pod from kubelet's PodResources list, not from the order),
@@ -24,11 +24,20 @@ from tests.cluster.burst import (
     stop_plugin_nodes,
     wait_plugin_node,
 )
+from tests.cluster.gang_sources import (
+    NATIVE,
+    SCHEDULER_PLUGINS,
+    GangSource,
+    gang_sources,
+)
 from tests.cluster.harness import ClusterEnv
 
 POOL = {"topoalloc.test/pool": "burst"}
 NODES = 5
 MEMBERS = 40
+
+# Gated native members go the way gated scheduler-plugins members go: two sources cover both ways.
+pytestmark = gang_sources(SCHEDULER_PLUGINS, NATIVE)
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +54,12 @@ def nodes(cluster: ClusterEnv) -> Iterator[list[PluginNode]]:
 
 
 def test_forty_pod_gang_admitted_whole_with_the_annotated_gpus(
-    cluster: ClusterEnv, ns: str, nodes: list[PluginNode]
+    cluster: ClusterEnv, ns: str, nodes: list[PluginNode], gang_source: GangSource
 ) -> None:
     uuids = {n.name: gpu_uuids(cluster, n.name) for n in nodes}
     kubelets = BurstKubelets(cluster.cp, ns, {n.name: n.kubelet for n in nodes})
     try:
-        create_gang(cluster.cp, ns, "burst", MEMBERS, 1, POOL)
+        create_gang(cluster.cp, ns, "burst", MEMBERS, 1, POOL, gang_source)
         times = kubelets.wait_admitted(MEMBERS, timeout=90)
     finally:
         kubelets.close()
@@ -68,3 +77,5 @@ def test_forty_pod_gang_admitted_whole_with_the_annotated_gpus(
     # assigned: given its time, it must find nothing.
     assert rewritten_annotations(cluster.cp, ns, times) == []
     assert [e for e in cluster.events(ns) if e["reason"] == "DeviceAllocationMismatch"] == []
+    for node in nodes:  # the namespace's pods go with it: the next source's gang starts on empty kubelets
+        node.kubelet.forget()

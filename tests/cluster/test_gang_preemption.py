@@ -1,5 +1,7 @@
-"""Scenario: a high-priority gang on a real control plane full of low-priority 1-GPU pods. The
-members are gated by the allocator's webhook, so kube-scheduler never sees them; the gang
+"""Scenario: a high-priority gang on a real control plane full of low-priority 1-GPU pods, for each
+gang source (tests/cluster/gang_sources.py). The members are gated by the allocator's webhook, so
+kube-scheduler never sees them, or (kube-scheduler's gang plugin keeping a native gang whole) reach
+kube-scheduler and are held by the extender, which never preempts for a gang member; the gang
 controller plans the gang with victims, evicts them through the Eviction API (kube-controller-
 manager's disruption controller keeps PodDisruptionBudget status, so budgets are real), holds the
 room, and releases the members once the victims are gone (deleted with grace 0 here: no kubelet).
@@ -11,12 +13,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from apis import keys
+from tests.cluster.gang_sources import (
+    NATIVE,
+    NATIVE_WITHOUT_PLUGIN,
+    SCHEDULER_PLUGINS,
+    GangSource,
+    gang_sources,
+)
 from tests.cluster.harness import ClusterEnv, gpu_pod
 from tests.support.controlplane import ApiStatus, wait_until
 
 RACK = "topoalloc.io/rack"
 NODES = {"gp-a1": "ra", "gp-a2": "ra", "gp-b1": "rb", "gp-b2": "rb"}
+
+pytestmark = gang_sources(SCHEDULER_PLUGINS, NATIVE, NATIVE_WITHOUT_PLUGIN)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +41,7 @@ def nodes(cluster: ClusterEnv) -> Iterator[dict[str, str]]:
 
 
 def test_a_high_priority_gang_evicts_one_racks_pods_and_binds_there(
-    cluster: ClusterEnv, ns: str, nodes: dict[str, str]
+    cluster: ClusterEnv, ns: str, nodes: dict[str, str], gang_source: GangSource
 ) -> None:
     admin = cluster.cp.admin
     for name, value in ((f"{ns}-low", 10), (f"{ns}-high", 1000)):
@@ -45,12 +55,9 @@ def test_a_high_priority_gang_evicts_one_racks_pods_and_binds_there(
             fillers.append(pod["metadata"]["name"])
     for name in fillers:
         cluster.wait_bound(ns, name, timeout=120)
-    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"}}
-    admin.post(
-        f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups", {**group, "spec": {"minMember": 2}}
-    )
+    gang_source.create(cluster.cp, ns, "train", 2)
     for i in range(2):
-        pod = gpu_pod(f"train{i}", gpus=8, labels={keys.POD_GROUP_LABEL: "train"})
+        pod = gang_source.join(gpu_pod(f"train{i}", gpus=8), "train")
         pod["spec"]["priorityClassName"] = f"{ns}-high"
         cluster.create_pod(ns, pod)
 
@@ -71,8 +78,14 @@ def test_a_high_priority_gang_evicts_one_racks_pods_and_binds_there(
     landed = {cluster.pod(ns, f"train{i}")["spec"]["nodeName"] for i in range(2)}
     assert len(landed) == 2 and len({nodes[n] for n in landed}) == 1  # one rack, a node each
     assert evicted == {f"f-{n}-{i}" for n in landed for i in range(8)}  # exactly those 16
-    status = admin.get(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/train")["status"]
-    kinds = {c["type"]: c for c in status.get("conditions") or []}  # kept: the CRD declares them
-    assert kinds["Scheduled"]["status"] == "True" or status["phase"] in ("Scheduling", "Scheduled")
+    status = gang_source.get(cluster.cp, ns, "train")["status"]
+    # kept: the CRD declares them; on a native PodGroup under topoalloc's own condition types
+    prefix = "topoalloc.io/" if gang_source.native else ""
+    kinds = {c["type"]: c for c in status.get("conditions") or []}
+    assert kinds[prefix + "Scheduled"]["status"] == "True" or status.get("phase") in (
+        "Scheduling",
+        "Scheduled",
+    )
+    assert kinds[prefix + "Preempting"]["reason"] in ("EvictingLowerPriorityPods", "NotPreempting")
     reasons = [e.get("reason") for e in cluster.events(ns)]
     assert "GangPreempting" in reasons, reasons

@@ -1,7 +1,11 @@
-"""Scenario 4: gangs on a real control plane. The allocator's admission webhook (called by
-kube-apiserver over TLS) gates every member; the gang controller places all members at once or
-none; kube-scheduler binds them through the extender. A PodGroup gang, a gang whose members a
-Job creates (kube-controller-manager's Job controller), a gang with no room, and its timeout."""
+"""Scenario 4: gangs on a real control plane, for every way to define one (tests/cluster/gang_sources.py):
+scheduler-plugins' PodGroup, Kubernetes' own PodGroup (1.36) with kube-scheduler's gang plugin and
+without it, a Workload's pod group (1.35). Where topoalloc gates (scheduler-plugins, or no gang plugin)
+its admission webhook gates every member; where kube-scheduler's plugin keeps the gang whole the
+members reach kube-scheduler and the extender holds them until the gang is planned. Either way the gang
+controller places all members at once or none, and kube-scheduler binds them through the extender. A
+gang, a gang whose members a Job creates (kube-controller-manager's Job controller; on 1.36 it makes
+the PodGroup too), a gang with no room and its timeout, a waiting gang explaining itself."""
 
 from __future__ import annotations
 
@@ -10,14 +14,15 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.gang_sources import GangSource, gang_events, gang_sources
 from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod
 from tests.support.controlplane import wait_until
 
 POOL = {"topoalloc.test/pool": "gang"}
 NODES = ("gang-a", "gang-b")
 GATE = "topoalloc.io/gang"
-PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
-CONTROLLER = "topoalloc.io/allocator"
+
+pytestmark = gang_sources()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -31,66 +36,41 @@ def nodes(cluster: ClusterEnv) -> Iterator[None]:
         cluster.remove_node(node)
 
 
-def podgroup(
-    cluster: ClusterEnv,
-    ns: str,
-    name: str,
-    min_member: int,
-    timeout: int | None = None,
-    min_resources: dict[str, str] | None = None,
-) -> None:
-    spec: dict[str, Any] = {"minMember": min_member}
-    if timeout is not None:
-        spec["scheduleTimeoutSeconds"] = timeout
-    if min_resources:
-        spec["minResources"] = min_resources
-    cluster.cp.admin.post(
-        PODGROUPS.format(ns=ns),
-        {
-            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": name},
-            "spec": spec,
-        },
-    )
-
-
-def member(name: str, group: str, gpus: int) -> dict[str, Any]:
-    return gpu_pod(
-        name,
-        resources={"koordinator.sh/gpu": str(100 * gpus)},
-        labels={"scheduling.x-k8s.io/pod-group": group},
-        node_selector=POOL,
-    )
+def member(source: GangSource, name: str, group: str, gpus: int) -> dict[str, Any]:
+    pod = gpu_pod(name, resources={"koordinator.sh/gpu": str(100 * gpus)}, node_selector=POOL)
+    return source.join(pod, group)
 
 
 def gates(pod: dict[str, Any]) -> list[str]:
     return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
 
 
-def phase(cluster: ClusterEnv, ns: str, name: str) -> str:
-    return str(
-        (cluster.cp.admin.get(f"{PODGROUPS.format(ns=ns)}/{name}").get("status") or {}).get("phase", "")
-    )
+def expected_gates(source: GangSource) -> list[str]:
+    """What a member waiting for its plan carries: topoalloc's gate, unless kube-scheduler's gang
+    plugin keeps the gang whole."""
+    return [GATE] if source.gated else []
 
 
-def gang_events(cluster: ClusterEnv, ns: str, reason: str) -> list[dict[str, Any]]:
-    return [
-        e for e in cluster.events(ns) if e.get("reportingComponent") == CONTROLLER and e["reason"] == reason
-    ]
+def state(cluster: ClusterEnv, source: GangSource, ns: str, name: str) -> str:
+    return source.state(cluster.cp, ns, name, cluster.events(ns))
 
 
-def test_podgroup_gang_binds_all_at_once(cluster: ClusterEnv, ns: str) -> None:
-    podgroup(cluster, ns, "trio", 3)
+def test_gang_binds_all_at_once(cluster: ClusterEnv, ns: str, gang_source: GangSource) -> None:
+    source = gang_source
+    source.create(cluster.cp, ns, "trio", 3)
     for name in ("w0", "w1"):
-        created = cluster.create_pod(ns, member(name, "trio", 2))
-        assert gates(created) == [GATE]  # the webhook gated it at creation
-    # Two of three exist: nothing is placed, the members stay gated (and kube-scheduler never sees them).
-    wait_until(lambda: phase(cluster, ns, "trio") == "Pending", timeout=30, what="PodGroup trio Pending")
+        created = cluster.create_pod(ns, member(source, name, "trio", 2))
+        assert gates(created) == expected_gates(source)  # the webhook gated it at creation, or not
+    # Two of three exist: nothing is placed (gated, or held by the extender and kube-scheduler's plugin).
+    wait_until(
+        lambda: gang_events(cluster.events(ns), source.kind, reason="GangWaiting"),
+        timeout=30,
+        what="the gang waiting for members",
+    )
     assert all(not cluster.pod(ns, n)["spec"].get("nodeName") for n in ("w0", "w1"))
-    assert all(gates(cluster.pod(ns, n)) == [GATE] for n in ("w0", "w1"))
+    assert all(gates(cluster.pod(ns, n)) == expected_gates(source) for n in ("w0", "w1"))
 
-    cluster.create_pod(ns, member("w2", "trio", 2))
+    cluster.create_pod(ns, member(source, "w2", "trio", 2))
     pods = [cluster.wait_bound(ns, n) for n in ("w0", "w1", "w2")]
     # 6 GPUs on two 4-GPU nodes, no GPU twice per node.
     by_node: dict[str, list[int]] = {}
@@ -99,35 +79,40 @@ def test_podgroup_gang_binds_all_at_once(cluster: ClusterEnv, ns: str) -> None:
     assert sum(len(m) for m in by_node.values()) == 6
     assert all(len(set(m)) == len(m) for m in by_node.values()), by_node
     wait_until(
-        lambda: phase(cluster, ns, "trio") in ("Scheduled", "Running"), timeout=30, what="trio Scheduled"
+        lambda: state(cluster, source, ns, "trio") in ("Scheduled", "Running"),
+        timeout=30,
+        what="trio Scheduled",
     )
     planned = wait_until(
-        lambda: gang_events(cluster, ns, "GangPlanned"), timeout=30, what="GangPlanned Event"
+        lambda: gang_events(cluster.events(ns), source.kind, "trio", "GangPlanned"),
+        timeout=30,
+        what="GangPlanned Event",
     )
-    assert planned[0]["involvedObject"]["kind"] == "PodGroup" and planned[0]["type"] == "Normal"
+    assert planned[0]["type"] == "Normal"
 
 
-def test_gang_without_room_stays_gated_then_times_out(cluster: ClusterEnv, ns: str) -> None:
-    podgroup(cluster, ns, "huge", 3, timeout=8)
+def test_gang_without_room_waits_then_times_out(
+    cluster: ClusterEnv, ns: str, gang_source: GangSource
+) -> None:
+    source = gang_source
+    source.create(cluster.cp, ns, "huge", 3, timeout=8)
     for i in range(3):  # 3 x 4 GPUs, the pool has 8
-        cluster.create_pod(ns, member(f"h{i}", "huge", 4))
+        cluster.create_pod(ns, member(source, f"h{i}", "huge", 4))
     # First "waiting for members" while they are being created, then why the three cannot go.
     [waiting] = wait_until(
         lambda: [
             e
-            for e in gang_events(cluster, ns, "GangWaiting")
-            if "no placement" in e["message"] and e["involvedObject"]["kind"] == "PodGroup"
+            for e in gang_events(cluster.events(ns), source.kind, reason="GangWaiting")
+            if "no placement" in e["message"]
         ],
         timeout=60,
         what="a GangWaiting Event saying there is no placement",
     )
     assert "GPU" in waiting["message"], waiting["message"]
     assert all(not cluster.pod(ns, f"h{i}")["spec"].get("nodeName") for i in range(3))
-    wait_until(lambda: phase(cluster, ns, "huge") == "Failed", timeout=60, what="PodGroup huge Failed")
+    wait_until(lambda: state(cluster, source, ns, "huge") == "Failed", timeout=60, what="gang huge Failed")
     [failed] = wait_until(
-        lambda: [
-            e for e in gang_events(cluster, ns, "GangFailed") if e["involvedObject"]["kind"] == "PodGroup"
-        ],
+        lambda: gang_events(cluster.events(ns), source.kind, reason="GangFailed"),
         timeout=30,
         what="GangFailed Event",
     )
@@ -137,8 +122,7 @@ def test_gang_without_room_stays_gated_then_times_out(cluster: ClusterEnv, ns: s
         lambda: (
             sorted(
                 e["involvedObject"]["name"]
-                for e in gang_events(cluster, ns, "GangFailed")
-                if e["involvedObject"]["kind"] == "Pod"
+                for e in gang_events(cluster.events(ns), "Pod", reason="GangFailed")
             )
             == ["h0", "h1", "h2"]
         ),
@@ -146,25 +130,27 @@ def test_gang_without_room_stays_gated_then_times_out(cluster: ClusterEnv, ns: s
         what="GangFailed Events on the three members",
     )
     assert told
-    # Not even part of it was bound, and the members still carry the gate.
+    # Not even part of it was bound; gated members still carry the gate.
     for i in range(3):
         pod = cluster.pod(ns, f"h{i}")
-        assert not pod["spec"].get("nodeName") and gates(pod) == [GATE]
+        assert not pod["spec"].get("nodeName") and gates(pod) == expected_gates(source)
 
 
-def test_job_created_gang(cluster: ClusterEnv, ns: str) -> None:
-    podgroup(cluster, ns, "job-gang", 2)
-    template = member("unused", "job-gang", 3)
+def test_job_created_gang(cluster: ClusterEnv, ns: str, gang_source: GangSource) -> None:
+    source = gang_source
+    template = member(source, "unused", "job-gang", 3)
     template["metadata"].pop("name")
     template["spec"]["restartPolicy"] = "Never"
+    spec: dict[str, Any] = {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": template}
+    if source.kind == "PodGroup" and source.native:
+        # 1.36 WorkloadWithJob: an Indexed Job gets its Workload and PodGroup from the Job controller.
+        template["spec"].pop("schedulingGroup")
+        spec["completionMode"] = "Indexed"
+    else:
+        source.create(cluster.cp, ns, "job-gang", 2)
     cluster.cp.admin.post(
         f"/apis/batch/v1/namespaces/{ns}/jobs",
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": "trainer"},
-            "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": template},
-        },
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "trainer"}, "spec": spec},
     )
 
     def job_pods() -> list[dict[str, Any]]:
@@ -172,7 +158,12 @@ def test_job_created_gang(cluster: ClusterEnv, ns: str) -> None:
             cluster.cp.admin.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="job-name=trainer")["items"]
         )
 
-    wait_until(lambda: len(job_pods()) == 2, timeout=60, what="the Job's 2 pods")
+    pods = wait_until(lambda: len(p := job_pods()) == 2 and p, timeout=60, what="the Job's 2 pods")
+    group = "job-gang"
+    if source.kind == "PodGroup" and source.native:
+        names = {p["spec"].get("schedulingGroup", {}).get("podGroupName") for p in pods}
+        assert len(names) == 1 and None not in names, names  # the Job controller's PodGroup
+        group = str(names.pop())
 
     def all_bound() -> list[dict[str, Any]] | None:
         pods = job_pods()
@@ -184,33 +175,49 @@ def test_job_created_gang(cluster: ClusterEnv, ns: str) -> None:
     assert all(len(gpu_minors(p)) == 3 for p in bound)
     # Placed as one gang, by one plan for both members.
     planned = wait_until(
-        lambda: gang_events(cluster, ns, "GangPlanned"), timeout=30, what="GangPlanned Event"
+        lambda: gang_events(cluster.events(ns), source.kind, reason="GangPlanned"),
+        timeout=30,
+        what="GangPlanned Event",
     )
-    assert planned[0]["involvedObject"]["name"] == "job-gang"
+    assert planned[0]["involvedObject"]["name"] == group
     assert "planned 2 member(s)" in planned[0]["message"], planned[0]["message"]
 
 
-def test_a_waiting_gang_explains_itself_on_its_pods_and_podgroup(cluster: ClusterEnv, ns: str) -> None:
-    # The pool has 8 GPUs; minResources asks for 9: the gang waits, and says so where users look.
-    podgroup(cluster, ns, "wide", 1, min_resources={"nvidia.com/gpu": "9"})
-    cluster.create_pod(ns, member("m0", "wide", 1))
+def test_a_waiting_gang_explains_itself_on_its_pods_and_object(
+    cluster: ClusterEnv, ns: str, gang_source: GangSource
+) -> None:
+    source = gang_source
+    if source.native:
+        # Nothing like minResources: a member that fits on no node (4 GPUs each) waits.
+        source.create(cluster.cp, ns, "wide", 1)
+        cluster.create_pod(ns, member(source, "m0", "wide", 5))
+        code, note = "Insufficient", "member " + ns + "/m0 fits on none of"
+    else:
+        # The pool has 8 GPUs; minResources asks for 9: the gang waits, and says so where users look.
+        source.create(cluster.cp, ns, "wide", 1, min_resources={"nvidia.com/gpu": "9"})
+        cluster.create_pod(ns, member(source, "m0", "wide", 1))
+        code, note = (
+            "InsufficientResources",
+            "minResources nvidia.com/gpu=9 is more than the nodes the gang may use have (8)",
+        )
 
     def pod_told() -> list[dict[str, Any]]:
         return [
-            e
-            for e in gang_events(cluster, ns, "GangWaiting")
-            if e["involvedObject"]["kind"] == "Pod" and "InsufficientResources" in e["message"]
+            e for e in gang_events(cluster.events(ns), "Pod", "m0", "GangWaiting") if note in e["message"]
         ]
 
-    [told] = wait_until(pod_told, timeout=60, what="a GangWaiting Event on the member pod")
-    assert told["involvedObject"]["name"] == "m0"
-    assert "minResources nvidia.com/gpu=9 is more than" in told["message"], told["message"]
+    # (Once per kind of wait: a cluster changing meanwhile may tell it twice, topology then resources.)
+    told = wait_until(pod_told, timeout=60, what="a GangWaiting Event on the member pod")
+    assert code in told[0]["message"], told[0]["message"]
 
     def described() -> str | None:
-        out = cluster.cp.kubectl("describe", "podgroup", "wide", "-n", ns).stdout
-        return out if "InsufficientResources" in out else None
+        out = source.describe(cluster.cp, ns, "wide")
+        return out if note in out else None
 
-    text = wait_until(described, timeout=30, what="kubectl describe podgroup showing the reason")
-    assert "minResources nvidia.com/gpu=9 is more than the nodes the gang may use have (8)" in text, text
+    # kubectl describe shows it: in the status conditions (topoalloc.io/Waiting on a native
+    # PodGroup, beside kube-scheduler's own) or, for a Workload without status, in its Events.
+    text = wait_until(described, timeout=30, what="kubectl describe of the gang's object showing the reason")
+    if source.kind == "PodGroup":  # the Waiting condition's reason (a Workload has no status)
+        assert code in text, text
     pod = cluster.pod(ns, "m0")
-    assert not pod["spec"].get("nodeName") and gates(pod) == [GATE]
+    assert not pod["spec"].get("nodeName") and gates(pod) == expected_gates(source)

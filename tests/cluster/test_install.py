@@ -394,7 +394,8 @@ def test_uninstall_keeps_crds_devices_and_podgroups_and_leaves_no_webhook(world:
     uninstall = next(c for c in DEPLOY if c == ".venv/bin/topoalloc uninstall")
     ran = world.topoalloc(*shlex.split(uninstall)[1:])
     assert ran.stdout.splitlines()[0] == "deleted MutatingWebhookConfiguration topoalloc-gang"
-    assert "kept CRDs devices.scheduling.koordinator.sh, podgroups.scheduling.x-k8s.io" in ran.stdout
+    kept = "devices.scheduling.koordinator.sh, podgroups.scheduling.x-k8s.io, reservations.scheduling.koordinator.sh"
+    assert f"kept CRDs {kept}" in ran.stdout, ran.stdout
     with pytest.raises(ApiStatus):
         world.cp.admin.get(f"{WEBHOOKS}/topoalloc-gang")
     assert {d["metadata"]["name"] for d in world.cp.admin.get(DEVICES)["items"]} == {"gpu-a", "gpu-b"}
@@ -408,7 +409,11 @@ def test_uninstall_keeps_crds_devices_and_podgroups_and_leaves_no_webhook(world:
     )
     assert world.ours() == [
         f"customresourcedefinition.apiextensions.k8s.io/{n}"
-        for n in ("devices.scheduling.koordinator.sh", "podgroups.scheduling.x-k8s.io")
+        for n in (
+            "devices.scheduling.koordinator.sh",
+            "podgroups.scheduling.x-k8s.io",
+            "reservations.scheduling.koordinator.sh",
+        )
     ]
     world.done.add("uninstall")
 
@@ -430,7 +435,11 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
     purge = next(c for c in DEPLOY if c == ".venv/bin/topoalloc uninstall --purge")
     ran = world.topoalloc(*shlex.split(purge)[1:])
     assert "removed label topoalloc.io/gpu-node from node gpu-b" in ran.stdout
-    for crd in ("devices.scheduling.koordinator.sh", "podgroups.scheduling.x-k8s.io"):
+    for crd in (
+        "devices.scheduling.koordinator.sh",
+        "podgroups.scheduling.x-k8s.io",
+        "reservations.scheduling.koordinator.sh",
+    ):
         world.wait(lambda c=crd: _gone(world, f"{CRDS}/{c}"), f"CRD {crd} gone")
     assert world.ours() == []
     assert "topoalloc.io/gpu-node" not in world.cp.admin.get("/api/v1/nodes/gpu-b")["metadata"]["labels"]
@@ -453,7 +462,8 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
     crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
     assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
     world.topoalloc(*shlex.split(purge)[1:])
-    world.wait(lambda: _gone(world, f"{CRDS}/podgroups.scheduling.x-k8s.io"), "PodGroup CRD gone")
+    for crd in ("podgroups.scheduling.x-k8s.io", "reservations.scheduling.koordinator.sh"):
+        world.wait(lambda c=crd: _gone(world, f"{CRDS}/{c}"), f"CRD {crd} gone")
     assert world.ours() == []
     crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
     assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}

@@ -4,9 +4,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.gang.native import GANG_KINDS, GangKind, serve_native_gangs
 from tests.service.pki import Pki
+from tests.support.fakeapi import FakeApiServer
 
 
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
     return Pki.create(tmp_path / "pki")
+
+
+@pytest.fixture(params=GANG_KINDS, ids=lambda k: k.id)
+def gang_kind(request: pytest.FixtureRequest, fake_api: FakeApiServer) -> GangKind:
+    """A scenario run once with a scheduler-plugins PodGroup and once with Kubernetes' own (served)."""
+    kind: GangKind = request.param
+    if kind.native:
+        serve_native_gangs(fake_api)
+    return kind

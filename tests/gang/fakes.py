@@ -22,6 +22,8 @@ class FakeGangCache:
         self.pods: dict[str, PodEntry] = {}
         self.nodes: dict[str, NodeFacts] = {}
         self.podgroups: dict[str, dict[str, Any]] = {}
+        self.native_podgroups: dict[str, dict[str, Any]] = {}
+        self.workloads: dict[str, dict[str, Any]] = {}
         self.ledger = HoldLedger(_no_choice, pods=self.pods, nodes=self.nodes, settle=lambda _key: None)
         self.budgets = DisruptionBudgets()
 

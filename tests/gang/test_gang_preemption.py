@@ -23,6 +23,7 @@ from tests.gang.harness import (
     node_of,
     podgroup,
 )
+from tests.gang.native import GangKind
 from tests.service.harness import double_booked, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
@@ -162,7 +163,9 @@ async def test_a_pdb_holds_the_eviction_and_the_held_room_is_not_taken(
         assert double_booked(w.fake.list_objects("pods", "default")) == []
 
 
-async def test_a_restarted_allocator_continues_the_recorded_hold(fake_api: FakeApiServer, pki: Pki) -> None:
+async def test_a_restarted_allocator_continues_the_recorded_hold(
+    fake_api: FakeApiServer, pki: Pki, gang_kind: GangKind
+) -> None:
     # n1 and n2 full of priority-0 pods; a budget keeps them from leaving (so no plan goes around
     # it). The first allocator holds n1 for the gang (equal costs: by name) and records the hold
     # on the member.
@@ -179,10 +182,11 @@ async def test_a_restarted_allocator_continues_the_recorded_hold(fake_api: FakeA
     }
     fake_api.put(pdb)
     async with gang_world(fake_api, pki) as w:
-        await w.admission.create_podgroup(podgroup("train", 1))
-        await w.admission.create_pod(high_member("train0", "train", 8))
+        await gang_kind.create_group(w, "train", 1)
+        await w.admission.create_pod(gang_kind.member("train0", "train", gpus=8, priority=HIGH))
         await until(lambda: keys.GANG_HOLD in (w.pods()["train0"]["metadata"].get("annotations") or {}), 10)
         assert w.gang_reservations() == {"default/train0": "n1"}
+        assert gates_of(w.pods()["train0"]) == gang_kind.gates() and not node_of(w.pods()["train0"])
     # While no allocator runs, half of n2 finishes: a fresh plan would now evict only 4 pods there.
     for m in range(4):
         fake_api.remove("pods", f"f-n2-{m}", "default")

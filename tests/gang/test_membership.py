@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from allocator.gang.timefmt import parse_duration
 from allocator.runtime.config import ServiceConfig
+from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import DEFAULT_TOPOLOGY_KEYS
 from allocator.runtime.ledger import no_refusal
 from apis import keys
@@ -91,7 +92,9 @@ async def test_members_of_a_missing_podgroup_wait_until_it_exists(fake_api: Fake
 
 async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: Pki) -> None:
 
-    async with running_allocator(fake_api, pki, gang=gang_settings(enabled=False)) as run:
+    off = {"gang": gang_settings(enabled=False), "dra": DraSettings(enabled=False)}
+    async with running_allocator(fake_api, pki, **off) as run:
+        # No webhook either (the DRA gate, served on the same port, is off too).
         assert run.service.gang is None and run.service.webhook_port == 0
         assert run.service.cache.ledger.guard is no_refusal
 
@@ -122,10 +125,16 @@ def test_settings_from_the_config_file_and_flags() -> None:
                 "topologyKeys": ["rack"],
                 "defaultTimeout": 600,
                 "schedulerNames": ["a"],
+                "gangPluginSchedulers": [],
             }
         }
     )
     assert cfg.gang.webhook_port == 9444 and cfg.gang.topology_keys == ["rack"]
+    # Without kube-scheduler's gang plugin topoalloc gates Kubernetes' own gangs too; the cluster's
+    # own scheduler is taken to run it, a secondary one (no alpha gates) not.
+    assert cfg.gang.gates(native=True) and not ServiceConfig().gang.gates(native=True)
+    assert ServiceConfig().gang.gates(native=True, scheduler="topoalloc-scheduler")
+    assert ServiceConfig().gang.gates(native=False)
     assert cfg.gang.default_timeout == 600.0 and cfg.gang.scheduler_names == ["a"]
     assert ServiceConfig().gang.topology_keys == list(DEFAULT_TOPOLOGY_KEYS)
     with pytest.raises(ValueError, match=r"gang\.webhookPorts: unknown setting"):

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from allocator.core.gang.priority import by_priority, gang_priority
-from tests.gang.harness import gang_world, gpu_node, member, node_of, podgroup
+from tests.gang.harness import gang_world, gpu_node, member, node_of
+from tests.gang.native import GangKind
 from tests.service.harness import double_booked, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
 
 
 async def test_the_younger_higher_priority_gang_goes_first_when_room_frees(
-    fake_api: FakeApiServer, pki: Pki
+    fake_api: FakeApiServer, pki: Pki, gang_kind: GangKind
 ) -> None:
     gpu_node(fake_api, "n1")
     # Without preemption, so both gangs wait for the filler to leave on its own.
@@ -18,14 +19,14 @@ async def test_the_younger_higher_priority_gang_goes_first_when_room_frees(
         await w.admission.create_pod(member("filler", gpus=8))
         await until(lambda: node_of(w.pods()["filler"]) == "n1", 10)
         # "old" (priority 10) has waited longer than "new" (priority 1000); each needs 6 GPUs.
-        await w.admission.create_podgroup(podgroup("old", 3))
+        await gang_kind.create_group(w, "old", 3)
         for i in range(3):
-            await w.admission.create_pod(member(f"old{i}", group="old", gpus=2, priority=10))
-        await until(lambda: w.podgroup_status("old").get("phase") == "PreScheduling", 5)
-        await w.admission.create_podgroup(podgroup("new", 3))
+            await w.admission.create_pod(gang_kind.member(f"old{i}", "old", gpus=2, priority=10))
+        await until(lambda: gang_kind.status(w, "old").get("phase") == "PreScheduling", 5)
+        await gang_kind.create_group(w, "new", 3)
         for i in range(3):
-            await w.admission.create_pod(member(f"new{i}", group="new", gpus=2, priority=1000))
-        await until(lambda: w.podgroup_status("new").get("phase") == "PreScheduling", 5)
+            await w.admission.create_pod(gang_kind.member(f"new{i}", "new", gpus=2, priority=1000))
+        await until(lambda: gang_kind.status(w, "new").get("phase") == "PreScheduling", 5)
         await w.admission.delete_pod("filler")
 
         def bound(prefix: str) -> int:

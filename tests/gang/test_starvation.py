@@ -4,18 +4,21 @@ it needs fewest pods to leave held for it as they free up; other pods backfill o
 from __future__ import annotations
 
 from tests.gang.harness import GangWorld, bound_elsewhere, gang_world, gpu_node, member, node_of, podgroup
+from tests.gang.native import GANG_KINDS, GangKind
 from tests.service.harness import double_booked, until
 from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
 
+SCHEDULER_PLUGINS = GANG_KINDS[0]
 
-def waiting(w: GangWorld, name: str) -> dict[str, str]:
-    conditions = w.podgroup_status(name).get("conditions") or []
+
+def waiting(w: GangWorld, name: str, kind: GangKind = SCHEDULER_PLUGINS) -> dict[str, str]:
+    conditions = kind.status(w, name).get("conditions") or []
     return next((c for c in conditions if c["type"] == "Waiting"), {})
 
 
 async def test_a_starving_gang_holds_the_room_freeing_up_and_small_pods_go_elsewhere(
-    fake_api: FakeApiServer, pki: Pki
+    fake_api: FakeApiServer, pki: Pki, gang_kind: GangKind
 ) -> None:
     # n1: eight 1-GPU pods. n2: one 4-GPU pod and 4 free GPUs. The 8-GPU gang (same priority as
     # everyone: no preemption) fits nowhere; n2 needs one pod to leave, n1 eight.
@@ -25,15 +28,16 @@ async def test_a_starving_gang_holds_the_room_freeing_up_and_small_pods_go_elsew
         bound_elsewhere(fake_api, f"s{m}", "n1", [m])
     bound_elsewhere(fake_api, "wide", "n2", [0, 1, 2, 3])
     async with gang_world(fake_api, pki, starvation_bound=1.0) as w:
-        await w.admission.create_podgroup(podgroup("big", 1))
-        await w.admission.create_pod(member("big0", group="big", gpus=8))
-        await until(lambda: waiting(w, "big").get("reason") == "HoldingRoom", 10)
-        assert "holding the room on n2 as 1 pod(s) there finish" in waiting(w, "big")["message"]
+        await gang_kind.create_group(w, "big", 1)
+        await w.admission.create_pod(gang_kind.member("big0", "big", gpus=8))
+        await until(lambda: waiting(w, "big", gang_kind).get("reason") == "HoldingRoom", 10)
+        assert "holding the room on n2 as 1 pod(s) there finish" in waiting(w, "big", gang_kind)["message"]
         assert any("waited longer than 1s" in n for n in w.notes_about("big", "PodGroup"))
         # A 1-GPU pod finishes on n1; a new small pod takes that GPU, not one of n2's held four.
         await w.admission.delete_pod("s0")
         await w.admission.create_pod(member("late", gpus=1))
         await until(lambda: node_of(w.pods()["late"]) == "n1", 10)
+        assert not node_of(w.pods()["big0"])  # held room is not free room: "wide" still runs there
         await w.admission.delete_pod("wide")
         await until(lambda: node_of(w.pods()["big0"]) == "n2", 10)
         assert double_booked(w.fake.list_objects("pods", "default")) == []

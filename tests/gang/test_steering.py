@@ -8,6 +8,7 @@ from typing import Any
 from allocator.gang.holds import GANG_PLAN, PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.steering import HELD, GangSteering
+from allocator.gang.topology import Topology
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
 from apis import keys
@@ -34,7 +35,8 @@ def rig() -> tuple[FakeGangCache, PlanHolds, GangSteering, CoreAdapter]:
         cache.add_node(node(name))
     holds = PlanHolds(cache.ledger)
     core = CoreAdapter()
-    return cache, holds, GangSteering(core, holds, GangIndex(), GangSettings()), core
+    settings = GangSettings()
+    return cache, holds, GangSteering(core, holds, GangIndex(), settings, Topology(settings, cache)), core
 
 
 def planned(cache: FakeGangCache, holds: PlanHolds, core: CoreAdapter, name: str, where: str) -> PodRequest:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.gang.taints import admits, tolerates
+from allocator.runtime.taints import admits, tolerates
 from tests.gang.harness import gang_world, gpu_node, member, node_of, podgroup
 from tests.service.harness import double_booked, until
 from tests.service.pki import Pki

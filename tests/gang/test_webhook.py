@@ -15,7 +15,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator.gang.webhook import PATH, webhook_app
+from allocator.gang.webhook import PATH, gate_patch, review_response, webhook_app
 from allocator.runtime.tls import ReloadingTLS
 from apis import keys
 from tests.gang.harness import member
@@ -172,3 +172,28 @@ async def test_no_body_gets_a_500(hook: Hook, request: Any, pod: Any) -> None:
     for body in shapes:
         status, _ = await hook.post(json.dumps(body).encode())
         assert status in (200, 400)
+
+
+@pytest.mark.parametrize(
+    "native",
+    [{"schedulingGroup": {"podGroupName": "pg1"}}, {"workloadRef": {"name": "train", "podGroup": "workers"}}],
+)
+def test_a_native_member_is_gated_only_where_its_scheduler_runs_no_gang_plugin(
+    native: dict[str, Any],
+) -> None:
+    pod = member("w0", gpus=1)
+    pod["spec"].update(native)
+    gated = [{"op": "add", "path": "/spec/schedulingGates", "value": [GATE]}]
+    plugin = ["default-scheduler"]
+    assert gate_patch(pod, plugin_schedulers=plugin) is None  # kube-scheduler's plugin keeps it whole
+    assert gate_patch(pod) == gated  # no scheduler runs the plugin
+    pod["spec"]["schedulerName"] = "topoalloc-scheduler"  # a secondary scheduler without the gates
+    assert gate_patch(pod, plugin_schedulers=plugin) == gated
+
+
+def test_a_malformed_native_membership_is_denied_with_the_field() -> None:
+    pod = member("w0", gpus=1)
+    pod["spec"]["schedulingGroup"] = {"podGroupName": 7}
+    answer = review_response({"uid": "u", "object": pod})
+    assert not answer["allowed"]
+    assert "spec.schedulingGroup.podGroupName: expected a string" in answer["status"]["message"]

@@ -8,15 +8,23 @@ from typing import Any
 
 import pytest
 
+from allocator.claims.cache_view import ClaimsCache, ClaimsLedger, DraView
 from allocator.extender.cache_view import BindLedger, ExtenderCache
 from allocator.gang.cache_view import GangCache, GangLedger
+from allocator.reservations.cache_view import ReservationCache, RoomLedger
 from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import NOT_IN_CACHE, CoreAdapter
+from tests.claims.fakes import FakeClaimsCache
 from tests.extender.fakes import FakeExtenderCache
 from tests.gang.fakes import FakeGangCache
 
 # Each view, and the view of the ledger it reaches through `ledger`.
-VIEWS = [(ExtenderCache, BindLedger), (GangCache, GangLedger)]
+VIEWS = [
+    (ExtenderCache, BindLedger),
+    (GangCache, GangLedger),
+    (ReservationCache, RoomLedger),
+    (ClaimsCache, ClaimsLedger),
+]
 
 
 def misfits(obj: object, view: type) -> list[str]:
@@ -43,14 +51,21 @@ def _fake_extender() -> Any:
     return FakeExtenderCache(set(), lambda req, node: NOT_IN_CACHE)
 
 
-@pytest.mark.parametrize(("view", "ledger"), VIEWS, ids=["extender", "gang"])
+@pytest.mark.parametrize(("view", "ledger"), VIEWS, ids=["extender", "gang", "reservations", "claims"])
 def test_the_cluster_cache_fits_each_view(view: type, ledger: type) -> None:
     cache = ClusterCache(CoreAdapter())
     assert misfits(cache, view) == [] and isinstance(cache, view)
     assert misfits(cache.ledger, ledger) == [] and isinstance(cache.ledger, ledger)
 
 
-@pytest.mark.parametrize(("fake", "view", "ledger"), [(_fake_extender, *VIEWS[0]), (_fake_gang, *VIEWS[1])])
+def _fake_claims() -> Any:
+    return FakeClaimsCache()
+
+
+@pytest.mark.parametrize(
+    ("fake", "view", "ledger"),
+    [(_fake_extender, *VIEWS[0]), (_fake_gang, *VIEWS[1]), (_fake_claims, *VIEWS[3])],
+)
 def test_the_fakes_fit_the_view_they_stand_in_for(fake: Any, view: type, ledger: type) -> None:
     cache = fake()
     assert misfits(cache, view) == [] and misfits(cache.ledger, ledger) == []
@@ -70,3 +85,8 @@ def test_a_misfit_is_named() -> None:
         "pod: parameters ['ns', 'name'], not ['namespace', 'name']",
     ]
     assert not isinstance(Half(), ExtenderCache)
+
+
+def test_the_dra_part_of_the_cache_and_its_fake_fit_the_claims_view() -> None:
+    for dra in (ClusterCache(CoreAdapter()).dra, FakeClaimsCache().dra):
+        assert misfits(dra, DraView) == [] and isinstance(dra, DraView)

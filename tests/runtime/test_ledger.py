@@ -7,7 +7,7 @@ from typing import Any
 
 from allocator.runtime.cache.records import PodEntry
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest, Rejection
-from allocator.runtime.ledger import HoldLedger
+from allocator.runtime.ledger import HoldLedger, Placed
 from allocator.runtime.metrics import Metrics
 from apis.annotations import DeviceAllocations
 from tests.service.harness import pod
@@ -104,3 +104,33 @@ def test_a_hold_is_refused_for_a_pod_that_is_gone_or_bound() -> None:
         rig.ledger.hold("default/m", "uid-m", "gpu-1", GPUS, req, "g") == "the pod is gone, bound or finished"
     )
     assert rig.ledger.reservations == {} and rig.settled == []
+
+
+def test_a_placer_chooses_an_owners_devices_and_the_binding_carries_its_room() -> None:
+    rig = Rig()
+    rig.ledger.placer = lambda pod, req, node: Placed(GPUS, "train", {"extra": "yes"})
+    dropped: list[str] = []
+    rig.ledger.on_drop.append(lambda res: dropped.append(f"{res.key}:{res.room}"))
+    p, req = rig.pending("owner")
+    res = rig.ledger.reserve(p, req, "gpu-1")
+    assert not isinstance(res, Rejection)
+    assert rig.chosen == [] and (res.room, dict(res.extra)) == ("train", {"extra": "yes"})
+    assert rig.ledger.release(res) and dropped == ["default/owner:train"]
+    refusal = Rejection("Reservation(s) none", "Reservation(s) none")
+    rig.ledger.placer = lambda pod, req, node: refusal
+    assert rig.ledger.reserve(p, req, "gpu-1") is refusal
+
+
+def test_a_room_is_held_without_a_pod_and_replaced_only_when_it_changes() -> None:
+    rig = Rig()
+    held = PodRequest(key="reservation:r", cpu_milli=1000, memory=0)
+    rig.ledger.hold_room("reservation:r", "gpu-1", GPUS, held)
+    first = rig.ledger.reservations["reservation:r"]
+    assert first.holder == "reservation" and first.expires == float("inf")
+    rig.ledger.hold_room("reservation:r", "gpu-1", GPUS, held)  # unchanged: the same entry
+    assert rig.ledger.reservations["reservation:r"] is first and rig.settled == ["reservation:r"]
+    rig.ledger.hold_room("reservation:r", "gpu-1", DeviceAllocations({}), held)
+    assert rig.ledger.reservations["reservation:r"].token != first.token
+    assert rig.ledger.expire() == 0  # a room has no TTL
+    assert rig.ledger.drop_room("reservation:r") and "reservation:r" not in rig.ledger.reservations
+    assert not rig.ledger.drop_room("default/nobody")

@@ -91,6 +91,10 @@ def test_rbac_covers_every_call_and_nothing_more() -> None:
         ("scheduling.x-k8s.io", "podgroups", "list"), ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
         ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
+        ("resource.k8s.io", "resourceclaims", "watch"), ("resource.k8s.io", "resourceclaims", "patch"),
+        ("resource.k8s.io", "resourceclaims/status", "patch"), ("resource.k8s.io", "resourceclaims/binding", "patch"),
+        ("resource.k8s.io", "resourceclaimtemplates", "watch"), ("resource.k8s.io", "deviceclasses", "watch"),
+        ("resource.k8s.io", "resourceslices", "watch"),
     }  # fmt: skip
     assert needed <= grants
     assert not any(v in ("delete", "deletecollection", "update", "*") for _, _, v in grants)
@@ -173,7 +177,8 @@ def test_kustomizations_build(variant: str) -> None:
         check=True,
     ).stdout
     kinds = [d["kind"] for d in yaml.safe_load_all(out) if d]
-    assert kinds.count("CustomResourceDefinition") == 2 and "Deployment" in kinds
+    # Device, PodGroup, Reservation
+    assert kinds.count("CustomResourceDefinition") == 3 and "Deployment" in kinds
     if variant == "secondary-scheduler":
         assert kinds.count("Deployment") == 2
     if variant == "cert-manager":

@@ -1,5 +1,5 @@
 """The reflector against the fake API server over HTTP: sync, resume, bookmarks, both forms of
-410, backoff on errors, and a missing CRD."""
+410, backoff on errors, a missing CRD, and an alpha API served only later."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from allocator.runtime.cache.reflector import Backoff, Reflector
-from allocator.runtime.kube import NODES, PDBS, Kind, KubeApi
+from allocator.runtime.kube import NATIVE_PODGROUPS, NODES, PDBS, Kind, KubeApi
 from allocator.runtime.metrics import Metrics
 from tests.support.fakeapi import FakeApiServer
+from tests.support.fakeapi.builtin import native_gang_types
 
 JSON = dict[str, Any]
 
@@ -241,5 +242,29 @@ async def test_an_optional_kind_rbac_forbids_counts_as_empty(fake_api: FakeApiSe
     try:
         await asyncio.sleep(0.2)
         assert not reflector.has_synced
+    finally:
+        await stop(task)
+
+
+async def test_an_alpha_api_is_discovered_before_it_is_listed_and_found_once_served(
+    fake_api: FakeApiServer, api: KubeApi
+) -> None:
+    reflector, sink, task = await run_reflector(api, NATIVE_PODGROUPS)
+    try:
+        assert reflector.has_synced and reflector.missing and sink.objects == {}
+        assert not [
+            r for r in fake_api.requests(method="GET") if r.path.endswith("/podgroups")
+        ]  # asked first
+        fake_api.serve(*native_gang_types("v1alpha2"))  # the server restarts with the gates on
+        fake_api.put(
+            {
+                "apiVersion": "scheduling.k8s.io/v1alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": "pg1", "namespace": "default"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            }
+        )
+        await until(lambda: "pg1" in sink.objects)
+        assert not reflector.missing
     finally:
         await stop(task)

@@ -180,3 +180,46 @@ def test_workload_setup_is_seeded() -> None:
     a, b = workload_setup(10, 7), workload_setup(10, 7)
     assert a.node_rank == b.node_rank and sorted(a.node_rank) == list(range(10))
     assert a.rng.random() == b.rng.random() != random.Random(8).random()
+
+
+def test_a_job_of_dra_claims_is_placed_as_the_claims_controller_places_it() -> None:
+    pair = {
+        "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.topoalloc.io", "count": 2}}],
+        "constraints": [{"matchAttribute": "topoalloc.io/nvlinkPartition2"}],
+    }
+    workload = parse_workload(
+        {"jobs": [{"name": "dra", "replicas": 2, "requests": {"cpu": "1"}, "claims": [pair]}]}
+    )
+    cluster = SimCluster([fixture_objects("a100-pcie-4x-nvlink-pairs", "a0")])
+    stream = arrivals(workload, cluster.capacity_pct, seed=1)
+    first, second = stream
+    assert not isinstance(first, Gang) and first.pod.gpu is not None and first.pod.gpu.count == 2
+    assert first.pod.gpu.restricted_partition  # the claim's constraint, as the core reads it
+    policy = POLICIES["topoalloc"](workload_setup(cluster.size, 1), None)
+    policy.attach(cluster)
+    for member in (first, second):
+        assert cluster.place((member,), policy).placed
+    # two NVLink pairs of the board, one per claim
+    pods = cluster.core.nodes["a0"].pods
+    assert sorted(
+        sorted(a.minor for a in pods[k].allocations["gpu"]) for k in ("sim/dra-0", "sim/dra-1")
+    ) == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize(
+    "claims, message",
+    [
+        (
+            [{"requests": [{"name": "n", "exactly": {"deviceClassName": "rdma.topoalloc.io"}}]}],
+            "claims of gpu.topoalloc.io only",
+        ),
+        (
+            [{"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.topoalloc.io", "count": 0}}]}],
+            "exactly.count",
+        ),
+        ({"requests": []}, "expected a list"),
+    ],
+)
+def test_dra_claims_a_job_cannot_have(claims: object, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        parse_workload({"jobs": [{"name": "a", "requests": {"cpu": "1"}, "claims": claims}]})

@@ -74,6 +74,8 @@ class ControlPlane:
         release: KubeRelease = DEFAULT,
         start_timeout: float = 180.0,
         apiserver_args: tuple[str, ...] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Mapping[str, bool] | None = None,
     ) -> None:
         self.workdir = workdir
         self.scheduler_config = dict(scheduler_config) if scheduler_config else None
@@ -83,6 +85,9 @@ class ControlPlane:
         self.release = release
         self.start_timeout = start_timeout
         self.apiserver_args = apiserver_args
+        # Given to all three components alike, as alpha gates must be (kube_releases.NATIVE_GANG_GATES).
+        self.feature_gates = dict(feature_gates or {})
+        self.runtime_config = dict(runtime_config or {})
         self.processes: dict[str, Process] = {}
         self.etcd_port = free_port()
         self.etcd_peer_port = free_port()
@@ -205,8 +210,13 @@ class ControlPlane:
             "--disable-admission-plugins=TaintNodesByCondition",
             "--endpoint-reconciler-type=none",
             "--profiling=false",
+            *self._gate_args(),
+            *([f"--runtime-config={_flag_map(self.runtime_config)}"] if self.runtime_config else []),
             *self.apiserver_args,
         ]
+
+    def _gate_args(self) -> list[str]:
+        return [f"--feature-gates={_flag_map(self.feature_gates)}"] if self.feature_gates else []
 
     def _start_apiserver(self) -> None:
         if not hasattr(self, "_apiserver_cert"):
@@ -260,6 +270,7 @@ class ControlPlane:
                 f"--config={path}",
                 f"--bind-address={HOST}",
                 f"--secure-port={self.scheduler_port}",
+                *self._gate_args(),
             ],
         )
         self._wait_healthz(proc, self.scheduler_port)
@@ -293,6 +304,7 @@ class ControlPlane:
                 f"--service-account-private-key-file={self._sa_keys[1]}",
                 f"--root-ca-file={self.pki.ca_file}",
                 "--use-service-account-credentials=true",
+                *self._gate_args(),
             ],
         )
         self._wait_healthz(proc, self.kcm_port)
@@ -444,6 +456,11 @@ class ControlPlane:
             },
         }
         return self.admin.post("/api/v1/nodes", node)
+
+
+def _flag_map(values: Mapping[str, bool]) -> str:
+    """`A=true,B=false`, as --feature-gates and --runtime-config take them."""
+    return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(values.items()))
 
 
 def _now() -> str:

@@ -29,6 +29,18 @@ VERSIONS_ENV = "TOPOALLOC_K8S_VERSIONS"
 class KubeRelease:
     version: str  # as kube-apiserver --version prints it: v1.35.6
     folder: Path  # the shared folder holding the compressed binaries and `unpack`
+    # Kubernetes' own gang API, alpha: served by this API version with these gates on all three
+    # components (../shared/k8s-1.36/README.md; the 1.35 ones from its binaries' --help).
+    gang_api: str = ""
+    gang_gates: tuple[str, ...] = ()
+
+    @property
+    def feature_gates(self) -> dict[str, bool]:
+        return dict.fromkeys(self.gang_gates, True)
+
+    @property
+    def runtime_config(self) -> dict[str, bool]:
+        return {self.gang_api: True} if self.gang_api else {}
 
     @property
     def minor(self) -> str:
@@ -69,9 +81,14 @@ class KubeRelease:
         return cache
 
 
+GANG_GATES = ("GenericWorkload", "GangScheduling")
 RELEASES = {
-    "1.35": KubeRelease("v1.35.6", SHARED / "k8s"),
-    "1.36": KubeRelease("v1.36.3", SHARED / "k8s-1.36"),
+    # v1alpha1 Workload, pods join with spec.workloadRef
+    "1.35": KubeRelease("v1.35.6", SHARED / "k8s", "scheduling.k8s.io/v1alpha1", GANG_GATES),
+    # v1alpha2 Workload + PodGroup, pods join with spec.schedulingGroup; Jobs get one (WorkloadWithJob)
+    "1.36": KubeRelease(
+        "v1.36.3", SHARED / "k8s-1.36", "scheduling.k8s.io/v1alpha2", (*GANG_GATES, "WorkloadWithJob")
+    ),
 }
 # What a bench or a single-release caller gets when it names none.
 DEFAULT = RELEASES["1.35"]

@@ -2,7 +2,11 @@
 
 Exit status: 0 and the `device-allocated` annotation on stdout when the pod fits; 1 and the reason
 on stdout when it does not; 2 when an input cannot be read or decoded. `--explain` writes the
-candidate devices, their scores and the allocator's choices to stderr.
+candidate devices, their scores and the allocator's choices to stderr. `--reservation FILE` (any
+number) counts Reservations' rooms on the node (placing those not placed yet) and places the pod
+as bind would: from a room it owns, else beside them; --explain says which room was used or why
+none was. `--claim FILE` (any number) prints the pod's DRA claims' allocations instead
+(allocate_claims.py); the two do not mix (one node is in one mode).
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ from allocator.core.reasons import Rejection
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.request.usage import pod_usage
+from allocator.core.reservation.on_node import Outcome, allocate_pod, hold_rooms
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
 from apis import keys
 from apis.documents import load_documents, single_object
 from apis.errors import CodecError, InputError
 from apis.quantity import Format, Quantity
+from apis.reservation import Reservation
+from apis.reservation_pod import RESERVATION_ALLOCATED, ReservationAllocated
 from apis.resources import KOORD, RESOURCE_DEVICE_TYPE
+from topoalloc.commands import allocate_claims as claims_mod
 from topoalloc.output import dump, output_option
 
 EXIT_FITS, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
@@ -111,8 +119,37 @@ def build_state(
     show_default=True,
     help="Device-level strategy (DeviceShareArgs.scoringStrategy.type).",
 )
+@click.option(
+    "--reservation",
+    "reservation_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="A Reservation on the node (repeatable): its room counts as used, and the pod takes from it "
+    "when it is an owner. One not placed yet is placed on this node first.",
+)
+@click.option(
+    "--claim",
+    "claim_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="A ResourceClaim or ResourceClaimTemplate of the pod (repeatable): print the claims' "
+    "allocation (status.allocation per claim) instead of the annotation.",
+)
+@click.option(
+    "--device-class",
+    "class_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="DeviceClasses the claims name (default: topoalloc's, as deploy/dra ships them).",
+)
+@click.option(
+    "--slices",
+    "slices_path",
+    type=click.Path(path_type=Path),
+    help="The node's ResourceSlices (default: what its agent publishes in dra mode from DEVICE).",
+)
 @click.option("--explain", is_flag=True, help="Show the candidates, their scores and the choices on stderr.")
-@output_option("annotation", "the device-allocated annotation (or the reason)")
+@output_option("annotation", "the device-allocated annotation, or with --claim each claim's allocation")
 @click.pass_context
 def allocate(
     ctx: click.Context,
@@ -121,20 +158,36 @@ def allocate(
     assigned_path: Path | None,
     node_path: Path | None,
     device_scoring: str,
+    reservation_paths: tuple[Path, ...],
+    claim_paths: tuple[Path, ...],
+    class_paths: tuple[Path, ...],
+    slices_path: Path | None,
     explain: bool,
     output: str,
 ) -> None:
     """Choose the GPUs and RDMA VFs for POD on the node of DEVICE, Koordinator-compatible.
 
     Prints the scheduling.koordinator.sh/device-allocated annotation and exits 0, or prints why
-    the pod does not fit and exits 1; exits 2 when an input cannot be read.
+    the pod does not fit and exits 1; exits 2 when an input cannot be read. With --claim, the
+    devices for the pod's DRA claims instead: each claim's status.allocation as topoalloc would
+    write it.
     """
+    if claim_paths and reservation_paths:
+        # One node is in one mode: claims on a DRA-mode node, rooms of device resources on a
+        # device-plugin node (the allocator never places a Reservation's devices in DRA mode).
+        click.echo(
+            "error: --claim and --reservation: a node hands its devices out through ResourceClaims "
+            "(dra mode) or device resources, and Reservations hold device resources; give one",
+            err=True,
+        )
+        ctx.exit(EXIT_BAD_INPUT)
     try:
         device = _object(_load(device_path, "device file"), device_path, "device file", "Device")
         pod = _object(_load(pod_path, "pod file"), pod_path, "pod file", "Pod")
         node = _object(_load(node_path, "node file"), node_path, "node file", "Node") if node_path else None
         assigned = _pods(_load(assigned_path, "assigned pods"), assigned_path) if assigned_path else []
         state, warnings = build_state(device, node, assigned)
+        reservations = [_reservation(path) for path in reservation_paths]
     except BadInput as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(EXIT_BAD_INPUT)
@@ -146,6 +199,9 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     for name in unknown:
         click.echo(f"warning: pod file ({pod_path}): {name} is not a resource topoalloc allocates", err=True)
+    if claim_paths:
+        files = claims_mod.ClaimFiles(claim_paths, class_paths, slices_path)
+        ctx.exit(claims_mod.run(state, pod, device, files, DeviceScoring(device_scoring), explain, output))
     req = pod_request(pod)
     if req.invalid is not None:
         # A pod Kubernetes or Koordinator would refuse is bad input, not a node that lacks room.
@@ -153,17 +209,33 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     scoring = DeviceScoring(device_scoring)
     notes: list[str] = []
-    result = allocate_devices(state, req, scoring=scoring, explain=notes)
+    if reservations:
+        rooms, room_warnings = hold_rooms(state, reservations, assigned, scoring=scoring)
+        for warning in room_warnings:
+            click.echo(f"warning: {warning}", err=True)
+        outcome = allocate_pod(state, pod, req, rooms, scoring=scoring)
+        notes = outcome.notes
+    else:
+        outcome = Outcome(allocate_devices(state, req, scoring=scoring, explain=notes))
+    result = outcome.result
     if explain:
         for line in explanation(state, req, scoring, result, notes):
             click.echo(line, err=True)
     if output != "annotation":
-        click.echo(dump(_result_data(state, result), output), nl=False)
+        click.echo(dump(_result_data(state, result, outcome, reservations), output), nl=False)
     elif isinstance(result, Rejection):
         click.echo(result.explained)
     else:
         click.echo(result.to_json())
     ctx.exit(EXIT_REJECTED if isinstance(result, Rejection) else EXIT_FITS)
+
+
+def _reservation(path: Path) -> Reservation:
+    obj = _object(_load(path, "reservation file"), path, "reservation file", "Reservation")
+    try:
+        return Reservation.from_dict(obj)
+    except CodecError as exc:
+        raise BadInput(f"reservation file ({path}): {exc}") from None
 
 
 # Domains of device resources: a name there that topoalloc does not know is most likely a typo of
@@ -198,16 +270,25 @@ def resource_typos(pod: dict[str, Any]) -> tuple[list[str], list[str]]:
     return typos, unknown
 
 
-def _result_data(state: NodeState, result: Allocation | Rejection) -> dict[str, Any]:
-    """What -o json|yaml prints: whether the pod fits, and the annotation or the reason."""
+def _result_data(
+    state: NodeState, result: Allocation | Rejection, outcome: Outcome, reservations: list[Reservation]
+) -> dict[str, Any]:
+    """What -o json|yaml prints: whether the pod fits, and the annotations or the reason."""
     if isinstance(result, Rejection):
         return {"node": state.name, "fits": False, "reason": result.explained, "code": result.code}
-    return {
+    annotations = {keys.DEVICE_ALLOCATED: result.to_json()}
+    if outcome.room:
+        uid = next((r.uid for r in reservations if r.name == outcome.room), "")
+        annotations[RESERVATION_ALLOCATED] = ReservationAllocated(outcome.room, uid).to_json()
+    out = {
         "node": state.name,
         "fits": True,
-        "annotations": {keys.DEVICE_ALLOCATED: result.to_json()},
+        "annotations": annotations,
         "allocation": json.loads(result.to_json()),
     }
+    if reservations:
+        out["reservation"] = outcome.room or None
+    return out
 
 
 def explanation(

@@ -15,6 +15,7 @@ import click
 from allocator.runtime.config import ServiceConfig
 from apis.documents import load_mapping
 from apis.errors import InputError
+from apis.topology_profile import PROFILE_NAMES
 from topoalloc.commands.kube_access import config_error, require_kubeconfig
 from topoalloc.errors import BadInput
 
@@ -161,6 +162,19 @@ def _unknown_component(name: str) -> str | None:
     multiple=True,
     help="Node label naming a topology domain, narrowest first (repeatable; replaces the defaults).",
 )
+@click.option(
+    "--gang-plugin-schedulers",
+    metavar="NAMES",
+    help="Comma-separated schedulers that run kube-scheduler's GangScheduling plugin: Kubernetes' own "
+    'gangs (scheduling.k8s.io) of their pods are steered, not gated; "" for none.  '
+    "[default: default-scheduler]",
+)
+@click.option(
+    "--topology-profile",
+    "gang_topology_profile",
+    type=click.Choice(PROFILE_NAMES),
+    help="Topology levels from the nodes' labels (docs/topology.md).  [default: auto]",
+)
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug.")
 def allocator(
     config_file: Path | None,
@@ -171,6 +185,7 @@ def allocator(
     allowed_clients: tuple[str, ...],
     leader_enabled: bool | None,
     topology_keys: tuple[str, ...],
+    gang_plugin_schedulers: str | None,
     **flags: Any,
 ) -> None:
     """Run the allocator: kube-scheduler's filter/prioritize/bind extender over mutual TLS."""
@@ -178,6 +193,8 @@ def allocator(
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # cel-python logs every parse tree at DEBUG: never ours to read.
+    logging.getLogger("celpy").setLevel(max(logging.INFO, logging.getLogger().level))
     try:
         cfg = ServiceConfig.load(config_file) if config_file else ServiceConfig()
         cfg = cfg.updated(**flags, leader_enabled=leader_enabled)
@@ -189,6 +206,8 @@ def allocator(
         cfg.allowed_clients = list(allowed_clients)
     if topology_keys:
         cfg.gang.topology_keys = list(topology_keys)
+    if gang_plugin_schedulers is not None:
+        cfg.gang.gang_plugin_schedulers = [n.strip() for n in gang_plugin_schedulers.split(",") if n.strip()]
     scoring = dict(cfg.scoring)
     if scoring_file:
         scoring.update(load_mapping(scoring_file, "scoring file"))  # InputError: exit 2

@@ -298,7 +298,7 @@ def upgrade(manifests: Path | None, **flags: Any) -> None:
 @click.option(
     "--purge",
     is_flag=True,
-    help="Also delete the CRDs the installer created, with every Device and PodGroup, and the "
+    help="Also delete the CRDs the installer created, with every Device, PodGroup and Reservation, and the "
     "topoalloc.io/gpu-node label from the nodes.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")

@@ -145,6 +145,8 @@ def simulate_workload(
     progress: bool,
     *,
     short: bool = False,
+    lifetime: float = 600.0,
+    tick_seconds: float = 60.0,
 ) -> TraceRuns:
     """Replay, then print the full tables (or, `short`, the demo's summary) and write the plots."""
     started = time.perf_counter()
@@ -173,6 +175,12 @@ def simulate_workload(
     write_outputs(runs, json_out, plots_dir, paper=False)
     if plots_dir is not None and quality:
         click.echo(f"plot: {plot_quality(runs, plots_dir)}")
+    if not short and any(job.reserve_ahead for job in workload.jobs):
+        from simulator.reservations import format_reservations, run_reservations
+
+        reserved = run_reservations(workload, node_objects, policies, seeds, lifetime)
+        click.echo()
+        click.echo(format_reservations(reserved, lifetime, tick_seconds))
     return runs
 
 
@@ -246,6 +254,20 @@ def _policies(text: str) -> list[str]:
     "--workers", type=click.IntRange(min=1), help="Processes for --paper (default: the usable CPUs)."
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option(
+    "--lifetime",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="With --workload jobs that reserveAhead: mean pod lifetime in arrivals for the reservation replay.",
+)
+@click.option(
+    "--tick-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds between arrivals, for the GPU-hours reservations idle.",
+)
 def simulate(
     trace: str | None,
     workload_file: Path | None,
@@ -258,6 +280,8 @@ def simulate(
     no_plots: bool,
     workers: int | None,
     no_progress: bool,
+    lifetime: float,
+    tick_seconds: float,
 ) -> None:
     """Replay pods through the production allocator core and compare placement policies.
 
@@ -286,8 +310,9 @@ def simulate(
             out = None if no_plots else plots_dir / workload_file.stem
             nodes = nodes or "hw-fixtures"
             simulate_workload(
-                workload_file, nodes, replicas, seed_list, names, json_out, out, not no_progress
-            )
+                workload_file, nodes, replicas, seed_list, names, json_out, out, not no_progress,
+                lifetime=lifetime, tick_seconds=tick_seconds,
+            )  # fmt: skip
     except TraceError as exc:
         raise BadInput(str(exc)) from None
 

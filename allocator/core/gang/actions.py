@@ -11,7 +11,7 @@ is returned, in the order decided, and applied after the step:
   Ungate       remove the gang's scheduling gate from a planned member
   Nudge        annotate a released member with its planned node (kube-scheduler retries it)
   Evict        evict a victim through the Eviction API
-  WriteStatus  merge a PodGroup's status
+  WriteStatus  merge the status of the gang's object (a PodGroup of either API)
   RecordHold   record a held room on a member (hold_record.py); ClearHold removes the record
   Count, Duration, PassGauges   metric observations
   WakeAt       the latest wall-clock time the next pass must run by (a timeout or bind deadline)
@@ -66,10 +66,25 @@ class Release:
 
 @dataclass(frozen=True)
 class EventTarget:
+    """The object an Event (or a status write) is about: a member pod, or the gang's own object
+    (a PodGroup of either API, a Workload)."""
+
     namespace: str
     name: str
     uid: str = ""
-    podgroup: bool = False  # the gang's PodGroup, else a pod
+    kind: str = "Pod"
+    api_version: str = "v1"
+
+    @property
+    def is_pod(self) -> bool:
+        return self.kind == "Pod" and self.api_version == "v1"
+
+    @classmethod
+    def of_object(cls, gang: Gang) -> EventTarget:
+        """The gang's object (it must have one)."""
+        obj = gang.api_object
+        assert obj is not None
+        return cls(obj.namespace, obj.name, obj.uid, obj.kind, obj.api_version)
 
 
 @dataclass(frozen=True)
@@ -111,9 +126,11 @@ class Evict:
 
 @dataclass(frozen=True)
 class WriteStatus:
+    """The gang's status, in scheduler-plugins' terms (podgroup_status.py), onto its object; the
+    caller writes it in the object's own shape (a native PodGroup keeps conditions only)."""
+
     gang: str
-    namespace: str
-    name: str
+    target: EventTarget
     status: JSON
 
 

@@ -119,7 +119,7 @@ class _Turn:
         self.head = head
         self.queued = False
         self.actions: list[Action] = []
-        self.room = RoomMaking(gang.key, planner, settings, now, self.actions)
+        self.room = RoomMaking(gang.key, planner, settings, now, self.actions, gang.levels)
 
     def run(self) -> None:
         gang = self.gang
@@ -138,10 +138,10 @@ class _Turn:
             # it gets written back to Pending).
             failed = False
             state = self.state = GangState(done=False)
-            state.status = {"phase": "Failed"} if gang.podgroup is not None else None
+            state.status = {"phase": "Failed"} if gang.keeps_status else None
         start = self._start()
         if gang.problem:
-            state.reason, state.wait_code = gang.problem, "InvalidPodGroup"
+            state.reason, state.wait_code = gang.problem, gang.problem_code
         elif failed:
             pass
         elif len(active) < gang.min_member:
@@ -170,8 +170,9 @@ class _Turn:
             self._report("GangWaiting", state.reason)
         self._advance_preemption()
         self._release_gates()
-        if gang.podgroup is not None:
+        if gang.api_object is not None:
             self.actions.append(TellMembers(gang, state))
+        if gang.keeps_status:
             self._write_status(failed, start)
 
     # -- what happened since the last step -----------------------------------------------------
@@ -225,15 +226,16 @@ class _Turn:
         return recorded_status(self.gang, self.state)
 
     def _failed(self) -> bool:
-        """A PodGroup keeps Failed in its status. A gang without one failed when we said so; after
-        a restart its timeout (counted from creation times) fails it again at once."""
-        if self.gang.podgroup is not None:
+        """A PodGroup keeps Failed in its status. A gang without one (a Workload's, Koordinator's)
+        failed when we said so; after a restart its timeout (counted from creation times) fails
+        it again at once."""
+        if self.gang.keeps_status:
             return self._status().get("phase") == "Failed"
         return self.state.failed_reported
 
     def _start(self) -> float | None:
         start = start_of(self.gang, self.state, self.now)
-        if self.gang.podgroup is not None and start is not None:
+        if self.gang.keeps_status and start is not None:
             self.state.start = start  # kept: the time is read once, then stays
         return start
 
@@ -278,17 +280,19 @@ class _Turn:
             self._report(*restored)
             return
         names = planner.admitting_nodes(ready)
-        if gang.podgroup is not None and gang.podgroup.min_resources:
+        wanted = gang.api_object.min_resources if gang.api_object is not None else {}
+        if wanted:
             removable = self.room.removable(requests[:need], hungry)
-            short = planner.min_resources_shortage(gang.podgroup.min_resources, names, removable)
+            short = planner.min_resources_shortage(wanted, names, removable)
             if short is not None:  # no plan can exist: do not search
                 state.attempt, state.reason, state.wait_code = seen, short.message, "InsufficientResources"
                 self.actions.append(Count("plans", "no_room"))
                 return
         siblings = planner.sibling_nodes(gang.key, ready)
-        found = planner.plan_gang(requests, siblings=siblings, names=names)
+        levels = gang.levels
+        found = planner.plan_gang(requests, siblings=siblings, names=names, levels=levels)
         if isinstance(found, NoPlan) and len(requests) > need:
-            fewer = planner.plan_gang(requests[:need], siblings=siblings, names=names)
+            fewer = planner.plan_gang(requests[:need], siblings=siblings, names=names, levels=levels)
             found = fewer if isinstance(fewer, GangPlan) else found
         if isinstance(found, NoPlan):
             report = self.room.make_room(
@@ -324,6 +328,7 @@ class _Turn:
                 requests,
                 siblings=planner.sibling_nodes(self.gang.key, [m]),
                 names=planner.admitting_nodes([m]),
+                levels=self.gang.levels,
             )
             if isinstance(found, GangPlan) and self._commit(found, [m]):
                 continue
@@ -402,22 +407,21 @@ class _Turn:
         if status is None:
             return
         state.status = {k: v for k, v in status.items() if v}
-        self.actions.append(WriteStatus(gang.key, gang.namespace, gang.name, status))
+        self.actions.append(WriteStatus(gang.key, EventTarget.of_object(gang), status))
 
     def _report(self, reason: str, note: str, type_: str = "Warning", *, force: bool = False) -> None:
-        """An Event once per distinct note: on the PodGroup, or on each waiting member of a gang
-        without one (Events are rate-limited: one per member of a 256-pod gang would crowd out
-        every other Event)."""
+        """An Event once per distinct note: on the gang's object (a PodGroup, a Workload), or on
+        each waiting member of a gang without one (Events are rate-limited: one per member of a
+        256-pod gang would crowd out every other Event)."""
         gang, state = self.gang, self.state
-        if gang.podgroup is not None:
+        if gang.api_object is not None:
             code = state.wait_code if reason == "GangWaiting" else ""
             state.decision = Decision(reason, code, type_, note)  # told to the members (TellMembers)
         if note == state.reported and not force:
             return
         state.reported = note
-        if gang.podgroup is not None:
-            target = EventTarget(gang.namespace, gang.name, podgroup=True)
-            self.actions.append(Report(target, type_, reason, note))
+        if gang.api_object is not None:
+            self.actions.append(Report(EventTarget.of_object(gang), type_, reason, note))
             return
         for m in gang.active:
             if not m.node:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from allocator.core.gang.actions import Action, ClearHold, Count, Evict, RecordHold
 from allocator.core.gang.gang_state import GangState, Preempting
 from allocator.core.gang.hold_record import HoldRecord, restorable, victims_of
+from allocator.core.gang.levels import Levels
 from allocator.core.gang.plan import GangPlan
 from allocator.core.gang.planner import LifecycleSettings, Planner
 from allocator.core.gang.preemption import PreemptionPlan, whole_gpus_wanted
@@ -74,12 +75,14 @@ class RoomMaking:
         settings: LifecycleSettings,
         now: Clocks,
         actions: list[Action],
+        levels: Levels | None = None,
     ) -> None:
         self.gang = gang
         self.planner = planner
         self.settings = settings
         self.now = now
         self.actions = actions
+        self.levels = levels  # the gang's topology levels: victims only where a plan may go
 
     def make_room(
         self,
@@ -157,7 +160,9 @@ class RoomMaking:
         candidates = self.planner.running()
         if wait:
             candidates = [replace(c, priority=LOWEST) for c in candidates]
-        found = self.planner.plan_with_preemption(requests, candidates, names=names, siblings=siblings)
+        found = self.planner.plan_with_preemption(
+            requests, candidates, names=names, siblings=siblings, levels=self.levels
+        )
         return found if isinstance(found, PreemptionPlan) and found.victims else None
 
     def replan(

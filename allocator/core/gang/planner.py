@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from allocator.core.gang.actions import Release, Reserve
+from allocator.core.gang.levels import Levels
 from allocator.core.gang.min_resources import Shortage
 from allocator.core.gang.plan import GangPlan, NoPlan
 from allocator.core.gang.preemption import PreemptionPlan
@@ -55,7 +56,12 @@ class Planner(Protocol):
     # -- the core's decisions ------------------------------------------------------------------
 
     def plan_gang(
-        self, requests: Sequence[PodRequest], *, siblings: Mapping[str, int], names: Iterable[str]
+        self,
+        requests: Sequence[PodRequest],
+        *,
+        siblings: Mapping[str, int],
+        names: Iterable[str],
+        levels: Levels | None = None,
     ) -> GangPlan | NoPlan: ...
 
     def plan_with_preemption(
@@ -65,6 +71,7 @@ class Planner(Protocol):
         *,
         names: Iterable[str],
         siblings: Mapping[str, int],
+        levels: Levels | None = None,
     ) -> PreemptionPlan | NoPlan: ...
 
     def min_resources_shortage(

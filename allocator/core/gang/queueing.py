@@ -1,8 +1,9 @@
 """When a gang started waiting, and its place in the queue of waiting gangs.
 
-A gang waits from the moment it first has its minimum of members: a PodGroup records that time as
-`scheduleStartTime` (read once, then kept); a Koordinator gang, which keeps no status, counts from
-the creation of the member that completed its minimum. Waiting gangs are served by priority (their
+A gang waits from the moment it first has its minimum of members: a scheduler-plugins PodGroup
+records that time as `scheduleStartTime` (read once, then kept); any other gang (a native PodGroup,
+whose status has no such field, a Workload's pod group, a Koordinator gang) counts from the
+creation of the member that completed its minimum. Waiting gangs are served by priority (their
 lowest member's), then by that time (priority.py).
 """
 
@@ -23,7 +24,7 @@ def recorded_status(gang: Gang, state: GangState | None) -> JSON:
     """The PodGroup status as the lifecycle last wrote it, else as the view has it."""
     if state is not None and state.status is not None:
         return state.status
-    return gang.podgroup.status.to_dict() if gang.podgroup is not None else {}
+    return gang.api_object.status.to_dict() if gang.api_object is not None and gang.keeps_status else {}
 
 
 def start_of(gang: Gang, state: GangState | None, now: Clocks) -> float | None:
@@ -31,9 +32,9 @@ def start_of(gang: Gang, state: GangState | None, now: Clocks) -> float | None:
     active = gang.active
     if len(active) < gang.min_member:
         return None
-    if gang.podgroup is None:
-        # Koordinator gangs keep no status: the creation of the member that completed the
-        # minimum is a time every allocator instance reads the same way.
+    if gang.api_object is None or not gang.api_object.records_start:
+        # Koordinator gangs, Workloads and native PodGroups keep no start time: the creation of
+        # the member that completed the minimum is a time every allocator instance reads the same way.
         return parse_time(active[gang.min_member - 1].created)
     if state is not None and state.start is not None:
         return state.start

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from allocator.core.gang.levels import Levels
 from apis import keys
-from apis import podgroup as pg
+from apis.gang_object import GangObject
 from apis.podgroup import GangRef
 from apis.resources import TERMINAL_POD_PHASES
 
@@ -74,8 +75,10 @@ class Gang:
     key: str
     namespace: str
     name: str
-    source: str
-    podgroup: pg.PodGroup | None
+    source: str  # apis.podgroup's *_SOURCE
+    # The object that defines it, read (a PodGroup of either API, a Workload's pod group); None
+    # for a Koordinator gang, or while the object is missing or invalid (`problem` says which).
+    api_object: GangObject | None
     problem: str  # why it cannot be planned at all (its PodGroup is missing or invalid)
     min_member: int
     timeout: float  # seconds, 0 for none
@@ -83,10 +86,19 @@ class Gang:
     holds: Mapping[str, str] = field(default_factory=dict)  # member key -> uid the hold ledger holds it for
     generation: int = 0  # changes whenever the watch reported anything (a fruitless attempt retries then)
     outcomes: Outcomes = field(default_factory=Outcomes)
+    # The topology levels its members keep to (levels.py), None for none; `problem_code` is the
+    # Waiting reason of `problem` (InvalidTopology for a wish that does not decode).
+    levels: Levels | None = None
+    problem_code: str = "InvalidPodGroup"
 
     @property
     def active(self) -> list[MemberPod]:
         return [m for m in self.members if m.active]
+
+    @property
+    def keeps_status(self) -> bool:
+        """Its object has a status topoalloc writes (not a Workload's pod group, not Koordinator's)."""
+        return self.api_object is not None and self.api_object.has_status
 
 
 @dataclass(frozen=True)

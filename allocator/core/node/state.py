@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from allocator.core.node.inventory import NodeInventory, all_unhealthy, build_inventory
 from allocator.core.node.summaries import SUMMARIES, whole_gpus_free
 from allocator.core.node.summary import DeviceSummary
-from allocator.core.request.usage import PodUsage, pod_usage
+from allocator.core.request.usage import CLAIM_KEY_PREFIX, PodUsage, pod_usage
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.quantity import Quantity
@@ -40,6 +40,8 @@ class PodEntry:
     nonzero_memory: int
     used: tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]  # (type, minor, resources)
     vfs: tuple[tuple[str, int, str], ...]  # (type, minor, VF bus id)
+    exclusive_cpus: int = 0  # pinned by kubelet's static CPU manager (request/usage.py)
+    whole_cards: bool = False  # its devices are whole-card IDs to kubelet (nvidia.com/gpu), not shares
 
 
 def _usage_of(allocations: DeviceAllocations | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -83,6 +85,7 @@ class NodeState:
         self.allocatable: dict[str, int] = dict(allocatable or {})
         self.version = 0
         self.pods: dict[str, PodEntry] = {}
+        self.claim_entries = 0  # entries of ResourceClaims among `pods` (not pods)
         self.used: dict[str, dict[int, dict[str, int]]] = {}
         self.vf_taken: dict[str, dict[int, set[str]]] = {}
         self.requested_cpu_milli = 0
@@ -148,10 +151,14 @@ class NodeState:
         *,
         nonzero_cpu_milli: int | None = None,
         nonzero_memory: int | None = None,
+        exclusive_cpus: int = 0,
+        whole_cards: bool = False,
     ) -> None:
         """Count a pod's devices and requests here. Adding a key again replaces its old entry."""
         if key in self.pods:
             self._drop(self.pods.pop(key))
+        elif key.startswith(CLAIM_KEY_PREFIX):
+            self.claim_entries += 1
         used, vfs = _usage_of(allocations)
         entry = PodEntry(
             key,
@@ -162,6 +169,8 @@ class NodeState:
             memory if nonzero_memory is None else nonzero_memory,
             used,
             vfs,
+            exclusive_cpus,
+            whole_cards,
         )
         self.pods[key] = entry
         for dtype, minor, res in used:
@@ -186,12 +195,16 @@ class NodeState:
             usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli,
             nonzero_memory=usage.nonzero_memory,
+            exclusive_cpus=usage.exclusive_cpus,
+            whole_cards=usage.whole_cards,
         )
 
     def remove_pod(self, key: str) -> bool:
         entry = self.pods.pop(key, None)
         if entry is None:
             return False
+        if key.startswith(CLAIM_KEY_PREFIX):
+            self.claim_entries -= 1
         self._drop(entry)
         self._changed()
         return True
@@ -271,7 +284,7 @@ class NodeState:
 
     @property
     def pod_count(self) -> int:
-        return len(self.pods)
+        return len(self.pods) - self.claim_entries
 
     def free_vfs(self, dtype: str, minor: int) -> int:
         inv = self.inventory

@@ -22,7 +22,7 @@ from allocator.core.request.pod_request import (
     as_resources,
     required_gpu_models,
 )
-from allocator.core.request.usage import effective_requests
+from allocator.core.request.usage import effective_requests, exclusive_cpus
 from apis import keys
 from apis import resources as rn
 from apis.annotations import (
@@ -89,8 +89,8 @@ def pod_request(pod: Any) -> PodRequest:
         fields = _parse(pod, meta)
     except _Invalid as exc:
         req = PodRequest(**base, invalid=exc.rejection)
-        return _with_signature(req)
-    return _with_signature(PodRequest(**base, **fields))
+        return with_signature(req)
+    return with_signature(PodRequest(**base, **fields))
 
 
 def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
@@ -117,6 +117,7 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
     out["memory"] = -(-mem // NANO)
     out["nonzero_cpu_milli"] = nonzero_cpu
     out["nonzero_memory"] = nonzero_mem
+    out["exclusive_cpus"] = exclusive_cpus(spec)
     out["scalars"] = {k: -(-v // NANO) for k, v in sorted(requests.items()) if v > 0}
 
     devices = _device_requests(out["scalars"])
@@ -376,7 +377,8 @@ def _requirements(items: Iterable[Any]) -> tuple[tuple[str, str, tuple[str, ...]
 # -- signature -------------------------------------------------------------------------------------
 
 
-def _with_signature(req: PodRequest) -> PodRequest:
+def with_signature(req: PodRequest) -> PodRequest:
+    """`req` with its signature computed (also for requests built from claims, request/claims.py)."""
     hints = tuple(sorted((t, DeviceAllocateHints({t: h}).to_json()) for t, h in req.hints.items()))
     sig = (
         req.invalid,
@@ -389,6 +391,7 @@ def _with_signature(req: PodRequest) -> PodRequest:
         None if req.numa_spec is None else req.numa_spec.to_json(),
         req.cpu_milli,
         req.memory,
+        req.exclusive_cpus,
         req.nonzero_cpu_milli,
         req.nonzero_memory,
         tuple(sorted(req.scalars.items())),

@@ -33,8 +33,11 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan (the gang hooks, extender/gang_hooks.py).
+    # A gang member's verdict comes from its gang's plan (the gang hooks, extender/gang_hooks.py),
+    # a room owner's from its room (extender/reservation_hooks.py).
     steered = svc.gang.steer_filter(req, names) if svc.gang is not None else None
+    if steered is None and svc.reservations is not None and req.invalid is None:
+        steered = svc.reservations.steer_filter(args.pod, req, names)
     if req.invalid is not None:
         verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))
         verdicts.codes[req.invalid.code] = len(names)

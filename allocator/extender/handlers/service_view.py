@@ -10,6 +10,7 @@ from typing import Protocol
 from allocator.extender.binder import Binder
 from allocator.extender.cache_view import ExtenderCache
 from allocator.extender.gang_hooks import GangHooks
+from allocator.extender.reservation_hooks import ReservationHooks
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventSink
 from allocator.runtime.metrics import Metrics
@@ -20,6 +21,7 @@ class ServiceView(Protocol):
     cache: ExtenderCache
     binder: Binder
     gang: GangHooks | None
+    reservations: ReservationHooks | None
     events: EventSink
     metrics: Metrics
 

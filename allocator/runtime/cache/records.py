@@ -67,10 +67,15 @@ class Reservation:
     annotation: str  # allocations as the device-allocated JSON that bind writes
     request: PodRequest
     expires: float
-    # Who holds this beyond a bind (a gang's plan, allocator/gang/holds.py): such a hold has no
-    # TTL and ends when the pod is bound or its holder drops it.
+    # Who holds this beyond a bind (a gang's plan, allocator/gang/holds.py; a Reservation's room,
+    # allocator/reservations): such a hold has no TTL and ends when the pod is bound or its holder
+    # drops it.
     holder: str = ""
     binding: bool = False  # a bind of a held pod is under way
+    # A bind that takes from a Reservation's room: its name, and the annotations the binding
+    # writes beside device-allocated (reservation-allocated).
+    room: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
 
 
 NodeFacts = tuple[Any, Any, Any]

@@ -6,6 +6,9 @@ python-stack-notes section 2):
   * on 410 Gone in either form (HTTP 410 on a LIST, an ERROR event with code 410 on a WATCH) LIST
     again; the sink diffs the new list against what it holds and so learns of deletions that
     happened while we were not watching;
+  * a kind the server may not serve (a CRD, an alpha API: `Kind.optional` asks API discovery
+    first) is an empty set while it is absent, looked for again every `backoff.maximum` seconds
+    and whenever a watch of it answers 404 (the server restarted without it);
   * any other failure waits with jittered exponential backoff (the official SharedInformer
     hot-loops here: 1,988 requests in 2 s against a failing watch).
 """
@@ -104,6 +107,11 @@ class Reflector:
                 if isinstance(exc, ApiError) and exc.gone:
                     cause = "expired"
                     continue
+                if isinstance(exc, ApiError) and exc.not_found and self.kind.custom:
+                    # The CRD was deleted, or the server came back without the alpha API: the
+                    # relist finds out which (and empties the set).
+                    cause = "not-found"
+                    continue
                 delay = self.backoff.next()
                 log.warning("%s reflector: %s; retrying in %.1fs", self.kind.name, exc, delay)
                 await asyncio.sleep(delay)
@@ -117,6 +125,8 @@ class Reflector:
                 await asyncio.sleep(self.backoff.next())
 
     async def _relist(self, cause: str) -> None:
+        if self.kind.optional and not await self.api.serves(self.kind):
+            await self._absent("is not served (an alpha API that is off)")
         try:
             items, rv = await self.api.list_pages(self.kind)
         except ApiError as exc:
@@ -126,20 +136,9 @@ class Reflector:
             # The CRD is not installed (no PodGroups without scheduler-plugins, no Devices before
             # the agent's CRD), or an optional kind RBAC does not let us read: that is an empty
             # set, not an outage. Look again later.
-            if not self.missing:
-                why = "may not be listed (RBAC)" if forbidden else "CRD is not installed"
-                log.warning(
-                    "%s: the %s.%s %s; treating it as empty",
-                    self.kind.name,
-                    self.kind.plural,
-                    self.kind.group,
-                    why,
-                )
-            self.missing = True
-            self.sink.replace(self.kind, [])
-            self._mark_synced(0, "")
-            await asyncio.sleep(self.backoff.maximum)
-            raise _Relist("crd-missing") from None
+            await self._absent(
+                "may not be listed (RBAC)" if forbidden else "is not installed (its CRD or API)"
+            )
         self.missing = False
         self.lists += 1
         self.sink.replace(self.kind, items)
@@ -149,6 +148,17 @@ class Reflector:
         if self.synced.is_set():
             log.info("%s relisted (%s): %d objects", self.kind.name, cause, len(items))
         self._mark_synced(len(items), rv)
+
+    async def _absent(self, why: str) -> None:
+        """The kind is not there: an empty set (said once), looked for again after a while."""
+        if not self.missing:
+            kind = self.kind
+            log.warning("%s: %s.%s %s; treating it as empty", kind.name, kind.plural, kind.group, why)
+        self.missing = True
+        self.sink.replace(self.kind, [])
+        self._mark_synced(0, "")
+        await asyncio.sleep(self.backoff.maximum)
+        raise _Relist("not-served")
 
     def _mark_synced(self, count: int, rv: str) -> None:
         if self.metrics:

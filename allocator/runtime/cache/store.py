@@ -1,5 +1,7 @@
-"""The watch cache: raw Nodes, Pods, Devices and PodGroups, fed incrementally into the allocator
-core's cluster state, with the hold ledger (allocator/runtime/ledger.py) beside the pods, and the
+"""The watch cache: raw Nodes, Pods, Devices, the objects that define gangs (scheduler-plugins
+PodGroups; Kubernetes' own PodGroups and Workloads where the server serves them), Reservations and
+the DRA kinds (allocator/runtime/cache/dra.py), fed incrementally into the allocator core's cluster
+state, with the hold ledger (allocator/runtime/ledger.py) beside the pods, and the
 PodDisruptionBudgets preemption weighs (`budgets`, budgets.py).
 
 Who holds devices:
@@ -7,7 +9,11 @@ Who holds devices:
     annotation says (this is how a restart rebuilds every allocation: the first LIST replays
     every bound pod);
   * an entry of the ledger (`ledger`: a bind reservation, a gang's hold) holds what it says,
-    and takes precedence over the pod's own entry until the pod shows up bound.
+    and takes precedence over the pod's own entry until the pod shows up bound;
+  * a Reservation's room (a ledger entry of its own, kept by allocator/reservations) holds what
+    its owners have not taken yet;
+  * an allocated ResourceClaim holds its devices under `claim:<namespace>/<name>` (a claim hold
+    of the ledger while topoalloc writes the allocation).
 A pod that carries the annotation but is not bound holds nothing: the annotation was written by a
 bind that did not finish, and kube-scheduler will call bind again.
 
@@ -27,6 +33,7 @@ from types import MappingProxyType
 from typing import Any
 
 from allocator.runtime.cache.budgets import DisruptionBudgets
+from allocator.runtime.cache.dra import DraStore
 from allocator.runtime.cache.records import (
     JSON,
     Assigned,
@@ -40,8 +47,20 @@ from allocator.runtime.cache.records import (
     pod_key,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
-from allocator.runtime.kube import DEVICES, NODES, PDBS, PODGROUPS, PODS, Kind
-from allocator.runtime.ledger import HoldLedger
+from allocator.runtime.kube import (
+    DEVICES,
+    DRA_KINDS,
+    NATIVE_PODGROUPS,
+    NODES,
+    PDBS,
+    PODGROUPS,
+    PODS,
+    RESERVATIONS,
+    RESOURCECLAIMS,
+    WORKLOADS,
+    Kind,
+)
+from allocator.runtime.ledger import ROOM_HOLDER, HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
 from apis.errors import CodecError
@@ -67,7 +86,16 @@ class ClusterCache:
         # 25-80 KB dict), decoded again only for a Node that is deleted and created again.
         self.devices: dict[str, DeviceRecord] = {}
         self.pods: dict[str, PodEntry] = {}
+        # Objects that define gangs, raw and keyed NS/NAME: read only by gang scheduling, per pass.
         self.podgroups: dict[str, JSON] = {}
+        self.native_podgroups: dict[str, JSON] = {}
+        self.workloads: dict[str, JSON] = {}
+        self._objects = {
+            PODGROUPS.name: self.podgroups,
+            NATIVE_PODGROUPS.name: self.native_podgroups,
+            WORKLOADS.name: self.workloads,
+        }
+        self.reservations: dict[str, JSON] = {}  # by name (cluster-scoped), as read
         self.budgets = DisruptionBudgets()
         # what the core has assigned per pod key
         self._assigned: dict[str, Assigned] = {}
@@ -83,6 +111,8 @@ class ClusterCache:
             metrics=metrics,
             clock=clock,
         )
+        # ResourceClaims (their devices count like a bound pod's), templates, classes, slices.
+        self.dra = DraStore(core, self.ledger, settle=self._sync_core, notify=self._notify)
 
     def _notify(self, kind: str, key: str, obj: JSON | None) -> None:
         for listener in self.listeners:
@@ -107,32 +137,43 @@ class ClusterCache:
             self._upsert(kind, obj)
 
     def _store(self, kind: Kind) -> Any:
-        return {
-            "Node": self.nodes,
-            "Pod": self.pods,
-            "Device": self.devices,
-            "PodGroup": self.podgroups,
+        if kind in DRA_KINDS:
+            return self.dra.store(kind.name)
+        if kind.name in self._objects:
+            return self._objects[kind.name]
+        stores: dict[str, Any] = {
+            NODES.name: self.nodes,
+            PODS.name: self.pods,
+            DEVICES.name: self.devices,
+            RESERVATIONS.name: self.reservations,
             PDBS.name: self.budgets,
-        }[kind.name]
+        }
+        return stores[kind.name]
 
-    @staticmethod
-    def _key_of(kind: Kind, obj: JSON) -> str:
+    def _raw(self, name: str) -> bool:
+        """A kind kept as read (gangs' objects, Reservations), for its readers to decode."""
+        return name in self._objects or name == RESERVATIONS.name
+
+    def _key_of(self, kind: Kind, obj: JSON) -> str:
         meta = meta_of(obj)
-        if kind.name in (PODS.name, PODGROUPS.name, PDBS.name):
+        namespaced = (PODS.name, RESOURCECLAIMS.name, "ResourceClaimTemplate", PDBS.name)
+        if kind.name in namespaced or kind.name in self._objects:
             return pod_key(meta.get("namespace") or "default", meta.get("name") or "")
         return meta.get("name") or ""
 
     def _upsert(self, kind: Kind, obj: JSON) -> None:
         name = kind.name
-        if name == NODES.name:
+        if kind in DRA_KINDS:
+            self.dra.upsert(name, self._key_of(kind, obj), obj)
+        elif name == NODES.name:
             self._upsert_node(obj)
         elif name == PODS.name:
             self._upsert_pod(obj)
         elif name == DEVICES.name:
             self._upsert_device(obj)
-        elif name == PODGROUPS.name:
+        elif self._raw(name):
             key = self._key_of(kind, obj)
-            self.podgroups[key] = obj
+            self._store(kind)[key] = obj
             self._notify(name, key, obj)
         elif name == PDBS.name:
             self.budgets.upsert(obj)
@@ -140,7 +181,9 @@ class ClusterCache:
 
     def _delete(self, kind: Kind, key: str) -> None:
         name = kind.name
-        if name == NODES.name:
+        if kind in DRA_KINDS:
+            self.dra.delete(name, key)
+        elif name == NODES.name:
             if self.nodes.pop(key, None) is not None:
                 self.core.remove_node(key)
                 # The core forgot the node's pods; they are installed again if the Node returns.
@@ -157,7 +200,7 @@ class ClusterCache:
             if self.devices.pop(key, None) is not None:
                 self.core.remove_device(key)
                 self._notify(name, key, None)
-        elif name == PODGROUPS.name and self.podgroups.pop(key, None) is not None:
+        elif self._raw(name) and self._store(kind).pop(key, None) is not None:
             self._notify(name, key, None)
         elif name == PDBS.name and key in self.budgets:
             self.budgets.delete(key)
@@ -201,6 +244,7 @@ class ClusterCache:
         problem = self.core.set_device(dev)
         if problem is not None:
             log.warning("Device %s: %s", name, problem.message)
+        self.dra.node_changed(name)
 
     # -- pods -----------------------------------------------------------------------------------------
 
@@ -270,6 +314,8 @@ class ClusterCache:
             want = (res.node, res.token, None)
         elif entry is not None and entry.usage is not None:
             want = (entry.node, 0, entry.usage)
+        elif (claimed := self.dra.usage(key)) is not None:
+            want = (claimed.node, 0, claimed)  # a ResourceClaim's devices
         target = self._target.get(key)
         if target is not None and (want is None or want[0] != target):
             self._by_node[target].discard(key)
@@ -287,11 +333,14 @@ class ClusterCache:
         if installable is None:
             return
         node = installable[0]
-        if res is not None:
+        if res is not None and res.holder == ROOM_HOLDER:
+            # A room is no placement of the scorer's to learn from: counted as a bound pod is.
+            self.core.assign_usage(key, node, self.core.usage_of(key, node, res.allocations, res.request))
+        elif res is not None:
             self.core.assign_reservation(key, node, res.allocations, res.request)
         else:
-            assert entry is not None and entry.usage is not None
-            self.core.assign_usage(key, node, entry.usage)
+            assert installable[2] is not None
+            self.core.assign_usage(key, node, installable[2])
         self._assigned[key] = installable
 
     # == views ========================================================================================
@@ -312,9 +361,9 @@ class ClusterCache:
     def allocated_devices(self) -> Iterable[tuple[str, str, int]]:
         """(node, device type, devices with something allocated) for the metrics scrape."""
         taken: dict[tuple[str, str], set[int]] = defaultdict(set)
-        for key, (node, _token, _usage) in self._assigned.items():
+        for key, (node, _token, usage) in self._assigned.items():
             res = self.ledger.reservations.get(key)
-            allocs = res.allocations if res is not None else self.pods[key].allocations
+            allocs = res.allocations if res is not None else usage.allocations if usage else None
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)
         return [(node, dtype, len(minors)) for (node, dtype), minors in sorted(taken.items())]

@@ -17,6 +17,7 @@ from allocator.core.gang.actions import (
     WakeAt,
     WriteStatus,
 )
+from allocator.core.gang.levels import Levels
 from allocator.core.gang.min_resources import CAPACITY, Shortage
 from allocator.core.gang.victims import Candidate
 from allocator.core.gang.view import Outcomes
@@ -24,7 +25,7 @@ from apis import keys
 from apis.timestamps import format_time
 from tests.core.gang.world import NOW, FakePlanner, Rules, condition, gang, kinds, later, member, reports, run
 
-PODGROUP = EventTarget("ns", "g", podgroup=True)
+PODGROUP = EventTarget("ns", "g", kind="PodGroup", api_version="scheduling.x-k8s.io/v1alpha1")
 
 
 def status_of(actions: list[object]) -> dict[str, object]:
@@ -305,3 +306,23 @@ def test_a_planned_member_that_shows_up_bound_leaves_the_plan() -> None:
 
 def _candidate(key: str, *, priority: int, node: str = "n9") -> Candidate:
     return Candidate(key, node, priority, "", f"uid-{key}")
+
+
+LEAF_LEVELS = Levels(("example.com/leaf",), ("leaf",), True)
+
+
+def test_the_gang_s_topology_levels_go_to_every_plan_it_asks_for() -> None:
+    planner = FakePlanner(free=1)  # only the minimum fits: the whole gang, then its minimum
+    got = run(gang(member("m0"), member("m1"), member("m2"), levels=LEAF_LEVELS), planner)
+    assert planner.called("plan_gang") == [("ns/m0", "ns/m1", "ns/m2"), ("ns/m0", "ns/m1")]
+    assert planner.levels_seen == [LEAF_LEVELS, LEAF_LEVELS, LEAF_LEVELS]  # and the victim search
+    assert got.state.wait_code == "InsufficientResources"
+
+
+def test_a_topology_wish_that_does_not_decode_waits_with_its_own_reason() -> None:
+    why = "topology: pod ns/m0: topoalloc.io/required-topology: is not a valid label key (got 'a b')"
+    got = run(
+        gang(member("m0"), member("m1"), problem=why, problem_code="InvalidTopology"), FakePlanner(free=8)
+    )
+    assert reports(got.actions) == [("GangWaiting", why)]
+    assert got.state.wait_code == "InvalidTopology"

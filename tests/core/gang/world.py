@@ -15,6 +15,7 @@ from typing import Any
 
 from allocator.core.devices.allocate import Allocation
 from allocator.core.gang.actions import Action, Hold, Release, Report, Reserve
+from allocator.core.gang.levels import Levels
 from allocator.core.gang.lifecycle import Step, step
 from allocator.core.gang.min_resources import Shortage
 from allocator.core.gang.plan import GangPlan, NoPlan, Placement
@@ -25,7 +26,9 @@ from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from apis import keys
 from apis import podgroup as pg
+from apis import workload as wl
 from apis.annotations import DeviceAllocation, DeviceAllocations
+from apis.gang_object import native_conditions, of_native, of_podgroup, of_workload
 from apis.quantity import Quantity
 from apis.timestamps import format_time
 
@@ -92,20 +95,40 @@ def gang(
     outcomes: Outcomes | None = None,
     problem: str = "",
     name: str = "g",
+    source: str = pg.PODGROUP_SOURCE,
+    levels: Levels | None = None,
+    problem_code: str = "InvalidPodGroup",
 ) -> Gang:
+    """A gang defined by `source`'s object (a scheduler-plugins PodGroup by default, a native
+    PodGroup whose conditions are `status`'s, a Workload's pod group), or by none (`podgroup=False`:
+    Koordinator's)."""
     group = None
-    if podgroup:
-        group = pg.PodGroup(
-            metadata={"name": name, "namespace": "ns"},
-            min_member=min_member,
-            min_resources={k: Quantity.parse(v) for k, v in (min_resources or {}).items()},
-            status=pg.PodGroupStatus.from_dict(status or {}, "status"),
+    if podgroup and source == pg.PODGROUP_SOURCE:
+        group = of_podgroup(
+            pg.PodGroup(
+                metadata={"name": name, "namespace": "ns"},
+                min_member=min_member,
+                min_resources={k: Quantity.parse(v) for k, v in (min_resources or {}).items()},
+                status=pg.PodGroupStatus.from_dict(status or {}, "status"),
+            ),
+            "ns",
         )
+    elif podgroup and source == pg.NATIVE_SOURCE:
+        conditions = native_conditions(status or {})
+        policy = wl.SchedulingPolicy(min_member)
+        group = of_native(
+            wl.NativePodGroup({"name": name, "namespace": "ns"}, policy, conditions=conditions), "ns"
+        )
+    elif podgroup:
+        workload = wl.WorkloadV1Alpha1(
+            {"name": name, "namespace": "ns"}, {"workers": wl.SchedulingPolicy(min_member)}
+        )
+        group = of_workload(workload, "ns", "workers")
     return Gang(
         f"ns/{name}",
         "ns",
         name,
-        "podgroup" if podgroup else "koordinator",
+        source if podgroup else pg.KOORDINATOR_SOURCE,
         group,
         problem,
         min_member,
@@ -114,6 +137,8 @@ def gang(
         dict(holds or {}),
         generation,
         outcomes or Outcomes(),
+        levels,
+        problem_code,
     )
 
 
@@ -150,6 +175,7 @@ class FakePlanner:
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     reserved: list[Reserve] = field(default_factory=list)
     released: list[Release] = field(default_factory=list)
+    levels_seen: list[Levels | None] = field(default_factory=list)  # what each plan was asked to keep to
 
     def called(self, name: str) -> list[tuple[Any, ...]]:
         return [args for n, args in self.calls if n == name]
@@ -181,9 +207,15 @@ class FakePlanner:
         return GangPlan(placements, 100.0, self.domain)
 
     def plan_gang(
-        self, requests: Sequence[PodRequest], *, siblings: Mapping[str, int], names: Iterable[str]
+        self,
+        requests: Sequence[PodRequest],
+        *,
+        siblings: Mapping[str, int],
+        names: Iterable[str],
+        levels: Levels | None = None,
     ) -> GangPlan | NoPlan:
         self.calls.append(("plan_gang", tuple(r.key for r in requests)))
+        self.levels_seen.append(levels)
         if len(requests) > self.free:
             return NoPlan(f"only {self.free} of {len(requests)} members fit at once", self.free)
         return self._plan(requests)
@@ -195,7 +227,9 @@ class FakePlanner:
         *,
         names: Iterable[str],
         siblings: Mapping[str, int],
+        levels: Levels | None = None,
     ) -> PreemptionPlan | NoPlan:
+        self.levels_seen.append(levels)
         pool = list(candidates)
         self.calls.append(("plan_with_preemption", tuple((c.key, c.priority) for c in pool)))
         own = sum(1 for r in requests if r.key in self.held)  # the members' own holds are no obstacle

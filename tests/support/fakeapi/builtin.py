@@ -205,6 +205,9 @@ def builtin_types() -> list[ResourceType]:
         ),
         custom_resource_type("scheduling.koordinator.sh", "v1alpha1", "devices", "Device", namespaced=False),
         custom_resource_type(
+            "scheduling.koordinator.sh", "v1alpha1", "reservations", "Reservation", namespaced=False
+        ),
+        custom_resource_type(
             "scheduling.x-k8s.io",
             "v1alpha1",
             "podgroups",
@@ -249,6 +252,37 @@ def custom_resource_type(
         tracks_generation=True,
         field_getters=field_getters(namespaced, extra),
     )
+
+
+NATIVE_PODGROUP_SCHEMA: Schema = {
+    "metadata": _META,
+    "spec": {"resourceClaims": MergeList("name")},
+    "status": {"conditions": MergeList("type"), "resourceClaimStatuses": MergeList("name")},
+}
+
+
+def native_gang_types(version: str) -> list[ResourceType]:
+    """Kubernetes' own gang API, alpha and off by default as on a real server: `v1alpha2` (1.36)
+    serves Workloads and PodGroups, `v1alpha1` (1.35) Workloads only (FakeApiServer.serve)."""
+    kinds = [("workloads", "Workload", False)] + (
+        [("podgroups", "PodGroup", True)] if version == "v1alpha2" else []
+    )
+    return [
+        ResourceType(
+            group="scheduling.k8s.io",
+            version=version,
+            plural=plural,
+            kind=kind,
+            namespaced=True,
+            behaviour=DEFAULT_BEHAVIOUR,
+            singular=kind.lower(),
+            status_subresource=status,
+            field_getters=field_getters(True),
+            merge_schema=NATIVE_PODGROUP_SCHEMA if status else METADATA_ONLY_SCHEMA,
+            bookmark_body={"spec": {}},
+        )
+        for plural, kind, status in kinds
+    ]
 
 
 def builtin_registry() -> Registry:

@@ -269,7 +269,10 @@ def _default_container(container: JsonObj) -> JsonObj:
     if limits:
         # Requests default to limits, per resource.
         resources["requests"] = {**limits, **(resources.get("requests") or {})}
-    c["resources"] = {k: dict(sorted(v.items())) for k, v in sorted(resources.items())}
+    # limits and requests are maps (sorted, as Go writes them); claims is a list (kept as given).
+    c["resources"] = {
+        k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in sorted(resources.items())
+    }
     c.setdefault("terminationMessagePath", "/dev/termination-log")
     c.setdefault("terminationMessagePolicy", "File")
     c.setdefault("imagePullPolicy", _pull_policy(c.get("image", "")))

@@ -150,6 +150,13 @@ class FakeApiServer:
         self.types.add(rt)
         return rt
 
+    @on_server_loop
+    def serve(self, *types: ResourceType) -> None:
+        """Serve built-in resource types a fresh fake does not (an alpha API turned on:
+        builtin.native_gang_types)."""
+        for rt in types:
+            self.types.add(rt)
+
     # -- direct object access (no HTTP, no validation) -----------------------------------------------
     @on_server_loop
     def get(self, resource: str, name: str, namespace: str = "") -> JsonObj | None:

@@ -155,7 +155,8 @@ def _foreign(cluster: Cluster, options: InstallOptions, root: Path, report: Repo
         report.say(
             f"{doc['kind']} {name}: exists and was not created by the installer; left as it is, never deleted"
         )
-        if doc["kind"] == "CustomResourceDefinition" and "nvlink" not in str(existing.get("spec")):
+        device_crd = doc["kind"] == "CustomResourceDefinition" and name.startswith("devices.")
+        if device_crd and "nvlink" not in str(existing.get("spec")):
             report.warn(
                 f"CRD {name} (another system's) lacks topoalloc's fields (nvlink, pcieSwitchID, "
                 "summary): the API server prunes them from every Device, so the allocator sees no NVLink "

@@ -4,7 +4,7 @@ Only objects carrying `app.kubernetes.io/managed-by: topoalloc` are ever deleted
 system owns (Koordinator's Device, scheduler-plugins' PodGroup) and a namespace someone else made
 are never touched. Order matters for safety: the gang admission webhook goes first, so no
 webhook that could block pod creation outlives the allocator that answers it. CRDs (and with them
-every Device and PodGroup) go only with --purge.
+every Device, PodGroup and Reservation) go only with --purge.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def uninstall(cluster: Cluster, *, purge: bool, dry_run: bool, root: Path | None
             report.say(f"{verb} {_name(doc)}")
     if crds and not purge:
         names = ", ".join(d["metadata"]["name"] for d in crds)
-        report.say(f"kept CRDs {names} and every Device and PodGroup (--purge deletes them)")
+        report.say(f"kept CRDs {names} and every Device, PodGroup and Reservation (--purge deletes them)")
     if namespaces and not dry_run:
         report.say(f"namespace {namespaces[0]['metadata']['name']}: goes once its pods have stopped")
     if purge:

@@ -1,7 +1,6 @@
-"""Which nodes kube-scheduler would let a pod onto at all: taints and cordons (the TaintToleration
-and NodeUnschedulable plugins). The planner checks devices, cpu, memory, pod slots and node
-affinity itself; without this a plan could name a node kube-scheduler then refuses, and the member
-would wait for `bindTimeout` before its gang is planned again."""
+"""Whether tolerations tolerate a taint (corev1's ToleratesTaint) and whether a pod is let onto a
+node at all (TaintToleration, NodeUnschedulable): for gang planning, placing Reservations and
+Reservation taints alike."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 JSON = dict[str, Any]
-UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-BLOCKING = ("NoSchedule", "NoExecute")
 
 
 def tolerates(tolerations: Iterable[JSON], taint: Mapping[str, Any]) -> bool:
@@ -27,6 +24,10 @@ def tolerates(tolerations: Iterable[JSON], taint: Mapping[str, Any]) -> bool:
         elif key == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
             return True
     return False
+
+
+UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+BLOCKING = ("NoSchedule", "NoExecute")
 
 
 def admits(node_spec: Mapping[str, Any], tolerations: list[JSON]) -> bool:

@@ -1,0 +1,59 @@
+"""DRA claim allocation as the allocator process runs it: the claims controller fed by the watch
+cache, and the admission route that gates pods at creation. allocator/assembly.py builds
+`DraClaims`, hands it the cache's events, serves its route beside the gang's and starts it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from allocator.claims.cache_view import ClaimsCache
+from allocator.claims.controller import ClaimsController
+from allocator.claims.webhook import PATH, reviewer
+from allocator.runtime.admission import Reviewer
+from allocator.runtime.coreadapter import CoreAdapter
+from allocator.runtime.dra_settings import DraSettings
+from allocator.runtime.events import EventSink
+from allocator.runtime.kube import KubeApi
+from allocator.runtime.tasks import Spawn
+
+
+class DraClaims:
+    def __init__(
+        self,
+        settings: DraSettings,
+        *,
+        api: KubeApi,
+        cache: ClaimsCache,
+        core: CoreAdapter,
+        events: EventSink,
+        is_leader: Callable[[], bool],
+        synced: Callable[[], bool],
+        topology_keys: Sequence[str] = (),
+    ) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.synced = synced
+        self.controller = ClaimsController(
+            api=api,
+            cache=cache,
+            core=core,
+            settings=settings,
+            events=events,
+            is_leader=is_leader,
+            synced=synced,
+            topology_keys=topology_keys,
+        )
+
+    def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
+        self.controller.observe(kind, key, obj)
+
+    def routes(self) -> dict[str, Reviewer]:
+        """The admission route gating pods whose claims topoalloc allocates."""
+        return {PATH: reviewer(self.cache.dra, self.synced, self.settings.scheduler_names)}
+
+    def start(self, spawn: Spawn) -> None:
+        spawn("claims controller", self.controller.run())
+
+    def stop(self) -> None:
+        self.controller.step_down()

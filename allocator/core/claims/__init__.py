@@ -1,0 +1,1 @@
+"""DRA claims allocated by the core: per-node solving, placement across nodes, claim usage."""

@@ -1,0 +1,112 @@
+"""What a DRA-mode node publishes (its pool's devices, from its ResourceSlices) and how those names
+map to the Device CR the core reads: `gpu-<minor>`, `rdma-<minor>`, `rdma-<minor>-vf-<index>`
+(`index` into the NIC's VFs in Device order, apis/dra.py). And the other way: what a claim's results
+take on the node, as the `device-allocated` entries the core counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from allocator.core.node.inventory import VF, DeviceSlot, NodeInventory
+from allocator.core.request.cel import PublishedDevice
+from apis import dra
+from apis import resources as rn
+from apis.annotations import AllocatedVF, DeviceAllocation, DeviceAllocations
+from apis.dra_claims import DeviceResult
+from apis.dra_slices import ResourceSlice
+from apis.quantity import Format, Quantity
+
+GPU, RDMA = rn.DeviceType.GPU, rn.DeviceType.RDMA
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """A node's pool of topoalloc.io devices as its slices publish them."""
+
+    pool: str
+    devices: Mapping[str, PublishedDevice] = field(default_factory=dict)
+
+
+def device_name(dtype: str, minor: int, vf_index: int | None = None) -> str:
+    if dtype == GPU:
+        return str(dra.DeviceName(dra.TYPE_GPU, minor))
+    if vf_index is None:
+        return str(dra.DeviceName(dra.TYPE_RDMA, minor))
+    return str(dra.DeviceName(dra.TYPE_RDMA_VF, minor, vf_index))
+
+
+def vf_index(slot: DeviceSlot, bus_id: str) -> int | None:
+    """The index of a VF among its NIC's VFs in Device order (the `<vf>` of its device name)."""
+    return next((i for i, vf in enumerate(slot.vfs) if vf.bus_id == bus_id), None)
+
+
+def vf_of(inv: NodeInventory, name: dra.DeviceName) -> tuple[DeviceSlot, VF] | None:
+    slot = inv.slot(RDMA, name.minor)
+    if slot is None or name.vf is None or not 0 <= name.vf < len(slot.vfs):
+        return None
+    return slot, slot.vfs[name.vf]
+
+
+def _whole(slot: DeviceSlot) -> dict[str, Quantity]:
+    return {
+        n: Quantity.of(v, Format.BINARY_SI if n == rn.GPU_MEMORY else Format.DECIMAL_SI)
+        for n, v in slot.total.items()
+    }
+
+
+def vf_allocation(minor: int, vf: VF) -> DeviceAllocation:
+    """One VF as the core counts it: 1% of its NIC and the VF itself."""
+    return DeviceAllocation(minor, {rn.RDMA: Quantity.of(1)}, vfs=[AllocatedVF(vf.minor, vf.bus_id)])
+
+
+def results_usage(
+    inv: NodeInventory | None, pool: str, results: Iterable[DeviceResult]
+) -> tuple[DeviceAllocations, list[str]]:
+    """What a claim's results of topoalloc.io in `pool` take (whole GPUs, whole NICs, single VFs),
+    whoever allocated them; and the devices that could not be counted (not in the Device CR, or no
+    Device yet), for a warning."""
+    out: dict[str, list[DeviceAllocation]] = {}
+    missing = []
+    for r in results:
+        if r.driver != dra.DRIVER or r.pool != pool or r.admin_access:
+            continue  # another driver's or another pool's; adminAccess takes nothing
+        name = dra.parse_device_name(r.device)
+        if name is None or inv is None:
+            missing.append(r.device)
+            continue
+        if name.type == dra.TYPE_RDMA_VF:
+            found = vf_of(inv, name)
+            if found is None:
+                missing.append(r.device)
+                continue
+            out.setdefault(RDMA, []).append(vf_allocation(name.minor, found[1]))
+            continue
+        dtype = name.device_type
+        slot = inv.slot(dtype, name.minor)
+        if slot is None:
+            missing.append(r.device)
+            continue
+        if not slot.total:
+            continue  # unhealthy: nothing can be chosen there anyway
+        out.setdefault(dtype, []).append(DeviceAllocation(name.minor, _whole(slot), id=slot.id))
+    return DeviceAllocations(out), missing
+
+
+def pool_devices(pool: str, slices: Iterable[ResourceSlice]) -> NodeDevices | None:
+    """The pool's devices from its slices of topoalloc.io: those of the highest generation, once
+    all `resourceSliceCount` of them are there; None while the pool is incomplete."""
+    mine = [s for s in slices if s.driver == dra.DRIVER and s.pool == pool]
+    if not mine:
+        return None
+    top = max(s.generation for s in mine)
+    current = [s for s in mine if s.generation == top]
+    if len(current) < current[0].slice_count:
+        return None
+    devices = {
+        dev.name: PublishedDevice(dev.name, dra.DRIVER, dict(dev.attributes), dict(dev.capacity))
+        for s in sorted(current, key=lambda s: s.name)
+        for dev in s.devices
+    }
+    return NodeDevices(pool, devices)

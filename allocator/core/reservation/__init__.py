@@ -1,0 +1,1 @@
+"""Reservations in the core: rooms on nodes, owners taking from them, placing them (docs/reservations.md)."""

@@ -1,0 +1,118 @@
+"""Mutating admission webhooks of the allocator: the AdmissionReview v1 envelope and one HTTPS
+server for every route (the gang gate at /mutate-pods, the DRA gate at /mutate-pods-dra).
+
+kube-apiserver POSTs an `admission.k8s.io/v1` AdmissionReview for every object the
+MutatingWebhookConfiguration selects (deploy/allocator/webhook.yaml) and applies the JSON patch we
+answer with. Each route is a `Reviewer`: the parsed request in, the AdmissionResponse out. A body
+that is not an AdmissionReview gets HTTP 400 with the decoding error (the API server then applies
+the webhook's failurePolicy); never a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+API_VERSION = "admission.k8s.io/v1"
+MAX_BODY = 8 * 1024 * 1024  # a Pod is at most ~1.5 MB in etcd
+Reviewer = Callable[[JSON], JSON]
+
+
+class BadReview(ValueError):
+    pass
+
+
+def parse_review(data: Any) -> JSON:
+    """The `request` of an AdmissionReview v1, checked for the fields we read."""
+    if not isinstance(data, dict):
+        raise BadReview("expected an AdmissionReview object")
+    if data.get("apiVersion") != API_VERSION or data.get("kind") != "AdmissionReview":
+        raise BadReview(
+            f"expected apiVersion {API_VERSION} and kind AdmissionReview, got "
+            f"{data.get('apiVersion')!r} and {data.get('kind')!r}"
+        )
+    request = data.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("request: expected an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid: expected a non-empty string")
+    for name in ("kind", "resource"):
+        if request.get(name) is not None and not isinstance(request[name], dict):
+            raise BadReview(f"request.{name}: expected an object")
+    if request.get("object") is not None and not isinstance(request["object"], dict):
+        raise BadReview("request.object: expected an object")
+    return request
+
+
+def pod_create(request: JSON) -> JSON | None:
+    """The Pod a CREATE review is about; None for any other review (allowed unchanged)."""
+    kind = request.get("kind") or {}
+    if request.get("operation", "CREATE") != "CREATE" or kind.get("kind", "Pod") != "Pod":
+        return None
+    return request.get("object")
+
+
+def patched(uid: str, patch: list[JSON] | None) -> JSON:
+    """Allowed, with the JSON patch when there is one."""
+    if not patch:
+        return {"uid": uid, "allowed": True}
+    encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    return {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": encoded}
+
+
+def denied(uid: str, message: str) -> JSON:
+    return {
+        "uid": uid,
+        "allowed": False,
+        "status": {"status": "Failure", "code": 400, "reason": "BadRequest", "message": message},
+    }
+
+
+def add_gate(spec: JSON, gate: str) -> list[JSON] | None:
+    """JSON patch operations adding the scheduling gate `gate` to a pod spec (None: it has it).
+    Raises BadReview when spec.schedulingGates is not a list."""
+    gates = spec.get("schedulingGates")
+    if gates is not None and not isinstance(gates, list):
+        raise BadReview("spec.schedulingGates: expected a list")
+    value = {"name": gate}
+    if not gates:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [value]}]
+    if any(isinstance(g, dict) and g.get("name") == gate for g in gates):
+        return None
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": value}]
+
+
+def admission_app(routes: Mapping[str, Reviewer]) -> web.Application:
+    """One application serving every route (path -> reviewer)."""
+    app = web.Application(client_max_size=MAX_BODY)
+    add_reviewers(app, routes)
+    return app
+
+
+def add_reviewers(app: web.Application, routes: Mapping[str, Reviewer]) -> None:
+    """More routes on an admission application (the DRA gate beside the gang's)."""
+    for path, reviewer in routes.items():
+        app.router.add_post(path, _handler(reviewer))
+
+
+def _handler(reviewer: Reviewer) -> Callable[[web.Request], Any]:
+    async def mutate(request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            review = parse_review(json.loads(raw))
+        except (ValueError, UnicodeDecodeError) as exc:  # BadReview is a ValueError
+            log.warning("admission review refused: %s", exc)
+            return web.Response(status=400, text=f"not an AdmissionReview: {exc}\n")
+        body = {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": reviewer(review)}
+        return web.json_response(body)
+
+    return mutate
