@@ -1,9 +1,10 @@
 """What Reservations read and do with the watch cache, and nothing more.
 
 The book reads the Reservations, the pods (an owner's allocations), the Nodes (labels for
-reservation affinity, taints for placing) and holds each room in the hold ledger; the placer is
-the ledger's, set at wiring time. The runtime's `ClusterCache` is the one implementation in the
-process (tests/runtime/test_cache_views.py checks it fits).
+reservation affinity, taints for placing) and the PodDisruptionBudgets preemption weighs, and holds
+each room in the hold ledger; the placer is the ledger's, set at wiring time. The runtime's
+`ClusterCache` is the one implementation in the process (tests/runtime/test_cache_views.py checks
+it fits).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.runtime.cache.budgets import DisruptionBudgets
 from allocator.runtime.cache.records import NodeFacts, PodEntry, Reservation
 from allocator.runtime.coreadapter import PodRequest
 from allocator.runtime.ledger import Placer
@@ -47,3 +49,6 @@ class ReservationCache(Protocol):
 
     @property
     def ledger(self) -> RoomLedger: ...
+
+    @property
+    def budgets(self) -> DisruptionBudgets: ...

@@ -125,8 +125,8 @@ def with_preemption(
 ) -> Placing:
     """A placement for every member and the cheapest lower-priority pods (a gang of pods only
     whole) whose eviction makes room for it: the gang preemption machinery, keeping to the gang's
-    topology level."""
-    candidates = all_candidates(cache.pods, cache.ledger.reservations)
+    topology level; victims a PodDisruptionBudget protects last, as for gangs of pods."""
+    candidates = all_candidates(cache.pods, cache.ledger.reservations, cache.budgets)
     settings = PlanSettings(topology_keys=topology.keys, scoring=core.scoring.device_scoring)
     got = core.plan_with_preemption(
         reqs,
