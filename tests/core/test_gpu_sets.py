@@ -162,6 +162,32 @@ def test_the_chosen_set_is_the_oracles_best(places: list[GpuPlace], data: st.Dat
     assert _mask(choice.minors) & ~candidates == 0 and len(choice.minors) == count
 
 
+def test_a_packing_takes_the_best_total_its_bottleneck_allows() -> None:
+    # Found by the property above: the packing of {1,2,4,5,6,7} into pairs was searched as if
+    # (bottleneck, total) split into subproblems; a tail with a lower bottleneck but a higher
+    # total was lost although the weaker pair before it hid that bottleneck anyway.
+    def gpu(minor: int, nvlinks: dict[int, int], numa: int = -1, switch: str = "") -> GpuPlace:
+        socket = -1 if numa < 0 else numa // 2
+        return GpuPlace(minor=minor, numa=numa, socket=socket, pcie_switch=switch, nvlinks=nvlinks)
+
+    places = [
+        gpu(0, {1: 1, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1}),
+        gpu(1, {0: 1}),
+        gpu(2, {0: 1}, numa=0, switch="sw-c"),
+        gpu(3, {0: 1}),
+        gpu(4, {0: 1, 5: 2, 7: 1}),
+        gpu(5, {0: 1, 4: 2}, switch="sw-c"),
+        gpu(6, {0: 1}),
+        gpu(7, {4: 1}, numa=0),
+    ]
+    ic = build_interconnect(places, 20.0)
+    everything = _mask(range(8))
+    req = SetRequest(count=2, candidates=_mask((0, 3)), pool=everything, used=0, within=None, scopes=())
+    choice = choose(ic, req)
+    assert choice is not None
+    assert choice.objective == _oracle(ic, req, ())
+
+
 def test_a_link_counts_only_when_both_ends_report_it() -> None:
     a = GpuPlace(0, numa=0, socket=0, nvlinks={1: 2})
     b = GpuPlace(1, numa=0, socket=0, nvlinks={0: 1})  # one of the two links is down

@@ -20,7 +20,6 @@ from apis.interconnect import Interconnect
 EXACT_LIMIT = 8  # free GPUs up to which every candidate set (and every packing) is enumerated
 GREEDY_SEEDS = 16  # seeds of the bounded search beyond
 CACHE_MAX = 20_000
-_NONE = (-1, -1)
 
 
 def bits(mask: int) -> list[int]:
@@ -43,7 +42,7 @@ class PairTable:
             for j, b in enumerate(minors):
                 self.value[a][b] = values[i][j]
         self._quality: dict[int, tuple[int, int]] = {}
-        self._packing: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self._packing: dict[tuple, tuple[int, int]] = {}
 
     def quality(self, mask: int) -> tuple[int, int]:
         hit = self._quality.get(mask)
@@ -69,29 +68,65 @@ class PairTable:
         return self._pack(pool, sets, size)
 
     def _pack(self, pool: int, sets: int, size: int) -> tuple[int, int]:
-        if sets == 0:
-            return (1 << 62, 0)
+        # (bottleneck, total) does not split into subproblems: a tail's best pair can be beaten by
+        # a tail with a lower bottleneck and a higher total once the set before it is the weaker
+        # one. So the bottleneck is settled first, then the total over the sets that keep it.
         key = (pool, sets, size)
         hit = self._packing.get(key)
-        if hit is not None:
-            return hit
+        if hit is None:
+            floor = self._bottleneck(pool, sets, size)
+            hit = (floor, self._total(pool, sets, size, floor))
+            if len(self._packing) > CACHE_MAX:
+                self._packing.clear()
+            self._packing[key] = hit
+        return hit
+
+    def _choices(self, pool: int, sets: int, size: int) -> tuple[bool, list[int]]:
+        """Whether the lowest GPU may stay out of every set, and each set that takes it."""
         low = pool & -pool
         rest = pool ^ low
-        best = _NONE
-        if rest.bit_count() >= sets * size:  # leave the lowest GPU out of every set
-            best = self._pack(rest, sets, size)
+        taking = []
         for others in combinations(bits(rest), size - 1):
             chosen = low
             for m in others:
                 chosen |= 1 << m
+            taking.append(chosen)
+        return rest.bit_count() >= sets * size, taking
+
+    def _bottleneck(self, pool: int, sets: int, size: int) -> int:
+        """The best weakest-set quality of `sets` disjoint sets from `pool`."""
+        if sets == 0:
+            return 1 << 62
+        key = (pool, sets, size, None)
+        hit = self._packing.get(key)
+        if hit is not None:
+            return hit[0]
+        skip, taking = self._choices(pool, sets, size)
+        best = self._bottleneck(pool & (pool - 1), sets, size) if skip else -1
+        for chosen in taking:
+            qmin = self.quality(chosen)[0]
+            if qmin > best:
+                best = max(best, min(qmin, self._bottleneck(pool & ~chosen, sets - 1, size)))
+        self._packing[key] = (best, 0)
+        return best
+
+    def _total(self, pool: int, sets: int, size: int, floor: int) -> int:
+        """The best total of `sets` disjoint sets from `pool` each at least `floor`; -1 if none."""
+        if sets == 0:
+            return 0
+        key = (pool, sets, size, floor)
+        hit = self._packing.get(key)
+        if hit is not None:
+            return hit[1]
+        skip, taking = self._choices(pool, sets, size)
+        best = self._total(pool & (pool - 1), sets, size, floor) if skip else -1
+        for chosen in taking:
             qmin, qsum = self.quality(chosen)
-            tail_min, tail_sum = self._pack(pool & ~chosen, sets - 1, size)
-            value = (min(qmin, tail_min), qsum + tail_sum)
-            if value > best:
-                best = value
-        if len(self._packing) > CACHE_MAX:
-            self._packing.clear()
-        self._packing[key] = best
+            if qmin >= floor:
+                tail = self._total(pool & ~chosen, sets - 1, size, floor)
+                if tail >= 0:
+                    best = max(best, qsum + tail)
+        self._packing[key] = (floor, best)
         return best
 
     def _greedy_packing(self, pool: int, size: int, sets: int) -> tuple[int, int]:
