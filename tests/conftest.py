@@ -7,16 +7,49 @@
 - `fake_api_aio_client` / `fake_api_sync_client`: an official ApiClient for those servers, closed after.
 - `fake_api_settings`: the server's keyword arguments; override it in a module or conftest to change
   timings (for example a longer `bookmark_interval`).
+
+Also here, since they must be in place before any test module is imported or any worker started:
+the Hypothesis profiles (docs/testing.md) and pytest-xdist's scheduler for `make test`'s workers.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support.fakeapi import FakeApiServer, ServerThread
+
+# Speed lives in bench/, not in unit tests: no Hypothesis deadline anywhere (a loaded machine or a
+# busy second xdist worker would otherwise fail a correct example).
+settings.register_profile("dev", deadline=None)
+# CI (.ci/run; CI=true): the same examples on every run, derived from each test's source, so a
+# random example never turns an unrelated change red; no example database to carry over. A failure
+# found locally under "dev" is saved in .hypothesis/ and replayed first on the next local run.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# Loaded on import, before test modules build their own `settings(...)` from the active profile;
+# `--hypothesis-profile NAME` still overrides it.
+settings.load_profile("ci" if os.environ.get("CI", "").lower() not in ("", "0", "false", "no") else "dev")
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (pyproject's addopts) with each Kubernetes release's tests on one worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.support.xdist_groups import ReleaseGroupScheduling
+
+    return ReleaseGroupScheduling(config, log)
 
 
 @pytest.fixture
