@@ -24,8 +24,11 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/topoalloc demo
 
+# The suite on TEST_WORKERS pytest-xdist workers (CI has 2 cores; each Kubernetes release's
+# real-cluster tests stay on one worker: docs/testing.md). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from apis import keys
 from apis.annotations import (
@@ -21,9 +21,6 @@ from apis.partitions import parse_gpu_partitions
 from apis.podgroup import PodGroup, gang_of
 from apis.selector import LabelSelector
 from tests.apis import strategies as s
-
-settings.register_profile("apis", max_examples=150, deadline=None)
-settings.load_profile("apis")
 
 
 @given(s.device_allocations)

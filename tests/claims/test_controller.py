@@ -228,8 +228,12 @@ async def test_a_failed_write_leaves_nothing_half_written(fake_api: FakeApiServe
         fake_api.inject_fault("PATCH", "/resourceclaims/p-b/status", status=500, times=None)
         made = make_claims(fake_api, "p")
         await until(lambda: events(fake_api, "DRAAllocationFailed"), what="the failure")
-        await asyncio_sleep(0.5)
-        assert allocation(fake_api, "p-a") is None and allocation(fake_api, "p-b") is None
+        # The controller keeps retrying (write a, fail b, roll a back): a fixed sleep could land inside
+        # an attempt on a busy machine; between attempts neither claim holds an allocation.
+        await until(
+            lambda: allocation(fake_api, "p-a") is None and allocation(fake_api, "p-b") is None,
+            what="the first claim's allocation rolled back",
+        )
         assert gates(fake_api, "p") == [dra.SCHEDULING_GATE]
         fake_api.clear_faults()
         await until(lambda: not gates(fake_api, "p"), what="allocated on the retry")

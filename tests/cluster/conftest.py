@@ -30,10 +30,18 @@ def _in_tier(item: pytest.Item | None) -> bool:
     return item is not None and HERE in Path(str(item.fspath)).parents
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _in_tier(item):
             item.add_marker(pytest.mark.cluster)
+            # Under pytest-xdist (`--dist loadgroup`, as `make test` runs) a release's tests all go to
+            # one worker, so each worker starts one control plane, not every release's.
+            # (tests/support/xdist_groups.py also reads the release from the test id, since pytest
+            # 9.2 undoes the mark's effect.)
+            release = getattr(item, "callspec", None) and item.callspec.params.get("release")
+            if isinstance(release, KubeRelease):
+                item.add_marker(pytest.mark.xdist_group(release.test_id))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -46,7 +54,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             _running.pop().stop()
 
 
-@pytest.fixture(scope="session", params=selected_releases(), ids=lambda r: f"k8s-{r.minor}")
+@pytest.fixture(scope="session", params=selected_releases(), ids=lambda r: r.test_id)
 def release(request: pytest.FixtureRequest) -> KubeRelease:
     """The Kubernetes release of this run of the test (pytest groups the tests by it, so each
     release's control plane is started once and stopped before the next one starts)."""

@@ -97,9 +97,16 @@ def test_binds_follow_leadership_to_a_live_replica(cluster: ClusterEnv, ns: str,
     cluster.wait_bound(ns, "first")  # kube-scheduler now holds a connection to the old leader
 
     lease_path = "/apis/coordination.k8s.io/v1/namespaces/topoalloc-system/leases/topoalloc-allocator"
-    lease = cluster.cp.admin.get(lease_path)
-    lease["spec"]["holderIdentity"] = standby
-    cluster.cp.admin.put(lease_path, lease)
+
+    def hand_over() -> bool:
+        # The holder renews the Lease every RETRY_PERIOD: a PUT of the one read a moment ago may
+        # meet a newer one (409 Conflict), so read it again and retry, as an admin would.
+        lease = cluster.cp.admin.get(lease_path)
+        lease["spec"]["holderIdentity"] = standby
+        cluster.cp.admin.put(lease_path, lease)
+        return True
+
+    wait_until(hand_over, timeout=30, what=f"the Lease handed to {standby}")
     wait_until(lambda: new.health("/readyz")[0] == 200, timeout=30, what=f"{standby} leading")
     wait_until(lambda: old.health("/readyz")[0] == 503, timeout=30, what=f"{old.identity} standing by")
     assert old.process.alive()

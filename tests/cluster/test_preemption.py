@@ -64,7 +64,8 @@ def test_kube_scheduler_preempts_the_pods_that_free_one_nvlink_pair(
     freed = {fillers[name] for name in victims}
     assert freed in PAIRS, (victims, fillers)  # exactly one NVLink pair, nothing else
     # The choice went through the allocator's preempt verb, not kube-scheduler's count alone.
-    _, metrics = cluster.replicas["alloc-a"].health("/metrics")
+    # (the leader's: kube-scheduler reaches the Lease holder, which an earlier module may have moved)
+    _, metrics = cluster.leader().health("/metrics")
     kept = [
         line
         for line in metrics.splitlines()

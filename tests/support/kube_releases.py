@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -46,6 +47,11 @@ class KubeRelease:
     def minor(self) -> str:
         """1.35"""
         return ".".join(self.version.lstrip("v").split(".")[:2])
+
+    @property
+    def test_id(self) -> str:
+        """k8s-1.35: how test ids name the release (see RELEASE_IN_TEST_ID)."""
+        return f"k8s-{self.minor}"
 
     @property
     def minor_int(self) -> int:
@@ -90,6 +96,9 @@ RELEASES = {
         "v1.36.3", SHARED / "k8s-1.36", "scheduling.k8s.io/v1alpha2", (*GANG_GATES, "WorkloadWithJob")
     ),
 }
+# The release a test id carries (`test_x[k8s-1.35]`, `test_y[k8s-1.36-gpu]`): pytest-xdist's scheduler
+# reads it from the id alone (tests/support/xdist_groups.py).
+RELEASE_IN_TEST_ID = re.compile(r"[\[-](k8s-\d+\.\d+)[\]-]")
 # What a bench or a single-release caller gets when it names none.
 DEFAULT = RELEASES["1.35"]
 

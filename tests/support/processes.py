@@ -23,9 +23,26 @@ class ControlPlaneError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A port free on HOST now, for a daemon that binds it later. Under pytest-xdist each worker takes
+    ports from its own blocks of 64 (block number modulo the worker count; not parity: Linux hands
+    bind() odd ports only), so that a port one worker picked and has not bound yet is never handed to
+    another worker's daemon."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker[2:]) % count if worker.startswith("gw") and worker[2:].isdigit() else 0
+    held: list[socket.socket] = []  # kept open so the kernel offers another port each try
+    try:
+        for _ in range(64 * count):
+            s = socket.socket()
+            held.append(s)
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+            if (port >> 6) % count == index:
+                return port
+        return port  # a crowded range: any free port, as without workers
+    finally:
+        for s in held:
+            s.close()
 
 
 def wait_until(
