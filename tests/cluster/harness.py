@@ -118,6 +118,13 @@ class ClusterEnv:
         self.started.append(replica.process)
         return replica
 
+    def use_round_trips(self, round_trips: int | None) -> None:
+        """kube-scheduler and the allocator restarted in that extender mode (None: the tier's,
+        TOPOALLOC_ROUND_TRIPS or deploy/'s), the new allocator leading before this returns."""
+        self.start_allocator("alloc-a", round_trips=round_trips).wait_ready("/readyz")
+        url = f"https://127.0.0.1:{self.extender.port}"
+        self.cp.start_scheduler(scheduler_config(url, self.certs, round_trips))
+
     def stop(self) -> None:
         for agent in self.agents:
             agent.process.stop()
