@@ -9,8 +9,9 @@ without an extender (`none`) and with the project's extender configuration in ea
 allocator restarted with the matching --round-trips) schedules the same P pending pods (1
 nvidia.com/gpu each), created before it starts; pods/s from the first binding seen to the last.
 Each run: a fresh kube-scheduler (client qps/burst `--qps`) and namespace, the pods deleted after.
-Reported: median pods/s of each mode and its ratio to `none`, the allocator's CPU-seconds per scheduled pod (utime+stime from /proc/<pid>/stat, from just
-before the pods are created until the last binding and its watch events are in) and its RSS.
+Reported: median pods/s of each mode and its ratio to `none`, the allocator's CPU-seconds per
+scheduled pod (utime+stime from /proc/<pid>/stat, from just before the pods are created until the
+last binding and its watch events are in) and its RSS.
 
 Extra phases: `--burst N` creates N pods at once under the extender and reports the allocator's
 bind latency p50/p99 (from its own `topoalloc_extender_request_duration_seconds` histogram,
