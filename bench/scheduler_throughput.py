@@ -342,8 +342,7 @@ def median_row(results: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in results)
 
 
-# The extender modes (docs/service.md, "Round trips"): the allocator's --round-trips and the
-# matching kube-scheduler configuration.
+# The extender modes (docs/service.md, "Round trips"): the allocator's --round-trips.
 ROUND_TRIPS = {"one-trip": 1, "two-trip": 2}
 MODES = ("none", *ROUND_TRIPS)
 
