@@ -71,6 +71,7 @@ class Allocator:
         self.config = config
         self.api = api
         self.metrics = metrics or Metrics()
+        self.round_trips = config.round_trips
         self.core = CoreAdapter(config.scoring)
         self.cache = ClusterCache(self.core, reservation_ttl=config.reservation_ttl, metrics=self.metrics)
         self.reflectors = [
@@ -283,6 +284,8 @@ class Allocator:
             cfg.health_host,
             self.health_port,
         )
+        # The mode must match kube-scheduler's extender block (prioritizeVerb absent for 1): say it.
+        log.info("extender round trips: %d (%s)", self.round_trips, ROUND_TRIP_NOTE[self.round_trips])
 
     def _spawn(self, name: str, coro: object) -> None:
         self._tasks[name] = asyncio.create_task(coro, name=name)  # type: ignore[arg-type]
@@ -328,6 +331,12 @@ class Allocator:
             await self.elector.release()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.events.drain(), 2.0)
+
+
+ROUND_TRIP_NOTE = {
+    1: "filter passes the best node alone; kube-scheduler's extender config needs no prioritizeVerb",
+    2: "filter passes every node that fits; kube-scheduler's extender config needs prioritizeVerb",
+}
 
 
 def build_allocator(config: ServiceConfig, api: KubeApi, *, metrics: Metrics | None = None) -> Allocator:

@@ -10,7 +10,7 @@ with Nodes, Device CRs (half DGX H100, half 8x L40S; `--mix` picks other kinds, 
 where GPU sets are chosen by interconnect) and bound pods holding random load, starts
 `topoalloc allocator` in its own process against it, waits until /readyz, then plays kube-scheduler
 for a stream of pods of mixed shapes: filter with the sample's node names, prioritize with the
-nodes that passed, and bind to the best one,
+nodes that passed when more than one did (`--round-trips 1`: filter passes one), and bind to the best,
 so every cycle changes one node as in a live cluster. Latency is measured at the client, from
 sending the request to having read the reply.
 
@@ -138,7 +138,9 @@ def pki(directory: Path) -> ssl.SSLContext:
     return ctx
 
 
-def start_allocator(url: str, directory: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+def start_allocator(
+    url: str, directory: Path, round_trips: int = 2
+) -> tuple[subprocess.Popen[bytes], int, int]:
     proc = subprocess.Popen(
         # BENCH_PROFILE="-m cProfile -o /tmp/allocator.prof" profiles the allocator process.
         [sys.executable, *os.environ.get("BENCH_PROFILE", "").split(), "-m", "topoalloc", "allocator", "-v",
@@ -146,7 +148,7 @@ def start_allocator(url: str, directory: Path) -> tuple[subprocess.Popen[bytes],
          "--health-host", "127.0.0.1", "--health-port", "0",
          "--webhook-host", "127.0.0.1", "--webhook-port", "0",
          "--tls-cert", str(directory / "tls.crt"), "--tls-key", str(directory / "tls.key"),
-         "--client-ca", str(directory / "ca.crt")],
+         "--client-ca", str(directory / "ca.crt"), "--round-trips", str(round_trips)],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=REPO,
     )  # fmt: skip
     assert proc.stderr is not None
@@ -265,11 +267,14 @@ async def play_scheduler(
             timings["passed"].append(len(passed))
             if not passed:
                 continue
-            t2, scores = await call("prioritize", {"Pod": p, "Nodes": None, "NodeNames": passed})
-            timings["prioritize"].append(t2)
-            timings["filter+prioritize"].append(t + t2)
-            best = max(s["Score"] for s in scores)
-            target = rng.choice([s["Host"] for s in scores if s["Score"] == best])
+            target = passed[0]
+            if len(passed) > 1:  # as kube-scheduler: one node passed is placed without scoring
+                t2, scores = await call("prioritize", {"Pod": p, "Nodes": None, "NodeNames": passed})
+                timings["prioritize"].append(t2)
+                t += t2
+                best = max(s["Score"] for s in scores)
+                target = rng.choice([s["Host"] for s in scores if s["Score"] == best])
+            timings["decision"].append(t)
             meta = p["metadata"]
             t, bound = await call("bind", {"PodName": meta["name"], "PodNamespace": "bench",
                                            "PodUID": meta["uid"], "Node": target})  # fmt: skip
@@ -318,7 +323,12 @@ def serve_fake(nodes: int, seed_value: int, conn: Any, mix: tuple[str, ...] = DE
 
 
 async def run(
-    nodes: int, pods: int, seed_value: int, mix: tuple[str, ...] = DEFAULT_MIX, mode: str = "scheduler"
+    nodes: int,
+    pods: int,
+    seed_value: int,
+    mix: tuple[str, ...] = DEFAULT_MIX,
+    mode: str = "scheduler",
+    round_trips: int = 2,
 ) -> list[tuple[Any, ...]]:
     rng = random.Random(seed_value)
     parent, child = multiprocessing.Pipe()
@@ -328,7 +338,7 @@ async def run(
         url, seeded = parent.recv()
         with tempfile.TemporaryDirectory() as tmp:
             ctx = pki(Path(tmp))
-            proc, port, health = start_allocator(url, Path(tmp))
+            proc, port, health = start_allocator(url, Path(tmp), round_trips)
             try:
                 synced = await wait_ready(health)
                 print(
@@ -347,8 +357,10 @@ async def run(
     finally:
         fake_proc.terminate()
         fake_proc.join(10)
-    rows = [row(nodes, verb, timings[verb]) for verb in VERBS]
-    rows.append(row(nodes, "filter+prioritize", timings["filter+prioritize"]))
+    rows = [row(nodes, verb, timings[verb]) for verb in VERBS if timings[verb]]
+    rows.append(
+        row(nodes, "filter+prioritize" if round_trips == 2 else "filter (one trip)", timings["decision"])
+    )
     median_passed = statistics.median(timings["passed"])
     print(f"   {pods} pods in {wall:.1f} s; nodes per filter call {sample.size}, passing: median "
           f"{median_passed:.0f}; allocator RSS {rss:.0f} MiB, every pod cached "
@@ -376,6 +388,13 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT_MIX),
         help=f"machine kinds in turn, from {', '.join(MACHINES)} (dgx1-v100: sets chosen by interconnect)",
     )
+    parser.add_argument(
+        "--round-trips",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="the allocator's mode: 2 filter + prioritize (the decision is both), 1 filter alone",
+    )
     args = parser.parse_args(argv)
     mix = tuple(k.strip() for k in args.mix.split(",") if k.strip())
     if not mix or any(k not in MACHINES for k in mix):
@@ -383,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTHONHASHSEED", "0")
     rows = []
     for n in args.nodes:
-        rows.extend(asyncio.run(run(n, args.pods, args.seed, mix, args.names)))
+        rows.extend(asyncio.run(run(n, args.pods, args.seed, mix, args.names, args.round_trips)))
     print()
     print(f"{'nodes':>6}  {'call':<26} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'calls/s':>8}")
     for nodes, verb, count, p50, p99, worst, rate in rows:

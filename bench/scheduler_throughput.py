@@ -4,12 +4,14 @@ Starts etcd + kube-apiserver from ../shared/k8s (tests/support/controlplane.py, 
 the real-cluster tests use), registers N Nodes (POSTed with status: no kubelet) and their Device CRs
 (the dgx-h100 hw-fixture's expected Device: 8 GPUs + 8 NICs), and one `topoalloc allocator`
 process (leader election on, mTLS, started as users start it). Then, alternately, kube-scheduler
-without an extender and with the project's extender configuration schedules the same P pending
-pods (1 nvidia.com/gpu each), created before it starts; pods/s is measured from the first binding
-seen on a watch to the last. Each run is a fresh kube-scheduler (client qps/burst `--qps`) and a
-fresh namespace; the pods are deleted after it. Reported: median pods/s of each mode and their
-ratio, the allocator's CPU-seconds per scheduled pod (utime+stime from /proc/<pid>/stat, from just
-before the pods are created until the last binding and its watch events are in) and its RSS.
+without an extender (`none`) and with the project's extender configuration in each mode
+(`one-trip`: filter picks the node, no prioritizeVerb; `two-trip`: filter + prioritize; the
+allocator restarted with the matching --round-trips) schedules the same P pending pods (1
+nvidia.com/gpu each), created before it starts; pods/s from the first binding seen to the last.
+Each run: a fresh kube-scheduler (client qps/burst `--qps`) and namespace, the pods deleted after.
+Reported: median pods/s of each mode and its ratio to `none`, the allocator's CPU-seconds per
+scheduled pod (utime+stime from /proc/<pid>/stat, from just before the pods are created until the
+last binding and its watch events are in) and its RSS.
 
 Extra phases: `--burst N` creates N pods at once under the extender and reports the allocator's
 bind latency p50/p99 (from its own `topoalloc_extender_request_duration_seconds` histogram,
@@ -160,9 +162,11 @@ class BindWatch:
 # ------------------------------------------------------------------------------------ the runs
 
 
-def scheduler_settings(qps: int, extender_url: str | None, certs: Path) -> dict[str, Any]:
+def scheduler_settings(
+    qps: int, extender_url: str | None, certs: Path, round_trips: int | None = None
+) -> dict[str, Any]:
     if extender_url:
-        config = scheduler_config(extender_url, certs)
+        config = scheduler_config(extender_url, certs, round_trips)
     else:
         config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
     config["clientConnection"] = {"qps": qps, "burst": qps}
@@ -287,10 +291,22 @@ CPROFILE = (
 
 
 def start_replica(
-    cp: ControlPlane, certs: Path, workdir: Path, identity: str, cprofile: str | None = None
+    cp: ControlPlane,
+    certs: Path,
+    workdir: Path,
+    identity: str,
+    cprofile: str | None = None,
+    round_trips: int | None = None,
 ) -> AllocatorReplica:
     replica = AllocatorReplica(
-        cp.admin_kubeconfig, certs, workdir, identity, lease_duration=15, renew_deadline=10, retry_period=2
+        cp.admin_kubeconfig,
+        certs,
+        workdir,
+        identity,
+        lease_duration=15,
+        renew_deadline=10,
+        retry_period=2,
+        round_trips=round_trips,
     )
     # Info logging as a deployment runs it, not the tests' debug logging.
     argv = [a for a in replica.process.argv if a != "-vv"]
@@ -326,32 +342,67 @@ def median_row(results: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in results)
 
 
+# The extender modes (docs/service.md, "Round trips"): the allocator's --round-trips.
+ROUND_TRIPS = {"one-trip": 1, "two-trip": 2}
+MODES = ("none", *ROUND_TRIPS)
+
+
+class Allocators:
+    """The one allocator process, restarted in another mode when a run needs it (a stopped
+    leader releases its Lease, so the next one leads at once)."""
+
+    def __init__(self, cp: ControlPlane, certs: Path, workdir: Path, cprofile: str | None) -> None:
+        self.cp, self.certs, self.workdir, self.cprofile = cp, certs, workdir, cprofile
+        self.current: AllocatorReplica | None = None
+        self.round_trips = 0
+        self.started: list[AllocatorReplica] = []
+
+    def get(self, round_trips: int) -> AllocatorReplica:
+        if self.current is not None and self.round_trips == round_trips:
+            return self.current
+        if self.current is not None:
+            self.current.process.stop()
+        identity = f"bench-{len(self.started)}"
+        replica = start_replica(self.cp, self.certs, self.workdir, identity, self.cprofile, round_trips)
+        self.started.append(replica)
+        replica.wait_ready(timeout=600)
+        wait_until(lambda: lease_holder(self.cp) == identity, timeout=60, what=f"{identity} leads")
+        if self.cprofile:
+            os.kill(replica.process.pid, signal.SIGUSR1)
+        self.current, self.round_trips = replica, round_trips
+        return replica
+
+    def stop(self) -> None:
+        for replica in self.started:
+            replica.process.stop()
+
+
 def run(args: argparse.Namespace, workdir: Path) -> int:
     certs = make_certs(workdir / "extender-pki")
-    replicas: list[AllocatorReplica] = []
+    extenders = [m for m in args.modes if m != "none"]
+    if (args.cprofile or args.py_spy) and len(extenders) != 1:
+        raise SystemExit("--cprofile and --py-spy profile one allocator: name one extender mode in --modes")
     with ControlPlane(workdir / "k8s", scheduler=False, start_timeout=300) as cp:
+        allocators = Allocators(cp, certs, workdir, args.cprofile)
         try:
             install(cp)
             t0 = time.monotonic()
             register_nodes(cp, args.nodes)
             print(f"{args.nodes} nodes + Devices registered in {time.monotonic() - t0:.0f} s", flush=True)
-            replica = start_replica(cp, certs, workdir, "bench-a", args.cprofile)
-            replicas.append(replica)
-            replica.wait_ready(timeout=600)
-            wait_until(lambda: lease_holder(cp) == "bench-a", timeout=60, what="bench-a leads")
-            pid = replica.process.pid
-            print(f"allocator ready, RSS {rss_mib(pid):.0f} MiB", flush=True)
-            extender = scheduler_settings(args.qps, f"https://{HOST}:{replica.port}", certs)
-            plain = scheduler_settings(args.qps, None, certs)
-            results: dict[str, list[dict[str, float]]] = {"none": [], "topoalloc": []}
-            modes = [(m, {"none": plain, "topoalloc": extender}[m]) for m in args.modes]
-            profiler = profile(args.py_spy, pid)
-            if args.cprofile:
-                os.kill(pid, signal.SIGUSR1)
+            first = ROUND_TRIPS[extenders[0]] if extenders else 1
+            replica = allocators.get(first)
+            print(f"allocator ready, RSS {rss_mib(replica.process.pid):.0f} MiB", flush=True)
+            url = f"https://{HOST}:{replica.port}"
+            results: dict[str, list[dict[str, float]]] = {m: [] for m in args.modes}
+            profiler = profile(args.py_spy, replica.process.pid)
             for i in range(args.runs):
-                for mode, config in modes:
+                for mode in args.modes:
+                    trips = ROUND_TRIPS.get(mode)
+                    replica = allocators.get(trips) if trips else replica
+                    url = f"https://{HOST}:{replica.port}"
+                    config = scheduler_settings(args.qps, url if trips else None, certs, trips)
                     load = load_average()
-                    r = one_run(cp, pid, f"run-{i}-{mode}", args.pods, config, args.timeout)
+                    r = one_run(cp, replica.process.pid, f"run-{i}-{mode}", args.pods, config, args.timeout)
                     results[mode].append(r)
                     per_pod = 1000 * r["alloc_cpu_s"] / args.pods
                     print(
@@ -359,45 +410,57 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                         f"{per_pod:6.2f} ms CPU/pod, RSS {r['alloc_rss_mib']:.0f} MiB (load {load})",
                         flush=True,
                     )
-            if args.cprofile:
-                os.kill(pid, signal.SIGUSR2)
+            if args.cprofile and allocators.current is not None:
+                os.kill(allocators.current.process.pid, signal.SIGUSR2)
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(60)
-            print("allocator requests: " + request_counts(replica.health_port), flush=True)
-            if len(modes) == 2:
+            print("allocator requests (last process): " + request_counts(replica.health_port), flush=True)
+            if "none" in results and extenders:
                 report(args, results)
             if args.burst:
-                b = burst(cp, replica, extender, args.burst)
+                trips = allocators.round_trips or first
+                config = scheduler_settings(args.qps, url, certs, trips)
+                b = burst(cp, replica, config, args.burst)
                 print(
-                    f"burst of {args.burst} pods: {b['pods_per_s']:.1f} pods/s, bind p50 "
-                    f"{b['bind_p50_ms']:.1f} ms, p99 {b['bind_p99_ms']:.1f} ms (load {load_average()})"
+                    f"burst of {args.burst} pods ({trips} round trips): {b['pods_per_s']:.1f} pods/s, bind "
+                    f"p50 {b['bind_p50_ms']:.1f} ms, p99 {b['bind_p99_ms']:.1f} ms (load {load_average()})"
                 )
             if args.failover:
-                f = failover(cp, certs, workdir, replicas)
+                replicas = [replica]
+                try:
+                    f = failover(cp, certs, workdir, replicas)
+                finally:
+                    for r in replicas:
+                        r.process.stop()
                 print(
                     f"failover (15 s lease): leader killed {f['failover_SIGKILL_s']:.1f} s, "
                     f"leader stopped {f['failover_SIGTERM_s']:.2f} s"
                 )
         finally:
-            for r in replicas:
-                r.process.stop()
+            allocators.stop()
             cp.stop_scheduler()
     return 0
 
 
 def report(args: argparse.Namespace, results: dict[str, list[dict[str, float]]]) -> None:
-    none, ours = median_row(results["none"], "pods_per_s"), median_row(results["topoalloc"], "pods_per_s")
-    cpu = 1000 * median_row(results["topoalloc"], "alloc_cpu_s") / args.pods
+    none = median_row(results["none"], "pods_per_s")
     idle = 1000 * median_row(results["none"], "alloc_cpu_s") / args.pods
-    rss = max(r["alloc_rss_mib"] for r in results["topoalloc"])
     print()
-    print(f"{'nodes':>6} {'pods':>6} {'runs':>4} {'none pods/s':>12} {'topoalloc pods/s':>17} {'ratio':>6} "
-          f"{'alloc CPU ms/pod':>17} {'(watch only)':>13} {'alloc RSS MiB':>14}")  # fmt: skip
-    print(f"{args.nodes:>6} {args.pods:>6} {args.runs:>4} {none:>12.1f} {ours:>17.1f} {ours / none:>6.2f} "
-          f"{cpu:>17.2f} {idle:>13.2f} {rss:>14.0f}")  # fmt: skip
-    print("(alloc CPU ms/pod: median over the extender runs; watch only: the same allocator while "
-          "kube-scheduler ran without it)")  # fmt: skip
+    print(f"{'nodes':>6} {'pods':>6} {'runs':>4} {'mode':>9} {'pods/s':>8} {'ratio':>6} "
+          f"{'alloc CPU ms/pod':>17} {'alloc RSS MiB':>14}")  # fmt: skip
+    print(f"{args.nodes:>6} {args.pods:>6} {args.runs:>4} {'none':>9} {none:>8.1f} {1:>6.2f} "
+          f"{idle:>17.2f} {'':>14}")  # fmt: skip
+    for mode in ROUND_TRIPS:
+        if mode not in results:
+            continue
+        ours = median_row(results[mode], "pods_per_s")
+        cpu = 1000 * median_row(results[mode], "alloc_cpu_s") / args.pods
+        rss = max(r["alloc_rss_mib"] for r in results[mode])
+        print(f"{args.nodes:>6} {args.pods:>6} {args.runs:>4} {mode:>9} {ours:>8.1f} {ours / none:>6.2f} "
+              f"{cpu:>17.2f} {rss:>14.0f}")  # fmt: skip
+    print("(pods/s: median over the runs; ratio: against kube-scheduler without the extender; alloc CPU "
+          "ms/pod: median; for `none` the allocator only watched)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,7 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=0, help="then a burst of this many pods (bind latency)")
     parser.add_argument("--failover", action="store_true", help="then time a leader failover")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
-    parser.add_argument("--modes", nargs="+", choices=("none", "topoalloc"), default=["none", "topoalloc"])
+    parser.add_argument(
+        "--modes", nargs="+", choices=MODES, default=list(MODES), help="alternated in this order, each run"
+    )
     parser.add_argument("--py-spy", metavar="SVG", help="record the allocator with py-spy into SVG")
     parser.add_argument("--cprofile", metavar="OUT", help="run the allocator under cProfile (CPU time)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")

@@ -17,6 +17,7 @@ from apis.documents import load_mapping
 DEFAULT_NAMESPACE = "topoalloc-system"
 DEFAULT_SERVICE = "topoalloc-allocator"
 DEFAULT_LEASE = "topoalloc-allocator"
+ROUND_TRIPS = (1, 2)  # extender calls per scheduled pod before bind: filter, or filter + prioritize
 
 
 def _default_identity() -> str:
@@ -68,6 +69,10 @@ class ServiceConfig:
     client_ca: str = "/etc/topoalloc/tls/ca.crt"
     tls_reload_interval: float = 10.0
     allowed_clients: list[str] = field(default_factory=list)
+    # 1: filter answers with the best node alone, so kube-scheduler skips scoring and never calls
+    # prioritize (its extender config has no prioritizeVerb); 2: filter passes every node that fits
+    # and prioritize ranks them (docs/service.md, "Round trips")
+    round_trips: int = 1
     # binding
     bind_deadline: float = 4.0  # below kube-scheduler's httpTimeout (5 s default, wire fact 9)
     reservation_ttl: float = 120.0
@@ -88,6 +93,10 @@ class ServiceConfig:
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     # DRA claims allocated by topology (docs/dra.md): watches, webhook gate, claims controller
     dra: DraSettings = field(default_factory=DraSettings)
+
+    def __post_init__(self) -> None:
+        if self.round_trips not in ROUND_TRIPS:
+            raise ValueError(f"config.roundTrips: expected 1 or 2, got {self.round_trips!r}")
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ServiceConfig:

@@ -133,6 +133,22 @@ class ClusterEnv:
         args = () if on else ("--gang-plugin-schedulers", "")
         self.start_allocator("alloc-a", extra_args=args).wait_ready("/readyz")
 
+    def use_round_trips(self, round_trips: int | None) -> None:
+        """kube-scheduler and every allocator replica restarted in that extender mode (None: the
+        tier's, TOPOALLOC_ROUND_TRIPS or deploy/'s): standbys first, the leader last, so whoever
+        takes the Lease runs the new mode; one of them leads before this returns."""
+        holder = lease_holder(self.cp)
+        live = [i for i, r in self.replicas.items() if r.process.alive()] or ["alloc-a"]
+        for identity in sorted(live, key=lambda i: i == holder):
+            self.start_allocator(identity, round_trips=round_trips).wait_ready()
+        wait_until(
+            lambda: (r := self.replicas.get(lease_holder(self.cp) or "")) and r.health("/readyz")[0] == 200,
+            timeout=120,
+            what=f"an allocator leading with --round-trips {round_trips}",
+        )
+        url = f"https://127.0.0.1:{self.extender.port}"
+        self.cp.start_scheduler(scheduler_config(url, self.certs, round_trips))
+
     def stop(self) -> None:
         for agent in self.agents:
             agent.process.stop()

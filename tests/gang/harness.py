@@ -347,10 +347,10 @@ def gang_settings(**overrides: Any) -> GangSettings:
 
 @asynccontextmanager
 async def gang_world(
-    fake: FakeApiServer, pki: Pki, *, hold: set[str] | None = None, **gang: Any
+    fake: FakeApiServer, pki: Pki, *, hold: set[str] | None = None, round_trips: int = 1, **gang: Any
 ) -> AsyncIterator[GangWorld]:
     async with (
-        running_allocator(fake, pki, gang=gang_settings(**gang)) as running,
+        running_allocator(fake, pki, gang=gang_settings(**gang), round_trips=round_trips) as running,
         allocator_front(fake, pki, running, hold=hold) as world,
     ):
         yield world

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from apis import keys
 from tests.gang.harness import (
     RACK,
@@ -65,8 +67,9 @@ async def test_gangs_and_ordinary_pods_never_double_book_and_a_waiting_gang_star
         await until(lambda: node_view(w.service.core) == node_view(rebuilt_from_api(w.fake)), 5)
 
 
+@pytest.mark.parametrize("round_trips", [1, 2])
 async def test_a_16_worker_rl_job_takes_the_fewest_nodes_of_one_rack(
-    fake_api: FakeApiServer, pki: Pki
+    fake_api: FakeApiServer, pki: Pki, round_trips: int
 ) -> None:
     # r1: n1 (8 free), n2 (4 free); r2: n3, n4, n5 (8 free each); r3: n6 (8 free).
     # Fewest nodes for 16 one-GPU workers: 2. One rack that can hold them on 2 nodes: r2.
@@ -75,7 +78,7 @@ async def test_a_16_worker_rl_job_takes_the_fewest_nodes_of_one_rack(
         gpu_node(fake_api, name, {RACK: rack})
     bound_elsewhere(fake_api, "tenant", "n2", [0, 1, 2, 3])
     job = {keys.RL_JOB_GROUP: "ppo-7"}
-    async with gang_world(fake_api, pki) as w:
+    async with gang_world(fake_api, pki, round_trips=round_trips) as w:
         await w.admission.create_podgroup(podgroup("ppo-7-workers", 16))
         for i in range(16):
             await w.admission.create_pod(member(f"worker{i:02d}", group="ppo-7-workers", labels=job))
@@ -97,3 +100,6 @@ async def test_a_16_worker_rl_job_takes_the_fewest_nodes_of_one_rack(
         await w.admission.create_pod(member("evaluator", gpus=1, labels=job))
         await until(lambda: node_of(w.pods()["evaluator"]) != "", 10)
         assert node_of(w.pods()["evaluator"]) == spare
+        # One round trip: the sibling affinity decided in filter; prioritize was never asked.
+        asked = w.running.metric("topoalloc_extender_requests_total", {"verb": "prioritize", "result": "ok"})
+        assert (asked is None) == (round_trips == 1)

@@ -112,7 +112,9 @@ def _extender(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_extender(ext: dict[str, Any]) -> None:
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert (ext["filterVerb"], ext["bindVerb"]) == ("filter", "bind")
+    # The scheduler's prioritize call matches the allocator's round trips (docs/service.md).
+    assert ext.get("prioritizeVerb") == {1: None, 2: "prioritize"}[allocator_config().round_trips]
     # The route exists (a configured preemptVerb answering 404 stops all preemption).
     assert ext["preemptVerb"] == "preempt" and "preempt" in VERBS
     assert ext["nodeCacheCapable"] is True and ext["enableHTTPS"] is True and ext["ignorable"] is False

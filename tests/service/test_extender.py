@@ -29,7 +29,7 @@ from tests.support.fakeapi import FakeApiServer
 async def test_filter_prioritize_bind_one_pod(fake_api: FakeApiServer, pki: Pki) -> None:
     names = seed_nodes(fake_api, ["gpu-1", "gpu-2"])
     created = fake_api.put(pod("trainer", gpus=4))
-    async with running_allocator(fake_api, pki) as run:
+    async with running_allocator(fake_api, pki, round_trips=2) as run:  # one trip: test_round_trips.py
         c = run.client
         result = await c.filter(created, [*names, "ghost"])
         assert result["Nodes"] is None and result["NodeNames"] == names

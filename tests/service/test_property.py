@@ -17,6 +17,8 @@ import random
 import time
 from typing import Any
 
+import pytest
+
 from allocator.runtime.kube import ApiError
 from apis import keys
 from tests.service.harness import (
@@ -54,9 +56,10 @@ SHAPES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
 class World:
     """The test's side: pods it created, and counts of what happened."""
 
-    def __init__(self, fake: FakeApiServer, rng: random.Random) -> None:
+    def __init__(self, fake: FakeApiServer, rng: random.Random, round_trips: int) -> None:
         self.fake = fake
         self.rng = rng
+        self.round_trips = round_trips
         self.pending: dict[str, dict[str, Any]] = {}
         self.bound: set[str] = set()
         self.serial = 0
@@ -107,9 +110,12 @@ async def schedule_one(world: World, client: Any, names: list[str]) -> None:
     world.count("filter")
     passed = result["NodeNames"]
     assert result["Error"] == ""
-    assert sorted(
-        passed + list(result["FailedNodes"]) + list(result["FailedAndUnresolvableNodes"])
-    ) == sorted(offered)
+    accounted = passed + list(result["FailedNodes"]) + list(result["FailedAndUnresolvableNodes"])
+    assert len(set(accounted)) == len(accounted) and set(accounted) <= set(offered)
+    if world.round_trips == 2 or not passed or name.startswith("plain-"):
+        assert sorted(accounted) == sorted(offered)
+    else:  # one round trip: the best node alone, the other fitting nodes left out of the reply
+        assert len(passed) == 1
     if not passed:
         return
     if len(passed) > 1:
@@ -151,17 +157,20 @@ async def chaos(world: World, fake: FakeApiServer, stop: asyncio.Event) -> None:
             compacted = True
 
 
-async def test_random_concurrent_operations_never_double_book(fake_api: FakeApiServer, pki: Pki) -> None:
+@pytest.mark.parametrize("round_trips", [1, 2])
+async def test_random_concurrent_operations_never_double_book(
+    fake_api: FakeApiServer, pki: Pki, round_trips: int
+) -> None:
     rng = random.Random(SEED)
     names = seed_nodes(fake_api, [f"h100-{i}" for i in range(6)]) + seed_nodes(
         fake_api, [f"l40s-{i}" for i in range(2)], kind="l40s"
     )
-    world = World(fake_api, rng)
+    world = World(fake_api, rng, round_trips)
     for _ in range(60):
         world.create()
     started = time.monotonic()
     async with running_allocator(
-        fake_api, pki, connections=WORKERS, reservation_ttl=1.0, events=False
+        fake_api, pki, connections=WORKERS, reservation_ttl=1.0, events=False, round_trips=round_trips
     ) as run:
 
         async def worker() -> None:

@@ -7,6 +7,7 @@ gang webhook). No pytest here, so bench/ scripts can import it.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -54,12 +55,27 @@ def make_certs(out_dir: Path) -> Path:
     return out_dir
 
 
-def scheduler_config(extender_url: str, certs: Path) -> dict[str, Any]:
+def tier_round_trips() -> int | None:
+    """TOPOALLOC_ROUND_TRIPS=1 or 2 runs kube-scheduler and the allocators in that extender mode
+    (docs/service.md, "Round trips"); unset: deploy/'s own, which the files say."""
+    raw = os.environ.get("TOPOALLOC_ROUND_TRIPS", "").strip()
+    if raw not in ("", "1", "2"):
+        raise ValueError(f"TOPOALLOC_ROUND_TRIPS={raw!r}: expected 1 or 2")
+    return int(raw) if raw else None
+
+
+def scheduler_config(extender_url: str, certs: Path, round_trips: int | None = None) -> dict[str, Any]:
     """The project's KubeSchedulerConfiguration (deploy/kube-scheduler), pointed at `extender_url`
-    with the certificate files of `make_certs`."""
+    with the certificate files of `make_certs`; with `round_trips` (else TOPOALLOC_ROUND_TRIPS) its
+    prioritizeVerb set to match that mode."""
     config = yaml.safe_load((REPO / "deploy" / "kube-scheduler" / "kube-scheduler-config.yaml").read_text())
+    round_trips = round_trips or tier_round_trips()
     for extender in config["extenders"]:
         extender["urlPrefix"] = extender_url
+        if round_trips == 1:
+            extender.pop("prioritizeVerb", None)
+        elif round_trips == 2:
+            extender["prioritizeVerb"] = "prioritize"
         tls = extender["tlsConfig"]
         tls["caFile"] = str(certs / "ca.crt")
         tls["certFile"] = str(certs / "client.crt")
@@ -138,6 +154,7 @@ class AllocatorReplica:
         renew_deadline: float = 4.0,
         retry_period: float = 1.0,
         extra_args: tuple[str, ...] = (),
+        round_trips: int | None = None,
     ) -> None:
         self.identity = identity
         self.port = free_port()
@@ -180,6 +197,9 @@ class AllocatorReplica:
             "-vv",
             *extra_args,
         )
+        round_trips = round_trips or tier_round_trips()
+        if round_trips is not None:  # else the allocator's default, which deploy/ matches
+            argv += ["--round-trips", str(round_trips)]
         self.process = Process(f"allocator-{identity}", argv, workdir / f"allocator-{identity}.log")
 
     def start(self) -> AllocatorReplica:

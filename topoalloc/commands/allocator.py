@@ -120,6 +120,12 @@ def _unknown_component(name: str) -> str | None:
     help="Seconds between attempts to acquire or renew the lease.  [default: 2]",
 )
 @click.option(
+    "--round-trips",
+    type=click.IntRange(1, 2),
+    help="Extender calls before bind: 1 filter picks the node (kube-scheduler without "
+    "prioritizeVerb), 2 filter + prioritize (docs/service.md).  [default: 1]",
+)
+@click.option(
     "--bind-deadline",
     type=click.FloatRange(0, min_open=True),
     help="Abandon a bind not bound by then (keep below kube-scheduler's httpTimeout).",

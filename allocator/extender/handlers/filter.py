@@ -6,6 +6,12 @@ which kube-scheduler would otherwise drop silently when nodeCacheCapable is fals
 node is either passed or listed with a reason; a reason the core marks unresolvable goes to
 FailedAndUnresolvableNodes, so kube-scheduler does not try preemption for it.
 
+With `roundTrips: 1` (docs/service.md, "Round trips") a pod with devices passes one node only, the
+one prioritize would have scored 10 (the core's ranking, then the gang's adjustment): kube-scheduler
+places a pod that passes one node without scoring it and so never calls prioritize. The other
+nodes that fit are left out of the reply rather than listed as failed: kube-scheduler reads the
+failure maps only when no node passes, and they would only lengthen the reply.
+
 Pods that request no device (managedResources can still send them, and an extender configured
 without managedResources sees every pod) pass every offered node: the allocator has nothing to
 add to kube-scheduler's own checks.
@@ -15,12 +21,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 from aiohttp import web
 
 from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
 from allocator.extender.handlers.service_view import ServiceView
 from allocator.runtime.coreadapter import FilterVerdicts, PodRequest
-from apis.extender import ExtenderArgs
+from apis.extender import MAX_PRIORITY, ExtenderArgs
 
 # At most this many distinct reasons in one Event note.
 EVENT_REASONS = 3
@@ -49,6 +56,8 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         verdicts = steered if steered is not None else svc.core.filter_nodes(req, names)
         result = "ok" if verdicts.passed else "no_fit"
     passed, failed, unresolvable = verdicts.passed, verdicts.failed, verdicts.unresolvable
+    if svc.round_trips == 1 and result == "ok" and len(passed) > 1:
+        passed = best_only(svc, req, passed)
     for code, count in verdicts.codes.items():
         svc.metrics.node_rejections.labels(code).inc(count)
     if not passed and names and steered is None:  # the gang controller explains a held member
@@ -68,6 +77,16 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         "Error": "",
     }
     return json_reply(request, payload, result)
+
+
+def best_only(svc: ServiceView, req: PodRequest, passed: list[str]) -> list[str]:
+    """The node prioritize would rank first among `passed`, alone: the gang's adjustment (planned
+    member, sibling affinity) where it has one, the core's ranking among its equals."""
+    scores = svc.core.score_nodes(req, passed)
+    steered = svc.gang.steer_scores(req, passed, scores) if svc.gang is not None else None
+    if steered is not None:
+        scores = np.asarray(steered, np.int64) * (MAX_PRIORITY + 1) + scores
+    return [passed[int(np.argmax(scores))]]
 
 
 def _event(

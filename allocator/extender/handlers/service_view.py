@@ -24,6 +24,7 @@ class ServiceView(Protocol):
     reservations: ReservationHooks | None
     events: EventSink
     metrics: Metrics
+    round_trips: int  # 1: filter passes the best node alone; 2: prioritize ranks (config.py)
 
     @property
     def synced(self) -> bool: ...
