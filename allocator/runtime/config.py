@@ -11,6 +11,7 @@ from typing import Any
 
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from apis.documents import load_mapping
 
 DEFAULT_NAMESPACE = "topoalloc-system"
@@ -85,6 +86,8 @@ class ServiceConfig:
     gang: GangSettings = field(default_factory=GangSettings)
     # DRA claims allocated by topology (docs/dra.md): watches, webhook gate, claims controller
     dra: DraSettings = field(default_factory=DraSettings)
+    # pods that request no device prefer nodes without GPUs (docs/service.md): the webhook route
+    scarce_avoidance: ScarceAvoidanceSettings = field(default_factory=ScarceAvoidanceSettings)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ServiceConfig:
