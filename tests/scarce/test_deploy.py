@@ -5,8 +5,10 @@ the node labels: every label the agent's DaemonSet selects GPU nodes by marks a 
 from __future__ import annotations
 
 import celpy
+import pytest
 import yaml
 
+from allocator.runtime.config import ServiceConfig
 from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from allocator.runtime.scarce_settings import DEFAULT_NODE_LABELS
 from allocator.scarce.webhook import OPT_OUT, PATH
@@ -14,6 +16,8 @@ from apis import keys
 from tests.gang.test_deploy import configuration
 from tests.service.test_deploy import allocator_config
 from tests.support.controlplane import REPO
+from topoalloc.commands.installer import tls
+from topoalloc.commands.installer.manifests import ClusterFacts, InstallOptions, render
 
 NAME = "scarce-avoidance.topoalloc.io"
 
@@ -64,3 +68,16 @@ def test_the_config_block_is_the_default_and_every_gpu_node_label_is_avoided() -
     ]["nodeSelectorTerms"]
     gpu_node_labels = {e["key"] for t in terms for e in t["matchExpressions"]}
     assert gpu_node_labels | {keys.GPU_VENDOR} == set(cfg.node_labels)
+
+
+@pytest.mark.parametrize("mode", ["secondary", "kubeadm"])
+def test_topoalloc_install_renders_the_entry_and_the_config_block(mode: str) -> None:
+    opts = InstallOptions(version="9.9.9", scheduler_version="v1.35.6", mode=mode, gang_failure_policy="Fail")
+    docs = render(opts, ClusterFacts(tls=tls.issue_secrets()))
+    (config,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    (entry,) = [h for h in config["webhooks"] if h["name"] == NAME]
+    assert entry["failurePolicy"] == "Ignore"  # never the gang's Fail: it would refuse every pod
+    assert entry["clientConfig"]["caBundle"]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "topoalloc-allocator"]
+    settings = ServiceConfig.from_mapping(yaml.safe_load(cm["data"]["allocator.yaml"])).scarce_avoidance
+    assert settings.enabled and settings.node_labels == list(DEFAULT_NODE_LABELS)
