@@ -40,7 +40,9 @@ def nodes(cluster: ClusterEnv) -> Iterator[None]:
         cluster.wait_device(name)
         # The label the preference keys on is the agent's own, published with the Device.
         wait_until(
-            lambda n=name: keys.GPU_VENDOR in cluster.cp.admin.get(f"/api/v1/nodes/{n}")["metadata"]["labels"],
+            lambda n=name: (
+                keys.GPU_VENDOR in cluster.cp.admin.get(f"/api/v1/nodes/{n}")["metadata"]["labels"]
+            ),
             timeout=60,
             what=f"{name} labelled {keys.GPU_VENDOR}",
         )
