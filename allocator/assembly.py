@@ -7,7 +7,8 @@ The one module that imports `allocator.extender` together with `allocator.gang`,
 allocator/extender/gang_hooks.py; `ReservationHooks`, allocator/extender/reservation_hooks.py) and
 never imports the gang or reservations package; each implements its seam on top of the runtime's
 cache, API client and events; the claims package knows none of them. The admission webhook server
-carries the gang's route and the DRA gate's (allocator/runtime/admission.py).
+carries the gang's route, the DRA gate's and scarce-resource avoidance's
+(allocator/runtime/admission.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from allocator.runtime.kube import (
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
+from allocator.scarce.webhook import routes as scarce_routes
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +158,11 @@ class Allocator:
         )
         if self.claims is not None:
             self.cache.listeners.append(self.claims.observe)
+        self.scarce_routes = scarce_routes(config.scarce_avoidance)
         # The webhook's own TLS when gang scheduling (which otherwise serves it) is off.
         self.webhook_tls = (
             ReloadingTLS(tls_files, client_certs=False)
-            if self.gang is None and self.claims is not None
+            if self.gang is None and (self.claims is not None or self.scarce_routes)
             else None
         )
         self.binder = Binder(
@@ -247,14 +250,15 @@ class Allocator:
         if self.gang is not None:
             self.gang.start(self._spawn, cfg.tls_reload_interval)
             webhook_app, webhook_tls = self.gang.webhook()
+        if webhook_app is None and self.webhook_tls is not None:
+            webhook_app, webhook_tls = admission_app({}), self.webhook_tls.context
+            self._spawn("webhook TLS reload", self.webhook_tls.watch(cfg.tls_reload_interval))
         if self.claims is not None:
             self.claims.start(self._spawn)
-            if webhook_app is None and self.webhook_tls is not None:
-                webhook_app, webhook_tls = admission_app({}), self.webhook_tls.context
-                self._spawn("webhook TLS reload", self.webhook_tls.watch(cfg.tls_reload_interval))
             assert webhook_app is not None
             add_reviewers(webhook_app, self.claims.routes())
         if webhook_app is not None:
+            add_reviewers(webhook_app, self.scarce_routes)
             hook = web.AppRunner(webhook_app, access_log=None)
             await hook.setup()
             self._runners.append(hook)

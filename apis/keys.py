@@ -40,6 +40,8 @@ GANG_SCHEDULING_GATE = TOPOALLOC + "gang"
 GANG_PLANNED_NODE = TOPOALLOC + "gang-planned-node"  # set on a member released without its gate
 # On a member whose gang holds room while victims leave: the hold, so a new leader continues it.
 GANG_HOLD = TOPOALLOC + "gang-hold"
+# On a pod or its namespace, "false": no preference away from GPU nodes (docs/service.md).
+SCARCE_AVOIDANCE = TOPOALLOC + "scarce-avoidance"
 
 # Topology levels a gang or an RL job group keeps to (docs/topology.md): the value is a node label
 # key (or a level's name in the allocator's topology profile).

@@ -1,6 +1,7 @@
 """Run every benchmark in turn (`make bench`); each prints its own table.
 
-scheduler_throughput.py, gang_burst.py and dra.py need the Kubernetes binaries of ../shared/k8s and etcd;
+scheduler_throughput.py, gang_burst.py, dra.py and scarce_avoidance.py need the Kubernetes binaries
+of ../shared/k8s and etcd;
 without them each says so and is skipped. `--quick` shortens the long ones (fewer repeats, a
 shorter agent window, 3 trace seeds, smaller clusters).
 """
@@ -25,6 +26,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("scheduler_throughput.py", ["--burst", "1000", "--failover"]),
     ("gang_burst.py", ["--runs", "5"]),
     ("dra.py", ["--runs", "2"]),
+    ("scarce_avoidance.py", []),
     ("trace.py", ["default"]),
     ("quality.py", []),
     # The full campaign (100,000 calls to the extender and 100,000 decoder inputs) is `make fuzz`.
@@ -40,6 +42,7 @@ QUICK_ARGS = {
     "scheduler_throughput.py": ["--nodes", "200", "--pods", "200"],
     "gang_burst.py": ["--runs", "3"],
     "dra.py": ["--nodes", "100", "--pods", "300"],
+    "scarce_avoidance.py": ["--nodes", "60", "--pods", "200", "--creates", "100", "--runs", "2"],
     "trace.py": ["default", "--seeds", "42-44"],
     "quality.py": ["--seeds", "1-3"],
     "fuzz.py": ["--http", "2000", "--decoders", "10000"],

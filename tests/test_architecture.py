@@ -1,5 +1,5 @@
 """Imports run one way: apis <- agent; apis <- allocator.core <- allocator.runtime <- (allocator.extender,
-allocator.gang, allocator.claims side by side, none importing another); allocator.core <- simulator; allocator/assembly.py is the one module that
+allocator.gang, allocator.claims, allocator.scarce side by side, none importing another); allocator.core <- simulator; allocator/assembly.py is the one module that
 imports both the extender and the gang package (the extender defines the seam, `GangHooks`, and never
 imports allocator.gang; the gang package implements it structurally and never imports the extender).
 Only allocator/runtime/coreadapter.py reaches the core's cluster state (`allocator.core.cluster`).
@@ -93,6 +93,7 @@ FORBIDDEN = {
     # everything and may import all of it (the commands lazily, see topoalloc/cli.py).
     "tests/support": TEST_AREAS,
     "allocator/core": (
+        "allocator.scarce",
         "agent",
         "allocator.runtime",
         "allocator.extender",
@@ -106,6 +107,7 @@ FORBIDDEN = {
     # What every component on top shares (watch cache, hold ledger, API client, events, TLS, leader
     # election, metrics, config, the core adapter); it knows none of them.
     "allocator/runtime": (
+        "allocator.scarce",
         "agent",
         "simulator",
         "allocator.extender",
@@ -118,6 +120,7 @@ FORBIDDEN = {
     # The extender defines the gang seam (allocator/extender/gang_hooks.py) and never imports the
     # gang package; it sees the cache through its own view (extender/cache_view.py), not the class.
     "allocator/extender": (
+        "allocator.scarce",
         "agent",
         "simulator",
         "allocator.gang",
@@ -131,6 +134,7 @@ FORBIDDEN = {
     # settings) through its own cache view (gang/cache_view.py), implements `GangHooks` without
     # importing the extender, and is plugged in by allocator/assembly.py.
     "allocator/gang": (
+        "allocator.scarce",
         "agent",
         "simulator",
         "allocator.extender",
@@ -158,6 +162,7 @@ FORBIDDEN = {
     # neither the extender, gang scheduling nor Reservations, and is plugged in by
     # allocator/assembly.py.
     "allocator/claims": (
+        "allocator.scarce",
         "agent",
         "simulator",
         "allocator.extender",
@@ -165,6 +170,19 @@ FORBIDDEN = {
         "allocator.reservations",
         "allocator.assembly",
         "allocator.runtime.cache.store",
+        "topoalloc",
+    ),
+    # Scarce-resource avoidance: one stateless admission route on the runtime's envelope; it needs
+    # no cache, no core, and knows none of the other components.
+    "allocator/scarce": (
+        "agent",
+        "simulator",
+        "allocator.core",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.claims",
+        "allocator.assembly",
+        "allocator.runtime.cache",
         "topoalloc",
     ),
     "simulator": (

@@ -12,6 +12,7 @@ from typing import Any
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.reservation_settings import ReservationSettings
+from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from apis.documents import load_mapping
 
 DEFAULT_NAMESPACE = "topoalloc-system"
@@ -93,6 +94,8 @@ class ServiceConfig:
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     # DRA claims allocated by topology (docs/dra.md): watches, webhook gate, claims controller
     dra: DraSettings = field(default_factory=DraSettings)
+    # pods that request no device prefer nodes without GPUs (docs/service.md): the webhook route
+    scarce_avoidance: ScarceAvoidanceSettings = field(default_factory=ScarceAvoidanceSettings)
 
     def __post_init__(self) -> None:
         if self.round_trips not in ROUND_TRIPS:

@@ -11,6 +11,7 @@ from allocator.runtime.config import ServiceConfig
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import DEFAULT_TOPOLOGY_KEYS
 from allocator.runtime.ledger import no_refusal
+from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from apis import keys
 from apis.timestamps import format_time, parse_time
 from tests.gang.harness import (
@@ -92,9 +93,14 @@ async def test_members_of_a_missing_podgroup_wait_until_it_exists(fake_api: Fake
 
 async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: Pki) -> None:
 
-    off = {"gang": gang_settings(enabled=False), "dra": DraSettings(enabled=False)}
+    off = {
+        "gang": gang_settings(enabled=False),
+        "dra": DraSettings(enabled=False),
+        "scarce_avoidance": ScarceAvoidanceSettings(enabled=False),
+    }
     async with running_allocator(fake_api, pki, **off) as run:
-        # No webhook either (the DRA gate, served on the same port, is off too).
+        # No webhook either (the DRA gate and scarce avoidance, served on the same port, are off too;
+        # scarce avoidance alone keeps it: tests/scarce/test_served.py).
         assert run.service.gang is None and run.service.webhook_port == 0
         assert run.service.cache.ledger.guard is no_refusal
 
