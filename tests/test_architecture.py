@@ -199,7 +199,9 @@ CORE_IO_MODULES = (
 # allocator.core's sub-packages, lowest first (`reasons` is a module at the core's root).
 # `claims` and `reservation` are the two top layers, side by side: each builds on the gang planner
 # and everything below, and neither imports the other (CORE_SIBLINGS).
-CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation")
+CORE_LAYERS = (
+    "reasons", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation", "defrag"
+)  # fmt: skip
 CORE_SIBLINGS = (("claims", "reservation"),)
 
 # The product: what users install and run. It never imports tests/ or bench/.
