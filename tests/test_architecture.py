@@ -99,6 +99,7 @@ FORBIDDEN = {
         "allocator.gang",
         "allocator.reservations",
         "allocator.claims",
+        "allocator.defrag",
         "allocator.assembly",
         "simulator",
         "topoalloc",
@@ -108,6 +109,7 @@ FORBIDDEN = {
     "allocator/runtime": (
         "agent",
         "simulator",
+        "allocator.defrag",
         "allocator.extender",
         "allocator.gang",
         "allocator.reservations",
@@ -163,6 +165,19 @@ FORBIDDEN = {
         "allocator.extender",
         "allocator.gang",
         "allocator.reservations",
+        "allocator.assembly",
+        "allocator.runtime.cache.store",
+        "topoalloc",
+    ),
+    # The migration controller likewise: on the runtime through its own cache view
+    # (defrag/cache_view.py); it writes Reservations itself and knows no other component.
+    "allocator/defrag": (
+        "agent",
+        "simulator",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.reservations",
+        "allocator.claims",
         "allocator.assembly",
         "allocator.runtime.cache.store",
         "topoalloc",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.reservation_settings import ReservationSettings
@@ -88,6 +89,8 @@ class ServiceConfig:
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     # DRA claims allocated by topology (docs/dra.md): watches, webhook gate, claims controller
     dra: DraSettings = field(default_factory=DraSettings)
+    # defragmentation by safe rescheduling: the migration controller (docs/defragmentation.md)
+    defrag: DefragSettings = field(default_factory=DefragSettings)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ServiceConfig:
