@@ -67,6 +67,7 @@ class MigrationController:
             settings.reserve_timeout,
         )
         self.passes = 0
+        self._running_now: dict[str, JSON] = {}
         self.last_plan: DefragPlan | None = None
 
     async def run(self) -> None:
@@ -84,11 +85,12 @@ class MigrationController:
         self.passes += 1
         inflight = rd.migrations(self.cache)
         busy = {waiter for m, _, waiter in inflight if not m.finished}
+        running = self._running_now = await self._running()
         budgets = await self._budgets()
         # Budgets that cannot be read protect every pod: a move must never break one.
-        protected = set(self.cache.pods) if budgets is None else rd.protected_keys(self.cache.pods, budgets)
+        protected = set(running) if budgets is None else rd.protected_keys(running, budgets)
         moving = {m.pod for m, _, _ in inflight}
-        facts = [f for f in rd.pod_facts(self.cache, self.core, protected) if f.key not in moving]
+        facts = [f for f in rd.pod_facts(self.cache, self.core, running, protected) if f.key not in moving]
         waiters = rd.waiters(self.cache, self.core, now, self.settings.min_wait, busy)
         s = self.settings
         options = PlanSettings(
@@ -109,6 +111,18 @@ class MigrationController:
         if s.dry_run and s.report_config_map:
             await writes.write_report(self.api, self.namespace, s.report_config_map, report(plan, now))
         return plan
+
+    async def _running(self) -> dict[str, JSON]:
+        try:
+            got = await self.api.raw("GET", "/api/v1/pods", query={"fieldSelector": "status.phase=Running"})
+        except ApiError as exc:
+            log.warning("listing running pods: %s (no pod moves this pass)", exc)
+            return {}
+        out = {}
+        for pod in got.get("items") or []:
+            meta = pod.get("metadata") or {}
+            out[f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"] = pod
+        return out
 
     async def _budgets(self) -> list[JSON] | None:
         try:
@@ -144,11 +158,11 @@ class MigrationController:
 
     async def _reserve(self, action: Reserve) -> None:
         m = action.move
-        entry = self.cache.pods.get(m.key)
-        if entry is None or entry.raw is None or entry.uid != m.uid:
+        raw = self._running_now.get(m.key)
+        if raw is None or (raw.get("metadata") or {}).get("uid") != m.uid:
             return
         ttl = f"{int(self.settings.reserve_timeout + self.settings.window)}s"
-        body = writes.reservation_body(m, entry.raw, m.unblocks, ttl)
+        body = writes.reservation_body(m, raw, m.unblocks, ttl)
         if await writes.create_reservation(self.api, body):
             self.metrics.steps.labels("reserved").inc()
             note = f"reserving room on {m.target} ({body['metadata']['name']}) for {m.unblocks}"
@@ -165,8 +179,9 @@ class MigrationController:
             return
         await writes.mark_evicted(self.api, mig.reservation, uids.get(mig.reservation, ""))
         self.metrics.steps.labels("evicted").inc()
-        if entry is not None and entry.raw is not None:
-            started = rd.parse_time((entry.raw.get("status") or {}).get("startTime"))
+        raw = self._running_now.get(mig.pod)
+        if entry is not None and raw is not None:
+            started = rd.parse_time((raw.get("status") or {}).get("startTime"))
             gpus = (
                 len(entry.usage.allocations.minors("gpu")) if entry.usage and entry.usage.allocations else 0
             )

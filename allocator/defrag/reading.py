@@ -38,8 +38,8 @@ def controller_of(raw: Mapping[str, Any]) -> tuple[str, str]:
     return "", ""
 
 
-def protected_keys(pods: Mapping[str, Any], budgets: Iterable[JSON]) -> set[str]:
-    """Pods a PodDisruptionBudget allowing no disruption now selects."""
+def protected_keys(pods: Mapping[str, JSON], budgets: Iterable[JSON]) -> set[str]:
+    """Pods (by key, their objects) a PodDisruptionBudget allowing no disruption now selects."""
     out: set[str] = set()
     for pdb in budgets:
         if (pdb.get("status") or {}).get("disruptionsAllowed", 0) > 0:
@@ -49,27 +49,32 @@ def protected_keys(pods: Mapping[str, Any], budgets: Iterable[JSON]) -> set[str]
             selector = LabelSelector.from_dict((pdb.get("spec") or {}).get("selector") or {}, "selector")
         except ValueError:
             continue
-        for key, entry in pods.items():
-            meta = (entry.raw or {}).get("metadata") or {}
+        for key, raw in pods.items():
+            meta = raw.get("metadata") or {}
             if key.startswith(namespace + "/") and selector.matches(meta.get("labels") or {}):
                 out.add(key)
     return out
 
 
-def pod_facts(cache: DefragCache, core: CoreAdapter, protected: set[str]) -> list[PodFacts]:
+def pod_facts(
+    cache: DefragCache, core: CoreAdapter, running: Mapping[str, JSON], protected: set[str]
+) -> list[PodFacts]:
+    """`running`: the bound pods' objects by key, listed from the API (the cache keeps only what a
+    bound pod holds, not its owners, labels or start time)."""
     out = []
     for key, e in cache.pods.items():
-        if not e.holds or e.deleting or not e.node or e.raw is None or e.usage is None:
+        raw = running.get(key)
+        if not e.holds or e.deleting or raw is None or e.usage is None or raw["metadata"].get("uid") != e.uid:
             continue
         allocations = e.usage.allocations
         gpus = len(allocations.minors(rn.DeviceType.GPU)) if allocations is not None else 0
         if not gpus:
             continue
-        kind, workload = controller_of(e.raw)
-        started = parse_time((e.raw.get("status") or {}).get("startTime")) or 0.0
+        kind, workload = controller_of(raw)
+        started = parse_time((raw.get("status") or {}).get("startTime")) or 0.0
         out.append(
             PodFacts(
-                key, e.node, e.priority, core.request(e.raw), gpus, kind, workload, e.gang,
+                key, e.node, e.priority, core.request(raw), gpus, kind, workload, e.gang,
                 key in protected, started, e.uid,
             )
         )  # fmt: skip

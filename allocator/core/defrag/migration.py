@@ -106,8 +106,10 @@ def step(
             if now - m.created >= limits.window:
                 out.append(Finish(m, "Failed" if m.phase == "Failed" else "Done"))
             continue
-        if not m.pod_present and not m.evicted:
-            out.append(Finish(m, "PodGone"))  # it went on its own: the room is not needed
+        if not m.pod_present and not m.evicted and m.phase in ("", "Pending"):
+            # It went on its own before its room was placed: the room is not needed. (Once the
+            # room is Available, the pod's replacement takes it whoever evicted the pod.)
+            out.append(Finish(m, "PodGone"))
             continue
         if m.phase == "Available" and not m.evicted:
             out.append(Evict(m))
