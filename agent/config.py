@@ -17,6 +17,12 @@ Example file:
       cpuThresholdRatio: 1.0
     dra:
       maxVfsPerNic: 8
+    kubelet:                    # kubelet's Topology Manager and CPU manager (agent/kubelet_config.py)
+      configFile: /var/lib/kubelet/config.yaml
+      topologyManagerPolicy: "" # set these for a kubelet configured by flags; they win over the file
+      topologyManagerScope: ""
+      cpuManagerPolicy: ""
+      reservedSystemCPUs: ""
 
 `mode` picks the node's device path (one node, one mode; the Node is labelled
 `topoalloc.io/device-mode=<mode>`):
@@ -40,6 +46,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from agent.kubelet_config import KubeletSettings
 from apis.documents import load_documents
 from apis.dra import MODE_DEVICE_PLUGIN, MODES
 from apis.partitions import GPUPartitionTable, parse_gpu_partitions
@@ -108,6 +115,7 @@ class AgentConfig:
     health: HealthConfig = field(default_factory=HealthConfig)
     mid_tier: MidTierConfig = field(default_factory=MidTierConfig)
     dra: DraConfig = field(default_factory=DraConfig)
+    kubelet: KubeletSettings = field(default_factory=KubeletSettings)
     partition_rules: list[PartitionRule] = field(default_factory=list)
     vf_group_labels: dict[str, str] = field(default_factory=lambda: {"type": "general"})
     udev_source: str = "auto"  # "udev" | "kernel" | "auto" (udev when /run/udev/control exists)
@@ -180,6 +188,8 @@ def load_config(path: str | Path | None) -> AgentConfig:
             _apply(cfg.mid_tier, value or {}, "midTier")
         elif key == "dra":
             _apply(cfg.dra, value or {}, "dra")
+        elif key == "kubelet":
+            _apply(cfg.kubelet, value or {}, "kubelet")
         elif key == "partitions":
             cfg.partition_rules = _rules(value or {})
         elif key in _KEYS:

@@ -27,6 +27,7 @@ from agent.discovery.hotplug import HotplugMonitor
 from agent.dra.slice_publisher import SlicePublisher
 from agent.dra.slices import pool_devices
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from agent.kubelet_config import KubeletConfigReader
 from agent.midtier.pod_watch import PodWatcher
 from agent.midtier.reclaimable import MidTier
 from agent.publish.device_builder import (
@@ -37,6 +38,7 @@ from agent.publish.device_builder import (
     node_labels,
     node_resources,
 )
+from agent.publish.kubelet_labels import kubelet_labels
 from agent.publish.publisher import Publisher
 from apis import dra, keys, resources
 from apis.device import Condition, Device
@@ -131,8 +133,15 @@ class Agent:
         self.slices = (
             SlicePublisher(kube, node_name) if kube is not None and config.mode == dra.MODE_DRA else None
         )
+        self.kubelet = KubeletConfigReader(config.kubelet)  # its Topology Manager, on the Node
         self.mid = MidTier(config.mid_tier) if kube is not None and config.mid_tier.enabled else None
-        self.pods: PodWatcher | None = None
+        # this node's pods, watched once for the mid-tier and the device plugins; started on the
+        # first pass
+        self.pods = (
+            PodWatcher(kube, node_name)
+            if kube is not None and (self.mid is not None or device_plugins is not None)
+            else None
+        )
         self.events: EventWatcher | None = None
         self.hotplug: HotplugMonitor | None = None
         self.trigger = threading.Event()
@@ -147,7 +156,9 @@ class Agent:
         # after the first pass, so that they never advertise an empty inventory
         self.device_plugins = device_plugins
         if device_plugins is not None:
-            device_plugins.attach(mid=self.mid, book=self.book)
+            device_plugins.attach(
+                mid=self.mid, book=self.book, pods=self.pods.snapshot if self.pods is not None else None
+            )
         # the kubelet DRA plugin: started after the first pass too; a registration with kubelet
         # (which deletes a node's slices when it starts) has the slices checked at once
         self.dra_plugin = dra_plugin
@@ -193,6 +204,11 @@ class Agent:
         device = carry_over(self._previous, device, snap, now)
         labels = node_labels(device)
         labels[dra.MODE_LABEL] = self.config.mode
+        labels.update(
+            kubelet_labels(
+                self.kubelet.policies(), snap.topology.numa_cpus, serving=self.device_plugins is not None
+            )
+        )
         extended = node_resources(device)
         pool: list[dict[str, Any]] = []
         if self.config.mode == dra.MODE_DRA:
@@ -202,6 +218,8 @@ class Agent:
         if self.dra_plugin is not None:
             self.dra_plugin.update(device)
             self.dra_plugin.start()
+        if self.pods is not None and self.pods.ident is None and not self.stopping.is_set():
+            self.pods.start()
         if self.device_plugins is not None:
             self.device_plugins.update(device)
             self.device_plugins.start()
@@ -239,11 +257,8 @@ class Agent:
 
     def _mid_tier(self) -> dict[str, str | None]:
         removed: dict[str, str | None] = {resources.MID_CPU: None, resources.MID_MEMORY: None}
-        if self.mid is None or self.publisher is None or self.kube is None:
+        if self.mid is None or self.publisher is None or self.pods is None:
             return {}
-        if self.pods is None:
-            self.pods = PodWatcher(self.kube, self.node_name)
-            self.pods.start()
         if not self.pods.synced.is_set():
             return removed
         node = self.publisher.node or {}
@@ -313,6 +328,15 @@ class Agent:
         self.discoverer.stop()
 
     # -- health endpoint --------------------------------------------------------------------
+    def _kubelet_state(self) -> dict[str, Any]:
+        got = self.kubelet.policies()
+        return {
+            "topologyManagerPolicy": got.topology_manager_policy,
+            "topologyManagerScope": got.topology_manager_scope,
+            "cpuManagerPolicy": got.cpu_manager_policy,
+            "source": got.source,
+        }
+
     def health_state(self) -> dict[str, Any]:
         now = self.clock()
         last = self.last_pass
@@ -340,5 +364,6 @@ class Agent:
             "hotplug": (self.hotplug.error or "listening") if self.hotplug else "off",
             "mode": self.config.mode,
             "devicePlugin": self.device_plugins.state() if self.device_plugins else "off",
+            "kubelet": self._kubelet_state(),
             "draPlugin": self.dra_plugin.state() if self.dra_plugin else "off",
         }

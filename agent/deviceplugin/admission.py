@@ -14,7 +14,14 @@ can drop that reservation and let the next pod be offered the same devices). The
   refused with the reason (missing or malformed annotation, devices this node lacks, or the
   allocator chose different ones) and the pod gets a Warning Event; kubelet then fails the pod's
   admission. Devices still held by a pod that was served earlier and is not finished are never
-  handed out again.
+  handed out again, through either GPU resource: a GPU served whole (`nvidia.com/gpu`) takes none of
+  its `gpu-core` shares to another pod and the other way round (kubelet counts the two resources
+  apart and would offer both).
+
+What was served survives a crash: each served container is recorded (`record`, the service's
+journal: in the kernel before Allocate answers, so the agent dying cannot lose it, and on disk
+milliseconds later), and a restarted agent also adopts what kubelet's PodResources says its pods
+hold (`adopt`) before its first answer.
 
 So a container's devices are its annotation's, or it does not start.
 """
@@ -30,10 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.deviceplugin.events import NO_EVENTS, REFUSALS, UNNAMED, EventSink
-from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError, expectations
+from agent.deviceplugin.expectation import (
+    ContainerExpectation,
+    ExpectationError,
+    container_requests,
+    expectations,
+)
 from agent.deviceplugin.grants import Grant, GrantBuilder
 from agent.deviceplugin.identity import Admitting, Unidentified, from_kubelet, pod_key, without_kubelet
-from agent.deviceplugin.inventory import Inventory
+from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
 from agent.deviceplugin.podresources import KubeletPods, PodResourcesError
 from apis import resources as rn
 
@@ -41,6 +53,7 @@ log = logging.getLogger(__name__)
 
 REFUSED_REASON = "DeviceAllocationRefused"
 NAMED_SECONDS = 2.0  # how long GetPreferredAllocation's answer to "which pod" holds for Allocate
+GPU_RESOURCES = (rn.NVIDIA_GPU, rn.GPU_CORE)  # two kubelet resources, the same GPUs
 
 
 class Refused(Exception):
@@ -81,6 +94,9 @@ class ServedPod:
             str(data.get("namespace", "")), str(data.get("name", "")), {str(k): v for k, v in res.items()}
         )
 
+    def held(self, resource: str) -> set[str]:
+        return {i for ids in self.resources.get(resource, []) for i in ids}
+
 
 def _uid(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("uid", ""))
@@ -95,6 +111,7 @@ class Admission:
         kubelet_pods: Callable[[], KubeletPods] | None = None,
         events: EventSink = NO_EVENTS,
         on_served: Callable[[], None] = lambda: None,
+        record: Callable[[dict[str, Any]], None] = lambda _entry: None,
         pod_cache_seconds: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -103,7 +120,11 @@ class Admission:
         self.grants = grants
         self.events = events
         self.on_served = on_served
+        self.record = record  # makes a served container durable before Allocate answers; raises OSError
         self.pod_cache_seconds = pod_cache_seconds
+        # the agent's watch of this node's pods: (version, pods), or None while it is not in step
+        self.watched_pods: Callable[[], tuple[int, list[dict[str, Any]]] | None] | None = None
+        self._watched_version = -1
         self.clock = clock
         self.inventory = Inventory()
         self.served: dict[str, ServedPod] = {}  # pod uid ->
@@ -114,6 +135,7 @@ class Admission:
         self.unidentified_fallbacks = 0  # calls named without PodResources
         # resource -> the container GetPreferredAllocation named, what it must get, and when
         self._named: dict[str, tuple[Admitting, ContainerExpectation, float]] = {}
+        self.adopted = False  # kubelet's PodResources taken in since this agent started
 
     @contextlib.contextmanager
     def calls_held(self) -> Iterator[None]:
@@ -123,16 +145,29 @@ class Admission:
             yield
 
     def served_snapshot(self) -> dict[str, ServedPod]:
-        with self._lock:
-            return {
-                uid: ServedPod(
-                    s.namespace, s.name, {r: [list(ids) for ids in v] for r, v in s.resources.items()}
-                )
-                for uid, s in self.served.items()
-            }
+        """A copy of `served`; the caller holds `calls_held()`."""
+        return {
+            uid: ServedPod(s.namespace, s.name, {r: [list(ids) for ids in v] for r, v in s.resources.items()})
+            for uid, s in self.served.items()
+        }
 
     # -- pods -------------------------------------------------------------------------------
     def _pod_list(self, fresh: bool) -> list[dict[str, Any]]:
+        """This node's pods: from the agent's pod watch when it is in step (no request on the call
+        path), else a LIST cached for `pod_cache_seconds`; `fresh` asks the API server itself (a pod
+        kubelet names that the watch has not shown yet, a holder that may be gone)."""
+        watched = None if fresh or self.watched_pods is None else self.watched_pods()
+        if watched is not None:
+            version, pods = watched
+            if version != self._watched_version:
+                self._watched_version = version
+                # finished pods only: one the watch does not show yet may have just been served
+                done = {
+                    _uid(p) for p in pods if (p.get("status") or {}).get("phase") in rn.TERMINAL_POD_PHASES
+                }
+                for uid in done.intersection(self.served):
+                    del self.served[uid]
+            return pods
         if fresh or self.clock() - self._pods_at > self.pod_cache_seconds:
             pods = self.list_pods()
             self._pods, self._pods_at = pods, self.clock()
@@ -161,6 +196,8 @@ class Admission:
             pods = self._pod_list(fresh)
             try:
                 if kubelet is not None:
+                    if not self.adopted:
+                        self._adopt(kubelet, pods)
                     return from_kubelet(resource, kubelet, pods)
                 hit = without_kubelet(resource, pods, lambda p, i: self._served(p, resource, i), why)
                 self.unidentified_fallbacks += 1
@@ -238,28 +275,98 @@ class Admission:
             self._pod_list(fresh=True)  # the holder may have finished since the cached list
             clash = self._held_elsewhere(resource, hit.pod, ids)
         if clash:
-            raise Refused(f"{resource} {clash} already serve another pod", hit.pod)
+            raise Refused(
+                f"{resource} {sorted(clash)} already serve another pod ({clash_text(clash)})", hit.pod
+            )
         try:
             grant = self.grants.build(resource, exp, self.inventory)
         except ExpectationError as exc:
             raise Refused(f"pod {pod_key(hit.pod)}: {exc}", hit.pod) from None
         meta = hit.pod.get("metadata") or {}
-        served = self.served.setdefault(
-            _uid(hit.pod), ServedPod(str(meta.get("namespace", "")), str(meta.get("name", "")))
-        )
-        served.record(resource, hit.container, ids)
+        entry = {
+            "uid": _uid(hit.pod),
+            "namespace": str(meta.get("namespace", "")),
+            "name": str(meta.get("name", "")),
+            "resource": resource,
+            "container": hit.container,
+            "ids": list(ids),
+        }
+        try:
+            self.record(entry)  # journaled before kubelet hears of it: dying now cannot forget it
+        except (OSError, RuntimeError) as exc:
+            raise Refused(
+                f"pod {pod_key(hit.pod)}: cannot record the served devices: {exc}", hit.pod
+            ) from None
+        self.restore(entry)
         log.info("%s %s -> pod %s container %s", resource, ids, pod_key(hit.pod), exp.container)
         self.on_served()
         return grant
 
-    def _held_elsewhere(self, resource: str, pod: dict[str, Any], ids: list[str]) -> list[str]:
-        """Those of `ids` that an unfinished pod other than `pod` was served."""
+    def restore(self, entry: dict[str, Any]) -> None:
+        """Apply one served-container record (from `_serve`, or a journal after a restart)."""
+        served = self.served.setdefault(
+            str(entry["uid"]), ServedPod(str(entry.get("namespace", "")), str(entry.get("name", "")))
+        )
+        served.record(str(entry["resource"]), int(entry["container"]), [str(i) for i in entry["ids"]])
+
+    def adopt(self, kubelet: KubeletPods) -> int:
+        """Take in what kubelet's PodResources says this node's unfinished pods hold of the served
+        resources (kubelet keeps its assignments across an agent restart); returns how many
+        containers were added. Raises Refused when the node's pods cannot be listed."""
+        with self._lock:
+            return self._adopt(kubelet, self._pod_list(fresh=True))
+
+    def _adopt(self, kubelet: KubeletPods, pods: list[dict[str, Any]]) -> int:
+        added = 0
+        for pod in pods:
+            held = kubelet.get(pod_key(pod))
+            if not held or (pod.get("status") or {}).get("phase") in rn.TERMINAL_POD_PHASES:
+                continue
+            for resource in SERVED_RESOURCES:
+                try:
+                    requests = container_requests(pod, resource)
+                except ExpectationError:
+                    continue
+                for i, (name, _count) in enumerate(requests):
+                    ids = held.get(name, {}).get(resource)
+                    if ids and not self._served(pod, resource, i):
+                        meta = pod.get("metadata") or {}
+                        self.restore(
+                            {
+                                "uid": _uid(pod),
+                                "namespace": meta.get("namespace", ""),
+                                "name": meta.get("name", ""),
+                                "resource": resource,
+                                "container": i,
+                                "ids": ids,
+                            }
+                        )
+                        added += 1
+        self.adopted = True
+        if added:
+            log.info("adopted %d containers' devices from kubelet's PodResources", added)
+        return added
+
+    def _held_elsewhere(self, resource: str, pod: dict[str, Any], ids: list[str]) -> dict[str, str]:
+        """Those of `ids` that an unfinished pod other than `pod` holds, with why: the same ID, or
+        for a GPU the same GPU through the other GPU resource (whole vs shares)."""
         uid = _uid(pod)
-        held = {
-            i
-            for u, s in self.served.items()
-            if u != uid
-            for got in s.resources.get(resource, [])
-            for i in got
-        }
-        return sorted(held.intersection(ids))
+        wanted = set(ids)
+        gpus = {base_of(resource, i): i for i in ids} if resource in GPU_RESOURCES else {}
+        clash: dict[str, str] = {}
+        for u, s in self.served.items():
+            if u == uid:
+                continue
+            holder = f"{s.namespace}/{s.name}"
+            for i in s.held(resource) & wanted:
+                clash[i] = holder
+            for other in GPU_RESOURCES if gpus else ():
+                if other == resource or other not in s.resources:
+                    continue
+                for base in {base_of(other, i) for i in s.held(other)} & gpus.keys():
+                    clash[gpus[base]] = f"{holder} holds {other} of the same GPU"
+        return clash
+
+
+def clash_text(clash: dict[str, str]) -> str:
+    return "; ".join(sorted(set(clash.values())))

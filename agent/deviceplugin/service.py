@@ -1,5 +1,12 @@
 """The device plugins as one service of the agent: servers, registration, admission, cross-check and
-checkpoint, fed by the agent's discovery passes (`update`) and started after the first one."""
+checkpoint, fed by the agent's discovery passes (`update`) and started after the first one.
+
+What was served is journaled before each Allocate answers (agent/journal.py: in the kernel at once,
+so it survives the agent dying; on disk milliseconds later, one sync per burst), and folded into the
+checkpoint off the call. On start,
+before the plugins serve: the checkpoint, then the journal's records, then what kubelet's
+PodResources says its pods hold (kubelet keeps that across an agent restart, and it also covers a
+lost state directory); the union is saved and the journal starts empty."""
 
 from __future__ import annotations
 
@@ -20,9 +27,14 @@ from agent.deviceplugin.events import NO_EVENTS, EventSink, PodEvents
 from agent.deviceplugin.grants import GrantBuilder
 from agent.deviceplugin.inventory import SERVED_RESOURCES, inventory_from_device
 from agent.deviceplugin.plugin import DeviceList
-from agent.deviceplugin.podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient
+from agent.deviceplugin.podresources import (
+    DEFAULT_POD_RESOURCES_SOCKET,
+    PodResourcesClient,
+    PodResourcesError,
+)
 from agent.deviceplugin.registration import Registrar
 from agent.discovery.device_health import HealthBook
+from agent.journal import Journal
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error
 from agent.midtier.reclaimable import MidTier
 from apis import keys
@@ -31,6 +43,7 @@ from apis.device import Device
 log = logging.getLogger(__name__)
 
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+JOURNAL_NAME = "agent-served.journal"
 
 
 @dataclass
@@ -69,12 +82,14 @@ class DevicePluginService:
             sysfs_root=sysfs_root,
         )
         self.pod_resources = PodResourcesClient(settings.pod_resources_socket)
+        self.journal = Journal(settings.state_dir, JOURNAL_NAME)
         self.admission = Admission(
             list_pods=self.list_pods,
             grants=self.grants,
             kubelet_pods=self.pod_resources.list,
             events=events,
             on_served=self._served,
+            record=self.journal.append,
         )
         self.lists = {r: DeviceList() for r in self.resources}
         self.registrar = Registrar(
@@ -112,14 +127,33 @@ class DevicePluginService:
             devices.publish(inv.devices(resource))
 
     # -- lifecycle --------------------------------------------------------------------------
-    def attach(self, *, mid: MidTier | None, book: HealthBook) -> None:
-        """Give the service the agent's mid-tier and health book, and restore all three from the
-        checkpoint (served pods, mid-tier windows, Xid history)."""
+    def attach(
+        self,
+        *,
+        mid: MidTier | None,
+        book: HealthBook,
+        pods: Callable[[], tuple[int, list[dict[str, Any]]] | None] | None = None,
+    ) -> None:
+        """Give the service the agent's mid-tier, health book and pod watch (`pods`: the node's pods
+        while the watch is in step, else None), and restore the served pods, mid-tier windows and
+        Xid history from the checkpoint and the served journal."""
         self.mid, self.book = mid, book
+        self.admission.watched_pods = pods
         loaded = checkpoint.load(self.checkpoint_path)
-        if loaded is None:
-            return
-        state, saved_at = loaded
+        if loaded is not None:
+            self._restore(loaded[0], loaded[1], mid, book)
+        replayed = 0
+        for entry in self.journal.replay():
+            try:
+                self.admission.restore(entry)
+                replayed += 1
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("served journal: record dropped: %s", exc)
+        log.info(
+            "checkpoint restored: %d served pods (%d journal records)", len(self.admission.served), replayed
+        )
+
+    def _restore(self, state: dict[str, Any], saved_at: float, mid: MidTier | None, book: HealthBook) -> None:
         served = state.get("served") or {}
         if isinstance(served, dict):
             for uid, entry in served.items():
@@ -130,15 +164,31 @@ class DevicePluginService:
         book.restore_xids(state.get("xid"))
         if mid is not None:
             mid.restore_windows(state.get("midTier"), downtime=max(0.0, time.time() - saved_at))
-        log.info("checkpoint restored: %d served pods", len(self.admission.served))
 
     def start(self) -> None:
+        """Adopt kubelet's assignments, make the whole served state durable, then serve."""
         if self._started:
             return
         self._started = True
+        self._adopt()
+        self.save()  # what the journal held is in the checkpoint now: the journal may start empty
+        try:
+            self.journal.open()
+        except OSError as exc:  # every Allocate will be refused with this reason until it opens
+            log.warning("served journal in %s cannot be opened: %s", self.settings.state_dir, exc)
         self.writer.start()
         self.registrar.start()
         self.crosscheck.start()
+
+    def _adopt(self) -> None:
+        """What kubelet holds for this node's pods, before the first answer; when PodResources or
+        the API is not there yet, the first Allocate that reads kubelet's list adopts it."""
+        try:
+            self.admission.adopt(self.pod_resources.list())
+        except (PodResourcesError, Refused) as exc:
+            log.warning(
+                "kubelet's assignments not adopted at start (%s): the journal and checkpoint hold", exc
+            )
 
     def stop(self) -> None:
         for devices in self.lists.values():
@@ -149,21 +199,27 @@ class DevicePluginService:
             self.writer.stop()
         self.pod_resources.close()
         self.save()
+        self.journal.close()
 
     def save(self) -> None:
-        state: dict[str, Any] = {
-            "served": {uid: s.to_wire() for uid, s in self.admission.served_snapshot().items()},
-            "xid": self.book.export_xids() if self.book is not None else {},
-            "midTier": self.mid.export_windows() if self.mid is not None else {},
-        }
+        """Write the checkpoint; the journal's records from before it are then dropped."""
         with self._save_lock:
+            with self.admission.calls_held():  # no served container between the two
+                served = self.admission.served_snapshot()
+                release = self.journal.rotate()
+            state: dict[str, Any] = {
+                "served": {uid: s.to_wire() for uid, s in served.items()},
+                "xid": self.book.export_xids() if self.book is not None else {},
+                "midTier": self.mid.export_windows() if self.mid is not None else {},
+            }
             try:
                 checkpoint.save(self.checkpoint_path, state)
+                release()
             except OSError as exc:
                 log.warning("checkpoint %s not written: %s", self.checkpoint_path, exc)
 
     def _served(self) -> None:
-        self.writer.request()  # written off the Allocate path: an fsync costs milliseconds
+        self.writer.request()  # the checkpoint off the Allocate path (the journal holds it meanwhile)
         self.crosscheck.poke()
 
     def _patch_annotation(self, namespace: str, name: str, value: str) -> None:
@@ -187,24 +243,45 @@ class DevicePluginService:
 
 
 class _CheckpointWriter(threading.Thread):
-    """Saves soon after each `request`, coalescing a burst of requests into one write."""
+    """Saves after a burst of `request`s: once none came for `quiet` seconds, or `longest` after the
+    first. The journal already holds each served container, so the checkpoint (an fsync and a
+    rename, about 10 ms) waits for kubelet to stop admitting rather than compete with its calls for
+    the disk; and a request during a burst only notes the time, so it wakes no thread on the call
+    path."""
 
-    def __init__(self, save: Callable[[], None]) -> None:
+    def __init__(self, save: Callable[[], None], *, quiet: float = 0.5, longest: float = 5.0) -> None:
         super().__init__(name="checkpoint-writer", daemon=True)
         self.save = save
+        self.quiet = quiet
+        self.longest = longest
         self._wanted = threading.Event()
         self._halt = threading.Event()
+        self._last = 0.0
+        self._busy = False
 
     def request(self) -> None:
-        self._wanted.set()
+        self._last = time.monotonic()
+        if not self._busy:
+            self._wanted.set()
 
     def run(self) -> None:
         while not self._halt.is_set():
-            if self._wanted.wait(0.5):
-                self._wanted.clear()
-                self.save()
+            if not self._wanted.wait(0.5):
+                continue
+            self._wanted.clear()
+            self._busy = True
+            first = time.monotonic()
+            while not self._halt.is_set():
+                now = time.monotonic()
+                until = min(self._last + self.quiet, first + self.longest)
+                if now >= until:
+                    break  # quiet, or long enough: the burst is over
+                self._halt.wait(until - now)
+            self._busy = False  # a request from here on wakes the next round
+            self.save()
 
     def stop(self) -> None:
         self._halt.set()
+        self._wanted.set()
         if self.is_alive():
             self.join(5.0)

@@ -1,8 +1,9 @@
 """The pods bound to this node, kept current by a list + watch with a `spec.nodeName` field selector.
 
-Only what the mid-tier calculation needs is kept per pod: priority, QoS class, phase and the
-effective cpu/memory request the way kube-scheduler counts it (the larger of the containers' sum
-and any init container, plus pod overhead).
+For the mid-tier calculation, per pod: priority, QoS class, phase and the effective cpu/memory
+request the way kube-scheduler counts it (the larger of the containers' sum and any init container,
+plus pod overhead). For the device plugins, the pod objects themselves (`snapshot`), so that naming
+the pod kubelet admits needs no LIST on the call path.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class PodWatcher(threading.Thread):
         self.watch_timeout = watch_timeout
         self._lock = threading.Lock()
         self._pods: dict[str, PodInfo] = {}
+        self._objects: dict[str, dict[str, Any]] = {}  # uid -> the pod as the API last sent it
+        self._version = 0  # bumped on every change of `_objects`
+        self._listed: tuple[int, list[dict[str, Any]]] = (0, [])
         self.synced = threading.Event()
         self._halt = threading.Event()
         self.error = ""
@@ -117,14 +121,26 @@ class PodWatcher(threading.Thread):
         with self._lock:
             return list(self._pods.values())
 
+    def snapshot(self) -> tuple[int, list[dict[str, Any]]] | None:
+        """(version, this node's pod objects), the version changing with any of them; None while
+        the watch is not in step with the server (not synced yet, or reconnecting after an error)."""
+        with self._lock:
+            if not self.synced.is_set() or self.error:
+                return None
+            if self._listed[0] != self._version:
+                self._listed = (self._version, list(self._objects.values()))
+            return self._listed
+
     def _relist(self) -> str:
         listing = self.kube.list_pods_on(self.node)
-        pods = {}
+        pods, objects = {}, {}
         for item in listing.get("items") or []:
             info = pod_info(item)
-            pods[info.uid] = info
+            pods[info.uid], objects[info.uid] = info, item
         with self._lock:
-            self._pods = pods
+            self._pods, self._objects = pods, objects
+            self._version += 1
+            self.error = ""
         self.synced.set()
         return str((listing.get("metadata") or {}).get("resourceVersion", ""))
 
@@ -152,8 +168,11 @@ class PodWatcher(threading.Thread):
                     with self._lock:
                         if kind == "DELETED":
                             self._pods.pop(info.uid, None)
+                            self._objects.pop(info.uid, None)
                         else:
-                            self._pods[info.uid] = info
+                            self._pods[info.uid], self._objects[info.uid] = info, obj
+                        self._version += 1
+                        self.error = ""
                 backoff = 1.0
                 self.error = ""
             except TRANSPORT_ERRORS as exc:

@@ -54,6 +54,7 @@ from apis.annotations import DeviceAllocations
 from apis.dra_claims import DeviceResult
 from apis.errors import CodecError
 from apis.quantity import Quantity
+from apis.resources import NVIDIA_GPU
 
 __all__ = ["NOT_IN_CACHE", "CoreAdapter", "FilterVerdicts", "PodRequest", "PodUsage", "Rejection"]
 
@@ -114,8 +115,9 @@ class CoreAdapter:
         """What `pod_usage` would read from a pod bound with these allocations, from the request
         already parsed at bind time (the pod's own requests, so the same numbers)."""
         return PodUsage(
-            key, node, allocations, req.cpu_milli, req.memory, req.nonzero_cpu_milli, req.nonzero_memory
-        )
+            key, node, allocations, req.cpu_milli, req.memory, req.nonzero_cpu_milli, req.nonzero_memory,
+            exclusive_cpus=req.exclusive_cpus, whole_cards=req.scalars.get(NVIDIA_GPU, 0) > 0,
+        )  # fmt: skip
 
     # -- cluster state ------------------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class CoreAdapter:
         self.cluster.assign(
             key, node, usage.allocations, usage.cpu_milli, usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli, nonzero_memory=usage.nonzero_memory,
+            exclusive_cpus=usage.exclusive_cpus, whole_cards=usage.whole_cards,
         )  # fmt: skip
 
     def assign_reservation(

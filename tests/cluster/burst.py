@@ -46,7 +46,13 @@ class PluginNode:
 
 
 def start_plugin_node(
-    cluster: ClusterEnv, name: str, *, fixture: str = "dgx-h100", gpus: int = 8, labels: dict[str, str]
+    cluster: ClusterEnv,
+    name: str,
+    *,
+    fixture: str = "dgx-h100",
+    gpus: int = 8,
+    labels: dict[str, str],
+    extra_args: tuple[str, ...] = (),
 ) -> PluginNode:
     """A Node, its stand-in kubelet and its agent serving that kubelet (not waited for: see
     `wait_plugin_node`, so that several nodes start together)."""
@@ -72,6 +78,7 @@ def start_plugin_node(
         str(root / "dev"),
         "--state-dir",
         str(root / "state"),
+        *extra_args,
     )
     agent = Process(f"agent-{name}", argv, cluster.workdir / f"agent-{name}.log").start()
     cluster.extra.append(agent)

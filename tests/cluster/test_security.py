@@ -26,7 +26,8 @@ AGENT_USER = "system:serviceaccount:topoalloc-system:topoalloc-agent"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 FOREIGN = "the agent on node sec-own may only write its own Device and Node"
 NODE_RULE = (
-    "on the Node the agent may only change its node.koordinator.sh/gpu-* and topoalloc.io/device-mode labels"
+    "on the Node the agent may only change its node.koordinator.sh/gpu-*, node.koordinator.sh/numa-topology-policy "
+    "and topoalloc.io/{device-mode,topology-manager-scope,cpu-manager-policy,numa-cpus} labels"
 )
 SLICE_RULE = "the agent may only write ResourceSlices of driver topoalloc.io for its own node and pool"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -127,6 +128,21 @@ def test_own_mode_label_and_resource_slices_allowed(cluster: ClusterEnv, agent: 
     assert agent.get(SLICES, fieldSelector=f"spec.nodeName={OWN}")["items"]
     agent.delete(f"{SLICES}/{made['metadata']['name']}")
     merge(agent, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": {"topoalloc.io/device-mode": None}}})
+
+
+def test_own_kubelet_policy_labels_allowed_on_its_own_node_only(cluster: ClusterEnv, agent: Rest) -> None:
+    labels = {
+        "node.koordinator.sh/numa-topology-policy": "SingleNUMANode",
+        "topoalloc.io/topology-manager-scope": "container",
+        "topoalloc.io/cpu-manager-policy": "static",
+        "topoalloc.io/numa-cpus": "0.112.108_1.112.112",
+    }
+    merge(agent, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": labels}})
+    assert labels.items() <= cluster.cp.admin.get(f"/api/v1/nodes/{OWN}")["metadata"]["labels"].items()
+    denied_by_policy(
+        lambda: merge(agent, f"/api/v1/nodes/{OTHER}", {"metadata": {"labels": labels}}), FOREIGN
+    )
+    merge(agent, f"/api/v1/nodes/{OWN}", {"metadata": {"labels": dict.fromkeys(labels)}})
 
 
 def test_other_nodes_and_drivers_resource_slices_denied(cluster: ClusterEnv, agent: Rest) -> None:

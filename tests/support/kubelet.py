@@ -11,6 +11,12 @@
   `List` names every active pod with every regular container: a pod is added before its admission
   starts (so the pod being admitted is listed, its containers holding nothing yet), a container's
   devices appear once its Allocate has returned, and a refused pod drops out.
+- A plugin whose ListAndWatch stream ends (its process died) has every device marked unhealthy, as
+  kubelet's PluginDisconnected does, until it registers again: nothing is allocated through a dead
+  plugin's socket, even though a gRPC channel would reconnect to a new process serving it.
+- Topology Manager (`topology_policy`, `topology_scope`) with the static CPU manager (`cpu_manager`)
+  as kubelet's source does them (tests/support/topology_manager.py): the NUMA affinity merged from
+  device and CPU hints decides which devices are offered to GetPreferredAllocation and taken.
 - `restart()`: what a kubelet restart does to plugins: the directory is emptied (plugin sockets
   deleted), a new `kubelet.sock` is created and registrations start from nothing; allocations
   survive (kubelet checkpoints them).
@@ -33,6 +39,7 @@ from agent.deviceplugin.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from agent.deviceplugin.proto import podresources_v1_pb2 as pr
 from agent.deviceplugin.proto import podresources_v1_pb2_grpc as pr_grpc
 from apis.quantity import Quantity
+from tests.support import topology_manager as tm
 
 
 class AdmissionError(Exception):
@@ -58,6 +65,7 @@ class _Plugin:
     preferred: bool
     devices: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (health, numa or -1)
     lists: int = 0  # ListAndWatch messages received
+    disconnected: bool = False  # its ListAndWatch stream ended
     changed: threading.Condition = field(default_factory=threading.Condition)
 
 
@@ -81,6 +89,12 @@ class StandInKubelet:
         # Manager leaves exactly the devices needed
         self.ask_preferred = True
         self.latencies: dict[str, list[float]] = {"GetPreferredAllocation": [], "Allocate": []}  # seconds
+        # kubelet's Topology Manager (tests/support/topology_manager.py) and static CPU manager
+        self.topology_policy = tm.NONE
+        self.topology_scope = tm.CONTAINER_SCOPE
+        self.cpu_manager: tm.StaticCpus | None = None  # None: the CPU manager's `none` policy
+        self.numa_nodes: list[int] = []  # the machine's NUMA nodes (default: the CPUs' or devices')
+        self.affinities: dict[tuple[str, str], int | None] = {}  # (pod, container) -> NUMA mask
 
     # -- servers ----------------------------------------------------------------------------
     def start(self) -> StandInKubelet:
@@ -161,6 +175,12 @@ class StandInKubelet:
                     }
                     plugin.lists += 1
                     plugin.changed.notify_all()
+        # the plugin went away (its process died, or a new registration replaced it): as kubelet's
+        # PluginDisconnected, every device of the resource is unhealthy until a plugin registers again
+        with plugin.changed:
+            plugin.devices = {i: ("Unhealthy", numa) for i, (_h, numa) in plugin.devices.items()}
+            plugin.disconnected = True
+            plugin.changed.notify_all()
 
     def wait_registered(self, resources: list[str], timeout: float = 10.0, *, count: int = 1) -> None:
         """Wait until each resource has registered (`count` times in all) and sent a device list."""
@@ -191,20 +211,36 @@ class StandInKubelet:
         return {i for pod in self.allocations.values() for c in pod.values() for i in c.get(resource, [])}
 
     def admit(self, pod: dict[str, Any]) -> dict[str, dict[str, Granted]]:
-        """Admit a pod: container -> resource -> what the plugin granted. Raises AdmissionError."""
+        """Admit a pod: container -> resource -> what the plugin granted. Raises AdmissionError.
+
+        With a Topology Manager policy, each container (or, with the pod scope, the pod) gets the
+        NUMA affinity kubelet's policy merges from the device and CPU hints, and is refused with
+        kubelet's TopologyAffinityError when the policy does not admit it; its devices and
+        exclusive CPUs are then taken as kubelet's managers take them."""
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         out: dict[str, dict[str, Granted]] = {}
-        self.active[key] = [c["name"] for c in pod["spec"]["containers"]]  # before admission, as kubelet
+        containers = pod["spec"]["containers"]
+        self.active[key] = [c["name"] for c in containers]  # before admission, as kubelet
         try:
-            for container in pod["spec"]["containers"]:
-                requests = (container.get("resources") or {}).get("limits") or {}
-                for resource, quantity in requests.items():
+            pod_affinity = self._affinity(pod, containers) if self.topology_scope == tm.POD_SCOPE else None
+            for container in containers:
+                affinity = (
+                    pod_affinity if self.topology_scope == tm.POD_SCOPE else self._affinity(pod, [container])
+                )
+                self.affinities[(key, container["name"])] = affinity
+                cpus = _exclusive_cpus(pod, container)
+                if self.cpu_manager is not None and cpus:
+                    try:
+                        self.cpu_manager.allocate((key, container["name"]), cpus, affinity)
+                    except ValueError as exc:
+                        raise AdmissionError(str(exc)) from None
+                for resource, quantity in _limits(container).items():
                     plugin = self.plugins.get(resource)
                     if plugin is None:
                         continue
                     n = Quantity.parse(quantity, resource).value()
-                    granted = self._allocate(plugin, n)
+                    granted = self._allocate(plugin, n, affinity)
                     self.allocations.setdefault(key, {}).setdefault(container["name"], {})[resource] = (
                         granted.ids
                     )
@@ -212,31 +248,76 @@ class StandInKubelet:
         except AdmissionError:
             self.allocations.pop(key, None)
             self.active.pop(key, None)  # rejected: Failed, no longer an active pod
+            if self.cpu_manager is not None:
+                self.cpu_manager.release(key)
             raise
         return out
 
-    def _allocate(self, plugin: _Plugin, n: int) -> Granted:
+    def _numa_nodes(self) -> list[int]:
+        if self.numa_nodes:
+            return list(self.numa_nodes)
+        if self.cpu_manager is not None:
+            return sorted(self.cpu_manager.cpus)
+        return sorted({n for p in self.plugins.values() for _h, n in p.devices.values() if n >= 0})
+
+    def _affinity(self, pod: dict[str, Any], containers: list[dict[str, Any]]) -> int | None:
+        """The Topology Manager's merged affinity for these containers (one, or the pod's all)."""
+        if self.topology_policy == tm.NONE:
+            return None
+        nodes = self._numa_nodes()
+        devices: dict[str, list[tm.Hint] | None] = {}
+        for resource in {r for c in containers for r in _limits(c)}:
+            plugin = self.plugins.get(resource)
+            if plugin is None:
+                continue
+            n = sum(Quantity.parse(_limits(c).get(resource, "0"), resource).value() for c in containers)
+            held = self._held(resource)
+            numa_of = {i: numa for i, (_h, numa) in plugin.devices.items()}
+            free = [i for i, (h, _n) in plugin.devices.items() if h == "Healthy" and i not in held]
+            devices[resource] = tm.device_hints(nodes, numa_of, free, n)
+        cpus: dict[str, list[tm.Hint] | None] = {}
+        wanted = sum(_exclusive_cpus(pod, c) for c in containers)
+        if self.cpu_manager is not None and wanted:
+            cpus["cpu"] = self.cpu_manager.hints(nodes, wanted)
+        best, admit = tm.merge(self.topology_policy, nodes, [cpus, devices])
+        if not admit:
+            raise AdmissionError(
+                "Resources cannot be allocated with Topology locality"
+            )  # TopologyAffinityError
+        return best.mask
+
+    def _allocate(self, plugin: _Plugin, n: int, affinity: int | None = None) -> Granted:
         held = self._held(plugin.resource)
         available = sorted(i for i, (h, _) in plugin.devices.items() if h == "Healthy" and i not in held)
         if len(available) < n:
             raise AdmissionError(f"insufficient {plugin.resource}: want {n}, {len(available)} available")
-        chosen: list[str] = []
-        if plugin.preferred and self.ask_preferred:
+
+        def preferred(offered: list[str]) -> list[str]:
+            if not (plugin.preferred and self.ask_preferred):
+                return []
             self.calls.append(("GetPreferredAllocation", plugin.resource))
             started = time.perf_counter()
-            reply = plugin.stub.GetPreferredAllocation(
-                pb.PreferredAllocationRequest(
-                    container_requests=[
-                        pb.ContainerPreferredAllocationRequest(
-                            available_deviceIDs=available, allocation_size=n
-                        )
-                    ]
-                ),
-                timeout=10,
-            )
+            try:
+                reply = plugin.stub.GetPreferredAllocation(
+                    pb.PreferredAllocationRequest(
+                        container_requests=[
+                            pb.ContainerPreferredAllocationRequest(
+                                available_deviceIDs=offered, allocation_size=n
+                            )
+                        ]
+                    ),
+                    timeout=10,
+                )
+            except grpc.RpcError as exc:  # kubelet fails the admission on an error here too
+                raise AdmissionError(f"GetPreferredAllocation failed: {exc.details()}") from None
             self.latencies["GetPreferredAllocation"].append(time.perf_counter() - started)
-            chosen = [i for i in reply.container_responses[0].deviceIDs if i in available][:n]
-        chosen += [i for i in available if i not in chosen][: n - len(chosen)]
+            return list(reply.container_responses[0].deviceIDs)
+
+        numa_of = {i: numa for i, (_h, numa) in plugin.devices.items()}
+        try:
+            chosen = tm.devices_to_allocate(n, affinity, numa_of, available, preferred)
+        except ValueError as exc:
+            raise AdmissionError(str(exc)) from None
         self.calls.append(("Allocate", plugin.resource))
         started = time.perf_counter()
         try:
@@ -258,11 +339,44 @@ class StandInKubelet:
     def release(self, namespace: str, name: str) -> None:
         self.allocations.pop(f"{namespace}/{name}", None)
         self.active.pop(f"{namespace}/{name}", None)
+        if self.cpu_manager is not None:
+            self.cpu_manager.release(f"{namespace}/{name}")
 
     def forget(self) -> None:
         """Every pod gone (deleted, or kubelet lost its state): no pod, no device held."""
         self.allocations.clear()
         self.active.clear()
+        if self.cpu_manager is not None:
+            self.cpu_manager.assigned.clear()
+
+
+def _limits(container: dict[str, Any]) -> dict[str, Any]:
+    return dict((container.get("resources") or {}).get("limits") or {})
+
+
+def _guaranteed(pod: dict[str, Any]) -> bool:
+    """Kubernetes' Guaranteed QoS: every container limits cpu and memory, its requests equal."""
+    spec = pod["spec"]
+    for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        for name in ("cpu", "memory"):
+            if name not in limits:
+                return False
+            if name in requests and Quantity.parse(requests[name], name) != Quantity.parse(
+                limits[name], name
+            ):
+                return False
+    return True
+
+
+def _exclusive_cpus(pod: dict[str, Any], container: dict[str, Any]) -> int:
+    """The CPUs the static CPU manager pins for this container: an integer count in a Guaranteed pod."""
+    cpu = _limits(container).get("cpu")
+    if cpu is None or not _guaranteed(pod):
+        return 0
+    q = Quantity.parse(cpu, "cpu")
+    return q.value() if q.milli_value() % 1000 == 0 else 0
 
 
 class _Registration(pb_grpc.RegistrationServicer):

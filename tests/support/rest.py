@@ -127,8 +127,9 @@ def _escape_extra(key: str) -> str:
 
 
 def kubeconfig_text(
-    url: str, ca_file: Path, *, cert: tuple[Path, Path] | None = None, token: str | None = None
+    url: str, ca_file: Path | None = None, *, cert: tuple[Path, Path] | None = None, token: str | None = None
 ) -> str:
+    """A kubeconfig for `url` (plain HTTP, such as the fake API server's, without `ca_file`)."""
     user: dict[str, str] = {}
     if cert:
         user = {"client-certificate": str(cert[0]), "client-key": str(cert[1])}
@@ -137,7 +138,12 @@ def kubeconfig_text(
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "local", "cluster": {"server": url, "certificate-authority": str(ca_file)}}],
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": url} | ({"certificate-authority": str(ca_file)} if ca_file else {}),
+            }
+        ],
         "users": [{"name": "user", "user": user}],
         "contexts": [{"name": "local", "context": {"cluster": "local", "user": "user"}}],
         "current-context": "local",

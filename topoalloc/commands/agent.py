@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,12 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     show_default=True,
     help="Folder of the agent's checkpoints (served pods, mid-tier window, Xid history; prepared claims).",
 )
+@click.option(
+    "--fixture-events",
+    type=click.Path(file_okay=False),
+    help="With --fixture: a folder whose event files (Xid, double-bit ECC) the replayed NVML delivers "
+    "to the agent, to rehearse a GPU failure (see `topoalloc agent inject-event`).",
+)
 @click.option("-v", "--verbose", count=True, help="-v info, -vv debug logging on stderr.")
 @click.pass_context
 def agent(
@@ -179,6 +186,7 @@ def agent(
     dra_plugin_dir: str,
     dra_cdi_root: str,
     state_dir: str,
+    fixture_events: str | None,
     verbose: int,
 ) -> None:
     """Run the node agent: discover GPUs, NVLink, PCIe, NUMA, RDMA; publish the Device CR."""
@@ -206,6 +214,8 @@ def agent(
         raise click.UsageError("--device-plugin: a node in dra mode serves no device plugins")
     if not dra_mode and dra_plugin:
         raise click.UsageError(f"--dra-plugin: a node in {cfg.mode} mode serves no DRA plugin")
+    if fixture_events is not None and fixture is None:
+        raise click.UsageError("--fixture-events needs --fixture: only a replayed NVML takes events")
     if fixture is not None:
         try:
             fx = Fixture.load(fixture)
@@ -301,13 +311,41 @@ def agent(
     server = HealthServer(cfg.health_address, cfg.health_port, runner.health_state)
     server.start()
     log.warning("agent for node %s; health on :%d", node_name, server.port)
+    inbox = None
+    if fixture_events is not None:
+        from agent.fixtures.event_inbox import EventInbox
+
+        inbox = EventInbox(fixture_events, nvml)
+        inbox.start()
+        log.warning("fixture NVML events are taken from %s", fixture_events)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
         runner.run(stop, hotplug=not no_hotplug)
     finally:
+        if inbox is not None:
+            inbox.stop()
         server.stop()
 
 
+@click.command("inject-event")
+@click.argument("inbox", type=click.Path(file_okay=False))
+@click.option("--gpu", required=True, help="NVML index (as `nvidia-smi -i`) or UUID of the GPU.")
+@click.option("--xid", type=click.IntRange(min=0), help="An Xid error with this number.")
+@click.option("--ecc", type=click.Choice(["double-bit"]), help="A double-bit ECC error.")
+def inject_event(inbox: str, gpu: str, xid: int | None, ecc: str | None) -> None:
+    """Hand an NVML event to an agent running with `--fixture ... --fixture-events INBOX`."""
+    if (xid is None) == (ecc is None):
+        raise click.UsageError("give exactly one of --xid and --ecc")
+    from agent.fixtures.event_inbox import write_event
+
+    event: dict[str, Any] = {"gpu": int(gpu) if gpu.isdigit() else gpu}
+    event.update({"xid": xid} if xid is not None else {"ecc": ecc})
+    name = f"event-{time.time_ns()}"
+    path = write_event(inbox, name, [event])
+    click.echo(f"{path}: {event} (renamed .done once the agent took it)")
+
+
 agent.add_command(record_fixture)
+agent.add_command(inject_event)

@@ -164,6 +164,8 @@ class ClusterState:
         nonzero_cpu_milli: int | None = None,
         nonzero_memory: int | None = None,
         request: PodRequest | None = None,
+        exclusive_cpus: int | None = None,
+        whole_cards: bool | None = None,
     ) -> None:
         """Count a pod on a node (moving it if it was counted elsewhere). With `request` (a pod
         being placed, not one replayed from the watch), observers are told about it."""
@@ -174,6 +176,9 @@ class ClusterState:
         if state is None:
             state = self.nodes[node] = NodeState(node)
             self.table.attach(state)
+        if request is not None:  # what kubelet's Topology Manager will count of it (kubelet_view.py)
+            exclusive_cpus = request.exclusive_cpus if exclusive_cpus is None else exclusive_cpus
+            whole_cards = request.scalars.get(rn.NVIDIA_GPU, 0) > 0 if whole_cards is None else whole_cards
         state.add_pod(
             pod_key,
             allocations,
@@ -181,6 +186,8 @@ class ClusterState:
             memory,
             nonzero_cpu_milli=nonzero_cpu_milli,
             nonzero_memory=nonzero_memory,
+            exclusive_cpus=exclusive_cpus or 0,
+            whole_cards=bool(whole_cards),
         )
         self.pod_node[pod_key] = node
         if request is not None:
@@ -196,6 +203,8 @@ class ClusterState:
             usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli,
             nonzero_memory=usage.nonzero_memory,
+            exclusive_cpus=usage.exclusive_cpus,
+            whole_cards=usage.whole_cards,
         )
 
     def assign_pod(self, pod: Mapping[str, Any]) -> PodUsage:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from allocator.core import reasons as rs
 from allocator.core.devices.context import Bounds, Ctx, Pick, View, noun
 from allocator.core.devices.handler import UNDECIDED
+from allocator.core.devices.numa_policy import kubelet_alignment, misaligned
 from allocator.core.devices.registry import HANDLERS
 from allocator.core.node.features import FITS_EXACT, Feature
 from allocator.core.node.inventory import NodeInventory
@@ -66,8 +67,15 @@ def allocate(
     when given.
     """
     preferred = tuple(sorted(set(prefer))) if prefer else ()
+    aligned = kubelet_alignment(state, req)  # where kubelet's Topology Manager will put the devices
+    if isinstance(aligned, Rejection):
+        return _unaligned_verdict(state, req) or aligned
+    if aligned is not None:
+        numa_mask = aligned if numa_mask is None else aligned & frozenset(numa_mask)
     result = _solve(state, req, scoring, numa_mask, required, explain, want_plan=True, prefer=preferred)
     if isinstance(result, Rejection):
+        if aligned is not None:
+            return _unaligned_verdict(state, req) or misaligned(result, aligned, state)
         return result
     assert isinstance(result, tuple)
     plan, path = result
@@ -78,6 +86,18 @@ def allocate(
 
 def fits(state: NodeState, req: PodRequest) -> Rejection | None:
     """None when `allocate(state, req)` would succeed, else its rejection."""
+    aligned = kubelet_alignment(state, req)
+    if aligned is None:
+        return _unaligned_verdict(state, req)
+    base = _unaligned_verdict(state, req)  # a pod that fits nowhere here says so, as elsewhere
+    if base is not None or isinstance(aligned, Rejection):
+        return base or aligned  # type: ignore[return-value]
+    result = _solve(state, req, None, aligned, None, None, want_plan=False)
+    return misaligned(result, aligned, state) if isinstance(result, Rejection) else None
+
+
+def _unaligned_verdict(state: NodeState, req: PodRequest) -> Rejection | None:
+    """`fits` where kubelet's Topology Manager restricts nothing."""
     devices = req.devices
     if len(devices) == 1:  # a pod of one type: its handler may decide from node summaries
         quick = HANDLERS[devices[0][0]].quick_verdict(state, req)

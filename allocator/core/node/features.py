@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator.core.node.inventory import DeviceSlot, NodeInventory, Scope
+from allocator.core.node.kubelet_view import view_key
 from allocator.core.node.state import NodeState
 from apis import keys
 from apis import resources as rn
@@ -135,9 +136,11 @@ def usage_key(state: NodeState) -> Hashable:
     return used, vfs
 
 
-def isolation_provider(state: NodeState) -> str:
-    """The isolation provider the node's label offers to shared devices ("" for none)."""
-    return state.labels.get(keys.GPU_ISOLATION_PROVIDER, "")
+def admission_key(state: NodeState) -> Hashable:
+    """What the verdict reads of a node besides its devices: the isolation-provider label, and on a
+    node whose kubelet aligns devices by NUMA, what its Topology Manager reads (devices.numa_policy;
+    () elsewhere, so those nodes group as before)."""
+    return state.labels.get(keys.GPU_ISOLATION_PROVIDER, ""), view_key(state)
 
 
 _NO_POD_LIMIT = 1 << 30  # pods a node takes when its allocatable names no limit
@@ -148,9 +151,7 @@ _NO_POD_LIMIT = 1 << 30  # pods a node takes when its allocatable names no limit
 # Everything `allocate.fits` reads of a node: inventory, device usage, the isolation-provider label
 # (a device type's handler may name a coarser feature for requests it decides from summaries:
 # `gpu_features`).
-FITS_EXACT = Feature(
-    "fits:exact", lambda s: (inventory_class(s.inventory), usage_key(s), isolation_provider(s))
-)
+FITS_EXACT = Feature("fits:exact", lambda s: (inventory_class(s.inventory), usage_key(s), admission_key(s)))
 USAGE = Feature("usage", lambda s: (inventory_class(s.inventory), usage_key(s)))
 CPU_FREE = Feature("cpu_free", lambda s: s.cpu_free_milli, raw=True)
 KINDS = Feature("kinds", lambda s: s.resource_kinds)

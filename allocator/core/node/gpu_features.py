@@ -7,7 +7,7 @@ score the whole-card mask, and the simulator the free share as a 2-D column and 
 
 from __future__ import annotations
 
-from allocator.core.node.features import Feature, Rows, inventory_class, isolation_provider
+from allocator.core.node.features import Feature, Rows, admission_key, inventory_class
 from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
 from apis import keys
@@ -25,7 +25,7 @@ def gpu_model(state: NodeState) -> str:
 
 def _fits_whole(s: NodeState) -> tuple[int, int, int, str]:
     g = gpus(s)
-    return inventory_class(s.inventory), g.whole_mask, g.used_mask, isolation_provider(s)
+    return inventory_class(s.inventory), g.whole_mask, g.used_mask, admission_key(s)
 
 
 def _gpu_count(s: NodeState) -> int:
@@ -36,7 +36,7 @@ def _gpu_count(s: NodeState) -> int:
 FITS_WHOLE = Feature("fits:whole", _fits_whole)
 # ... and for one GPU with an equal share of compute and memory: the best GPU's free share.
 FITS_SHARE = Feature(
-    "fits:share", lambda s: (inventory_class(s.inventory), isolation_provider(s), gpus(s).max_share)
+    "fits:share", lambda s: (inventory_class(s.inventory), admission_key(s), gpus(s).max_share)
 )
 GPU_MODEL = Feature("gpu_model", gpu_model)
 FREE_PCT = Feature("free_pct", lambda s: gpus(s).free_pct)

@@ -40,6 +40,8 @@ class PodEntry:
     nonzero_memory: int
     used: tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]  # (type, minor, resources)
     vfs: tuple[tuple[str, int, str], ...]  # (type, minor, VF bus id)
+    exclusive_cpus: int = 0  # pinned by kubelet's static CPU manager (request/usage.py)
+    whole_cards: bool = False  # its devices are whole-card IDs to kubelet (nvidia.com/gpu), not shares
 
 
 def _usage_of(allocations: DeviceAllocations | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -149,6 +151,8 @@ class NodeState:
         *,
         nonzero_cpu_milli: int | None = None,
         nonzero_memory: int | None = None,
+        exclusive_cpus: int = 0,
+        whole_cards: bool = False,
     ) -> None:
         """Count a pod's devices and requests here. Adding a key again replaces its old entry."""
         if key in self.pods:
@@ -165,6 +169,8 @@ class NodeState:
             memory if nonzero_memory is None else nonzero_memory,
             used,
             vfs,
+            exclusive_cpus,
+            whole_cards,
         )
         self.pods[key] = entry
         for dtype, minor, res in used:
@@ -189,6 +195,8 @@ class NodeState:
             usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli,
             nonzero_memory=usage.nonzero_memory,
+            exclusive_cpus=usage.exclusive_cpus,
+            whole_cards=usage.whole_cards,
         )
 
     def remove_pod(self, key: str) -> bool:

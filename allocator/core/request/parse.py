@@ -21,7 +21,7 @@ from allocator.core.request.pod_request import (
     SelectorTerm,
     as_resources,
 )
-from allocator.core.request.usage import effective_requests
+from allocator.core.request.usage import effective_requests, exclusive_cpus
 from apis import keys
 from apis import resources as rn
 from apis.annotations import (
@@ -116,6 +116,7 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
     out["memory"] = -(-mem // NANO)
     out["nonzero_cpu_milli"] = nonzero_cpu
     out["nonzero_memory"] = nonzero_mem
+    out["exclusive_cpus"] = exclusive_cpus(spec)
     out["scalars"] = {k: -(-v // NANO) for k, v in sorted(requests.items()) if v > 0}
 
     devices = _device_requests(out["scalars"])
@@ -389,6 +390,7 @@ def with_signature(req: PodRequest) -> PodRequest:
         None if req.numa_spec is None else req.numa_spec.to_json(),
         req.cpu_milli,
         req.memory,
+        req.exclusive_cpus,
         req.nonzero_cpu_milli,
         req.nonzero_memory,
         tuple(sorted(req.scalars.items())),

@@ -82,6 +82,7 @@ class PodRequest:
     designated: DeviceAllocations | None = None  # a device-allocated annotation already on the pod
     cpu_milli: int = 0
     memory: int = 0
+    exclusive_cpus: int = 0  # CPUs kubelet's static CPU manager would pin (request/usage.py)
     nonzero_cpu_milli: int = 0  # with kube-scheduler's per-container defaults, for scoring
     nonzero_memory: int = 0
     scalars: Mapping[str, int] = field(default_factory=dict)  # every other requested resource, in units

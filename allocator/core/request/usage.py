@@ -131,6 +131,10 @@ class PodUsage:
     nonzero_cpu_milli: int
     nonzero_memory: int
     error: str = ""  # a device-allocated annotation that does not parse: it then counts as none
+    # What kubelet's Topology Manager counts (allocator/core/node/kubelet_view.py): the CPUs the
+    # static CPU manager pins for it, and whether its GPUs are `nvidia.com/gpu` (whole) IDs.
+    exclusive_cpus: int = 0
+    whole_cards: bool = False
 
 
 def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
@@ -163,4 +167,32 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
         nz_cpu,
         nz_mem,
         error,
+        exclusive_cpus=exclusive_cpus(spec),
+        whole_cards=requests.get(rn.NVIDIA_GPU, 0) > 0,
     )
+
+
+def exclusive_cpus(spec: Mapping[str, Any]) -> int:
+    """The CPUs kubelet's static CPU manager pins for the pod: in a Guaranteed pod (every container
+    limits cpu and memory, requests equal to limits), the whole-CPU requests of its regular
+    containers and sidecars. 0 for anything else, and for a spec that does not decode."""
+    try:
+        containers = _container_list(spec, "containers")
+        inits = _container_list(spec, "initContainers")
+        total = 0
+        for pinned, c in [
+            *((i.get("restartPolicy") == "Always", i) for i in inits),
+            *((True, c) for c in containers),
+        ]:
+            res = c.get("resources") or {}
+            limits = _resource_list(res.get("limits"), "resources.limits")
+            requests = _resource_list(res.get("requests"), "resources.requests")
+            if rn.CPU not in limits or rn.MEMORY not in limits:
+                return 0
+            if any(requests.get(n, limits[n]) != limits[n] for n in (rn.CPU, rn.MEMORY)):
+                return 0
+            if pinned and limits[rn.CPU] % NANO == 0:
+                total += limits[rn.CPU] // NANO
+        return total
+    except (CodecError, AttributeError, TypeError):
+        return 0

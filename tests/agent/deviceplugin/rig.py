@@ -94,6 +94,7 @@ class Rig:
         self.dev = self.root / "dev"
         self.cdi = self.root / "cdi"
         self.state = self.root / "state"
+        self.kubelet_config = self.root / "kubelet-config.yaml"
         for d in (self.dev, self.cdi, self.plugin_dir):
             d.mkdir(parents=True)
         for name in CONTROL:
@@ -115,6 +116,7 @@ class Rig:
         """Start the agent (it serves every resource); wait until kubelet has `wait_for` registered."""
         config = AgentConfig(resync_seconds=30)
         config.mid_tier.enabled = False
+        config.kubelet.config_file = str(self.kubelet_config)  # kubelet's policies: none unless written
         config.health.event_wait_ms = 50
         self.fx = Fixture.load(self.fixture_dir or FIXTURES / self.fixture_name)
         kube = Kube(self.api_client)

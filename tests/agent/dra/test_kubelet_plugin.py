@@ -305,8 +305,17 @@ def test_the_agent_in_dra_mode_publishes_its_pool_and_labels_its_node(rig: DraRi
     (piece,) = rig.slices()
     names = [d["name"] for d in piece["spec"]["devices"]]
     assert names[:8] == [f"gpu-{i}" for i in range(8)] and "rdma-0-vf-3" in names
+    # the Node is patched after the slices in a pass: wait for it rather than race it
+    assert wait_for(
+        lambda: (
+            ((rig.server.get("nodes", NODE) or {}).get("metadata", {}).get("labels") or {}).get(
+                dra.MODE_LABEL
+            )
+            == "dra"
+        ),
+        10,
+    )
     node = rig.server.get("nodes", NODE)
-    assert node is not None and node["metadata"]["labels"][dra.MODE_LABEL] == "dra"
     assert not any(k.startswith("koordinator.sh/") for k in node["status"]["allocatable"])
     assert rig.agent is not None and rig.agent.health_state()["draPlugin"]["registered"] is True
 
