@@ -5,8 +5,9 @@ facts (PodDisruptionBudgets listed from the API) and the work waiting at least `
 core for a defragmentation plan (`CoreAdapter.plan_defrag`) and the migration lifecycle for the
 next steps (core/defrag/migration.py), and carries them out: a Reservation for each new move's
 replacement on its target, the Eviction API for a pod whose room is Available, the Reservation
-deleted once its move is done and out of the window, an Event on the pod and a metric for every
-step. A dry run writes each planned move as an Event and the whole plan as a ConfigMap report.
+closed (marked, expired) once its move is done and out of the window, an Event on the pod and a
+metric for every step. A dry run writes each planned move as an Event and the whole plan as a
+ConfigMap report.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.evictions import evict
 from allocator.runtime.kube import ApiError, KubeApi
+from apis.timestamps import format_time
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -149,7 +151,10 @@ class MigrationController:
             await self._evict(action, uids)
         elif isinstance(action, Finish):
             mig = action.migration
-            if await writes.delete_reservation(self.api, mig.reservation):
+            stamp = format_time(self.wall())
+            if await writes.close_reservation(
+                self.api, mig.reservation, uids.get(mig.reservation, ""), action.reason, stamp
+            ):
                 self.metrics.steps.labels("finished").inc()
                 if mig.pod_present:
                     self._event(

@@ -26,6 +26,7 @@ TARGET = keys.TOPOALLOC + "defrag-target"
 WORKLOAD = keys.TOPOALLOC + "defrag-workload"
 UNBLOCKS = keys.TOPOALLOC + "defrag-unblocks"
 EVICTED = keys.TOPOALLOC + "defrag-evicted"
+CLOSED = keys.TOPOALLOC + "defrag-closed"
 
 
 def controller_of(raw: Mapping[str, Any]) -> tuple[str, str]:
@@ -129,7 +130,7 @@ def migrations(cache: DefragCache) -> list[tuple[Migration, str, str]]:
             name, key, uid, notes.get(WORKLOAD, ""), notes.get(SOURCE, ""), notes.get(TARGET, ""),
             str((raw.get("status") or {}).get("phase") or ""),
             parse_time(meta.get("creationTimestamp")) or 0.0,
-            notes.get(EVICTED) == "true", present,
+            notes.get(EVICTED) == "true", present, bool(notes.get(CLOSED)),
         )  # fmt: skip
         out.append((m, str(meta.get("uid", "")), notes.get(UNBLOCKS, "")))
     return out

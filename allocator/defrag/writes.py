@@ -1,6 +1,6 @@
 """The migration controller's writes: a move's Reservation (the replacement's room on the target,
 owned by the pod's controller, allocateOnce, labelled and annotated so a restarted leader reads the
-move back), the mark that its pod was evicted, its deletion, and the dry run's report ConfigMap.
+move back), the mark that its pod was evicted, its closing, and the dry run's report ConfigMap.
 A refused write is logged and returns False: the next pass tries again."""
 
 from __future__ import annotations
@@ -104,13 +104,16 @@ async def mark_evicted(api: KubeApi, name: str, uid: str) -> bool:
     return True
 
 
-async def delete_reservation(api: KubeApi, name: str) -> bool:
+async def close_reservation(api: KubeApi, name: str, uid: str, reason: str, now: str) -> bool:
+    """Mark a finished move and expire its Reservation now: the Reservation controller gives any
+    room left back (the allocator's role deletes nothing; the object stays as a record)."""
+    patch = {"metadata": {"uid": uid, "annotations": {rd.CLOSED: reason}}, "spec": {"expires": now}}
     try:
-        await api.raw("DELETE", path(name))
+        await api.raw("PATCH", path(name), body=patch, content_type=MERGE_PATCH)
     except ApiError as exc:
         if exc.status == 404:
             return True
-        log.warning("deleting Reservation %s: %s", name, exc)
+        log.warning("closing Reservation %s: %s", name, exc)
         return False
     return True
 

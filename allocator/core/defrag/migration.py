@@ -6,8 +6,9 @@ once it is Available, the pod evicted through the Eviction API (`Evict`), then t
 recreated by the pod's controller, consumes the room (allocateOnce: the Reservation Succeeds). The
 state of every move in flight is its Reservation (labelled and annotated by the controller), so a
 restarted leader reads it back and neither loses a move nor makes one twice: a pod with a
-Reservation of its own is never planned again, and a finished one is kept until the window it
-counts in has passed (`Finish` then deletes it).
+Reservation of its own is never planned again, and a finished one counts until the window has
+passed (`Finish` then closes it: marked, and expired so any room left goes back; the allocator
+deletes no object).
 
 Limits, like Koordinator's MigrationController's: at most `max_migrating` moves in flight in the
 cluster, `per_namespace` in one namespace, `per_workload` of one workload's pods (its
@@ -49,6 +50,7 @@ class Migration:
     created: float
     evicted: bool  # the controller evicted the pod (an annotation on the Reservation)
     pod_present: bool  # the pod with that uid still exists
+    closed: bool = False  # the controller finished it (its room given back by expiry)
 
     @property
     def namespace(self) -> str:
@@ -57,7 +59,7 @@ class Migration:
     @property
     def finished(self) -> bool:
         """Nothing left to do: the room was consumed, failed, or the pod went and was evicted."""
-        return self.phase in ("Succeeded", "Failed") or (self.evicted and not self.pod_present)
+        return self.closed or self.phase in ("Succeeded", "Failed") or (self.evicted and not self.pod_present)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def step(
     active: list[Migration] = []
     for m in migrations:
         if m.finished:
-            if now - m.created >= limits.window:
+            if not m.closed and now - m.created >= limits.window:
                 out.append(Finish(m, "Failed" if m.phase == "Failed" else "Done"))
             continue
         if not m.pod_present and not m.evicted and m.phase in ("", "Pending"):

@@ -3,6 +3,8 @@ and which planned moves the limits let start."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from allocator.core.defrag.inputs import DefragSettings
 from allocator.core.defrag.migration import Evict, Finish, Hold, Limits, Migration, Report, Reserve, step
 from allocator.core.defrag.plan import DefragPlan, plan_defrag
@@ -77,3 +79,5 @@ def test_stuck_and_finished_moves_are_cleaned_up() -> None:
     done = migration("a/r", phase="Succeeded", created=0.0, evicted=True, present=False)
     assert step([done], empty, limits, 99.0, dry_run=False) == []  # kept: it counts in the window
     assert step([done], empty, limits, 100.0, dry_run=False) == [Finish(done, "Done")]
+    closed = dataclasses.replace(done, closed=True)
+    assert step([closed], empty, limits, 200.0, dry_run=False) == []
