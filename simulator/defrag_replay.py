@@ -53,7 +53,8 @@ class DefragSimSettings:
     defrag: bool = False
     interval: float = 1800.0  # planner cadence, seconds
     min_wait: float = 600.0  # a waiter is planned for once it has waited this long
-    limits: Limits = field(default_factory=lambda: Limits(max_migrating=4, per_window=16))
+    # Every simulated pod is in one namespace, so the namespace limit is the global one.
+    limits: Limits = field(default_factory=lambda: Limits(max_migrating=4, per_namespace=4, per_window=16))
     planner: DefragSettings = field(default_factory=DefragSettings)
     sample_every: float = 3600.0  # largest free block sampled this often
 
