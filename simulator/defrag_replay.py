@@ -2,7 +2,7 @@
 simulated time, with the migration controller's planner and limits run on the simulated cluster.
 
 Time: arrival i comes at i × `tick_seconds`; every placed pod or gang runs an exponential
-lifetime (mean `mean_lifetime` arrivals, seeded), then leaves (a gang whole). What waits: gangs,
+lifetime (`lifetimes`: mean in hours, seeded), then leaves (a gang whole). What waits: gangs,
 and lone whole-GPU pods of `queue_gpus` GPUs or more (large training pods); a smaller lone pod that
 fits nowhere is dropped, as in the gang-wait replay. After every tick in which something left or
 moved, the waiters are tried again in arrival order through the policy (no head-of-line blocking).
