@@ -24,6 +24,8 @@ from pathlib import Path
 from aiohttp import web
 
 from allocator.claims.hooks import DraClaims
+from allocator.defrag.controller import MigrationController
+from allocator.defrag.metrics import DefragMetrics
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
 from allocator.extender.gang_hooks import GangHooks
@@ -159,6 +161,23 @@ class Allocator:
         if self.claims is not None:
             self.cache.listeners.append(self.claims.observe)
         self.scarce_routes = scarce_routes(config.scarce_avoidance)
+        # Defragmentation (docs/defragmentation.md): the migration controller on the leader, off by
+        # default; it reads Reservations, so it needs them on.
+        self.defrag = (
+            MigrationController(
+                api=api,
+                cache=self.cache,
+                core=self.core,
+                settings=config.defrag,
+                events=self.events,
+                metrics=DefragMetrics(self.metrics.registry),
+                is_leader=self.is_leader,
+                synced=lambda: self.synced,
+                namespace=config.leader_election.namespace,
+            )
+            if config.defrag.enabled and config.reservations.enabled
+            else None
+        )
         # The webhook's own TLS when gang scheduling (which otherwise serves it) is off.
         self.webhook_tls = (
             ReloadingTLS(tls_files, client_certs=False)
@@ -246,6 +265,8 @@ class Allocator:
         self._spawn("freeze the synced heap", self._freeze_after_sync())
         if self.reservations is not None:
             self.reservations.start(self._spawn)
+        if self.defrag is not None:
+            self._spawn("defrag controller", self.defrag.run())
         webhook_app = webhook_tls = None
         if self.gang is not None:
             self.gang.start(self._spawn, cfg.tls_reload_interval)

@@ -100,6 +100,7 @@ FORBIDDEN = {
         "allocator.gang",
         "allocator.reservations",
         "allocator.claims",
+        "allocator.defrag",
         "allocator.assembly",
         "simulator",
         "topoalloc",
@@ -110,6 +111,7 @@ FORBIDDEN = {
         "allocator.scarce",
         "agent",
         "simulator",
+        "allocator.defrag",
         "allocator.extender",
         "allocator.gang",
         "allocator.reservations",
@@ -181,8 +183,24 @@ FORBIDDEN = {
         "allocator.extender",
         "allocator.gang",
         "allocator.claims",
+        "allocator.reservations",
+        "allocator.defrag",
         "allocator.assembly",
         "allocator.runtime.cache",
+        "topoalloc",
+    ),
+    # The migration controller: on the runtime through its own cache view
+    # (defrag/cache_view.py); it writes Reservations itself and knows no other component.
+    "allocator/defrag": (
+        "agent",
+        "simulator",
+        "allocator.extender",
+        "allocator.gang",
+        "allocator.reservations",
+        "allocator.claims",
+        "allocator.scarce",
+        "allocator.assembly",
+        "allocator.runtime.cache.store",
         "topoalloc",
     ),
     "simulator": (
@@ -217,7 +235,9 @@ CORE_IO_MODULES = (
 # allocator.core's sub-packages, lowest first (`reasons` is a module at the core's root).
 # `claims` and `reservation` are the two top layers, side by side: each builds on the gang planner
 # and everything below, and neither imports the other (CORE_SIBLINGS).
-CORE_LAYERS = ("reasons", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation")
+CORE_LAYERS = (
+    "reasons", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation", "defrag"
+)  # fmt: skip
 CORE_SIBLINGS = (("claims", "reservation"),)
 
 # The product: what users install and run. It never imports tests/ or bench/.

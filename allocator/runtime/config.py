@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.reservation_settings import ReservationSettings
@@ -96,6 +97,8 @@ class ServiceConfig:
     dra: DraSettings = field(default_factory=DraSettings)
     # pods that request no device prefer nodes without GPUs (docs/service.md): the webhook route
     scarce_avoidance: ScarceAvoidanceSettings = field(default_factory=ScarceAvoidanceSettings)
+    # defragmentation by safe rescheduling: the migration controller (docs/defragmentation.md)
+    defrag: DefragSettings = field(default_factory=DefragSettings)
 
     def __post_init__(self) -> None:
         if self.round_trips not in ROUND_TRIPS:

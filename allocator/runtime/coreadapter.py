@@ -28,6 +28,9 @@ from allocator.core.claims.published import NodeDevices, results_usage
 from allocator.core.claims.solve import ClaimAnswer
 from allocator.core.cluster.columns import FilterVerdicts
 from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
+from allocator.core.defrag.inputs import DefragSettings as PlanDefrag
+from allocator.core.defrag.inputs import PodFacts, Waiter
+from allocator.core.defrag.plan import DefragPlan, plan_defrag
 from allocator.core.devices.allocate import Allocation
 from allocator.core.gang.levels import Levels, keep_to_level, plan_in_levels, preempt_in_levels
 from allocator.core.gang.min_resources import Shortage, min_resources_shortage
@@ -304,6 +307,14 @@ class CoreAdapter:
         if self.dra_nodes and any(r.wants_devices for r in requests):
             return [n for n in names if n not in self.dra_nodes]
         return list(names)
+
+    def plan_defrag(
+        self, waiters: Sequence[Waiter], pods: Iterable[PodFacts], settings: PlanDefrag, now: float
+    ) -> DefragPlan:
+        """The moves that unblock the waiters (core/defrag/plan.py), on the nodes a pod asking for
+        devices may use (not DRA-mode ones)."""
+        names = [n for n in self.cluster.nodes if n not in self.dra_nodes]
+        return plan_defrag(self.cluster, waiters, pods, settings, now=now, names=names)
 
     def keep_to_level(
         self, names: Sequence[str], siblings: Mapping[str, int], key: str, group: str

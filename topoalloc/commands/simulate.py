@@ -268,6 +268,20 @@ def _policies(text: str) -> list[str]:
     show_default=True,
     help="Seconds between arrivals, for the GPU-hours reservations idle.",
 )
+@click.option(
+    "--defrag",
+    is_flag=True,
+    help="With --workload: replay it day after day with departures, without and with defragmentation "
+    "(gang wait, gangs never placed, largest free block, pods moved, GPU-hours lost).",
+)
+@click.option("--days", type=click.IntRange(min=1), default=5, show_default=True, help="With --defrag: days.")
+@click.option(
+    "--mean-hours",
+    type=click.FloatRange(min=0, min_open=True),
+    default=18.0,
+    show_default=True,
+    help="With --defrag: mean pod lifetime in hours (a day's stream arrives over 24 h).",
+)
 def simulate(
     trace: str | None,
     workload_file: Path | None,
@@ -282,6 +296,9 @@ def simulate(
     no_progress: bool,
     lifetime: float,
     tick_seconds: float,
+    defrag: bool,
+    days: int,
+    mean_hours: float,
 ) -> None:
     """Replay pods through the production allocator core and compare placement policies.
 
@@ -295,7 +312,11 @@ def simulate(
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--seeds") from None
+    if defrag and workload_file is None:
+        raise click.UsageError("--defrag replays a --workload FILE")
     default = DEFAULT_POLICIES if trace is not None else WORKLOAD_POLICIES
+    if defrag:
+        default = ("topoalloc",)
     names = _policies(policies or ",".join(default))
     try:
         if trace is not None:
@@ -309,6 +330,14 @@ def simulate(
             assert workload_file is not None
             out = None if no_plots else plots_dir / workload_file.stem
             nodes = nodes or "hw-fixtures"
+            if defrag:
+                from topoalloc.commands.simulate_defrag import simulate_defrag
+
+                simulate_defrag(
+                    workload_file, nodes, replicas, seed_list, names, json_out, out, not no_progress,
+                    days=days, mean_hours=mean_hours,
+                )  # fmt: skip
+                return
             simulate_workload(
                 workload_file, nodes, replicas, seed_list, names, json_out, out, not no_progress,
                 lifetime=lifetime, tick_seconds=tick_seconds,
