@@ -186,7 +186,14 @@ class EventRecorder:
         now = self.clock()
         key = (ref.kind, ref.namespace, ref.name, reason, note)
         series = self._series.get(key)
-        if series is not None and series.ref.uid == ref.uid and now - series.first_at < self.window * 10:
+        # A series never written (the bucket or the API refused it) is no Event to count into:
+        # the repeat tries to create it again, so a burst never hides a cause for good.
+        if (
+            series is not None
+            and series.event_name is not None
+            and series.ref.uid == ref.uid
+            and now - series.first_at < self.window * 10
+        ):
             series.count += 1
             self._count("aggregated")
             return

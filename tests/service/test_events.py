@@ -54,6 +54,25 @@ async def test_distinct_causes_are_distinct_events_and_the_rate_is_capped(
     assert len(fake_api.requests(method="POST")) == 5
 
 
+async def test_a_cause_dropped_by_the_cap_is_written_when_it_repeats(
+    fake_api: FakeApiServer, api: KubeApi
+) -> None:
+    """A burst of other Events spent the bucket when this cause first came: its repeat, once the
+    bucket refilled, writes it (it is not counted into an Event that was never written)."""
+    now = [0.0]
+    rec = EventRecorder(api, instance="allocator-a", rate=1.0, burst=1, clock=lambda: now[0])
+    late = PodRef("default", "late", "uid-late")
+    rec.warn(POD, "FailedBinding", "Binding", "first")
+    rec.warn(late, "DRAAllocationFailed", "Allocating", "the gang does not fit whole")
+    await rec.drain()
+    assert rec.written == 1
+    now[0] = 5.0
+    rec.warn(late, "DRAAllocationFailed", "Allocating", "the gang does not fit whole")
+    await rec.drain()
+    events = (await api.raw("GET", "/apis/events.k8s.io/v1/namespaces/default/events"))["items"]
+    assert sorted(e["regarding"]["name"] for e in events) == ["late", "trainer-0"]
+
+
 async def test_a_failing_api_never_reaches_the_caller(
     fake_api: FakeApiServer, api: KubeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
