@@ -5,8 +5,11 @@ kube-scheduler records through the events.k8s.io/v1 API (the recorded scenarios 
 own reportingController. Writing never blocks a request: `warn()` only queues. Repeats are
 aggregated the way client-go's EventSeries does it: the first occurrence of (pod, reason, note)
 is created at once; repeats within the window only bump a counter, flushed as one
-`series.count` PATCH per window. A global token bucket caps the write rate, so a pod retried
-against 5,000 nodes costs one Event, not 5,000.
+`series.count` PATCH per window, so a pod retried against 5,000 nodes costs one Event, not 5,000.
+Two token buckets cap the writes: one per object, as client-go's spam filter keeps (burst 25, then
+one per 5 minutes), so one object's many causes cannot flood; and one for the process, set well
+above a gang's burst (a 100-member gang tells each member at once), so a one-off Event such as
+GangPlanned is not lost to other objects' traffic.
 """
 
 from __future__ import annotations
@@ -108,6 +111,14 @@ class _Bucket:
             return True
         return False
 
+    def idle(self, now: float) -> bool:
+        return self.tokens + (now - self.at) * self.rate >= self.burst
+
+
+OBJECT_BURST = 25  # client-go's EventSourceObjectSpamFilter defaults
+OBJECT_RATE = 1 / 300
+_OBJECTS_MAX = 10_000  # buckets kept before the idle (full again) ones are forgotten
+
 
 class EventRecorder:
     def __init__(
@@ -117,8 +128,8 @@ class EventRecorder:
         instance: str,
         window: float = 60.0,
         metrics: Metrics | None = None,
-        rate: float = 5.0,
-        burst: int = 25,
+        rate: float = 20.0,
+        burst: int = 200,
         max_queue: int = 1000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -130,6 +141,7 @@ class EventRecorder:
         self._queue: asyncio.Queue[tuple[PodRef, str, str, str, str]] = asyncio.Queue(max_queue)
         self._series: dict[tuple[str, str, str, str, str], _Series] = {}
         self._bucket = _Bucket(rate, burst)
+        self._objects: dict[tuple[str, str, str], _Bucket] = {}
         self.written = 0
 
     def _count(self, result: str) -> None:
@@ -201,8 +213,18 @@ class EventRecorder:
         self._series[key] = series
         await self._create(series, now)
 
+    def _take(self, ref: PodRef, now: float) -> bool:
+        key = (ref.kind, ref.namespace, ref.name)
+        bucket = self._objects.get(key)
+        if bucket is None:
+            if len(self._objects) >= _OBJECTS_MAX:
+                self._objects = {k: b for k, b in self._objects.items() if not b.idle(now)}
+            bucket = self._objects[key] = _Bucket(OBJECT_RATE, OBJECT_BURST)
+            bucket.at = now
+        return bucket.take(now) and self._bucket.take(now)
+
     async def _create(self, series: _Series, now: float) -> None:
-        if not self._bucket.take(now):
+        if not self._take(series.ref, now):
             self._count("dropped")
             return
         ref = series.ref
@@ -244,7 +266,7 @@ class EventRecorder:
         now = self.clock()
         for key, series in list(self._series.items()):
             if series.count > series.written_count and (force or now - series.last_write >= self.window):
-                if series.event_name and self._bucket.take(now):
+                if series.event_name and self._take(series.ref, now):
                     patch = {"series": {"count": series.count, "lastObservedTime": micro_time()}}
                     namespace = series.ref.namespace or "default"
                     try:

@@ -54,6 +54,30 @@ async def test_distinct_causes_are_distinct_events_and_the_rate_is_capped(
     assert len(fake_api.requests(method="POST")) == 5
 
 
+async def test_one_object_is_capped_on_its_own_and_others_still_get_theirs(
+    fake_api: FakeApiServer, api: KubeApi
+) -> None:
+    """client-go's spam filter: 25 Events per object, then one per 5 minutes; a gang's burst of
+    one Event per member (100 members) and a one-off about its PodGroup are all written."""
+    now = [0.0]
+    rec = EventRecorder(api, instance="allocator-a", clock=lambda: now[0])
+    for i in range(40):
+        rec.warn(POD, "FailedBinding", "Binding", f"cause {i}")
+    for i in range(100):
+        rec.warn(PodRef("default", f"member-{i}", f"uid-m{i}"), "GangWaiting", "Scheduling", "waits")
+    rec.record(PodRef("default", "gang", "uid-g", kind="PodGroup"), "Normal", "GangPlanned", "Planning", "ok")
+    await rec.drain()
+    events = (await api.raw("GET", "/apis/events.k8s.io/v1/namespaces/default/events"))["items"]
+    about = [e["regarding"]["name"] for e in events]
+    assert about.count("trainer-0") == 25
+    assert sum(name.startswith("member-") for name in about) == 100 and "gang" in about
+    now[0] = 301.0  # one more for the capped object once its bucket refilled
+    rec.warn(POD, "FailedBinding", "Binding", "cause 40")
+    await rec.drain()
+    events = (await api.raw("GET", "/apis/events.k8s.io/v1/namespaces/default/events"))["items"]
+    assert [e["regarding"]["name"] for e in events].count("trainer-0") == 26
+
+
 async def test_a_cause_dropped_by_the_cap_is_written_when_it_repeats(
     fake_api: FakeApiServer, api: KubeApi
 ) -> None:
