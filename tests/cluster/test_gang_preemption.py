@@ -78,14 +78,19 @@ def test_a_high_priority_gang_evicts_one_racks_pods_and_binds_there(
     landed = {cluster.pod(ns, f"train{i}")["spec"]["nodeName"] for i in range(2)}
     assert len(landed) == 2 and len({nodes[n] for n in landed}) == 1  # one rack, a node each
     assert evicted == {f"f-{n}-{i}" for n in landed for i in range(8)}  # exactly those 16
-    status = gang_source.get(cluster.cp, ns, "train")["status"]
     # kept: the CRD declares them; on a native PodGroup under topoalloc's own condition types
     prefix = "topoalloc.io/" if gang_source.native else ""
+
+    def told_scheduled() -> bool:
+        # the gang controller writes the status once it sees the members bound: after the binds
+        status = gang_source.get(cluster.cp, ns, "train")["status"]
+        kinds = {c["type"]: c for c in status.get("conditions") or []}
+        scheduled = kinds.get(prefix + "Scheduled", {}).get("status") == "True"
+        return scheduled or status.get("phase") in ("Scheduling", "Scheduled")
+
+    wait_until(told_scheduled, timeout=30, what="the gang's status says it is scheduled")
+    status = gang_source.get(cluster.cp, ns, "train")["status"]
     kinds = {c["type"]: c for c in status.get("conditions") or []}
-    assert kinds[prefix + "Scheduled"]["status"] == "True" or status.get("phase") in (
-        "Scheduling",
-        "Scheduled",
-    )
     assert kinds[prefix + "Preempting"]["reason"] in ("EvictingLowerPriorityPods", "NotPreempting")
     reasons = [e.get("reason") for e in cluster.events(ns)]
     assert "GangPreempting" in reasons, reasons
