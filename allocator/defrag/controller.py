@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from allocator.core.defrag.migration import Evict, Finish, Hold, Limits, Report, Reserve, step
+from allocator.core.defrag.migration import Evict, Finish, Hold, Report, Reserve, step
 from allocator.core.defrag.plan import DefragPlan
 from allocator.core.gang.plan import PlanSettings as GangPlanSettings
 from allocator.core.gang.victims import Candidate
@@ -59,14 +59,7 @@ class MigrationController:
         self.is_leader, self.synced, self.wall = is_leader, synced, wall
         self.namespace = namespace
         self.plan_settings = plan_settings or GangPlanSettings()
-        self.limits = Limits(
-            settings.max_migrating,
-            settings.max_migrating_per_namespace,
-            settings.max_migrating_per_workload,
-            settings.max_per_window,
-            settings.window,
-            settings.reserve_timeout,
-        )
+        self.limits = planning.limits_of(settings)
         self.passes = 0
         self._running_now: dict[str, JSON] = {}
         self.last_plan: DefragPlan | None = None

@@ -11,7 +11,7 @@ from typing import Any
 
 from allocator.core.defrag.inputs import DefragSettings as PlanSettings
 from allocator.core.defrag.inputs import PodFacts, Waiter
-from allocator.core.defrag.migration import Migration
+from allocator.core.defrag.migration import Limits, Migration
 from allocator.core.defrag.plan import DefragPlan
 from allocator.core.gang.plan import PlanSettings as GangPlanSettings
 from allocator.defrag import reading as rd
@@ -62,6 +62,17 @@ def options_of(settings: DefragSettings, plan: GangPlanSettings) -> PlanSettings
         proactive_priority=settings.proactive_priority,
         max_moves=settings.max_moves_per_plan,
         plan=plan,
+    )
+
+
+def limits_of(s: DefragSettings) -> Limits:
+    return Limits(
+        s.max_migrating,
+        s.max_migrating_per_namespace,
+        s.max_migrating_per_workload,
+        s.max_per_window,
+        s.window,
+        s.reserve_timeout,
     )
 
 
