@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "certs": "topoalloc.commands.certs:certs",
     "simulate": "topoalloc.commands.simulate:simulate",
     "demo": "topoalloc.commands.simulate:demo",
+    "defrag": "topoalloc.commands.defrag:defrag",
     "priority-mix": "topoalloc.commands.priority_mix:priority_mix",
     "topology": "topoalloc.commands.topology:topology",
     "topology-mix": "topoalloc.commands.topology_mix:topology_mix",

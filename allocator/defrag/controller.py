@@ -19,20 +19,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from allocator.core.defrag.inputs import DefragSettings as PlanSettings
-from allocator.core.defrag.migration import Evict, Finish, Hold, Limits, Report, Reserve, step
+from allocator.core.defrag.migration import Evict, Finish, Hold, Report, Reserve, step
 from allocator.core.defrag.plan import DefragPlan
 from allocator.core.gang.plan import PlanSettings as GangPlanSettings
 from allocator.core.gang.victims import Candidate
+from allocator.defrag import planning, writes
 from allocator.defrag import reading as rd
-from allocator.defrag import writes
 from allocator.defrag.cache_view import DefragCache
 from allocator.defrag.metrics import DefragMetrics
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.evictions import evict
-from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.kube import KubeApi
 from apis.timestamps import format_time
 
 log = logging.getLogger(__name__)
@@ -60,14 +59,7 @@ class MigrationController:
         self.is_leader, self.synced, self.wall = is_leader, synced, wall
         self.namespace = namespace
         self.plan_settings = plan_settings or GangPlanSettings()
-        self.limits = Limits(
-            settings.max_migrating,
-            settings.max_migrating_per_namespace,
-            settings.max_migrating_per_workload,
-            settings.max_per_window,
-            settings.window,
-            settings.reserve_timeout,
-        )
+        self.limits = planning.limits_of(settings)
         self.passes = 0
         self._running_now: dict[str, JSON] = {}
         self.last_plan: DefragPlan | None = None
@@ -85,54 +77,23 @@ class MigrationController:
     async def reconcile(self) -> DefragPlan:
         now = self.wall()
         self.passes += 1
-        inflight = rd.migrations(self.cache)
-        busy = {waiter for m, _, waiter in inflight if not m.finished}
-        running = self._running_now = await self._running()
-        budgets = await self._budgets()
-        # Budgets that cannot be read protect every pod: a move must never break one.
-        protected = set(running) if budgets is None else rd.protected_keys(running, budgets)
-        moving = {m.pod for m, _, _ in inflight}
-        facts = [f for f in rd.pod_facts(self.cache, self.core, running, protected) if f.key not in moving]
-        waiters = rd.waiters(self.cache, self.core, now, self.settings.min_wait, busy)
-        s = self.settings
-        options = PlanSettings(
-            allow_bare=s.allow_bare_pods,
-            proactive=s.proactive,
-            proactive_priority=s.proactive_priority,
-            max_moves=s.max_moves_per_plan,
-            plan=self.plan_settings,
+        got = await planning.plan_pass(
+            self.api, self.cache, self.core, self.settings, self.plan_settings, now
         )
-        plan = self.core.plan_defrag(waiters, facts, options, now)
+        self._running_now = got.running
+        plan = got.plan
         self.last_plan = plan
         self.metrics.largest_block.set(plan.largest_before)
+        inflight = got.inflight
         uids = {m.reservation: uid for m, uid, _ in inflight}
-        actions = step([m for m, _, _ in inflight], plan, self.limits, now, dry_run=s.dry_run)
+        s = self.settings
+        actions = step([m for m, _, _ in inflight], plan, self.limits, now, dry_run=s.dry_run, caps=got.caps)
         for action in actions:
             await self._carry_out(action, uids)
         self.metrics.migrating.set(sum(1 for m, _, _ in inflight if not m.finished))
         if s.dry_run and s.report_config_map:
             await writes.write_report(self.api, self.namespace, s.report_config_map, report(plan, now))
         return plan
-
-    async def _running(self) -> dict[str, JSON]:
-        try:
-            got = await self.api.raw("GET", "/api/v1/pods", query={"fieldSelector": "status.phase=Running"})
-        except ApiError as exc:
-            log.warning("listing running pods: %s (no pod moves this pass)", exc)
-            return {}
-        out = {}
-        for pod in got.get("items") or []:
-            meta = pod.get("metadata") or {}
-            out[f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"] = pod
-        return out
-
-    async def _budgets(self) -> list[JSON] | None:
-        try:
-            got = await self.api.raw("GET", "/apis/policy/v1/poddisruptionbudgets")
-        except ApiError as exc:
-            log.warning("listing PodDisruptionBudgets: %s (no pod moves this pass)", exc)
-            return None
-        return list(got.get("items") or [])
 
     async def _carry_out(self, action: Any, uids: dict[str, str]) -> None:
         if isinstance(action, Report):

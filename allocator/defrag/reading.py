@@ -58,10 +58,11 @@ def protected_keys(pods: Mapping[str, JSON], budgets: Iterable[JSON]) -> set[str
 
 
 def pod_facts(
-    cache: DefragCache, core: CoreAdapter, running: Mapping[str, JSON], protected: set[str]
+    cache: DefragCache, core: CoreAdapter, running: Mapping[str, JSON], protected: set[str], now: float
 ) -> list[PodFacts]:
     """`running`: the bound pods' objects by key, listed from the API (the cache keeps only what a
-    bound pod holds, not its owners, labels or start time)."""
+    bound pod holds, not its owners, labels or start time). A pod not started yet (no
+    `status.startTime`) has no work to lose."""
     out = []
     for key, e in cache.pods.items():
         raw = running.get(key)
@@ -72,7 +73,7 @@ def pod_facts(
         if not gpus:
             continue
         kind, workload = controller_of(raw)
-        started = parse_time((raw.get("status") or {}).get("startTime")) or 0.0
+        started = parse_time((raw.get("status") or {}).get("startTime")) or now
         out.append(
             PodFacts(
                 key, e.node, e.priority, core.request(raw), gpus, kind, workload, e.gang,

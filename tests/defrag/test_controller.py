@@ -6,59 +6,14 @@ restarted allocator reads the moves back and makes none twice; a PodDisruptionBu
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from allocator.runtime.defrag_settings import DefragSettings
-from apis import keys
-from apis.annotations import DeviceAllocations
-from tests.service.harness import pod, running_allocator, seed_nodes, until
+from tests.defrag.scenario import moves_made, running, world
+from tests.service.harness import running_allocator, until
 from tests.service.pki import Pki
-from tests.support.allocations import entry
 from tests.support.fakeapi import FakeApiServer
 
-GPU = {
-    "koordinator.sh/gpu-core": 100,
-    "koordinator.sh/gpu-memory": 81559 * 2**20,
-    "koordinator.sh/gpu-memory-ratio": 100,
-}
-NODES = ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
-OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs", "uid": "rs-uid", "controller": True}
 BASE = DefragSettings(enabled=True, interval=3600.0, min_wait=0.0, report_config_map="")
-
-
-def world(fake: FakeApiServer) -> None:
-    seed_nodes(fake, NODES)
-    for i, node in enumerate(NODES):
-        for g in range(2):
-            p = pod(f"web-{i}-{g}", gpus=1, node_name=node)
-            p["metadata"]["labels"] = {"app": "web"}
-            p["metadata"]["ownerReferences"] = [dict(OWNER)]
-            p["metadata"]["annotations"] = {
-                keys.DEVICE_ALLOCATED: DeviceAllocations({"gpu": [entry(g, GPU)]}).to_json()
-            }
-            p["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
-            fake.put(p)
-    big = pod("big", gpus=8)
-    big["spec"]["priority"] = 100
-    fake.put(big)
-
-
-def running(fake: FakeApiServer) -> list[str]:
-    """The ReplicaSet's pods not evicted (an evicted pod is deleting: no kubelet finishes it)."""
-    pods = fake.list_objects("pods", "default")
-    return sorted(
-        p["metadata"]["name"]
-        for p in pods
-        if p["metadata"]["name"] != "big" and not p["metadata"].get("deletionTimestamp")
-    )
-
-
-def moves_made(fake: FakeApiServer) -> list[dict[str, Any]]:
-    return [
-        r
-        for r in fake.list_objects("reservations")
-        if (r["metadata"].get("labels") or {}).get("topoalloc.io/defrag")
-    ]
 
 
 async def test_a_dry_run_plans_and_touches_nothing(fake_api: FakeApiServer, pki: Pki) -> None:

@@ -52,3 +52,23 @@ def fragmentation(nodes: Mapping[str, NodeState]) -> Fragmentation:
         whole_nodes += block == healthy
         counts[block] = counts.get(block, 0) + 1
     return Fragmentation(gpus, free, largest, whole_nodes, gpu_nodes, tuple(sorted(counts.items())))
+
+
+def partitions_free(state: NodeState) -> tuple[tuple[int, int], ...]:
+    """(GPUs in a partition, how many of those partitions have every GPU free), largest first:
+    the node's partition table (an NVSwitch board's NVLink partitions) where it has one, else its
+    NVLink domains."""
+    inv = state.inventory
+    if inv is None:
+        return ()
+    free = GPUSummary.of(state).whole_mask
+    counts: dict[int, int] = {}
+    if inv.partitions:
+        for size, groups in inv.partitions.items():
+            masks = {mask for group in groups for _, mask in group.partitions}
+            counts[size] = sum(1 for mask in masks if mask & free == mask)
+    else:
+        for mask in inv.nvlink_domains.values():
+            size = mask.bit_count()
+            counts[size] = counts.get(size, 0) + (mask & free == mask)
+    return tuple(sorted(counts.items(), reverse=True))

@@ -12,7 +12,8 @@ deletes no object).
 
 Limits, like Koordinator's MigrationController's: at most `max_migrating` moves in flight in the
 cluster, `per_namespace` in one namespace, `per_workload` of one workload's pods (its
-controller), and `per_window` moves started in any `window` seconds. A Reservation not Available
+controller; lower where the workload's own `caps` say so: its maxUnavailable, a budget's allowed
+disruptions), and `per_window` moves started in any `window` seconds. A Reservation not Available
 within `reserve_timeout` (or that failed) is given up; its pod is never evicted. A dry run plans
 and reports (`Report`) but reserves and evicts nothing.
 """
@@ -20,7 +21,7 @@ and reports (`Report`) but reserves and evicts nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from allocator.core.defrag.plan import DefragPlan, Move
@@ -97,10 +98,18 @@ Action = Reserve | Evict | Finish | Hold | Report
 
 
 def step(
-    migrations: Sequence[Migration], plan: DefragPlan, limits: Limits, now: float, *, dry_run: bool
+    migrations: Sequence[Migration],
+    plan: DefragPlan,
+    limits: Limits,
+    now: float,
+    *,
+    dry_run: bool,
+    caps: Mapping[str, tuple[int, str]] | None = None,
 ) -> list[Action]:
     """The actions for this pass, in order: finished or stuck moves first, then evictions of pods
-    whose room is ready, then new moves within the limits."""
+    whose room is ready, then new moves within the limits. `caps`: per workload, the most of its
+    pods it lets move at once and who says so (below `per_workload` only)."""
+    caps = caps or {}
     out: list[Action] = []
     active: list[Migration] = []
     for m in migrations:
@@ -133,10 +142,9 @@ def step(
             why = f"{count} moves in flight (maxMigrating {limits.max_migrating})"
         elif in_ns[namespace] >= limits.per_namespace:
             why = f"{in_ns[namespace]} moves in flight in {namespace} (perNamespace {limits.per_namespace})"
-        elif move.workload and in_workload[move.workload] >= limits.per_workload:
-            why = (
-                f"{in_workload[move.workload]} of {move.workload} moving (perWorkload {limits.per_workload})"
-            )
+        elif move.workload and in_workload[move.workload] >= _cap(limits, caps, move.workload)[0]:
+            cap, source = _cap(limits, caps, move.workload)
+            why = f"{in_workload[move.workload]} of {move.workload} moving ({source} {cap})"
         elif recent >= limits.per_window:
             why = f"{recent} moves started in the last {limits.window:g}s (perWindow {limits.per_window})"
         if dry_run:
@@ -152,3 +160,10 @@ def step(
         if move.workload:
             in_workload[move.workload] += 1
     return out
+
+
+def _cap(limits: Limits, caps: Mapping[str, tuple[int, str]], workload: str) -> tuple[int, str]:
+    own = caps.get(workload)
+    if own is not None and own[0] < limits.per_workload:
+        return own
+    return limits.per_workload, "perWorkload"

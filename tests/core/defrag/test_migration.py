@@ -81,3 +81,22 @@ def test_stuck_and_finished_moves_are_cleaned_up() -> None:
     assert step([done], empty, limits, 100.0, dry_run=False) == [Finish(done, "Done")]
     closed = dataclasses.replace(done, closed=True)
     assert step([closed], empty, limits, 200.0, dry_run=False) == []
+
+
+def test_a_workloads_own_cap_below_the_setting_holds_its_moves() -> None:
+    plan = planned()
+    workload = plan.moves[0].workload
+    assert workload and all(m.workload == workload for m in plan.moves)
+    caps = {workload: (1, "Deployment maxUnavailable")}
+    got = step([], plan, Limits(max_migrating=9, per_workload=5), 0.0, dry_run=False, caps=caps)
+    assert [type(a) for a in got] == [Reserve, Hold]
+    assert "(Deployment maxUnavailable 1)" in got[1].why  # type: ignore[union-attr]
+    # A cap of its own above the setting changes nothing: the lower one holds.
+    loose = step(
+        [], plan, Limits(max_migrating=9, per_workload=1), 0.0, dry_run=False, caps={workload: (4, "x")}
+    )
+    assert [type(a) for a in loose] == [Reserve, Hold] and "perWorkload 1" in loose[1].why  # type: ignore[union-attr]
+    zero = step(
+        [], plan, Limits(max_migrating=9, per_workload=5), 0.0, dry_run=False, caps={workload: (0, "z")}
+    )
+    assert [type(a) for a in zero] == [Hold, Hold]
