@@ -178,19 +178,7 @@ class HoldLedger:
             return "the pod is gone, bound or finished"
         if key in self.reservations or node not in self.nodes:
             return "the pod or its node is busy"
-        res = Reservation(
-            token=next(self._tokens),
-            key=key,
-            uid=uid,
-            node=node,
-            allocations=allocations,
-            annotation=allocations.to_json(),
-            request=req,
-            expires=math.inf,  # its holder releases it, not the TTL
-            holder=holder,
-        )
-        self._add(res)
-        return res
+        return self._hold_until_released(key, uid, node, allocations, req, holder)
 
     def hold_claim(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
@@ -200,6 +188,11 @@ class HoldLedger:
         the pod's, counted when it binds. Refused (the reason) while another entry holds the key."""
         if key in self.reservations or node not in self.nodes:
             return "the claim or its node is busy"
+        return self._hold_until_released(key, uid, node, allocations, req, holder)
+
+    def _hold_until_released(
+        self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
+    ) -> Reservation:
         res = Reservation(
             token=next(self._tokens),
             key=key,
@@ -208,7 +201,7 @@ class HoldLedger:
             allocations=allocations,
             annotation=allocations.to_json(),
             request=req,
-            expires=math.inf,
+            expires=math.inf,  # its holder releases it, not the TTL
             holder=holder,
         )
         self._add(res)
