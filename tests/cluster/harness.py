@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,21 @@ class ClusterEnv:
         """`kubectl get events` in the namespace, as the user sees them (core/v1 view)."""
         out = self.cp.kubectl("get", "events", "-n", ns, "-o", "json").stdout
         return list(yaml.safe_load(out)["items"])
+
+
+RACK = "topoalloc.io/rack"
+
+
+def racked_dgx_nodes(cluster: ClusterEnv, racks: dict[str, str]) -> Iterator[dict[str, str]]:
+    """For a module fixture: a DGX H100 node per name, labelled with its rack (`RACK`), ready once
+    each has its Device; removed afterwards."""
+    for name, rack in racks.items():
+        cluster.add_node(name, "dgx-h100", gpus=8, labels={RACK: rack})
+    for name in racks:
+        cluster.wait_device(name)
+    yield racks
+    for name in racks:
+        cluster.remove_node(name)
 
 
 def gpu_pod(

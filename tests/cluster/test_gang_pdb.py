@@ -23,10 +23,9 @@ from typing import Any
 import pytest
 
 from apis import keys
-from tests.cluster.harness import ClusterEnv, gpu_pod
+from tests.cluster.harness import RACK, ClusterEnv, gpu_pod, racked_dgx_nodes
 from tests.support.controlplane import KUBECTL, REPO, ApiStatus, wait_until
 
-RACK = "topoalloc.io/rack"
 NODES = {"pdb-g1": "guarded", "pdb-g2": "guarded", "pdb-o1": "open", "pdb-o2": "open"}
 ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/topoalloc-allocator"
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
@@ -37,13 +36,7 @@ BIND_WITHIN = 150.0  # seconds; the preemption timeout is 300
 
 @pytest.fixture(scope="module")
 def nodes(cluster: ClusterEnv) -> Iterator[dict[str, str]]:
-    for name, rack in NODES.items():
-        cluster.add_node(name, "dgx-h100", gpus=8, labels={RACK: rack})
-    for name in NODES:
-        cluster.wait_device(name)
-    yield NODES
-    for name in NODES:
-        cluster.remove_node(name)
+    yield from racked_dgx_nodes(cluster, NODES)
 
 
 def _restart_allocators(cluster: ClusterEnv) -> None:

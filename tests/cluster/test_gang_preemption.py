@@ -20,10 +20,9 @@ from tests.cluster.gang_sources import (
     GangSource,
     gang_sources,
 )
-from tests.cluster.harness import ClusterEnv, gpu_pod
+from tests.cluster.harness import ClusterEnv, gpu_pod, racked_dgx_nodes
 from tests.support.controlplane import ApiStatus, wait_until
 
-RACK = "topoalloc.io/rack"
 NODES = {"gp-a1": "ra", "gp-a2": "ra", "gp-b1": "rb", "gp-b2": "rb"}
 
 pytestmark = gang_sources(SCHEDULER_PLUGINS, NATIVE, NATIVE_WITHOUT_PLUGIN)
@@ -31,13 +30,7 @@ pytestmark = gang_sources(SCHEDULER_PLUGINS, NATIVE, NATIVE_WITHOUT_PLUGIN)
 
 @pytest.fixture(scope="module")
 def nodes(cluster: ClusterEnv) -> Iterator[dict[str, str]]:
-    for name, rack in NODES.items():
-        cluster.add_node(name, "dgx-h100", gpus=8, labels={RACK: rack})
-    for name in NODES:
-        cluster.wait_device(name)
-    yield NODES
-    for name in NODES:
-        cluster.remove_node(name)
+    yield from racked_dgx_nodes(cluster, NODES)
 
 
 def test_a_high_priority_gang_evicts_one_racks_pods_and_binds_there(
