@@ -28,3 +28,20 @@ class DefragSettings:
     reserve_timeout: float = 300.0
     # The dry run's report: a ConfigMap in the allocator's namespace ("" writes none).
     report_config_map: str = "topoalloc-defrag-report"
+
+    def __post_init__(self) -> None:
+        # A zero period would spin the controller; a negative cap means nothing anyone could want.
+        periods = {"interval": self.interval, "window": self.window, "reserveTimeout": self.reserve_timeout}
+        for key, seconds in periods.items():
+            if seconds <= 0:
+                raise ValueError(f"defrag.{key}: expected a positive number of seconds, got {seconds}")
+        caps = {
+            "maxMovesPerPlan": self.max_moves_per_plan,
+            "maxMigrating": self.max_migrating,
+            "maxMigratingPerNamespace": self.max_migrating_per_namespace,
+            "maxMigratingPerWorkload": self.max_migrating_per_workload,
+            "maxPerWindow": self.max_per_window,
+        }
+        for key, cap in caps.items():
+            if cap < 0:
+                raise ValueError(f"defrag.{key}: expected 0 or more, got {cap}")
