@@ -14,6 +14,7 @@ import pytest
 from allocator.gang.topology import Topology
 from allocator.runtime.gang_settings import GangSettings
 from apis.topology_constraint import TopologyWish, native_topology
+from tests.apis.paths import require_shared
 from tests.gang.fakes import FakeGangCache
 from tests.support.controlplane import ApiStatus, ControlPlane
 from tests.support.kube_releases import KubeRelease
@@ -27,6 +28,7 @@ LEAF = "network.topology.nvidia.com/leaf"
 def gated(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     if release.minor_int < 36:
         pytest.skip(f"the native PodGroup's topology needs Kubernetes 1.36, this run is {release.version}")
+    require_shared(release.missing_parts())
     args = (f"--feature-gates={GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true")
     with ControlPlane(
         Path(tmp_path_factory.mktemp("native-topology")),
