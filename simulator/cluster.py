@@ -17,7 +17,7 @@ answer carries what the replay records (the placements, allocated GPU, fragmenta
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -115,6 +115,8 @@ class RequestFactory:
                 raise SimulationError(f"pod {key}: {req.invalid.message}")
             if template is not None:
                 self._parsed[template] = req
+        if req.key != key:  # one parse per template, but each pod its own key (gangs count members)
+            req = replace(req, key=key, name=str(meta.get("name", "")))
         shape = task_shape(req)
         if shape is None:
             raise SimulationError(

@@ -6,7 +6,10 @@ seeded exponential distribution (a gang leaves whole). A gang that does not fit 
 every tick in which something left, the waiting gangs are tried again in arrival order (no
 head-of-line blocking, as a coscheduling queue retries each group). A lone pod that fits
 nowhere is dropped, as in the replay. A gang's wait is the ticks from its arrival to all its
-members bound; gangs still waiting after the last arrival count as never placed.
+members bound; gangs still waiting after the last arrival count as never placed. The
+placements' GPU sets are counted as in the replay (`quality.QualityStats`), so the NVLink shares
+of this run stand beside its waits: a policy that makes gangs start by taking NVLink from the pods
+placed meanwhile shows it here.
 """
 
 from __future__ import annotations
@@ -21,21 +24,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.cluster import SimCluster, SimRequest
+from simulator.cluster import SimCluster, SimRequest, Step
 from simulator.engine import POLICIES, Arrival
 from simulator.gang_planner import Gang
 from simulator.nodes import NodeObjects
 from simulator.policies import Policy
+from simulator.quality import NVLINK, PCIE, QualityStats, record
 from simulator.runner import workload_setup
 from simulator.workload import Workload, arrivals, target_mix, trace_pods
 
 
 @dataclass
 class GangWaits:
-    """One run: the wait (ticks) of every gang that was placed, and the gangs never placed."""
+    """One run: the wait (ticks) of every gang that was placed, the gangs never placed, and the
+    GPU sets of everything placed."""
 
     waits: list[int] = field(default_factory=list)
     never: int = 0
+    quality: QualityStats = field(default_factory=QualityStats)
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.waits, q)) if self.waits else math.nan
@@ -56,8 +62,10 @@ def replay_queued(
     out = GangWaits()
     order = itertools.count()  # keeps heap entries with equal ticks apart
 
-    def placed(tick: int, members: tuple[SimRequest, ...]) -> None:
-        heapq.heappush(leaving, (tick + lifetime(), next(order), members))
+    def placed(tick: int, step: Step) -> None:
+        for p in step.placed:
+            record(out.quality, p.req, p, 0.0)
+        heapq.heappush(leaving, (tick + lifetime(), next(order), tuple(p.req for p in step.placed)))
 
     for tick, item in enumerate(stream):
         freed = False
@@ -68,21 +76,24 @@ def replay_queued(
         if freed and waiting:
             still = []
             for since, gang in waiting:
-                if cluster.place(gang.members, policy).placed:
+                step = cluster.place(gang.members, policy)
+                if step.placed:
                     out.waits.append(tick - since)
-                    placed(tick, gang.members)
+                    placed(tick, step)
                 else:
                     still.append((since, gang))
             waiting = still
         if isinstance(item, Gang):
-            if cluster.place(item.members, policy).placed:
+            step = cluster.place(item.members, policy)
+            if step.placed:
                 out.waits.append(0)
-                placed(tick, item.members)
+                placed(tick, step)
             else:
                 waiting.append((tick, item))
             continue
-        if cluster.place((item,), policy).placed:
-            placed(tick, (item,))
+        step = cluster.place((item,), policy)
+        if step.placed:
+            placed(tick, step)
     out.never = len(waiting)
     return out
 
@@ -112,20 +123,27 @@ def run_gang_waits(
 
 
 def format_gang_waits(results: dict[str, list[GangWaits]], mean_lifetime: float) -> str:
-    """Per policy: gang wait p50 and p99 (ticks, over the gangs placed in all seeds pooled) and
-    gangs never placed (mean ± SD over seeds)."""
+    """Per policy: gang wait p50 and p99 (ticks, over the gangs placed in all seeds pooled), gangs
+    never placed (mean ± SD over seeds), and in the same runs the NVLink share of the placed 2-,
+    4- and 8-GPU pods and the joint GPU+NIC pods' share with the NIC on each GPU's switch (seeds
+    pooled)."""
     seeds = len(next(iter(results.values()), []))
     lines = [
         f"gang wait with departures (lifetime exponential, mean {mean_lifetime:g} arrivals; {seeds} seeds; "
-        "wait in arrivals, seeds pooled)",
-        f"{'policy':<12} {'gangs placed':>13} {'wait p50':>9} {'wait p99':>9} {'never placed':>14}",
+        "wait in arrivals, seeds pooled; NVLink % of the pods placed in the same runs)",
+        f"{'policy':<12} {'gangs placed':>13} {'wait p50':>9} {'wait p99':>9} {'never placed':>14} "
+        f"{'NVLink % 2/4/8 GPU':>20} {'NIC on switch %':>16}",
     ]
     for policy, runs in results.items():
         waits = GangWaits([w for r in runs for w in r.waits])
         never = [float(r.never) for r in runs]
         sd = statistics.stdev(never) if len(never) > 1 else 0.0
+        pooled = QualityStats()
+        for r in runs:
+            pooled.merge(r.quality)
+        nvlink = " / ".join(f"{pooled.level_pct(NVLINK, g):.1f}" for g in (2, 4, 8))
         lines.append(
             f"{policy:<12} {len(waits.waits):>13} {waits.percentile(50):9.1f} {waits.percentile(99):9.1f} "
-            f"{statistics.fmean(never):8.1f} ± {sd:3.1f}"
+            f"{statistics.fmean(never):8.1f} ± {sd:3.1f} {nvlink:>20} {pooled.nic_pct(PCIE):16.1f}"
         )
     return "\n".join(lines)

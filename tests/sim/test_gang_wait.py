@@ -56,3 +56,18 @@ def test_the_table_pools_seeds() -> None:
         "4.0",
         "9.9",
     ]  # p99 of 0, 4, 10 interpolated: 4 + 0.98 × 6 and "0.5 ± 0.7" in row
+
+
+def test_the_same_runs_count_the_gpu_sets_of_what_was_placed() -> None:
+    """A DGX H100: a 4-GPU pod and a 2 x 2-GPU gang get NVLink sets; the table prints the shares
+    of the runs whose waits it reports (no 8-GPU pod placed: NaN, not 0)."""
+    cluster = SimCluster([fixture_objects("dgx-h100", "d")])
+    policy = POLICIES["topoalloc"](workload_setup(cluster.size, 1), None)  # type: ignore[arg-type]
+    stream = [pod("four", 4), gang("g", 2, 2), pod("one", 1)]
+    waits = replay_queued(cluster, stream, policy, lambda: 50)  # type: ignore[arg-type]
+    assert waits.waits == [0]
+    q = waits.quality
+    assert (q.placed(4), q.placed(2), q.placed(8)) == (1, 2, 0)  # the 1-GPU pod has no set to rate
+    text = format_gang_waits({"topoalloc": [waits]}, 50)
+    row = next(line for line in text.splitlines() if line.startswith("topoalloc"))
+    assert "100.0 / 100.0 / nan" in row

@@ -11,7 +11,9 @@ Model pressure (how much of a GPU model's idle capacity model-constrained pods a
 claim, `WorkloadMix.model_pressure`) is read from the node's `NodeTable`: idle GPU per model is a
 table total kept incrementally (`NodeTable.totals`), and the pressure is rounded to
 1/`PRESSURE_LEVELS` so that it changes, and invalidates cached scores, only now and then.
-`version(table)` changes when the mix or the rounded pressure does.
+`version(table)` changes when the mix or the rounded pressure does, or when the room kept for
+pods held to a model (`gang_room.GangRoom`) may answer differently; `spoken_for` tells the
+topology score where an unconstrained pod should get no credit.
 
 The component's value is `NodeScore.score`: the lexicographic key (rounded node cost, hole cost)
 encoded monotonically into 0..100 (`fragmentation.key_value`).
@@ -40,6 +42,7 @@ from allocator.core.node.table import NodeTable, combine_keys
 from allocator.core.request.pod_request import PodRequest, required_gpu_models
 from allocator.core.scoring import fragmentation
 from allocator.core.scoring.fragmentation import NodeScore, cpu_budget_step, score_node
+from allocator.core.scoring.gang_room import GangRoom, Needs
 from allocator.core.scoring.grouped import Group, GroupedScore
 from allocator.core.scoring.workload_mix import DEFAULT_COVERAGE, OnlineMix, TaskShape, WorkloadMix
 from apis import resources as rn
@@ -222,13 +225,15 @@ class FragmentationTerm:
         self._constrained = False  # does the mix hold model-constrained GPU shapes?
         # pressure per table: (table clock, mix version, {model: rounded pressure})
         self._pressure: WeakKeyDictionary[NodeTable, tuple[int, int, dict[str, float]]] = WeakKeyDictionary()
-        self._seen_pressure: tuple[tuple[str, float], ...] = ()
+        self._seen: tuple[Any, ...] = ()
+        self.room = GangRoom()
 
     # -- learning ----------------------------------------------------------------------------
     def observe(self, req: PodRequest) -> None:
         shape = task_shape(req)
         if shape is not None:
             self.online.observe(shape)
+        self.room.observe(req)
 
     def mix(self) -> WorkloadMix:
         mix = self.online.mix()
@@ -242,14 +247,26 @@ class FragmentationTerm:
         return mix
 
     def version(self, table: NodeTable | None = None) -> int:
-        """Changes with the mix, and with the rounded model pressure of `table`'s nodes."""
+        """Changes with the mix, and with the rounded model pressure of `table`'s nodes and the
+        room they keep for pods held to a model."""
         self.mix()
         if table is not None:
-            seen = tuple(sorted(self.pressure(table).items()))
-            if seen != self._seen_pressure:
-                self._seen_pressure = seen
+            seen = (tuple(sorted(self.pressure(table).items())), self.room.key(table, self.needs()))
+            if seen != self._seen:
+                self._seen = seen
                 self._version += 1
         return self._version
+
+    def needs(self) -> Needs:
+        """The room each GPU model keeps for the pods held to it (`GangRoom.needs`)."""
+        return self.room.needs(self.mix().shapes)
+
+    def spoken_for(self, state: NodeState, count: int) -> bool:
+        """An unconstrained pod taking `count` whole GPUs here would take the room the pods held
+        to the node's model need (`GangRoom.keeps_room`). No cut-off on the model pressure: one
+        (credit withheld from 0.5) let 4-GPU pods take a gang's room while the forecast dipped
+        (bench/quality.py --lifetime 1000, seed 6: the late 4 x 4-GPU gang never placed)."""
+        return not self.room.keeps_room(state, count, self.needs())
 
     def pressure(self, table: NodeTable) -> dict[str, float]:
         """Rounded model pressure per GPU model of the table's nodes (empty when the mix has no

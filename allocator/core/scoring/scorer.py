@@ -192,14 +192,14 @@ class NodeScorer:
         self.components: dict[str, Any] = dict(components or {})
         if "fragmentation" not in self.components and cfg.weights.get("fragmentation", 0) > 0:
             self.components["fragmentation"] = FragmentationTerm(cfg.fragmentation)
-        # A pod that may run on any GPU model weighs topology against the model pressure the
-        # fragmentation term sees (scoring/topology.py): NVLink that constrained gangs need is not
+        # A pod that may run on any GPU model gets no topology credit for GPUs the pods held to a
+        # model need (scoring/topology.py, gang_room.py): NVLink constrained gangs need is not
         # worth taking from them.
-        pressure = getattr(self.components.get("fragmentation"), "model_pressure", None)
+        spoken = getattr(self.components.get("fragmentation"), "spoken_for", None)
         self._preparers: dict[str, Preparer] = {
             "fit": lambda r: prepare_fit(r, cfg.fit),
             "scarce": lambda r: prepare_scarce(r, cfg.scarce_resources),
-            "topology": lambda r: prepare_topology_grouped(r, None if required_gpu_models(r) else pressure),
+            "topology": lambda r: prepare_topology_grouped(r, None if required_gpu_models(r) else spoken),
             "device": lambda r: prepare_device_share(r, cfg.device_scoring),
         }
         for name, component in self.components.items():

@@ -13,13 +13,13 @@ point for its PCIe relation, the chooser's tie-break), else its host relation (s
 root complex PCIE, NUMA, SOCKET, CROSS). The gang planner rates nodes and plans with the same
 tiers (`best_tier`, `gpu_set_tier`).
 
-`prepare_topology_grouped(req, pressure=...)`: for a pod that may run on any GPU model, the tier
-counts for nothing on a node whose model is spoken for: its model pressure
-(`FragmentationTerm.model_pressure`, the share of that model's idle GPUs that model-constrained
-pods are expected to claim) is at least `SPOKEN_FOR`. NVLink is worth having where it costs
-nobody, but a pod that could run anywhere should not take the only GPUs a constrained gang can
-use: on the topology workload with departures such pods filled the DGX nodes and 8-GPU gangs
-constrained to them waited (docs/simulator.md, gang wait).
+`prepare_topology_grouped(req, spoken_for=...)`: for a pod that may run on any GPU model, the
+tier counts for nothing on a node where taking its GPUs would take the room that pods held to the
+node's model need (`FragmentationTerm.spoken_for`: the model's pressure is high and the gangs held
+to it would no longer fit, `gang_room.py`). NVLink is worth having where it costs nobody, but a
+pod that could run anywhere should not take the only GPUs a constrained gang can use: on the
+topology workload with departures such pods filled the DGX nodes and the gangs held to H100
+waited (docs/simulator.md, gang wait).
 """
 
 from __future__ import annotations
@@ -48,14 +48,8 @@ _HOST_TIERS = {
     icx.SAME_SOCKET: SOCKET,
     icx.CROSS_SOCKET: CROSS,
 }
-Pressure = Callable[[NodeState], float]
-# Model pressure from which an unconstrained pod gets no topology credit on the model (the rounded
-# pressure, in tenths). bench/quality.py, seeds 1-10: gang wait p99 with mean lifetime 600 / NVLink %
-# of placed 2-, 4-, 8-GPU pods: no discount 88.4 / 100, 78, 86; tier x (1 - pressure) 0 / 51, 65, 95;
-# from 0.6: 0 / 98, 68, 76; 0.7: 0 / 100, 64, 83; 0.8: 22.1 / 98, 82, 78; 0.9: 22.1 / 93, 79, 83.
-# At 0.7 no gang waits (as under FGD and BestFit), also with lifetime 1000 (0.9: p99 8.6, a gang
-# lost in 2 runs of 10); 4-GPU pods pay most, staying above FGD (62) and BestFit (65).
-SPOKEN_FOR = 0.7
+# (node, whole GPUs the pod takes) -> the GPUs are spoken for by pods held to the node's model
+SpokenFor = Callable[[NodeState, int], bool]
 
 
 def topology_score(state: NodeState, req: PodRequest) -> float | None:
@@ -139,25 +133,27 @@ def _pair_tier(ic: icx.Interconnect, feasible: int, count: int) -> float:
     return PCIE + (NVLINK - PCIE - 1) * mbps / top_mbps + tier / icx.SAME_SWITCH
 
 
-def prepare_topology_grouped(req: PodRequest, pressure: Pressure | None = None) -> GroupedScore | None:
+def prepare_topology_grouped(req: PodRequest, spoken_for: SpokenFor | None = None) -> GroupedScore | None:
     """`prepare_topology` with the nodes it cannot tell apart: the tier is remembered per (layout,
     feasible GPUs), which for whole GPUs the layout and the mask of fully free GPUs decide, and
-    for a share the inventory and what its GPUs have free. With `pressure` (for a pod that may run
-    on any GPU model) the tier is 0 where the node's model is spoken for (`SPOKEN_FOR`), so the
-    groups include the model."""
+    for a share the inventory and what its GPUs have free. With `spoken_for` (for a pod that may
+    run on any GPU model) the tier is 0 where the pod's GPUs are spoken for; that answer depends
+    on the node's model and its free GPUs (and on cluster totals, which change the scorer's
+    version), so the groups include the model."""
     score = prepare_topology(req)
     if score is None:
         return None
     whole = req.gpu is not None and req.gpu.whole
     group = by_feature(TOPOLOGY_WHOLE if whole else USAGE)
-    if pressure is None:
+    if spoken_for is None or req.gpu is None:
         return GroupedScore(score, group)
+    count = req.gpu.count
 
     def discounted(state: NodeState) -> float | None:
         tier = score(state)
         if tier is None:
             return None
-        return 0.0 if pressure(state) >= SPOKEN_FOR else tier
+        return 0.0 if spoken_for(state, count) else tier
 
     def with_model(table: NodeTable, slots: np.ndarray) -> np.ndarray:
         return combine_keys([group(table, slots), table.feature(GPU_MODEL)[slots]])

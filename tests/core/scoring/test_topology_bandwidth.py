@@ -1,6 +1,6 @@
 """Node ranking and the gang planner rate GPU topology by the same pair bandwidth as the GPU set
-chooser where NVLink differs between pairs, and an unconstrained pod gets no topology credit on a
-GPU model that model-constrained pods have spoken for."""
+chooser where NVLink differs between pairs, and an unconstrained pod gets no topology credit for
+GPUs that pods held to the node's GPU model need (gang_room.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from allocator.core.scoring.topology import (
     NUMA,
     NVLINK,
     PCIE,
-    SPOKEN_FOR,
     prepare_topology_grouped,
     topology_score,
 )
@@ -102,27 +101,37 @@ def test_the_gang_planner_takes_the_node_with_the_better_pair() -> None:
     assert plan.placements[0].allocation.minors("gpu") == [0, 3]
 
 
-def test_spoken_for_models_give_unconstrained_pods_no_topology_credit() -> None:
+def test_spoken_for_gpus_give_unconstrained_pods_no_topology_credit() -> None:
     req = pod_request(pod(gpus(8)))
     state = state_of(dgx_h100_device())
     plain = prepare_topology_grouped(req)
     assert plain is not None and plain(state) == NVLINK
-    for pressure, want in ((0.0, NVLINK), (SPOKEN_FOR - 0.1, NVLINK), (SPOKEN_FOR, 0.0), (1.0, 0.0)):
-        grouped = prepare_topology_grouped(req, lambda _s, p=pressure: p)
+    asked: list[int] = []
+    for spoken, want in ((False, NVLINK), (True, 0.0)):
+        grouped = prepare_topology_grouped(req, lambda _s, count, v=spoken: asked.append(count) or v)
         assert grouped is not None and grouped(state) == want
+    assert asked == [8, 8]  # the GPUs the pod would take
+
+
+def _h100_cluster(dgx: int) -> ClusterState:
+    return _cluster(
+        *(dgx_h100_device(f"h{i}") for i in range(1, dgx + 1)), l40s_device("l1"), l40s_device("l2")
+    )
 
 
 def test_an_unconstrained_8gpu_pod_leaves_a_spoken_for_dgx_to_the_gangs_that_need_it() -> None:
-    """The learned mix says half the GPU demand can only run on H100, and the cluster has one
-    DGX H100 beside two 8x L40S: the H100 is spoken for. An 8-GPU pod that may run anywhere goes
-    to an L40S, while one constrained to H100 still gets the DGX (its tier counts in full)."""
+    """The learned mix says half the GPU demand can only run on H100 (8 GPUs a pod), and the
+    cluster has one DGX H100 beside two 8x L40S: taking the DGX would leave the H100-only pods no
+    room. An 8-GPU pod that may run anywhere goes to an L40S, while one constrained to H100 still
+    gets the DGX (its tier counts in full). With a second DGX the room is kept either way, and the
+    unconstrained pod gets its NVLink."""
     h100 = TaskShape(8000, 100, 8, ("H100-80GB-HBM3",))
     prior = ((h100, 1.0), (TaskShape(8000, 100, 8), 1.0))
     term = FragmentationTerm(FragmentationSettings(prior=prior))
     config = ScoringConfig()
     scorer = NodeScorer(config, components={"fragmentation": term})
-    cluster = _cluster(dgx_h100_device("h1"), l40s_device("l1"), l40s_device("l2"))
-    assert term.pressure(cluster.table)["H100-80GB-HBM3"] >= SPOKEN_FOR
+    cluster = _h100_cluster(1)
+    assert term.needs() == {"H100-80GB-HBM3": {8: 1}}  # the mix's H100-only shape: a group of one
     anywhere = pod_request(pod(gpus(8, cpu="8"), name="anywhere"))
     assert cluster.best(anywhere, list(cluster.nodes), scorer) in ("l1", "l2")
     assert scorer.breakdown(cluster.nodes["h1"], anywhere)["topology"] == 0.0
@@ -134,3 +143,9 @@ def test_an_unconstrained_8gpu_pod_leaves_a_spoken_for_dgx_to_the_gangs_that_nee
     free_for_all = FragmentationTerm(FragmentationSettings(prior=((TaskShape(8000, 100, 8), 1.0),)))
     scorer = NodeScorer(config, components={"fragmentation": free_for_all})
     assert cluster.best(anywhere, list(cluster.nodes), scorer) == "h1"
+    # two DGX: one is left for the H100-only pods, so the other's NVLink counts
+    two = _h100_cluster(2)
+    term = FragmentationTerm(FragmentationSettings(prior=prior))
+    scorer = NodeScorer(config, components={"fragmentation": term})
+    assert scorer.breakdown(two.nodes["h1"], anywhere)["topology"] == NVLINK
+    assert two.best(anywhere, list(two.nodes), scorer) in ("h1", "h2")
