@@ -138,6 +138,14 @@ class ClusterEnv:
         """kube-scheduler and every allocator replica restarted in that extender mode (None: the
         tier's, TOPOALLOC_ROUND_TRIPS or deploy/'s): standbys first, the leader last, so whoever
         takes the Lease runs the new mode; one of them leads before this returns."""
+        self.restart_allocators(round_trips)
+        url = f"https://127.0.0.1:{self.extender.port}"
+        self.cp.start_scheduler(scheduler_config(url, self.certs, round_trips))
+
+    def restart_allocators(self, round_trips: int | None = None) -> None:
+        """Every live allocator replica restarted (standbys first, the leader last), so nothing it
+        learned in memory (the scorer's workload mix, the gangs' room) carries over; one of them
+        leads before this returns."""
         holder = lease_holder(self.cp)
         live = [i for i, r in self.replicas.items() if r.process.alive()] or ["alloc-a"]
         for identity in sorted(live, key=lambda i: i == holder):
@@ -147,8 +155,6 @@ class ClusterEnv:
             timeout=120,
             what=f"an allocator leading with --round-trips {round_trips}",
         )
-        url = f"https://127.0.0.1:{self.extender.port}"
-        self.cp.start_scheduler(scheduler_config(url, self.certs, round_trips))
 
     def stop(self) -> None:
         for agent in self.agents:
@@ -333,3 +339,21 @@ def allocated(pod: dict[str, Any]) -> dict[str, Any]:
 
 def gpu_minors(pod: dict[str, Any]) -> list[int]:
     return sorted(int(g["minor"]) for g in allocated(pod).get("gpu") or [])
+
+
+def metrics(replica: AllocatorReplica) -> dict[str, float]:
+    """The replica's own `topoalloc_*` samples from /metrics, by their full name (labels included)."""
+    status, text = replica.health("/metrics")
+    assert status == 200
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("topoalloc_") and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def held(replica: AllocatorReplica) -> dict[str, float]:
+    """What the allocator counts as taken (per node and device type) and its reservations."""
+    keep = re.compile(r"^topoalloc_(allocated_devices\{|reservations$)")
+    return {k: v for k, v in metrics(replica).items() if keep.match(k) and v}

@@ -12,7 +12,6 @@ gating), on a real control plane:
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.gang_sources import NATIVE, WORKLOAD, GangSource, gang_events, gang_sources
-from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod
+from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod, held, metrics
 from tests.support.cluster_product import AllocatorReplica
 from tests.support.controlplane import wait_until
 
@@ -57,29 +56,12 @@ def bound(cluster: ClusterEnv, ns: str, names: list[str]) -> bool:
     return all(cluster.pod(ns, n)["spec"].get("nodeName") for n in names)
 
 
-def metrics(replica: AllocatorReplica) -> dict[str, float]:
-    status, text = replica.health("/metrics")
-    assert status == 200
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("topoalloc_") and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
-
-
 def filter_calls(replica: AllocatorReplica) -> float:
     return sum(
         v
         for k, v in metrics(replica).items()
         if k.startswith("topoalloc_extender_requests_total{") and 'verb="filter"' in k
     )
-
-
-def held(replica: AllocatorReplica) -> dict[str, float]:
-    """What the allocator counts as taken (per node and device type) and its reservations."""
-    keep = re.compile(r"^topoalloc_(allocated_devices\{|reservations$)")
-    return {k: v for k, v in metrics(replica).items() if keep.match(k) and v}
 
 
 def test_a_waiting_gang_never_blocks_a_smaller_one_and_gets_its_turn(
