@@ -11,8 +11,10 @@ there and lands on the L40S; the gang, back, binds whole on the two DGX left.
 
 The allocator is restarted around the module: what it learned from earlier modules' pods (its
 workload mix) does not weigh in here, and the gang it learns here holds no room in later modules.
-With one round trip (the tier's default) the extender's filter passes the one node it ranks best,
-so its ranking, not kube-scheduler's scoring, decides each placement."""
+Its mix is then the gang's H100-only members, so once the DGX lose their NVLink credit the
+fragmentation term prefers the L40S; without the rule the DGX's credit wins. The allocator's ranking
+decides in either extender mode (docs/service.md, Round trips): one round trip passes its best node
+alone, two give it weight 100."""
 
 from __future__ import annotations
 
