@@ -15,7 +15,7 @@ No kubelet runs here: evicted pods are deleted with grace 0 by the test, as kube
 
 from __future__ import annotations
 
-import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,13 +24,11 @@ import pytest
 
 from apis import keys
 from tests.cluster.harness import RACK, ClusterEnv, gpu_pod, racked_dgx_nodes
-from tests.support.controlplane import KUBECTL, REPO, ApiStatus, wait_until
+from tests.support.controlplane import REPO, ApiStatus, wait_until
 
 NODES = {"pdb-g1": "guarded", "pdb-g2": "guarded", "pdb-o1": "open", "pdb-o2": "open"}
 ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/topoalloc-allocator"
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
-# every version of the PodGroup's Preempting condition, one line each: status|message
-CONDITION = 'jsonpath={range .status.conditions[?(@.type=="Preempting")]}{.status}{"|"}{.message}{"\\n"}{end}'
 BIND_WITHIN = 150.0  # seconds; the preemption timeout is 300
 
 
@@ -129,31 +127,61 @@ def _clean_up(cluster: ClusterEnv, ns: str) -> None:
     cluster.cp.admin.request("DELETE", path, query={"propagationPolicy": "Orphan"})
 
 
-def _gang(cluster: ClusterEnv, ns: str) -> None:
+def _gang(cluster: ClusterEnv, ns: str) -> str:
+    """The PodGroup and its two members; the PodGroup's first resourceVersion (a watch from it sees
+    every status the allocator writes)."""
     group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"}}
-    cluster.cp.admin.post(PODGROUPS.format(ns=ns), {**group, "spec": {"minMember": 2}})
+    created = cluster.cp.admin.post(PODGROUPS.format(ns=ns), {**group, "spec": {"minMember": 2}})
     for i in range(2):
         pod = gpu_pod(f"train{i}", gpus=8, labels={keys.POD_GROUP_LABEL: "train"})
         pod["spec"]["priorityClassName"] = f"{ns}-high"
         cluster.create_pod(ns, pod)
+    return str(created["metadata"]["resourceVersion"])
+
+
+class PreemptingLog:
+    """Every version of the PodGroup's Preempting condition since `since`, from an API watch. The
+    re-plan's condition holds for a moment only (until its victims are gone), so a poll can miss
+    it; and `kubectl get -w` with a {range} JSONPath prints its first object only
+    (kubernetes/kubectl#913)."""
+
+    def __init__(self, cluster: ClusterEnv, ns: str, since: str) -> None:
+        self.versions: list[tuple[str, dict[str, Any]]] = []  # (resourceVersion, the condition)
+        self.stop = threading.Event()
+        cluster.cp.watch(
+            PODGROUPS.format(ns=ns), self._seen, self.stop, "podgroup-watch", resource_version=since
+        )
+
+    def _seen(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        if event.get("type") in ("ADDED", "MODIFIED") and obj["metadata"]["name"] == "train":
+            self.versions.append((obj["metadata"]["resourceVersion"], _preempting(obj) or {}))
+
+    def said(self) -> list[str]:
+        """The messages of the condition while True, each once, in the order written."""
+        out: list[str] = []
+        for _, c in list(self.versions):
+            if c.get("status") == "True" and c["message"] not in out:
+                out.append(c["message"])
+        return out
+
+    def has(self, rv: str) -> bool:
+        return any(seen == rv for seen, _ in list(self.versions))
 
 
 def _bind_as_kubelet_would(
-    cluster: ClusterEnv, ns: str, pods: list[str]
+    cluster: ClusterEnv, ns: str, pods: list[str], since: str
 ) -> tuple[set[str], float, list[str]]:
     """Until both members are bound, finishing whatever is terminating (grace 0, once the PodGroup
     said it is preempting: kubelet takes a moment too); the pods that went, how long the gang took,
-    and the Preempting condition's messages seen."""
+    and the Preempting condition's messages since `since`."""
     admin = cluster.cp.admin
     evicted: set[str] = set()
-    said: list[str] = []
+    log = PreemptingLog(cluster, ns, since)
     started = time.monotonic()
 
     def members_bound() -> bool:
-        condition = _preempting(cluster, ns)
-        if condition and condition["status"] == "True" and condition["message"] not in said:
-            said.append(condition["message"])
-        for name in pods if said or time.monotonic() - started > 20 else ():
+        for name in pods if log.said() or time.monotonic() - started > 20 else ():
             try:
                 pod = cluster.pod(ns, name)
             except ApiStatus:
@@ -163,53 +191,31 @@ def _bind_as_kubelet_would(
                 admin.delete(f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds=0)
         return all(cluster.pod(ns, f"train{i}")["spec"].get("nodeName") for i in range(2))
 
-    # Polling can miss a condition that holds for a moment only; a watch sees every version.
-    kubeconfig = f"--kubeconfig={cluster.cp.admin_kubeconfig}"
-    watch = subprocess.Popen(
-        [
-            str(KUBECTL),
-            kubeconfig,
-            "get",
-            "-n",
-            ns,
-            "-w",
-            "-o",
-            CONDITION,
-            "podgroups.scheduling.x-k8s.io",
-            "train",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     try:
         wait_until(members_bound, timeout=BIND_WITHIN, what="the gang bound after preemption")
         took = time.monotonic() - started
-        time.sleep(1)  # the watch's last lines
+        latest = admin.get(PODGROUPS.format(ns=ns) + "/train")["metadata"]["resourceVersion"]
+        wait_until(lambda: log.has(latest), timeout=30, what="the PodGroup watch reaching its latest version")
     finally:
-        watch.terminate()
-    out, _ = watch.communicate(timeout=10)
-    for line in out.splitlines():
-        status, _, message = line.partition("|")
-        if status == "True" and message not in said:
-            said.append(message)
-    return evicted, took, said
+        log.stop.set()
+    return evicted, took, log.said()
 
 
 def _landed(cluster: ClusterEnv, ns: str) -> set[str]:
     return {cluster.pod(ns, f"train{i}")["spec"]["nodeName"] for i in range(2)}
 
 
-def _preempting(cluster: ClusterEnv, ns: str) -> dict[str, Any] | None:
-    status = cluster.cp.admin.get(PODGROUPS.format(ns=ns) + "/train").get("status") or {}
-    return next((c for c in status.get("conditions") or [] if c["type"] == "Preempting"), None)
+def _preempting(podgroup: dict[str, Any]) -> dict[str, Any] | None:
+    conditions = (podgroup.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Preempting"), None)
 
 
 def test_the_gang_goes_around_the_pods_a_budget_protects(
     cluster: ClusterEnv, ns: str, nodes: dict[str, str]
 ) -> None:
     guarded, fillers = _scene(cluster, ns)
-    _gang(cluster, ns)
-    evicted, took, said = _bind_as_kubelet_would(cluster, ns, guarded + fillers)
+    since = _gang(cluster, ns)
+    evicted, took, said = _bind_as_kubelet_would(cluster, ns, guarded + fillers, since)
     assert {nodes[n] for n in _landed(cluster, ns)} == {"open"} and len(_landed(cluster, ns)) == 2
     assert evicted == set(fillers)  # the sixteen unprotected pods, nothing protected
     assert said == ["16 lower-priority pod(s) evicted for the gang"]
@@ -225,8 +231,8 @@ def test_a_refused_eviction_re_plans_around_the_protected_pods(
     cluster: ClusterEnv, ns: str, nodes: dict[str, str], blind: None
 ) -> None:
     guarded, fillers = _scene(cluster, ns)
-    _gang(cluster, ns)
-    evicted, took, said = _bind_as_kubelet_would(cluster, ns, guarded + fillers)
+    since = _gang(cluster, ns)
+    evicted, took, said = _bind_as_kubelet_would(cluster, ns, guarded + fillers, since)
     assert {nodes[n] for n in _landed(cluster, ns)} == {"open"} and len(_landed(cluster, ns)) == 2
     assert evicted == set(fillers)  # the protected pods stayed: their evictions were refused
     for name in guarded:
@@ -241,11 +247,9 @@ def test_a_refused_eviction_re_plans_around_the_protected_pods(
     refused = (
         "16 lower-priority pod(s) evicted for the gang; re-planned around 2 pod(s) whose eviction was refused"
     )
-    if refused not in said:
-        # Known bug, open in issue 32's note: the re-plan's Event is written every time, but the
-        # PodGroup's Preempting condition sometimes keeps the first plan's message (about half the
-        # runs on a 2-core machine); the placement asserted above is right either way.
-        _clean_up(cluster, ns)
-        pytest.xfail(f"the Preempting condition did not say the re-plan: {said}")
+    assert said == [
+        "2 lower-priority pod(s) evicted for the gang",
+        refused,
+    ]  # the first plan, then the re-plan
     _clean_up(cluster, ns)
     print(f"gang bound {took:.1f}s after creation, after a refused eviction")

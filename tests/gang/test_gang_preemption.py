@@ -16,6 +16,7 @@ from tests.gang.harness import (
     RACK,
     GangWorld,
     bound_elsewhere,
+    condition,
     gang_world,
     gates_of,
     gpu_node,
@@ -235,3 +236,40 @@ async def test_victims_that_do_not_leave_in_time_give_the_hold_up(fake_api: Fake
         # The hold and its record went; the next pass holds the room again under a new plan.
         await until(lambda: record() not in ("", first), 10)
         assert gates_of(w.pods()["train0"]) == [keys.GANG_SCHEDULING_GATE] and terminating(w) == set()
+
+
+async def test_a_refused_eviction_re_plans_and_the_podgroup_says_so_in_order(
+    fake_api: FakeApiServer, pki: Pki
+) -> None:
+    """The cheapest victim (one 8-GPU pod on n1) is refused by a budget the allocator cannot see
+    (a 429 it did not foresee, as with an allocator not allowed to read budgets): the gang goes
+    around it to n2's eight pods, and the PodGroup's status writes, in the order the API took them,
+    say the first plan, then the re-plan, then nothing once the room is made."""
+    gpu_node(fake_api, "n1")
+    gpu_node(fake_api, "n2")
+    bound_elsewhere(fake_api, "keep", "n1", list(range(8)))
+    fill(fake_api, "n2")
+    fake_api.inject_fault(
+        "POST", r"/pods/keep/eviction$", status=429, times=None, message="Cannot evict pod: budget"
+    )
+    status_path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/train/status"
+    async with gang_world(fake_api, pki) as w:
+        gone: set[str] = set()
+        async with kubelet(w, gone):
+            await w.admission.create_podgroup(podgroup("train", 1))
+            await w.admission.create_pod(high_member("train0", "train", 8))
+            await until(lambda: node_of(w.pods().get("train0", {})) == "n2", 15)
+            await until(lambda: w.podgroup_status("train").get("phase") == "Scheduled", 5)
+        assert gone == {f"f-n2-{m}" for m in range(8)} and "keep" in w.pods()
+    written = [
+        condition(r.body["status"], "Preempting")
+        for r in fake_api.requests("PATCH", status_path)
+        if r.status == 200
+    ]
+    said = [c["message"] for c in written if c["status"] == "True"]
+    assert said == [
+        "1 lower-priority pod(s) evicted for the gang",
+        "8 lower-priority pod(s) evicted for the gang; re-planned around 1 pod(s) whose eviction was refused",
+    ]
+    assert written[-1]["status"] == "False"
+    assert condition(w.podgroup_status("train"), "Preempting")["status"] == "False"

@@ -364,19 +364,32 @@ class ControlPlane:
     def watch_pods(
         self, namespace: str, on_event: Callable[[dict[str, Any]], None], stop: threading.Event, name: str
     ) -> threading.Thread:
-        """Start a thread `name` that feeds every watch event of `namespace`'s pods from now on (the
-        resourceVersion is read before this returns, so pods created next are seen) to `on_event`
-        until `stop` is set (checked between chunks, and at least every 5 s), resuming from the last
-        resourceVersion seen after a dropped stream."""
-        rv = self.admin.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["metadata"]["resourceVersion"]
+        """`watch` of `namespace`'s pods from now on."""
+        return self.watch(f"/api/v1/namespaces/{namespace}/pods", on_event, stop, name)
+
+    def watch(
+        self,
+        path: str,
+        on_event: Callable[[dict[str, Any]], None],
+        stop: threading.Event,
+        name: str,
+        *,
+        resource_version: str = "",
+    ) -> threading.Thread:
+        """Start a thread `name` that feeds every watch event of the collection at `path` after
+        `resource_version` (default: read before this returns, so objects created next are seen;
+        one taken from an object's write sees every later version of it, however late the thread
+        starts) to `on_event` until `stop` is set (checked between chunks, and at least every 5 s),
+        resuming from the last resourceVersion seen after a dropped stream."""
+        rv = resource_version or self.admin.get(path, limit=1)["metadata"]["resourceVersion"]
         thread = threading.Thread(
-            target=self._stream_pods, args=(namespace, rv, on_event, stop), name=name, daemon=True
+            target=self._stream, args=(path, rv, on_event, stop), name=name, daemon=True
         )
         thread.start()
         return thread
 
-    def _stream_pods(
-        self, namespace: str, rv: str, on_event: Callable[[dict[str, Any]], None], stop: threading.Event
+    def _stream(
+        self, path: str, rv: str, on_event: Callable[[dict[str, Any]], None], stop: threading.Event
     ) -> None:
         http = urllib3.PoolManager(
             ca_certs=str(self.pki.ca_file),
@@ -387,8 +400,7 @@ class ControlPlane:
         try:
             while not stop.is_set():
                 url = (
-                    f"{self.url}/api/v1/namespaces/{namespace}/pods?watch=1&timeoutSeconds=5"
-                    f"&allowWatchBookmarks=true&resourceVersion={rv}"
+                    f"{self.url}{path}?watch=1&timeoutSeconds=5&allowWatchBookmarks=true&resourceVersion={rv}"
                 )
                 try:
                     resp = http.request("GET", url, preload_content=False, timeout=urllib3.Timeout(read=30))
