@@ -124,3 +124,29 @@ def test_the_scorer_rescores_when_the_room_runs_out() -> None:
     assert second in ("l0", "l1")
     other = next(n for n in ("h0", "h1", "h2") if n != first)
     assert scorer.breakdown(cluster.nodes[other], anywhere)["topology"] == 0.0
+
+
+def test_the_room_decides_even_when_the_mix_has_forgotten_the_gangs_shapes() -> None:
+    """Many unconstrained 1-GPU pods crowd the gang's H100-only shape out of the learned mix, so
+    the fragmentation term sees no model pressure and scores a DGX and an L40S alike for an 8-GPU
+    pod; the learned 2 x 8 gang still keeps its room, whatever the nodes are called (a tie would
+    have gone to the node name's hash)."""
+    for l40s in ("l0", "l1", "l2", "l3"):
+        term = FragmentationTerm(FragmentationSettings())
+        scorer = NodeScorer(ScoringConfig(), components={"fragmentation": term})
+        cluster = ClusterState()
+        for doc in [dgx_h100_device(f"h{i}") for i in range(3)] + [l40s_device(l40s)]:
+            alloc = {"cpu": "224", "memory": "2000Gi", "pods": "110"}
+            cluster.upsert_node(
+                {"metadata": {"name": doc["metadata"]["name"]}, "status": {"allocatable": alloc}}
+            )
+            cluster.set_device(doc)
+        for i in range(300):
+            term.observe(pod_request(pod(gpus(1, cpu="1"), name=f"small-{i}")))
+        for i in range(2):
+            term.observe(_member("pre", i, 8))
+        assert term.needs() == {H100: {8: 2}}
+        assert not term.pressure(cluster.table).get(H100)  # the mix alone would not steer
+        anywhere = pod_request(pod(gpus(8, cpu="8"), name="anywhere"))
+        _take(cluster, "h0", 8, "first")  # two whole DGX left: exactly the gang's room
+        assert cluster.best(anywhere, list(cluster.nodes), scorer) == l40s
