@@ -215,6 +215,9 @@ class GangController:
             case Evict(gang, victim) if victim.key not in self._evicting:
                 return [self._evict(gang, victim)]
             case WriteStatus(gang, target, status):
+                # Counted as refused until the API takes it: a pass that breaks off before (or
+                # while) writing must write it again, not trust the status it meant to write.
+                self._answers_of(gang).status_refused = True
                 return [self._patch_status(gang, target, status)]
             case RecordHold(member, record):
                 return [annotate_hold(self.api, member, record.to_json())]
@@ -248,5 +251,5 @@ class GangController:
         self._answers_of(gang).evictions[victim.key] = why
 
     async def _patch_status(self, gang: str, target: EventTarget, status: JSON) -> None:
-        if not await patch_podgroup_status(self.api, target, status):
-            self._answers_of(gang).status_refused = True  # written again next pass
+        if await patch_podgroup_status(self.api, target, status):
+            self._answers_of(gang).status_refused = False  # else written again next pass

@@ -195,7 +195,10 @@ async def test_a_restarted_allocator_continues_the_recorded_hold(
         gone: set[str] = set()
         async with kubelet(w, gone):
             await until(lambda: w.gang_reservations() == {"default/train0": "n1"}, 10)
-            assert any("continuing the hold on n1" in n for n in w.notes_about("train", "PodGroup"))
+            # the Event is written after the hold is taken (the event sink posts it on its own)
+            await until(
+                lambda: any("continuing the hold on n1" in n for n in w.notes_about("train", "PodGroup")), 5
+            )
             pdb["status"] = {"disruptionsAllowed": 8}
             fake_api.put(pdb)
             await until(lambda: node_of(w.pods().get("train0", {})) == "n1", 15)

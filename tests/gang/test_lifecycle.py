@@ -4,6 +4,9 @@ being placed, the allocator restarted half-way through releasing a gang."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from apis import keys
 from tests.gang.harness import (
@@ -137,3 +140,33 @@ async def test_restart_mid_gang_redoes_the_plan_and_binds_nothing_against_the_ol
             pods[m]["metadata"]["annotations"][keys.GANG_PLANNED_NODE] == node_of(pods[m])
             for m in ("m0", "m1")
         )
+
+
+async def test_a_status_write_that_broke_off_is_written_again(
+    fake_api: FakeApiServer, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first write of a PodGroup's status fails with something the controller does not
+    expect (not an API answer): the pass breaks off, and the next pass must not take the status
+    it meant to write for written."""
+    import allocator.gang.controller as controller
+
+    real = controller.patch_podgroup_status
+    calls: list[str] = []
+
+    async def flaky(api: Any, target: Any, status: Any) -> bool:
+        calls.append(target.name)
+        if len(calls) == 1:
+            raise RuntimeError("the connection pool broke")
+        return await real(api, target, status)
+
+    monkeypatch.setattr(controller, "patch_podgroup_status", flaky)
+    gpu_node(fake_api, "n1")
+    async with gang_world(fake_api, pki) as w:
+        await w.admission.create_podgroup(podgroup("job", 2))
+        await w.admission.create_pod(member("job0", group="job", gpus=4))  # 1 of 2: waits
+        await until(lambda: len(calls) >= 1, 5)
+        # another gang's event makes another pass; "job" itself has not changed
+        await w.admission.create_podgroup(podgroup("other", 2))
+        await w.admission.create_pod(member("other0", group="other", gpus=4))
+        await until(lambda: w.podgroup_status("job").get("phase") == "Pending", 5)
+        assert calls[0] == "job"
