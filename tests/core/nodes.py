@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allocator.core.cluster.state import ClusterState
 from allocator.core.node.inventory import build_inventory
 from allocator.core.node.state import NodeState
 from apis import keys
@@ -41,3 +42,14 @@ def use_gpus(state: NodeState, *minors: int, share: int = 100, key: str | None =
 
 def use_vf(state: NodeState, nic: int, bus: str, key: str | None = None) -> None:
     state.add_pod(key or f"ns/vf-{bus}", DeviceAllocations({"rdma": [entry(nic, {RDMA: 1}, bus)]}))
+
+
+def cluster_of(*devices: dict[str, Any], cpu: str = "64", memory: str = "512Gi") -> ClusterState:
+    """A cluster of one Node per Device object (named as the Device), each with `cpu` and `memory`
+    allocatable and 110 pods."""
+    cluster = ClusterState()
+    for doc in devices:
+        alloc = {"cpu": cpu, "memory": memory, "pods": "110"}
+        cluster.upsert_node({"metadata": {"name": doc["metadata"]["name"]}, "status": {"allocatable": alloc}})
+        cluster.set_device(doc)
+    return cluster

@@ -14,6 +14,7 @@ from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from allocator.core.scoring.topology import NVLINK
 from allocator.core.scoring.workload_mix import TaskShape
 from apis import keys
+from tests.core.nodes import cluster_of
 from tests.core.pods import gpus, pod
 from tests.support.machines import dgx_h100_device, l40s_device
 
@@ -28,14 +29,8 @@ def _member(gang: str, i: int, count: int, model: str | None = H100) -> PodReque
 
 
 def _cluster(dgx: int, l40s: int = 2) -> ClusterState:
-    cluster = ClusterState()
     docs = [dgx_h100_device(f"h{i}") for i in range(dgx)] + [l40s_device(f"l{i}") for i in range(l40s)]
-    for doc in docs:
-        name = doc["metadata"]["name"]
-        alloc = {"cpu": "224", "memory": "2000Gi", "pods": "110"}
-        cluster.upsert_node({"metadata": {"name": name}, "status": {"allocatable": alloc}})
-        cluster.set_device(doc)
-    return cluster
+    return cluster_of(*docs, cpu="224", memory="2000Gi")
 
 
 def _take(cluster: ClusterState, node: str, count: int, key: str) -> None:
@@ -134,13 +129,8 @@ def test_the_room_decides_even_when_the_mix_has_forgotten_the_gangs_shapes() -> 
     for l40s in ("l0", "l1", "l2", "l3"):
         term = FragmentationTerm(FragmentationSettings())
         scorer = NodeScorer(ScoringConfig(), components={"fragmentation": term})
-        cluster = ClusterState()
-        for doc in [dgx_h100_device(f"h{i}") for i in range(3)] + [l40s_device(l40s)]:
-            alloc = {"cpu": "224", "memory": "2000Gi", "pods": "110"}
-            cluster.upsert_node(
-                {"metadata": {"name": doc["metadata"]["name"]}, "status": {"allocatable": alloc}}
-            )
-            cluster.set_device(doc)
+        docs = [dgx_h100_device(f"h{i}") for i in range(3)] + [l40s_device(l40s)]
+        cluster = cluster_of(*docs, cpu="224", memory="2000Gi")
         for i in range(300):
             term.observe(pod_request(pod(gpus(1, cpu="1"), name=f"small-{i}")))
         for i in range(2):

@@ -23,7 +23,7 @@ from allocator.core.scoring.workload_mix import TaskShape
 from apis import keys
 from apis.annotations import DeviceAllocations
 from tests.agent.support import FIXTURES
-from tests.core.nodes import CORE, RATIO, state_of, use_gpus
+from tests.core.nodes import CORE, RATIO, cluster_of, state_of, use_gpus
 from tests.core.pods import gpus, pod
 from tests.support import gpuallocator as ga
 from tests.support.allocations import entry
@@ -78,20 +78,10 @@ def test_nodes_without_differing_nvlink_keep_the_domain_and_scope_tiers() -> Non
     assert topology_score(l40s, two) == NUMA
 
 
-def _cluster(*docs: dict) -> ClusterState:
-    cluster = ClusterState()
-    for doc in docs:
-        name = doc["metadata"]["name"]
-        alloc = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-        cluster.upsert_node({"metadata": {"name": name}, "status": {"allocatable": alloc}})
-        cluster.set_device(doc)
-    return cluster
-
-
 def test_the_gang_planner_takes_the_node_with_the_better_pair() -> None:
     """One 2-GPU member, two DGX-1 nodes: on "a" only a single-link pair is free, on "b" a
     double-link one. Both are one NVLink domain, which used to tie them (and "a" won by name)."""
-    cluster = _cluster(_dgx1("a"), _dgx1("b"))
+    cluster = cluster_of(_dgx1("a"), _dgx1("b"))
     for name, free in (("a", (0, 1)), ("b", (0, 3))):
         busy = [entry(m, {CORE: 100, RATIO: 100}) for m in range(8) if m not in free]
         cluster.assign(f"ns/load-{name}", name, DeviceAllocations({"gpu": busy}), 0, 0)
@@ -114,7 +104,7 @@ def test_spoken_for_gpus_give_unconstrained_pods_no_topology_credit() -> None:
 
 
 def _h100_cluster(dgx: int) -> ClusterState:
-    return _cluster(
+    return cluster_of(
         *(dgx_h100_device(f"h{i}") for i in range(1, dgx + 1)), l40s_device("l1"), l40s_device("l2")
     )
 
