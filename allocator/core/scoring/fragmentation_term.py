@@ -261,12 +261,16 @@ class FragmentationTerm:
         """The room each GPU model keeps for the pods held to it (`GangRoom.needs`)."""
         return self.room.needs(self.mix().shapes)
 
-    def spoken_for(self, state: NodeState, count: int) -> bool:
+    def spoken_for(self, state: NodeState, count: int) -> bool | None:
         """An unconstrained pod taking `count` whole GPUs here would take the room the pods held
-        to the node's model need (`GangRoom.keeps_room`). No cut-off on the model pressure: one
-        (credit withheld from 0.5) let 4-GPU pods take a gang's room while the forecast dipped
-        (bench/quality.py --lifetime 1000, seed 6: the late 4 x 4-GPU gang never placed)."""
-        return not self.room.keeps_room(state, count, self.needs())
+        to the node's model need (`GangRoom.keeps_room`); None while no model keeps room. No
+        cut-off on the model pressure: one (credit withheld from 0.5) let 4-GPU pods take a gang's
+        room while the forecast dipped (bench/quality.py --lifetime 1000, seed 6: the late 4 x
+        4-GPU gang never placed)."""
+        needs = self.needs()
+        if not needs:
+            return None
+        return not self.room.keeps_room(state, count, needs)
 
     def pressure(self, table: NodeTable) -> dict[str, float]:
         """Rounded model pressure per GPU model of the table's nodes (empty when the mix has no

@@ -48,12 +48,13 @@ _HOST_TIERS = {
     icx.SAME_SOCKET: SOCKET,
     icx.CROSS_SOCKET: CROSS,
 }
-# (node, whole GPUs the pod takes) -> the GPUs are spoken for by pods held to the node's model
-SpokenFor = Callable[[NodeState, int], bool]
-# A node whose GPUs are not spoken for ranks above one whose are even at the lowest tier: without
-# it an 8-GPU pod tied between a spoken-for DGX (0) and an L40S across sockets (CROSS, 0), and when
-# the learned mix no longer held the gangs' shapes (no model pressure) a hash of the node names
-# decided whether it took the gangs' last room.
+# (node, whole GPUs the pod takes) -> the GPUs are spoken for by pods held to the node's model;
+# None while no model keeps room for anyone (the tiers stand as they are)
+SpokenFor = Callable[[NodeState, int], bool | None]
+# While some model keeps room, a node whose GPUs are not spoken for ranks above one whose are even
+# at the lowest tier: without it an 8-GPU pod tied between a spoken-for DGX (0) and an L40S across
+# sockets (CROSS, 0), and when the learned mix no longer held the gangs' shapes (no model
+# pressure) a hash of the node names decided whether it took the gangs' last room.
 NOT_SPOKEN_FLOOR = 1.0
 
 
@@ -142,9 +143,10 @@ def prepare_topology_grouped(req: PodRequest, spoken_for: SpokenFor | None = Non
     """`prepare_topology` with the nodes it cannot tell apart: the tier is remembered per (layout,
     feasible GPUs), which for whole GPUs the layout and the mask of fully free GPUs decide, and
     for a share the inventory and what its GPUs have free. With `spoken_for` (for a pod that may
-    run on any GPU model) the tier is 0 where the pod's GPUs are spoken for and at least
-    `NOT_SPOKEN_FLOOR` elsewhere; that answer depends on the node's model and its free GPUs (and
-    on cluster totals, which change the scorer's version), so the groups include the model."""
+    run on any GPU model) the tier is 0 where the pod's GPUs are spoken for and, while some model
+    keeps room, at least `NOT_SPOKEN_FLOOR` elsewhere; that answer depends on the node's model
+    and its free GPUs (and on cluster totals, which change the scorer's version), so the groups
+    include the model."""
     score = prepare_topology(req)
     if score is None:
         return None
@@ -158,7 +160,10 @@ def prepare_topology_grouped(req: PodRequest, spoken_for: SpokenFor | None = Non
         tier = score(state)
         if tier is None:
             return None
-        return 0.0 if spoken_for(state, count) else max(tier, NOT_SPOKEN_FLOOR)
+        spoken = spoken_for(state, count)
+        if spoken is None:
+            return tier
+        return 0.0 if spoken else max(tier, NOT_SPOKEN_FLOOR)
 
     def with_model(table: NodeTable, slots: np.ndarray) -> np.ndarray:
         return combine_keys([group(table, slots), table.feature(GPU_MODEL)[slots]])

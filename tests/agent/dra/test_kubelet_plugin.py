@@ -317,7 +317,10 @@ def test_the_agent_in_dra_mode_publishes_its_pool_and_labels_its_node(rig: DraRi
     )
     node = rig.server.get("nodes", NODE)
     assert not any(k.startswith("koordinator.sh/") for k in node["status"]["allocatable"])
-    assert rig.agent is not None and rig.agent.health_state()["draPlugin"]["registered"] is True
+    # kubelet's registration of the plugin runs on its own, beside the publishing: wait for it too
+    agent = rig.agent
+    assert agent is not None
+    assert wait_for(lambda: agent.health_state()["draPlugin"]["registered"] is True, 10)
 
 
 def test_an_xid_takes_the_gpu_out_of_the_slices_at_once(rig: DraRig) -> None:

@@ -13,6 +13,7 @@ from allocator.core.scoring.fragmentation_term import FragmentationSettings, Fra
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
 from allocator.core.scoring.topology import (
     CROSS,
+    NOT_SPOKEN_FLOOR,
     NUMA,
     NVLINK,
     PCIE,
@@ -101,6 +102,15 @@ def test_spoken_for_gpus_give_unconstrained_pods_no_topology_credit() -> None:
         grouped = prepare_topology_grouped(req, lambda _s, count, v=spoken: asked.append(count) or v)
         assert grouped is not None and grouped(state) == want
     assert asked == [8, 8]  # the GPUs the pod would take
+    # across sockets (CROSS, 0): while some model keeps room, a node not spoken for still ranks
+    # above one that is; with no room kept anywhere (None) the tier stands as it is
+    two = pod_request(pod(gpus(2)))
+    split = state_of(l40s_device())
+    use_gpus(split, 1, 2, 3, 4, 5, 6, key="ns/load")  # GPUs 0 and 7 free, one per socket
+    assert prepare_topology_grouped(two)(split) == CROSS  # type: ignore[misc]
+    for spoken, want in ((None, CROSS), (False, NOT_SPOKEN_FLOOR), (True, 0.0)):
+        grouped = prepare_topology_grouped(two, lambda _s, _c, v=spoken: v)
+        assert grouped is not None and grouped(split) == want
 
 
 def _h100_cluster(dgx: int) -> ClusterState:
