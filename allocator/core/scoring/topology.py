@@ -3,7 +3,15 @@
 Tiers, best first: all GPUs in one NVLink domain (100), behind one PCIe switch (75), on one NUMA
 node (50), on one socket (25), spread across sockets (0). Computed from the node's bitmasks: the
 best tier that the free GPUs allow, which is the set the allocator prefers (an NVLink domain
-first, then the deepest scope). Single-GPU and shared requests are not ranked (None).
+first, then the deepest scope). Shares spread over several GPUs are not ranked (None).
+
+A pod of one GPU (whole or a share of it) needs no link, but it can break one: on a node where it
+fits only on a GPU of an NVLink domain that is still wholly free (an A100 board's free NVLink pair,
+an untouched DGX), it scores `BREAKS_DOMAIN` (50) instead of 100. Such pods then fill GPUs whose
+domain is already broken, and boards without NVLink, before they split the pairs and boards the
+2-, 4- and 8-GPU pods need (bench/quality.py, seeds 1-10: NVLink of the placed 2/4/8-GPU pods
+86/73/77 -> 100/82/92 %, idle GPU 2.8 -> 3.0 %; at 75 nothing changes, at 0 the 4-GPU pods lose
+NUMA locality on the boards the single pods filled and a gang waits with lifetime 1000).
 
 On a node where NVLink differs between GPU pairs (`NodeInventory.gpu_sets`: DGX-1 meshes, bridged
 boards, links down) one NVLink domain says little: the GPU set chooser takes the set with the best
@@ -35,7 +43,7 @@ from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.inventory import LEVEL_NUMA, LEVEL_PCIE, NodeInventory
 from allocator.core.node.state import NodeState
 from allocator.core.node.table import NodeTable, combine_keys
-from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.pod_request import PodRequest, Resources
 from allocator.core.scoring.grouped import GroupedScore, by_feature
 from apis import interconnect as icx
 
@@ -58,6 +66,10 @@ SpokenFor = Callable[[NodeState, int], bool | None]
 NOT_SPOKEN_FLOOR = 1.0
 
 
+#: What a one-GPU pod scores where it can only take a GPU of a wholly free NVLink domain.
+BREAKS_DOMAIN = 50.0
+
+
 def topology_score(state: NodeState, req: PodRequest) -> float | None:
     g = req.gpu
     inv = state.inventory
@@ -68,6 +80,8 @@ def topology_score(state: NodeState, req: PodRequest) -> float | None:
 
 def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | None:
     g = req.gpu
+    if g is not None and g.count == 1:
+        return _keeps_domains(g.per_gpu, g.whole)
     if g is None or g.count < 2 or g.shared:
         return None
     per_gpu, count, whole = g.per_gpu, g.count, g.whole
@@ -79,6 +93,27 @@ def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | N
         gpus = GPUSummary.of(state)
         feasible = gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
         return _tier(state, inv, feasible, count)
+
+    return score
+
+
+def _keeps_domains(per_gpu: Resources, whole: bool) -> Callable[[NodeState], float | None]:
+    """One GPU: NVLINK where it fits on a GPU outside every wholly free NVLink domain (a GPU of a
+    domain already in use, or one without NVLink), else `BREAKS_DOMAIN`; None without a fit."""
+
+    def score(state: NodeState) -> float | None:
+        inv = state.inventory
+        if inv is None:
+            return None
+        gpus = GPUSummary.of(state)
+        fit = gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
+        if not fit:
+            return None
+        intact = 0
+        for mask in inv.nvlink_domains.values():
+            if mask.bit_count() > 1 and not mask & gpus.used_mask:
+                intact |= mask
+        return NVLINK if fit & ~intact else BREAKS_DOMAIN
 
     return score
 
@@ -150,9 +185,10 @@ def prepare_topology_grouped(req: PodRequest, spoken_for: SpokenFor | None = Non
     score = prepare_topology(req)
     if score is None:
         return None
-    whole = req.gpu is not None and req.gpu.whole
+    single = req.gpu is not None and req.gpu.count == 1
+    whole = req.gpu is not None and req.gpu.whole and not single  # one GPU reads the used mask too
     group = by_feature(TOPOLOGY_WHOLE if whole else USAGE)
-    if spoken_for is None or req.gpu is None:
+    if spoken_for is None or req.gpu is None or single:  # one GPU: no NVLink credit to withhold
         return GroupedScore(score, group)
     count = req.gpu.count
 
