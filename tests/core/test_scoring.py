@@ -13,7 +13,7 @@ from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.fit import fit_score
 from allocator.core.scoring.scarce import scarce_score
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
-from allocator.core.scoring.topology import CROSS, NUMA, NVLINK, PCIE, topology_score
+from allocator.core.scoring.topology import CROSS, NUMA, NVLINK, OPENS_DOMAIN, PCIE, topology_score
 from tests.core.nodes import CORE, MEM, RATIO, plain_example_device, state_of, use_gpus
 from tests.core.pods import gpus, pod
 from tests.support.machines import dgx_h100_device, l40s_device
@@ -119,7 +119,11 @@ def test_scorer_range_weights_and_plugins() -> None:
     assert 0 <= default.score(state, req) <= 10
     only_topology = NodeScorer(ScoringConfig.from_dict({"weights": {"fit": 0, "scarce": 0, "topology": 1}}))
     assert only_topology.score(state, req) == 10
-    assert only_topology.breakdown(state, req) == {"topology": 100}
+    # an untouched DGX: the pair splits its one NVLink domain, a quarter point off the tier
+    assert only_topology.breakdown(state, req) == {"topology": NVLINK - OPENS_DOMAIN}
+    started = h100()
+    use_gpus(started, 7)
+    assert only_topology.breakdown(started, req) == {"topology": NVLINK}
     calls = []
 
     def fragmentation(s: NodeState, r: object) -> float:

@@ -11,7 +11,9 @@ an untouched DGX), it scores `BREAKS_DOMAIN` (50) instead of 100. Such pods then
 domain is already broken, and boards without NVLink, before they split the pairs and boards the
 2-, 4- and 8-GPU pods need (bench/quality.py, seeds 1-10: NVLink of the placed 2/4/8-GPU pods
 86/73/77 -> 100/82/92 %, idle GPU 2.8 -> 3.0 %; at 75 nothing changes, at 0 the 4-GPU pods lose
-NUMA locality on the boards the single pods filled and a gang waits with lifetime 1000).
+NUMA locality on the boards the single pods filled and a gang waits with lifetime 1000). A pod of
+several GPUs whose best set would split a wholly free domain larger than itself loses a quarter
+point (`OPENS_DOMAIN`): between nodes rated alike it packs onto the board already in use.
 
 On a node where NVLink differs between GPU pairs (`NodeInventory.gpu_sets`: DGX-1 meshes, bridged
 boards, links down) one NVLink domain says little: the GPU set chooser takes the set with the best
@@ -68,6 +70,10 @@ NOT_SPOKEN_FLOOR = 1.0
 
 #: What a one-GPU pod scores where it can only take a GPU of a wholly free NVLink domain.
 BREAKS_DOMAIN = 50.0
+#: Taken off a multi-GPU pod's tier where its best set must split a wholly free NVLink domain: a
+#: quarter point, so it decides between nodes rated alike (two DGX boards, one already in use: the
+#: pod packs onto that one and leaves the untouched board whole) and not between tiers.
+OPENS_DOMAIN = 0.25
 
 
 def topology_score(state: NodeState, req: PodRequest) -> float | None:
@@ -92,9 +98,23 @@ def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | N
             return None
         gpus = GPUSummary.of(state)
         feasible = gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
-        return _tier(state, inv, feasible, count)
+        tier = _tier(state, inv, feasible, count)
+        intact = _intact(inv, gpus.whole_mask, count)
+        if intact & feasible and _tier(state, inv, feasible & ~intact, count) < tier:
+            return tier - OPENS_DOMAIN  # its best set splits a domain nobody uses yet
+        return tier
 
     return score
+
+
+def _intact(inv: NodeInventory, whole_free: int, count: int = 1) -> int:
+    """The GPUs of the node's NVLink domains larger than `count` whose every GPU is wholly free
+    (what a pod of `count` GPUs would split: one that fills a domain does not split it)."""
+    out = 0
+    for mask in inv.nvlink_domains.values():
+        if mask.bit_count() > count and mask & whole_free == mask:
+            out |= mask
+    return out
 
 
 def _keeps_domains(per_gpu: Resources, whole: bool) -> Callable[[NodeState], float | None]:
@@ -109,11 +129,7 @@ def _keeps_domains(per_gpu: Resources, whole: bool) -> Callable[[NodeState], flo
         fit = gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
         if not fit:
             return None
-        intact = 0
-        for mask in inv.nvlink_domains.values():
-            if mask.bit_count() > 1 and not mask & gpus.used_mask:
-                intact |= mask
-        return NVLINK if fit & ~intact else BREAKS_DOMAIN
+        return NVLINK if fit & ~_intact(inv, gpus.whole_mask) else BREAKS_DOMAIN
 
     return score
 

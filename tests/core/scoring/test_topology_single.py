@@ -8,7 +8,7 @@ import yaml
 
 from allocator.core.request.parse import pod_request
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
-from allocator.core.scoring.topology import BREAKS_DOMAIN, NVLINK, prepare_topology_grouped
+from allocator.core.scoring.topology import BREAKS_DOMAIN, NVLINK, OPENS_DOMAIN, prepare_topology_grouped
 from apis.annotations import DeviceAllocations
 from tests.agent.support import FIXTURES
 from tests.core.nodes import CORE, RATIO, cluster_of, state_of, use_gpus
@@ -68,3 +68,18 @@ def test_the_ranking_keeps_the_free_pairs_for_pods_that_use_them() -> None:
         cluster = cluster_of(_pairs(whole), _pairs(split))
         cluster.assign("ns/one", split, DeviceAllocations({"gpu": [entry(0, {CORE: 100, RATIO: 100})]}), 0, 0)
         assert cluster.best(ONE, [whole, split], scorer) == split
+
+
+def test_a_smaller_pod_packs_onto_the_board_in_use_and_a_whole_board_pod_loses_nothing() -> None:
+    """Two DGX H100 (one NVLink domain of eight each), one with a GPU in use: a 2-GPU pod rates
+    both NVLink but splits the untouched board's domain there, so it goes to the board in use,
+    whichever name the tie would favour; an 8-GPU pod fills a domain and is not marked down."""
+    two, eight = pod_request(pod(gpus(2))), pod_request(pod(gpus(8)))
+    assert _score(two, state_of(dgx_h100_device())) == NVLINK - OPENS_DOMAIN
+    assert _score(eight, state_of(dgx_h100_device())) == NVLINK
+    scorer = NodeScorer(ScoringConfig())
+    for used in ("a", "b"):
+        fresh = "b" if used == "a" else "a"
+        cluster = cluster_of(dgx_h100_device(fresh), dgx_h100_device(used))
+        cluster.assign("ns/one", used, DeviceAllocations({"gpu": [entry(7, {CORE: 100, RATIO: 100})]}), 0, 0)
+        assert cluster.best(two, [fresh, used], scorer) == used
