@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,6 +241,18 @@ class ClusterEnv:
     def pod(self, ns: str, name: str) -> dict[str, Any]:
         return self.cp.admin.get(f"/api/v1/namespaces/{ns}/pods/{name}")
 
+    def finish_terminating(self, ns: str, names: Iterable[str], evicted: set[str]) -> None:
+        """Kubelet's part for the named pods (no kubelet runs here): one being deleted (evicted)
+        goes at once, and its name is added to `evicted`; pods already gone are skipped."""
+        for name in names:
+            try:
+                pod = self.pod(ns, name)
+            except ApiStatus:
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                evicted.add(name)
+                self.cp.admin.delete(f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds=0)
+
     def create_pod(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.cp.admin.post(f"/api/v1/namespaces/{ns}/pods", body)
 
@@ -289,16 +301,26 @@ class ClusterEnv:
 RACK = "topoalloc.io/rack"
 
 
+@contextlib.contextmanager
+def ready_nodes(
+    cluster: ClusterEnv, labels: Mapping[str, dict[str, str]], fixture: str = "dgx-h100", *, gpus: int = 8
+) -> Iterator[None]:
+    """For a module fixture: a node of `fixture` per name of `labels` (with those labels and its
+    agent), ready once each has its Device; removed afterwards."""
+    for name, node_labels in labels.items():
+        cluster.add_node(name, fixture, gpus=gpus, labels=node_labels)
+    for name in labels:
+        cluster.wait_device(name)
+    yield
+    for name in labels:
+        cluster.remove_node(name)
+
+
 def racked_dgx_nodes(cluster: ClusterEnv, racks: dict[str, str]) -> Iterator[dict[str, str]]:
     """For a module fixture: a DGX H100 node per name, labelled with its rack (`RACK`), ready once
     each has its Device; removed afterwards."""
-    for name, rack in racks.items():
-        cluster.add_node(name, "dgx-h100", gpus=8, labels={RACK: rack})
-    for name in racks:
-        cluster.wait_device(name)
-    yield racks
-    for name in racks:
-        cluster.remove_node(name)
+    with ready_nodes(cluster, {name: {RACK: rack} for name, rack in racks.items()}):
+        yield racks
 
 
 def gpu_pod(

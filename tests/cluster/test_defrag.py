@@ -24,7 +24,7 @@ import yaml
 
 from apis import keys
 from apis.reservation_pod import RESERVATION_ALLOCATED
-from tests.cluster.harness import ClusterEnv, gpu_pod
+from tests.cluster.harness import ClusterEnv, gpu_pod, ready_nodes
 from tests.support.cluster_product import SYSTEM_NAMESPACE, topoalloc_argv
 from tests.support.controlplane import ApiStatus, wait_until
 
@@ -36,13 +36,8 @@ REPORT = "topoalloc-defrag-report"
 
 @pytest.fixture(scope="module", autouse=True)
 def nodes(cluster: ClusterEnv) -> Iterator[None]:
-    for node in NODES:
-        cluster.add_node(node, "dgx-h100", gpus=8, labels=POOL)
-    for node in NODES:
-        cluster.wait_device(node)
-    yield
-    for node in NODES:
-        cluster.remove_node(node)
+    with ready_nodes(cluster, dict.fromkeys(NODES, POOL)):
+        yield
     restart_allocator(cluster, None)  # the plain allocator for the modules after this one
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from apis import keys
 from tests.cluster.harness import RACK, ClusterEnv, gpu_pod, racked_dgx_nodes
-from tests.support.controlplane import REPO, ApiStatus, wait_until
+from tests.support.controlplane import REPO, wait_until
 
 NODES = {"pdb-g1": "guarded", "pdb-g2": "guarded", "pdb-o1": "open", "pdb-o2": "open"}
 ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/topoalloc-allocator"
@@ -181,14 +181,8 @@ def _bind_as_kubelet_would(
     started = time.monotonic()
 
     def members_bound() -> bool:
-        for name in pods if log.said() or time.monotonic() - started > 20 else ():
-            try:
-                pod = cluster.pod(ns, name)
-            except ApiStatus:
-                continue
-            if pod["metadata"].get("deletionTimestamp"):
-                evicted.add(name)
-                admin.delete(f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds=0)
+        if log.said() or time.monotonic() - started > 20:
+            cluster.finish_terminating(ns, pods, evicted)
         return all(cluster.pod(ns, f"train{i}")["spec"].get("nodeName") for i in range(2))
 
     try:

@@ -21,7 +21,7 @@ from tests.cluster.gang_sources import (
     gang_sources,
 )
 from tests.cluster.harness import ClusterEnv, gpu_pod, racked_dgx_nodes
-from tests.support.controlplane import ApiStatus, wait_until
+from tests.support.controlplane import wait_until
 
 NODES = {"gp-a1": "ra", "gp-a2": "ra", "gp-b1": "rb", "gp-b2": "rb"}
 
@@ -57,14 +57,7 @@ def test_a_high_priority_gang_evicts_one_racks_pods_and_binds_there(
     evicted: set[str] = set()
 
     def members_bound() -> bool:
-        for name in fillers:  # the stand-in kubelet: finish what is terminating
-            try:
-                pod = cluster.pod(ns, name)
-            except ApiStatus:
-                continue
-            if pod["metadata"].get("deletionTimestamp"):
-                evicted.add(name)
-                admin.delete(f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds=0)
+        cluster.finish_terminating(ns, fillers, evicted)
         return all(cluster.pod(ns, f"train{i}")["spec"].get("nodeName") for i in range(2))
 
     wait_until(members_bound, timeout=180, what="the gang bound after preemption")

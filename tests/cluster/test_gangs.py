@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.gang_sources import GangSource, gang_events, gang_sources
-from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod
+from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod, ready_nodes
 from tests.support.controlplane import wait_until
 
 POOL = {"topoalloc.test/pool": "gang"}
@@ -27,13 +27,8 @@ pytestmark = gang_sources()
 
 @pytest.fixture(scope="module", autouse=True)
 def nodes(cluster: ClusterEnv) -> Iterator[None]:
-    for node in NODES:
-        cluster.add_node(node, "a100-pcie-4x-no-rdma", gpus=4, labels=POOL)
-    for node in NODES:
-        cluster.wait_device(node)
-    yield
-    for node in NODES:
-        cluster.remove_node(node)
+    with ready_nodes(cluster, dict.fromkeys(NODES, POOL), "a100-pcie-4x-no-rdma", gpus=4):
+        yield
 
 
 def member(source: GangSource, name: str, group: str, gpus: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod
+from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod, ready_nodes
 from tests.support.cluster_product import lease_holder
 from tests.support.controlplane import wait_until
 
@@ -23,13 +23,8 @@ BURST = 16  # one GPU each: exactly the pool's 2 x 8
 
 @pytest.fixture(scope="module", autouse=True)
 def nodes(cluster: ClusterEnv) -> Iterator[None]:
-    for node in NODES:
-        cluster.add_node(node, "dgx-h100", gpus=8, labels=POOL)
-    for node in NODES:
-        cluster.wait_device(node)
-    yield
-    for node in NODES:
-        cluster.remove_node(node)
+    with ready_nodes(cluster, dict.fromkeys(NODES, POOL)):
+        yield
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.gang_sources import NATIVE, WORKLOAD, GangSource, gang_events, gang_sources
-from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod, held, metrics
+from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod, held, metrics, ready_nodes
 from tests.support.cluster_product import AllocatorReplica
 from tests.support.controlplane import wait_until
 
@@ -31,13 +31,8 @@ pytestmark = gang_sources(NATIVE, WORKLOAD)
 
 @pytest.fixture(scope="module", autouse=True)
 def nodes(cluster: ClusterEnv) -> Iterator[None]:
-    for node in NODES:
-        cluster.add_node(node, "a100-pcie-4x-no-rdma", gpus=4, labels=POOL)
-    for node in NODES:
-        cluster.wait_device(node)
-    yield
-    for node in NODES:
-        cluster.remove_node(node)
+    with ready_nodes(cluster, dict.fromkeys(NODES, POOL), "a100-pcie-4x-no-rdma", gpus=4):
+        yield
 
 
 def member(source: GangSource, name: str, group: str, gpus: int = 1, **requests: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 
 from apis import keys
 from apis.reservation_pod import EXACT_MATCH, RESERVATION_AFFINITY, RESERVATION_ALLOCATED, RESERVATION_IGNORED
-from tests.cluster.harness import DEVICES, ClusterEnv, allocated, gpu_minors, gpu_pod
+from tests.cluster.harness import DEVICES, ClusterEnv, allocated, gpu_minors, gpu_pod, ready_nodes
 from tests.support.controlplane import ApiStatus, wait_until
 
 POOL = {"topoalloc.test/pool": "resv"}
@@ -29,13 +29,8 @@ RDMA = "koordinator.sh/rdma"
 
 @pytest.fixture(scope="module", autouse=True)
 def nodes(cluster: ClusterEnv) -> Iterator[None]:
-    for node in NODES:
-        cluster.add_node(node, "dgx-h100", gpus=8, labels=POOL)
-    for node in NODES:
-        cluster.wait_device(node)
-    yield
-    for node in NODES:
-        cluster.remove_node(node)
+    with ready_nodes(cluster, dict.fromkeys(NODES, POOL)):
+        yield
 
 
 @pytest.fixture
@@ -237,14 +232,7 @@ def test_a_reservation_with_priority_evicts_lower_priority_pods_only(
     evicted: set[str] = set()
 
     def available() -> bool:
-        for name in fillers:  # the stand-in kubelet: finish what is terminating
-            try:
-                pod = cluster.pod(ns, name)
-            except ApiStatus:
-                continue
-            if pod["metadata"].get("deletionTimestamp"):
-                evicted.add(name)
-                admin.delete(f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds=0)
+        cluster.finish_terminating(ns, fillers, evicted)
         return get(cluster, f"urgent-{ns}").get("status", {}).get("phase") == "Available"
 
     wait_until(available, timeout=120, what="the reservation placed after preemption")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod
+from tests.cluster.harness import ClusterEnv, gpu_minors, gpu_pod, ready_nodes
 
 POOL = {"topoalloc.test/pool": "round-trips"}
 NODES = ("rt-a", "rt-b", "rt-c")
@@ -19,13 +19,8 @@ REQUESTS = "topoalloc_extender_requests_total{"
 
 @pytest.fixture(scope="module", autouse=True)
 def nodes(cluster: ClusterEnv) -> Iterator[None]:
-    for node in NODES:
-        cluster.add_node(node, "dgx-h100", gpus=8, labels=POOL)
-    for node in NODES:
-        cluster.wait_device(node)
-    yield
-    for node in NODES:
-        cluster.remove_node(node)
+    with ready_nodes(cluster, dict.fromkeys(NODES, POOL)):
+        yield
 
 
 @pytest.fixture(params=[1, 2], ids=["one-trip", "two-trips"])
