@@ -115,12 +115,12 @@ class GangRoom:
         """Whether every group held to the node's model still has room after `count` of the
         node's whole free GPUs are taken (True off a cluster table)."""
         table = state.table
-        per = needs.get(gpu_model(state))
+        model = gpu_model(state)
+        per = needs.get(model)
         if not per or not isinstance(table, NodeTable):
             return True
         free = GPUSummary.of(state).whole_free
         left = max(free - count, 0)
-        model = gpu_model(state)
         for size, members in per.items():
             lost = free // size - left // size
             if self.units(table, size).get(model, 0) - lost < members:

@@ -77,6 +77,8 @@ OPENS_DOMAIN = 0.25
 
 
 def topology_score(state: NodeState, req: PodRequest) -> float | None:
+    """The best tier `req`'s GPUs can have on the node (None for fewer than two GPUs or shares):
+    what the scorer's value builds on; `prepare_topology` adds what the pod would split."""
     g = req.gpu
     inv = state.inventory
     if g is None or g.count < 2 or g.shared or inv is None:
@@ -93,11 +95,10 @@ def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | N
     per_gpu, count, whole = g.per_gpu, g.count, g.whole
 
     def score(state: NodeState) -> float | None:
-        inv = state.inventory
-        if inv is None:
+        free = _free(state, per_gpu, whole)
+        if free is None:
             return None
-        gpus = GPUSummary.of(state)
-        feasible = gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
+        inv, gpus, feasible = free
         tier = _tier(state, inv, feasible, count)
         intact = _intact(inv, gpus.whole_mask, count)
         if intact & feasible and _tier(state, inv, feasible & ~intact, count) < tier:
@@ -105,6 +106,16 @@ def prepare_topology(req: PodRequest) -> Callable[[NodeState], float | None] | N
         return tier
 
     return score
+
+
+def _free(state: NodeState, per_gpu: Resources, whole: bool) -> tuple[NodeInventory, GPUSummary, int] | None:
+    """The node's inventory, GPU summary and the mask of GPUs that can take one of the pod's GPUs
+    (None without an inventory)."""
+    inv = state.inventory
+    if inv is None:
+        return None
+    gpus = GPUSummary.of(state)
+    return inv, gpus, gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
 
 
 def _intact(inv: NodeInventory, whole_free: int, count: int = 1) -> int:
@@ -122,13 +133,10 @@ def _keeps_domains(per_gpu: Resources, whole: bool) -> Callable[[NodeState], flo
     domain already in use, or one without NVLink), else `BREAKS_DOMAIN`; None without a fit."""
 
     def score(state: NodeState) -> float | None:
-        inv = state.inventory
-        if inv is None:
+        free = _free(state, per_gpu, whole)
+        if free is None or not free[2]:
             return None
-        gpus = GPUSummary.of(state)
-        fit = gpus.whole_mask if whole else gpus.fit_mask(per_gpu)
-        if not fit:
-            return None
+        inv, gpus, fit = free
         return NVLINK if fit & ~_intact(inv, gpus.whole_mask) else BREAKS_DOMAIN
 
     return score
