@@ -25,8 +25,8 @@ tiers (`best_tier`, `gpu_set_tier`).
 
 `prepare_topology_grouped(req, spoken_for=...)`: for a pod that may run on any GPU model, the
 tier counts for nothing on a node where taking its GPUs would take the room that pods held to the
-node's model need (`FragmentationTerm.spoken_for`: the model's pressure is high and the gangs held
-to it would no longer fit, `gang_room.py`). NVLink is worth having where it costs nobody, but a
+node's model need (`FragmentationTerm.spoken_for`: the gangs held to that model, learned from the
+pods placed, would no longer fit, `gang_room.py`). NVLink is worth having where it costs nobody, but a
 pod that could run anywhere should not take the only GPUs a constrained gang can use: on the
 topology workload with departures such pods filled the DGX nodes and the gangs held to H100
 waited (docs/simulator.md, gang wait).
