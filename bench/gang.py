@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from core import build_cluster  # bench/core.py
 
 from allocator.core.cluster.state import ClusterState
-from allocator.core.gang.plan import GangPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, plan_gang
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    settings = PlanSettings(topology_keys=(RACK,))
+    settings = GangPlanSettings(topology_keys=(RACK,))
     widths = (7, 14, 10, 10, 7, 18)
     print(_row(("nodes", "gang", "cold ms", "warm ms", "nodes", "domain"), widths))
     for count in args.nodes:

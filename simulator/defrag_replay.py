@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from allocator.core.defrag.blocks import largest_block
-from allocator.core.defrag.inputs import DefragSettings, PodFacts, Waiter
+from allocator.core.defrag.inputs import DefragPlanSettings, PodFacts, Waiter
 from allocator.core.defrag.migration import Limits, Migration, Reserve, step
 from allocator.core.defrag.plan import Move, plan_defrag
 from allocator.core.gang.plan import GangPlan, plan_gang
@@ -55,7 +55,7 @@ class DefragSimSettings:
     min_wait: float = 600.0  # a waiter is planned for once it has waited this long
     # Every simulated pod is in one namespace, so the namespace limit is the global one.
     limits: Limits = field(default_factory=lambda: Limits(max_migrating=4, per_namespace=4, per_window=16))
-    planner: DefragSettings = field(default_factory=DefragSettings)
+    planner: DefragPlanSettings = field(default_factory=DefragPlanSettings)
     sample_every: float = 3600.0  # largest free block sampled this often
 
 

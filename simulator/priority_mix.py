@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.devices.allocate import Allocation, allocate
-from allocator.core.gang.plan import GangPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
 from allocator.core.gang.priority import by_priority
 from allocator.core.gang.victims import Budget, Candidate
@@ -131,7 +131,7 @@ class _Sim:
                 assert device is not None
                 self.cluster.set_device(device)
         self.gpus = 8 * 4 * s.racks
-        self.settings = PlanSettings(topology_keys=(RACK,))
+        self.settings = GangPlanSettings(topology_keys=(RACK,))
         self.events: list[tuple[float, int, str, Job]] = []
         self.seq = itertools.count()
         self.waiting: list[Job] = []

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from allocator.core.cluster.state import ClusterState, resources_fit
 from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.gang.levels import Levels, keep_to_level, levels_of, plan_in_levels
-from allocator.core.gang.plan import GangPlan, PlanSettings
+from allocator.core.gang.plan import GangPlan, GangPlanSettings
 from allocator.core.gang.siblings import sibling_affinity
 from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.request.parse import pod_request
@@ -148,7 +148,7 @@ class _Sim:
             self.cluster.set_device(device)
         self.gpus = 8 * s.spines * s.leafs * s.nodes
         self.keys = GENERIC.keys if policy == "no-profile" else PROFILE.keys
-        self.settings = PlanSettings(topology_keys=self.keys)
+        self.settings = GangPlanSettings(topology_keys=self.keys)
         wish = {"preferred": TopologyWish(preferred="leaf"), "required": TopologyWish(required="leaf")}
         self.levels: Levels | None = levels_of(PROFILE, wish.get(policy))
         self.events: list[tuple[float, int, str, Job]] = []

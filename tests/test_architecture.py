@@ -232,11 +232,12 @@ CORE_IO_MODULES = (
     "kubernetes",
     "aiohttp",
 )
-# allocator.core's sub-packages, lowest first (`reasons` is a module at the core's root).
+# allocator.core's sub-packages, lowest first (`reasons` and `actions`, the lifecycles' shared
+# action vocabulary, are modules at the core's root).
 # `claims` and `reservation` are the two top layers, side by side: each builds on the gang planner
 # and everything below, and neither imports the other (CORE_SIBLINGS).
 CORE_LAYERS = (
-    "reasons", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation", "defrag"
+    "reasons", "actions", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation", "defrag"
 )  # fmt: skip
 CORE_SIBLINGS = (("claims", "reservation"),)
 

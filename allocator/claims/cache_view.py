@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from allocator.core.claims.published import NodeDevices
 from allocator.runtime.cache.dra import ClaimEntry
-from allocator.runtime.cache.records import NodeFacts, PodEntry, Reservation
+from allocator.runtime.cache.records import Hold, NodeFacts, PodEntry
 from allocator.runtime.coreadapter import PodRequest
 from apis.annotations import DeviceAllocations
 from apis.dra_claims import DeviceClass, ResourceClaimTemplate
@@ -42,11 +42,11 @@ class ClaimsLedger(Protocol):
     """Claim holds in the hold ledger (allocator/runtime/ledger.py)."""
 
     @property
-    def reservations(self) -> Mapping[str, Reservation]: ...
+    def holds(self) -> Mapping[str, Hold]: ...
 
     def hold_claim(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
-    ) -> Reservation | str: ...
+    ) -> Hold | str: ...
 
     def drop_hold(self, key: str, *, force: bool = False) -> bool: ...
 

@@ -195,7 +195,7 @@ class ClaimsController:
         leader's to see)."""
         busy = {claim_usage_key(k) for k in self._busy}
         self.decider.drop(
-            [k for k, r in self.cache.ledger.reservations.items() if r.holder == HOLDER and k not in busy]
+            [k for k, r in self.cache.ledger.holds.items() if r.holder == HOLDER and k not in busy]
         )
         self._retry.clear()
         self._moved.clear()
@@ -390,7 +390,7 @@ class ClaimsController:
     # -- release --------------------------------------------------------------------------------------
 
     def _release_unused(self, referenced: set[str], now: float) -> None:
-        holds = self.cache.ledger.reservations
+        holds = self.cache.ledger.holds
         unused = set()
         for key, entry in self.cache.dra.claims.items():
             c = entry.claim

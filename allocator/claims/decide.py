@@ -75,7 +75,7 @@ class Decider:
         out = []
         for name in sorted(self.core.dra_nodes):
             facts = self.cache.nodes.get(name)
-            if facts is None or name in refused or not all(admits(facts[2], t) for t in tolerations):
+            if facts is None or name in refused or not all(admits(facts.spec, t) for t in tolerations):
                 continue
             out.append(name)
         if len(self._candidates) >= 256:

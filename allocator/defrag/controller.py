@@ -21,7 +21,7 @@ from typing import Any
 
 from allocator.core.defrag.migration import Evict, Finish, Hold, Report, Reserve, step
 from allocator.core.defrag.plan import DefragPlan
-from allocator.core.gang.plan import PlanSettings as GangPlanSettings
+from allocator.core.gang.plan import GangPlanSettings
 from allocator.core.gang.victims import Candidate
 from allocator.defrag import planning, writes
 from allocator.defrag import reading as rd

@@ -9,11 +9,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.core.defrag.inputs import DefragSettings as PlanSettings
-from allocator.core.defrag.inputs import PodFacts, Waiter
+from allocator.core.defrag.inputs import DefragPlanSettings, PodFacts, Waiter
 from allocator.core.defrag.migration import Limits, Migration
 from allocator.core.defrag.plan import DefragPlan
-from allocator.core.gang.plan import PlanSettings as GangPlanSettings
+from allocator.core.gang.plan import GangPlanSettings
 from allocator.defrag import reading as rd
 from allocator.defrag import workloads as wl
 from allocator.defrag.cache_view import DefragCache
@@ -34,7 +33,7 @@ class Pass:
     inflight: list[tuple[Migration, str, str]]  # (move, its Reservation's uid, the waiter)
     facts: list[PodFacts]  # the pods the planner weighed (those moving left out)
     waiters: list[Waiter]
-    options: PlanSettings
+    options: DefragPlanSettings
     running: dict[str, JSON]  # bound pods by key, as listed
     budgets_read: bool
     caps: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -55,8 +54,8 @@ async def budgets(api: KubeApi) -> list[JSON]:
     return list(got.get("items") or [])
 
 
-def options_of(settings: DefragSettings, plan: GangPlanSettings) -> PlanSettings:
-    return PlanSettings(
+def options_of(settings: DefragSettings, plan: GangPlanSettings) -> DefragPlanSettings:
+    return DefragPlanSettings(
         allow_bare=settings.allow_bare_pods,
         proactive=settings.proactive,
         proactive_priority=settings.proactive_priority,

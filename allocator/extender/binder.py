@@ -19,7 +19,7 @@ from typing import Any
 
 from allocator.extender.cache_view import ExtenderCache
 from allocator.extender.gang_hooks import GangHooks
-from allocator.runtime.cache.records import Reservation
+from allocator.runtime.cache.records import Hold
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.kube import ApiError, KubeApi
@@ -118,7 +118,7 @@ class Binder:
         return pod
 
     async def _post_binding(
-        self, args: ExtenderBindingArgs, res: Reservation | None, pod: JSON | None = None
+        self, args: ExtenderBindingArgs, res: Hold | None, pod: JSON | None = None
     ) -> BindOutcome:
         # The annotation travels in the Binding: the API server copies a Binding's annotations
         # onto the pod in the same write that sets spec.nodeName, so the pod is bound with its

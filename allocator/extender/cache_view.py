@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from allocator.runtime.cache.budgets import DisruptionBudgets
-from allocator.runtime.cache.records import PodEntry, Reservation
+from allocator.runtime.cache.records import Hold, PodEntry
 from allocator.runtime.coreadapter import PodRequest, Rejection
 
 JSON = dict[str, Any]
@@ -23,11 +23,11 @@ class BindLedger(Protocol):
     """The bind path's part of the hold ledger (allocator/runtime/ledger.py)."""
 
     @property
-    def reservations(self) -> Mapping[str, Reservation]: ...
+    def holds(self) -> Mapping[str, Hold]: ...
 
-    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection: ...
+    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Hold | Rejection: ...
 
-    def release(self, res: Reservation) -> bool: ...
+    def release(self, res: Hold) -> bool: ...
 
 
 @runtime_checkable

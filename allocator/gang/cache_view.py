@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from allocator.runtime.cache.budgets import DisruptionBudgets
-from allocator.runtime.cache.records import NodeFacts, PodEntry, Reservation
+from allocator.runtime.cache.records import Hold, NodeFacts, PodEntry
 from allocator.runtime.coreadapter import PodRequest
 from apis.annotations import DeviceAllocations
 
@@ -26,11 +26,11 @@ class GangLedger(Protocol):
     """Gang plans' part of the hold ledger (allocator/runtime/ledger.py)."""
 
     @property
-    def reservations(self) -> Mapping[str, Reservation]: ...
+    def holds(self) -> Mapping[str, Hold]: ...
 
     def hold(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
-    ) -> Reservation | str: ...
+    ) -> Hold | str: ...
 
     def drop_hold(self, key: str, *, force: bool = False) -> bool: ...
 

@@ -45,7 +45,7 @@ from allocator.core.gang.actions import (
 from allocator.core.gang.gang_pass import GangPass
 from allocator.core.gang.gang_state import GangState
 from allocator.core.gang.lifecycle import release_all
-from allocator.core.gang.plan import PlanSettings
+from allocator.core.gang.plan import GangPlanSettings
 from allocator.core.gang.victims import Candidate
 from allocator.core.gang.view import Clocks, MemberPod, Outcomes
 from allocator.gang.cache_view import GangCache
@@ -103,7 +103,7 @@ class GangController:
         events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
-        plan_settings: PlanSettings,
+        plan_settings: GangPlanSettings,
         topology: Topology | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,

@@ -8,19 +8,19 @@ held member elsewhere, and the reasons a hold could not be made.
 from __future__ import annotations
 
 from allocator.gang.cache_view import GangLedger
-from allocator.runtime.cache.records import Reservation
+from allocator.runtime.cache.records import Hold
 from allocator.runtime.coreadapter import PodRequest, Rejection
 from apis.annotations import DeviceAllocations
 
 GANG_PLAN = "topoalloc: gang plan"
 
 
-def planned_elsewhere(res: Reservation) -> Rejection:
+def planned_elsewhere(res: Hold) -> Rejection:
     """A planned member offered (filter) or bound (bind) to a node its plan does not name."""
     return Rejection(GANG_PLAN, f"gang {res.holder} planned this pod for node {res.node}")
 
 
-def plan_refusal(res: Reservation, req: PodRequest, node: str) -> Rejection | None:
+def plan_refusal(res: Hold, req: PodRequest, node: str) -> Rejection | None:
     """Why the held pod `req` may not go to `node`: the plan is for an older pod of its name, or
     for another node. None: the plan says this node."""
     if req.uid and res.uid != req.uid:
@@ -36,14 +36,14 @@ class PlanHolds:
     def __init__(self, ledger: GangLedger) -> None:
         self.ledger = ledger
 
-    def planned(self, key: str) -> Reservation | None:
+    def planned(self, key: str) -> Hold | None:
         """The pod's hold, if a gang's plan holds it."""
-        res = self.ledger.reservations.get(key)
+        res = self.ledger.holds.get(key)
         return res if res is not None and res.holder else None
 
     def reserve(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, gang: str
-    ) -> Reservation | Rejection:
+    ) -> Hold | Rejection:
         """Hold a member's planned devices on its planned node until it is bound there or
         `release`. Refused while the pod is bound or another reservation holds it."""
         got = self.ledger.hold(key, uid, node, allocations, req, gang)

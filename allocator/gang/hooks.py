@@ -14,7 +14,7 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from allocator.core.gang.plan import PlanSettings
+from allocator.core.gang.plan import GangPlanSettings
 from allocator.gang.cabundle import CaBundleInjector
 from allocator.gang.cache_view import GangCache
 from allocator.gang.controller import GangController
@@ -56,7 +56,7 @@ class GangScheduling:
         self.steering = GangSteering(
             core, self.holds, self.index, settings, self.topology, lambda g: self.controller.making_room(g)
         )
-        plan_settings = PlanSettings(
+        plan_settings = GangPlanSettings(
             topology_keys=tuple(settings.topology_keys), scoring=core.scoring.device_scoring
         )
         self.controller = GangController(

@@ -45,8 +45,8 @@ def admitting_nodes(cache: GangCache, core: CoreAdapter, members: list[MemberPod
         kinds[json.dumps(tolerations, sort_keys=True)] = tolerations
     return [
         name
-        for name, (_, _, spec) in cache.nodes.items()
-        if core.has_node(name) and all(admits(spec, t) for t in kinds.values())
+        for name, facts in cache.nodes.items()
+        if core.has_node(name) and all(admits(facts.spec, t) for t in kinds.values())
     ]
 
 
@@ -89,7 +89,7 @@ def gang_view(
         min_member, timeout = max(1, ref.min_available or 1), _waiting_time({}, members)
     if timeout is None:
         timeout = settings.default_timeout
-    held = cache.ledger.reservations
+    held = cache.ledger.holds
     holds = {m.key: res.uid for m in members if (res := held.get(m.key)) is not None}
     where = ref.object_key if raw is not None else key
     native = ref.source == pg.NATIVE_SOURCE

@@ -11,7 +11,7 @@ from dataclasses import replace
 from allocator.core.gang.actions import Release, Reserve
 from allocator.core.gang.levels import Levels
 from allocator.core.gang.min_resources import Shortage
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan
 from allocator.core.gang.preemption import PreemptionPlan
 from allocator.core.gang.victims import Candidate
 from allocator.core.gang.view import MemberPod
@@ -20,7 +20,7 @@ from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
 from allocator.gang.topology import Topology
-from allocator.runtime.cache.records import Reservation
+from allocator.runtime.cache.records import Hold
 from allocator.runtime.cache.victims import all_candidates
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from apis.quantity import Quantity
@@ -37,7 +37,7 @@ class ClusterPlanner:
         core: CoreAdapter,
         holds: PlanHolds,
         index: GangIndex,
-        settings: PlanSettings,
+        settings: GangPlanSettings,
         topology: Topology | None = None,
     ) -> None:
         self.cache = cache
@@ -48,7 +48,7 @@ class ClusterPlanner:
         self.topology = topology
 
     @property
-    def settings(self) -> PlanSettings:
+    def settings(self) -> GangPlanSettings:
         """The plan settings with the topology profile's levels as the keys a plan prefers."""
         if self.topology is None:
             return self._settings
@@ -66,7 +66,7 @@ class ClusterPlanner:
         return sibling_nodes(self.core, self.index, gang, list(members))
 
     def running(self) -> list[Candidate]:
-        return all_candidates(self.cache.pods, self.cache.ledger.reservations, self.cache.budgets)
+        return all_candidates(self.cache.pods, self.cache.ledger.holds, self.cache.budgets)
 
     def still_holding(self, victims: Iterable[Candidate]) -> list[Candidate]:
         pods = self.cache.pods
@@ -124,7 +124,7 @@ class ClusterPlanner:
             entry = self.cache.pods[hold.key]
             req = self.core.request(entry.raw or {})
             got = self.holds.reserve(hold.key, hold.uid, hold.node, hold.devices, req, action.gang)
-            if not isinstance(got, Reservation):
+            if not isinstance(got, Hold):
                 for key in made:
                     self.holds.release(key)
                 log.warning("gang %s: reserving %s failed: %s", action.gang, hold.key, got)

@@ -26,7 +26,7 @@ from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
 from allocator.gang.topology import Topology
-from allocator.runtime.cache.records import Reservation
+from allocator.runtime.cache.records import Hold
 from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts
 from allocator.runtime.gang_settings import GangSettings
 
@@ -76,7 +76,7 @@ class GangSteering:
             return self.room_refusal(res) or plan_refusal(res, req, node)
         return self.guard(req)
 
-    def room_refusal(self, res: Reservation) -> Rejection | None:
+    def room_refusal(self, res: Hold) -> Rejection | None:
         """A held member whose gang is still making room: its planned devices are taken."""
         if not self.making_room(res.holder):
             return None

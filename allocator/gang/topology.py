@@ -39,7 +39,7 @@ class Topology:
     def detected(self) -> Detected:
         if self._detected is None:
             s = self.settings
-            labels = (facts[0] for facts in self.cache.nodes.values())
+            labels = (facts.labels for facts in self.cache.nodes.values())
             found = resolve(s.topology_profile, s.topology_keys, DEFAULT_TOPOLOGY_KEYS, labels)
             if found.profile != self._said:
                 self._said = found.profile

@@ -25,7 +25,7 @@ from allocator.core.reservation.match import PodSide, mismatch
 from allocator.core.reservation.room import Room, remaining, room_key
 from allocator.reservations.cache_view import ReservationCache
 from allocator.reservations.owners import OwnerIndex
-from allocator.runtime.cache.records import Reservation as LedgerEntry
+from allocator.runtime.cache.records import Hold
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from apis import reservation as rv
 from apis.annotations import DeviceAllocations
@@ -216,7 +216,7 @@ class RoomBook:
         self.pending[name][key] = (allocations, req.cpu_milli, req.memory)
         self._recount(name)
 
-    def dropped(self, entry: LedgerEntry) -> None:
+    def dropped(self, entry: Hold) -> None:
         """The ledger let go of a bind that took from a room (bound, failed or expired)."""
         if entry.room and self.pending.get(entry.room, {}).pop(entry.key, None) is not None:
             self._recount(entry.room)
@@ -330,7 +330,7 @@ class RoomBook:
 
     def node_labels(self, node: str) -> dict[str, str]:
         facts = self.cache.nodes.get(node)
-        return dict(facts[0]) if facts is not None else {}
+        return dict(facts.labels) if facts is not None else {}
 
     def rooms_on(self, node: str) -> Iterable[str]:
         return [room_key(n) for n in self.by_node.get(node, ())]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from allocator.runtime.cache.budgets import DisruptionBudgets
-from allocator.runtime.cache.records import NodeFacts, PodEntry, Reservation
+from allocator.runtime.cache.records import Hold, NodeFacts, PodEntry
 from allocator.runtime.coreadapter import PodRequest
 from allocator.runtime.ledger import Placer
 from apis.annotations import DeviceAllocations
@@ -26,10 +26,10 @@ class RoomLedger(Protocol):
     """Rooms' part of the hold ledger (allocator/runtime/ledger.py)."""
 
     placer: Placer
-    on_drop: list[Callable[[Reservation], None]]
+    on_drop: list[Callable[[Hold], None]]
 
     @property
-    def reservations(self) -> Mapping[str, Reservation]: ...
+    def holds(self) -> Mapping[str, Hold]: ...
 
     def hold_room(self, key: str, node: str, allocations: DeviceAllocations, req: PodRequest) -> None: ...
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from allocator.core.gang.levels import Levels, levels_of
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan
 from allocator.core.gang.victims import Candidate
 from allocator.core.reservation.place import NoRoom, RoomPlan
 from allocator.reservations.book import Entry
@@ -53,9 +53,7 @@ def admitting(cache: ReservationCache, core: CoreAdapter, entry: Entry) -> list[
         return [pinned] if core.has_node(pinned) else []
     tolerations = tolerations_of(res.template)
     return [
-        name
-        for name, (_, _, nspec) in cache.nodes.items()
-        if core.has_node(name) and admits(nspec, tolerations)
+        name for name, facts in cache.nodes.items() if core.has_node(name) and admits(facts.spec, tolerations)
     ]
 
 
@@ -106,7 +104,7 @@ def place_gang(
 ) -> Placing:
     """Every member at once with the gang planner (fewest nodes, best topology, one domain; one
     domain of a required level or none placed)."""
-    settings = PlanSettings(topology_keys=topology.keys, scoring=core.scoring.device_scoring)
+    settings = GangPlanSettings(topology_keys=topology.keys, scoring=core.scoring.device_scoring)
     got = core.plan_gang(
         reqs, settings, siblings=topology.siblings or {}, names=names, levels=topology.levels
     )
@@ -126,8 +124,8 @@ def with_preemption(
     """A placement for every member and the cheapest lower-priority pods (a gang of pods only
     whole) whose eviction makes room for it: the gang preemption machinery, keeping to the gang's
     topology level; victims a PodDisruptionBudget protects last, as for gangs of pods."""
-    candidates = all_candidates(cache.pods, cache.ledger.reservations, cache.budgets)
-    settings = PlanSettings(topology_keys=topology.keys, scoring=core.scoring.device_scoring)
+    candidates = all_candidates(cache.pods, cache.ledger.holds, cache.budgets)
+    settings = GangPlanSettings(topology_keys=topology.keys, scoring=core.scoring.device_scoring)
     got = core.plan_with_preemption(
         reqs,
         candidates,

@@ -28,13 +28,12 @@ from allocator.core.claims.published import NodeDevices, results_usage
 from allocator.core.claims.solve import ClaimAnswer
 from allocator.core.cluster.columns import FilterVerdicts
 from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
-from allocator.core.defrag.inputs import DefragSettings as PlanDefrag
-from allocator.core.defrag.inputs import PodFacts, Waiter
+from allocator.core.defrag.inputs import DefragPlanSettings, PodFacts, Waiter
 from allocator.core.defrag.plan import DefragPlan, plan_defrag
 from allocator.core.devices.allocate import Allocation
 from allocator.core.gang.levels import Levels, keep_to_level, plan_in_levels, preempt_in_levels
 from allocator.core.gang.min_resources import Shortage, min_resources_shortage
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan
 from allocator.core.gang.preemption import PreemptionPlan, node_victims
 from allocator.core.gang.siblings import sibling_priorities
 from allocator.core.gang.victims import Candidate
@@ -274,7 +273,7 @@ class CoreAdapter:
     def plan_gang(
         self,
         requests: Sequence[PodRequest],
-        settings: PlanSettings,
+        settings: GangPlanSettings,
         *,
         siblings: Mapping[str, int],
         names: Iterable[str],
@@ -290,7 +289,7 @@ class CoreAdapter:
         self,
         requests: Sequence[PodRequest],
         candidates: Iterable[Candidate],
-        settings: PlanSettings,
+        settings: GangPlanSettings,
         *,
         names: Iterable[str],
         siblings: Mapping[str, int],
@@ -309,7 +308,7 @@ class CoreAdapter:
         return list(names)
 
     def plan_defrag(
-        self, waiters: Sequence[Waiter], pods: Iterable[PodFacts], settings: PlanDefrag, now: float
+        self, waiters: Sequence[Waiter], pods: Iterable[PodFacts], settings: DefragPlanSettings, now: float
     ) -> DefragPlan:
         """The moves that unblock the waiters (core/defrag/plan.py), on the nodes a pod asking for
         devices may use (not DRA-mode ones)."""
@@ -421,5 +420,5 @@ class CoreAdapter:
         topology_keys: Sequence[str] = (),
     ) -> list[ClaimAnswer] | NoPlacement:
         """Every member's claims at once, or why not (core/claims/gang.py)."""
-        settings = PlanSettings(topology_keys=tuple(topology_keys), scoring=self.scoring.device_scoring)
+        settings = GangPlanSettings(topology_keys=tuple(topology_keys), scoring=self.scoring.device_scoring)
         return place_gang(self.cluster, members, names, published, self.scorer, settings)

@@ -1,10 +1,10 @@
 """The hold ledger: devices held for a pod beyond what the pod itself says it holds.
 
 The watch cache counts what bound pods hold (their `device-allocated` annotation); the ledger
-keeps everything else that takes devices, per pod key, as a `Reservation`:
-  * a *bind reservation* holds what bind chose, from the moment of choice until the watch shows
+keeps everything else that takes devices, per pod key, as a `Hold` (its `holds`):
+  * a *bind hold* holds what bind chose, from the moment of choice until the watch shows
     the pod bound (the pod's own entry takes over), the bind fails (rolled back) or the TTL passes;
-  * a *hold* (`hold`) is a reservation without TTL made for someone else than bind: gang scheduling
+  * a *planned hold* (`hold`) is a hold without TTL made for someone else than bind: gang scheduling
     holds a member's planned devices from the moment its gang is planned until the member shows up
     bound or the gang drops the hold (allocator/gang/holds.py). Bind then takes the held devices,
     and asks `guard` (gang scheduling's `bind_refusal`, plugged in by allocator/assembly.py) whether
@@ -19,7 +19,7 @@ keeps everything else that takes devices, per pod key, as a `Reservation`:
     or the controller drops it (the write failed).
 
 Every change of an entry is handed to `settle(key)` (the cache's: it makes the core count the
-pod's reservation, else its own entry). All methods are synchronous and the process runs one
+pod's hold, else its own entry). All methods are synchronous and the process runs one
 event loop: a method runs to completion before any other request or watch event is looked at, so
 choose-and-reserve in `reserve()` is a critical section without a lock, and as short as the
 core's `allocate()`.
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 from allocator.runtime.cache.records import (
     JSON,
+    Hold,
     PodEntry,
-    Reservation,
     meta_of,
     pod_key,
 )
@@ -97,24 +97,24 @@ class HoldLedger:
         self.ttl = ttl
         self.metrics = metrics
         self.clock = clock
-        self.reservations: dict[str, Reservation] = {}
+        self.holds: dict[str, Hold] = {}
         # Why a pod must not be bound to a node now (gang scheduling's, set at wiring time).
         self.guard: BindGuard = no_refusal
         # An owner's devices from its room (Reservations', set at wiring time).
         self.placer: Placer = no_placer
         # Told of every entry that goes (Reservations recount the room a failed bind took from).
-        self.on_drop: list[Callable[[Reservation], None]] = []
+        self.on_drop: list[Callable[[Hold], None]] = []
         self._tokens = itertools.count(1)
 
     # -- the bind path ---------------------------------------------------------------------------
 
-    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Reservation | Rejection:
+    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Hold | Rejection:
         """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume").
 
         Synchronous from choice to hold: no other bind can run in between."""
         meta = meta_of(pod)
         key = pod_key(meta.get("namespace") or "default", meta.get("name") or "")
-        held = self.reservations.get(key)
+        held = self.holds.get(key)
         if held is not None and held.holder and not held.binding:
             refusal = self.guard(req, node)
             if refusal is not None:
@@ -137,7 +137,7 @@ class HoldLedger:
         chosen = self.allocate(req, node) if placed is None else placed.allocations
         if isinstance(chosen, Rejection):
             return chosen
-        res = Reservation(
+        res = Hold(
             token=next(self._tokens),
             key=key,
             uid=meta.get("uid") or "",
@@ -152,10 +152,10 @@ class HoldLedger:
         self._add(res)
         return res
 
-    def release(self, res: Reservation) -> bool:
-        """Roll back `res` if it is still the pod's current reservation. A planned one stays held
+    def release(self, res: Hold) -> bool:
+        """Roll back `res` if it is still the pod's current hold. A planned one stays held
         (its holder's plan stands; bind may be tried again): only its bind is over."""
-        current = self.reservations.get(res.key)
+        current = self.holds.get(res.key)
         if current is None or current.token != res.token:
             return False
         if current.holder:
@@ -169,31 +169,31 @@ class HoldLedger:
 
     def hold(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
-    ) -> Reservation | str:
+    ) -> Hold | str:
         """Hold devices for the pending pod `key` on `node` on behalf of `holder`, until the pod is
         bound there or `drop_hold`. Refused (the reason) while the pod is bound or another
-        reservation holds it."""
+        hold has it."""
         entry = self.pods.get(key)
         if entry is None or entry.uid != uid or entry.node or not entry.active:
             return "the pod is gone, bound or finished"
-        if key in self.reservations or node not in self.nodes:
+        if key in self.holds or node not in self.nodes:
             return "the pod or its node is busy"
         return self._hold_until_released(key, uid, node, allocations, req, holder)
 
     def hold_claim(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
-    ) -> Reservation | str:
+    ) -> Hold | str:
         """Hold devices for the ResourceClaim counted under `key` on `node` while its allocation is
         written (no TTL: the cache or the holder ends it). `req` carries no cpu or memory: those are
         the pod's, counted when it binds. Refused (the reason) while another entry holds the key."""
-        if key in self.reservations or node not in self.nodes:
+        if key in self.holds or node not in self.nodes:
             return "the claim or its node is busy"
         return self._hold_until_released(key, uid, node, allocations, req, holder)
 
     def _hold_until_released(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
-    ) -> Reservation:
-        res = Reservation(
+    ) -> Hold:
+        res = Hold(
             token=next(self._tokens),
             key=key,
             uid=uid,
@@ -211,7 +211,7 @@ class HoldLedger:
         """Drop a hold unless its bind is under way (that bind ends in a binding or in a rollback
         that leaves the hold to its holder again); `force` drops it anyway (leadership lost, or a
         bind that never finished)."""
-        res = self.reservations.get(key)
+        res = self.holds.get(key)
         if res is None or not res.holder or (res.binding and not force):
             return False
         self.drop(key)
@@ -223,11 +223,11 @@ class HoldLedger:
     def hold_room(self, key: str, node: str, allocations: DeviceAllocations, req: PodRequest) -> None:
         """Hold (or hold anew, with what is left of it) a Reservation's room on `node`; `req`
         carries its cpu and memory."""
-        old = self.reservations.get(key)
+        old = self.holds.get(key)
         same = (node, allocations.to_json(), req.cpu_milli, req.memory)
         if old is not None and (old.node, old.annotation, old.request.cpu_milli, old.request.memory) == same:
             return  # nothing changed: the core keeps counting it as it is
-        res = Reservation(
+        res = Hold(
             token=next(self._tokens),
             key=key,
             uid="",
@@ -241,7 +241,7 @@ class HoldLedger:
         self._add(res)
 
     def drop_room(self, key: str) -> bool:
-        res = self.reservations.get(key)
+        res = self.holds.get(key)
         if res is None or res.holder != ROOM_HOLDER:
             return False
         self.drop(key)
@@ -251,11 +251,11 @@ class HoldLedger:
     # -- upkeep ----------------------------------------------------------------------------------
 
     def expire(self) -> int:
-        """Roll back the reservations whose TTL has passed; how many there were."""
+        """Roll back the bind holds whose TTL has passed; how many there were."""
         now = self.clock()
-        expired = [r for r in self.reservations.values() if r.expires <= now]
+        expired = [r for r in self.holds.values() if r.expires <= now]
         for res in expired:
-            log.warning("reservation of %s on %s expired: the pod never showed up bound", res.key, res.node)
+            log.warning("bind hold of %s on %s expired: the pod never showed up bound", res.key, res.node)
             self.release(res)
         if expired and self.metrics:
             self.metrics.reservations_expired.inc(len(expired))
@@ -264,17 +264,17 @@ class HoldLedger:
     def drop(self, key: str) -> None:
         """Forget the pod's entry without settling it: the cache does, once it has taken in the
         change that ended it (the pod bound, finished, deleted or replaced)."""
-        res = self.reservations.pop(key, None)
+        res = self.holds.pop(key, None)
         if res is not None:
             self._gauge()
             for listener in self.on_drop:
                 listener(res)
 
-    def _add(self, res: Reservation) -> None:
-        self.reservations[res.key] = res
+    def _add(self, res: Hold) -> None:
+        self.holds[res.key] = res
         self.settle(res.key)
         self._gauge()
 
     def _gauge(self) -> None:
         if self.metrics:
-            self.metrics.reservations.set(len(self.reservations))
+            self.metrics.reservations.set(len(self.holds))

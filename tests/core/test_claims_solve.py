@@ -341,18 +341,24 @@ def member(name: str, count: int) -> ClaimsRequest:
 
 def test_a_gang_of_claims_is_placed_whole_or_not_at_all() -> None:
     from allocator.core.claims.gang import place_gang
-    from allocator.core.gang.plan import PlanSettings
+    from allocator.core.gang.plan import GangPlanSettings
 
     cluster, pools = two_nodes()
     scorer = NodeScorer(ScoringConfig())
-    both = place_gang(cluster, [member("a", 8), member("b", 8)], ["g1", "g2"], pools, scorer, PlanSettings())
+    both = place_gang(
+        cluster, [member("a", 8), member("b", 8)], ["g1", "g2"], pools, scorer, GangPlanSettings()
+    )
     assert isinstance(both, list) and sorted(a.node for a in both) == ["g1", "g2"]
     assert [len(a.results[f"ns/{m}"]) for a, m in zip(both, "ab", strict=True)] == [8, 8]
     assert not cluster.nodes["g1"].pods  # nothing held: the caller holds what it is given
-    three = place_gang(cluster, [member(m, 8) for m in "abc"], ["g1", "g2"], pools, scorer, PlanSettings())
+    three = place_gang(
+        cluster, [member(m, 8) for m in "abc"], ["g1", "g2"], pools, scorer, GangPlanSettings()
+    )
     assert isinstance(three, NoPlacement) and "does not fit whole" in three.summary()
     # Members of four share a node without sharing a GPU.
-    four = place_gang(cluster, [member(m, 4) for m in "abcd"], ["g1", "g2"], pools, scorer, PlanSettings())
+    four = place_gang(
+        cluster, [member(m, 4) for m in "abcd"], ["g1", "g2"], pools, scorer, GangPlanSettings()
+    )
     assert isinstance(four, list)
     for node in ("g1", "g2"):
         used = [r.device for a in four if a.node == node for rs in a.results.values() for r in rs]

@@ -69,7 +69,7 @@ async def test_the_binding_carries_the_ledgers_choice_and_the_reservation_stays(
     assert outcome.ok and chosen == [("default/w", "gpu-1")]
     assert api.bindings == [("default", "w", "uid-w", "gpu-1", {keys.DEVICE_ALLOCATED: GPUS.to_json()})]
     # Held until the watch shows the pod bound (the cache's job, not the binder's).
-    assert list(cache.ledger.reservations) == ["default/w"] and events.warnings == []
+    assert list(cache.ledger.holds) == ["default/w"] and events.warnings == []
 
 
 async def test_a_refused_binding_rolls_the_reservation_back_and_says_why() -> None:
@@ -77,7 +77,7 @@ async def test_a_refused_binding_rolls_the_reservation_back_and_says_why() -> No
     binder, cache, events, _ = rig(api)
     outcome = await binder.bind(ExtenderBindingArgs("w", "default", "uid-w", "gpu-1"))
     assert outcome.reason == "binding_failed" and "binding refused" in outcome.error
-    assert cache.ledger.reservations == {} and cache.settled == ["default/w", "default/w"]
+    assert cache.ledger.holds == {} and cache.settled == ["default/w", "default/w"]
     assert events.warnings == [("w", "FailedBinding", outcome.error)]
 
 
@@ -86,5 +86,5 @@ async def test_a_node_the_cache_does_not_know_is_refused_before_any_choice() -> 
     binder, cache, events, chosen = rig(api)
     outcome = await binder.bind(ExtenderBindingArgs("w", "default", "uid-w", "gpu-9"))
     assert outcome.reason == "rejected" and "not in the allocator's cache" in outcome.error
-    assert chosen == [] and api.bindings == [] and cache.ledger.reservations == {}
+    assert chosen == [] and api.bindings == [] and cache.ledger.holds == {}
     assert events.warnings == [("w", "FailedDeviceAllocation", outcome.error)]

@@ -335,7 +335,7 @@ class GangWorld:
         return [e.get("note") or e.get("message") or "" for e in self.events_about(name, kind)]
 
     def gang_reservations(self) -> dict[str, str]:
-        return {k: r.node for k, r in self.service.cache.ledger.reservations.items() if r.holder}
+        return {k: r.node for k, r in self.service.cache.ledger.holds.items() if r.holder}
 
 
 def gang_settings(**overrides: Any) -> GangSettings:

@@ -71,7 +71,7 @@ def fingerprint(service: Allocator) -> tuple[object, ...]:
     devices the core counts as taken, per node and type."""
     cache = service.cache
     ledger = sorted(
-        (k, r.uid, r.node, r.annotation, r.holder, r.binding) for k, r in cache.ledger.reservations.items()
+        (k, r.uid, r.node, r.annotation, r.holder, r.binding) for k, r in cache.ledger.holds.items()
     )
     return ledger, sorted(cache.holdings().items()), sorted(cache.allocated_devices())
 

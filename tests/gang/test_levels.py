@@ -10,7 +10,7 @@ from collections import Counter
 from allocator.core.cluster.state import ClusterState
 from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.gang.levels import Levels, keep_to_level, levels_of, plan_in_levels, preempt_in_levels
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan
 from allocator.core.gang.victims import Candidate
 from allocator.core.request.parse import pod_request
@@ -25,7 +25,7 @@ SPINE = "network.topology.nvidia.com/spine"
 PROFILE = PRESETS["topograph-legacy"]
 REQUIRED_LEAF = levels_of(PROFILE, TopologyWish(required="leaf"))
 PREFERRED_LEAF = levels_of(PROFILE, TopologyWish(preferred=LEAF))
-BASE = PlanSettings(topology_keys=PROFILE.keys)
+BASE = GangPlanSettings(topology_keys=PROFILE.keys)
 
 
 def cluster(leafs: dict[str, str], spine: str = "s1") -> ClusterState:

@@ -41,7 +41,7 @@ async def test_a_gang_larger_than_the_cluster_times_out_cleanly(fake_api: FakeAp
         failed = [n for n in w.notes_about("big", "PodGroup") if "timeout" in n]
         assert failed[0].startswith("no placement for the whole gang within its 2s timeout: ")
         assert w.service.metrics.registry.get_sample_value("topoalloc_podgroup_scheduling_timeout_total") == 1
-        assert w.gang_reservations() == {} and w.service.cache.ledger.reservations == {}
+        assert w.gang_reservations() == {} and w.service.cache.ledger.holds == {}
         pods = w.pods()
         assert all(gates_of(pods[f"big{i}"]) == [keys.GANG_SCHEDULING_GATE] for i in range(3))
         # Nothing is held: an ordinary pod gets all 8 GPUs.

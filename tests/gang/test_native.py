@@ -57,7 +57,7 @@ async def test_a_steered_gang_takes_many_filter_calls_per_bind_and_leaves_no_tra
         for name in MEMBERS:
             assert await w.running.client.bind(pods[name], plan[f"default/{name}"]) == ""
         await until(lambda: all(node_of(p) for p in w.pods().values()), 5)
-        await until(lambda: w.service.cache.ledger.reservations == {}, 5)
+        await until(lambda: w.service.cache.ledger.holds == {}, 5)
         assert not double_booked(list(w.pods().values()))
         assert fingerprint(w.service)[1:] == rebuilt(w.service, fake_api)  # no drift
         calls = w.running.metric("topoalloc_extender_requests_total", {"verb": "filter", "result": "ok"})
@@ -91,7 +91,7 @@ async def test_a_rolled_back_gang_holds_nothing_once_it_is_given_up(
         assert len([d for d in fingerprint(w.service)[2] if d[1] == "gpu"]) <= 2
         for name in MEMBERS:  # the Job gives up
             await w.admission.delete_pod(name)
-        await until(lambda: w.service.cache.ledger.reservations == {}, 5)
+        await until(lambda: w.service.cache.ledger.holds == {}, 5)
         assert fingerprint(w.service) == empty
         assert rebuilt(w.service, fake_api) == empty[1:]
         # And the room is really free: an 8-GPU pod fits on each node.

@@ -7,7 +7,7 @@ from collections import Counter
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.devices.allocate import Allocation, allocate
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan, plan_gang
 from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from tests.core.pods import gpus, pod
@@ -15,7 +15,7 @@ from tests.support.machines import dgx_h100_device, l40s_device
 
 RACK = "topoalloc.io/rack"
 ZONE = "topology.kubernetes.io/zone"
-SETTINGS = PlanSettings(topology_keys=(RACK, ZONE))
+SETTINGS = GangPlanSettings(topology_keys=(RACK, ZONE))
 
 
 def node(name: str, labels: dict[str, str] | None = None, cpu: str = "64", pods: str = "110") -> dict:

@@ -4,7 +4,7 @@ nodes whose expected victims are worked out by hand from the machines' topology.
 from __future__ import annotations
 
 from allocator.core.cluster.state import ClusterState
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
 from allocator.core.gang.victims import Budget, Candidate
 from allocator.core.node.inventory import build_inventory
@@ -140,7 +140,7 @@ def test_a_four_by_eight_gang_evicts_exactly_one_nvlink_domain() -> None:
     # and b's four nodes would be no better).
     c = clique_cluster({"a": 3, "b": 4, "c": 5})
     members = [request(gpus(8), 1000, name=f"w{i}") for i in range(4)]
-    got = plan_with_preemption(c, members, fillers(c), PlanSettings(topology_keys=(CLIQUE,)))
+    got = plan_with_preemption(c, members, fillers(c), GangPlanSettings(topology_keys=(CLIQUE,)))
     assert isinstance(got, PreemptionPlan)
     assert len(got.victims) == 32
     nodes = got.victim_nodes
@@ -171,7 +171,7 @@ def test_over_budget_the_fallback_keeps_one_domain_and_spares_what_is_not_needed
     c.nodes["b-2"].remove_pod("f/b-2-0")
     c.pod_node.pop("f/b-2-0")
     members = [request(gpus(4), 9, name=f"w{i}") for i in range(3)]
-    settings = PlanSettings(topology_keys=(CLIQUE,))
+    settings = GangPlanSettings(topology_keys=(CLIQUE,))
     got = plan_with_preemption(c, members, fillers(c), settings, budget=Budget(0, 0))
     assert isinstance(got, PreemptionPlan) and not got.exact
     assert len({n.split("-")[0] for n in got.plan.nodes}) == 1

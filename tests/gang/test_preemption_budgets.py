@@ -5,7 +5,7 @@ room re-plans without its own holds in its way."""
 from __future__ import annotations
 
 from allocator.core.cluster.state import ClusterState
-from allocator.core.gang.plan import PlanSettings
+from allocator.core.gang.plan import GangPlanSettings
 from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
 from allocator.core.gang.victims import Budget, Candidate, violations
 from apis.annotations import DeviceAllocations
@@ -71,7 +71,7 @@ def test_a_gang_goes_around_pods_a_budget_protects() -> None:
     has unprotected lower-priority pods: the plan takes those."""
     c = _issue_cluster()
     members = [request(gpus_spec(8), 1000, name=f"w{i}") for i in range(2)]
-    settings = PlanSettings(topology_keys=(CLIQUE,))
+    settings = GangPlanSettings(topology_keys=(CLIQUE,))
     unguarded = fillers(c)
     plain = plan_with_preemption(c, members, unguarded, settings)
     assert isinstance(plain, PreemptionPlan) and {v.key for v in plain.victims} == {
@@ -95,7 +95,7 @@ def test_when_only_protected_pods_make_room_as_few_of_them_as_needed_go() -> Non
     c = _issue_cluster()
     members = [request(gpus_spec(8), 1000, name="w0")]
     everyone = [Candidate(v.key, v.node, 0, budgets=KEEP_ALL) for v in fillers(c)]
-    got = plan_with_preemption(c, members, everyone, PlanSettings(topology_keys=(CLIQUE,)))
+    got = plan_with_preemption(c, members, everyone, GangPlanSettings(topology_keys=(CLIQUE,)))
     assert isinstance(got, PreemptionPlan)
     assert [v.key for v in got.victims] in (["batch/big-0"], ["batch/big-1"])  # one violation, not 8
 
@@ -108,6 +108,6 @@ def test_a_gang_re_planning_its_hold_finds_its_own_held_room_free() -> None:
     c.assign("default/w0", "b-0", DeviceAllocations({"gpu": [entry(m, WHOLE) for m in range(8)]}))
     member = request(gpus_spec(8), 1000, name="w0")
     others = [v for v in fillers(c) if v.key not in ("default/w0", "batch/big-1")]
-    got = plan_with_preemption(c, [member], others, PlanSettings(topology_keys=(CLIQUE,)))
+    got = plan_with_preemption(c, [member], others, GangPlanSettings(topology_keys=(CLIQUE,)))
     assert isinstance(got, PreemptionPlan) and got.victims == ()
     assert got.plan.nodes == ("b-0",)

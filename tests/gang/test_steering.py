@@ -60,7 +60,7 @@ def test_a_planned_member_passes_and_binds_on_its_planned_node_only() -> None:
 def test_a_member_without_a_plan_is_held_everywhere_and_a_plain_pod_is_left_alone() -> None:
     cache, holds, steering, core = rig()
     req = planned(cache, holds, core, "m0", "gpu-b")
-    assert holds.release(req.key) and cache.ledger.reservations == {}
+    assert holds.release(req.key) and cache.ledger.holds == {}
     passed, failed = steering.filter(req, NODES) or (["?"], {})
     assert passed == [] and {r.code for r in failed.values()} == {HELD} and list(failed) == NODES
     refusal = steering.bind_refusal(req, "gpu-b")

@@ -125,7 +125,7 @@ async def test_expiry_gives_the_room_back(fake_api: FakeApiServer, pki: Pki) -> 
         )
         assert ready["reason"] == "Expired"
         p = fake_api.put(pod("after", gpus=8))
-        await until(lambda: not run.service.cache.ledger.reservations)
+        await until(lambda: not run.service.cache.ledger.holds)
         assert (await run.client.filter(p, ["gpu-1"]))["NodeNames"] == ["gpu-1"]
 
 

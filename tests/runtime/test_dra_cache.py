@@ -107,7 +107,7 @@ def test_a_claim_hold_hands_over_to_the_written_claim() -> None:
     assert cache.core.cluster.nodes["n1"].requested_cpu_milli == req.cpu_milli  # the caller strips these
     written = claim("c", ["gpu-3"])
     cache.apply(RESOURCECLAIMS, "MODIFIED", written)
-    assert key not in cache.ledger.reservations and free_gpus(cache, "n1") == 7
+    assert key not in cache.ledger.holds and free_gpus(cache, "n1") == 7
     assert not GPUSummary.of(cache.core.cluster.nodes["n1"]).whole_mask >> 3 & 1
 
 

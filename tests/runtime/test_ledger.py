@@ -58,10 +58,10 @@ def test_a_bind_reservation_holds_until_its_ttl_then_rolls_back() -> None:
     assert res.annotation == GPUS.to_json() and res.expires == 130.0 and not res.holder
     assert rig.metric("topoalloc_reservations") == 1
     rig.now = 129.0
-    assert rig.ledger.expire() == 0 and "default/w" in rig.ledger.reservations
+    assert rig.ledger.expire() == 0 and "default/w" in rig.ledger.holds
     rig.now = 130.0
     assert rig.ledger.expire() == 1
-    assert rig.ledger.reservations == {} and rig.settled == ["default/w", "default/w"]
+    assert rig.ledger.holds == {} and rig.settled == ["default/w", "default/w"]
     assert rig.metric("topoalloc_reservations") == 0
     assert rig.metric("topoalloc_reservations_expired_total") == 1
 
@@ -72,7 +72,7 @@ def test_the_guard_refuses_before_the_core_chooses() -> None:
     refusal = Rejection("topoalloc: held for gang", "held")
     rig.ledger.guard = lambda _req, _node: refusal
     assert rig.ledger.reserve(p, req, "gpu-1") is refusal
-    assert rig.chosen == [] and rig.ledger.reservations == {} and rig.settled == []
+    assert rig.chosen == [] and rig.ledger.holds == {} and rig.settled == []
 
 
 def test_a_hold_is_taken_by_bind_and_survives_its_rollback() -> None:
@@ -87,10 +87,10 @@ def test_a_hold_is_taken_by_bind_and_survives_its_rollback() -> None:
     assert got is held and held.binding and rig.chosen == []  # bind takes the held devices
     assert rig.ledger.drop_hold("default/m") is False  # its bind is under way
     assert rig.ledger.release(held) is True and not held.binding  # the plan stands
-    assert "default/m" in rig.ledger.reservations
+    assert "default/m" in rig.ledger.holds
     rig.now = 10**9
     assert rig.ledger.expire() == 0  # a hold has no TTL
-    assert rig.ledger.drop_hold("default/m") is True and rig.ledger.reservations == {}
+    assert rig.ledger.drop_hold("default/m") is True and rig.ledger.holds == {}
 
 
 def test_a_hold_is_refused_for_a_pod_that_is_gone_or_bound() -> None:
@@ -103,7 +103,7 @@ def test_a_hold_is_refused_for_a_pod_that_is_gone_or_bound() -> None:
     assert (
         rig.ledger.hold("default/m", "uid-m", "gpu-1", GPUS, req, "g") == "the pod is gone, bound or finished"
     )
-    assert rig.ledger.reservations == {} and rig.settled == []
+    assert rig.ledger.holds == {} and rig.settled == []
 
 
 def test_a_placer_chooses_an_owners_devices_and_the_binding_carries_its_room() -> None:
@@ -125,12 +125,12 @@ def test_a_room_is_held_without_a_pod_and_replaced_only_when_it_changes() -> Non
     rig = Rig()
     held = PodRequest(key="reservation:r", cpu_milli=1000, memory=0)
     rig.ledger.hold_room("reservation:r", "gpu-1", GPUS, held)
-    first = rig.ledger.reservations["reservation:r"]
+    first = rig.ledger.holds["reservation:r"]
     assert first.holder == "reservation" and first.expires == float("inf")
     rig.ledger.hold_room("reservation:r", "gpu-1", GPUS, held)  # unchanged: the same entry
-    assert rig.ledger.reservations["reservation:r"] is first and rig.settled == ["reservation:r"]
+    assert rig.ledger.holds["reservation:r"] is first and rig.settled == ["reservation:r"]
     rig.ledger.hold_room("reservation:r", "gpu-1", DeviceAllocations({}), held)
-    assert rig.ledger.reservations["reservation:r"].token != first.token
+    assert rig.ledger.holds["reservation:r"].token != first.token
     assert rig.ledger.expire() == 0  # a room has no TTL
-    assert rig.ledger.drop_room("reservation:r") and "reservation:r" not in rig.ledger.reservations
+    assert rig.ledger.drop_room("reservation:r") and "reservation:r" not in rig.ledger.holds
     assert not rig.ledger.drop_room("default/nobody")

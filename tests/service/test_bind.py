@@ -26,7 +26,7 @@ async def test_failed_binding_rolls_back(fake_api: FakeApiServer, pki: Pki) -> N
         fault = fake_api.inject_fault("POST", BINDING, status=409, message="conflict injected")
         error = await run.client.bind(p, "gpu-1")
         assert "conflict injected" in error and fault.hits == 1
-        assert run.service.cache.ledger.reservations == {}
+        assert run.service.cache.ledger.holds == {}
         assert await whole_node_free(run, "gpu-1")
         stored = fake_api.get("pods", "w", "default")
         assert stored["spec"].get("nodeName") is None and allocated(stored) is None
@@ -66,7 +66,7 @@ async def test_bind_past_the_deadline_is_undone_not_bound(fake_api: FakeApiServe
         stored = fake_api.get("pods", "slow", "default")
         assert stored["spec"].get("nodeName") is None and allocated(stored) is None
         assert not [r for r in fake_api.requests(method="POST") if "binding" in r.path]
-        assert run.service.cache.ledger.reservations == {} and await whole_node_free(run, "gpu-1")
+        assert run.service.cache.ledger.holds == {} and await whole_node_free(run, "gpu-1")
 
 
 async def test_unknown_binding_outcome_keeps_the_reservation_until_its_ttl(
@@ -79,10 +79,10 @@ async def test_unknown_binding_outcome_keeps_the_reservation_until_its_ttl(
         error = await run.client.bind(p, "gpu-1")
         assert error.startswith("binding pod:")
         # The binding may have landed: the GPUs stay held...
-        assert "default/w" in run.service.cache.ledger.reservations
+        assert "default/w" in run.service.cache.ledger.holds
         assert not await whole_node_free(run, "gpu-1")
         # ...until the TTL says it never did.
-        await until(lambda: not run.service.cache.ledger.reservations, timeout=3)
+        await until(lambda: not run.service.cache.ledger.holds, timeout=3)
         assert await whole_node_free(run, "gpu-1")
         assert run.metric("topoalloc_reservations_expired_total") == 1
 
@@ -115,7 +115,7 @@ async def test_concurrent_binds_of_one_pod_bind_it_once(fake_api: FakeApiServer,
         errors = await asyncio.gather(run.client.bind(p, "gpu-1"), run.client.bind(p, "gpu-2"))
         assert sorted(errors)[0] == "" and "in progress" in sorted(errors)[1]
         stored = fake_api.get("pods", "w", "default")
-        await until(lambda: not run.service.cache.ledger.reservations)
+        await until(lambda: not run.service.cache.ledger.holds)
         free = [n for n in ("gpu-1", "gpu-2") if await whole_node_free(run, n)]
         assert free == [n for n in ("gpu-1", "gpu-2") if n != stored["spec"]["nodeName"]]
 

@@ -41,7 +41,7 @@ async def test_filter_prioritize_bind_one_pod(fake_api: FakeApiServer, pki: Pki)
         assert stored["spec"]["nodeName"] == "gpu-2"
         alloc = json.loads(allocated(stored))
         assert len(alloc["gpu"]) == 4
-        await until(lambda: not run.service.cache.ledger.reservations)  # the watch confirmed the bind
+        await until(lambda: not run.service.cache.ledger.holds)  # the watch confirmed the bind
         assert run.service.cache.holdings() == {"default/trainer": ("gpu-2", allocated(stored))}
         assert run.metric("topoalloc_extender_requests_total", {"verb": "bind", "result": "ok"}) == 1
 

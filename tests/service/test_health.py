@@ -35,7 +35,7 @@ async def test_metrics_cover_requests_cache_leader_and_allocations(fake_api: Fak
         await run.client.prioritize(p, ["gpu-1", "gpu-2"])
         assert await run.client.bind(p, "gpu-2") == ""
         await until(lambda: allocated(fake_api.get("pods", "w", "default")) is not None)
-        await until(lambda: not run.service.cache.ledger.reservations)
+        await until(lambda: not run.service.cache.ledger.holds)
         status, text = await run.get("/metrics")
         assert status == 200
         for line in (

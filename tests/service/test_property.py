@@ -201,7 +201,7 @@ async def test_random_concurrent_operations_never_double_book(
         # Settle: reservations end (bound or expired) and the cache catches up with the API.
         stored = fake_api.list_objects("pods", "default")
         assert double_booked(stored) == []
-        await until(lambda: not run.service.cache.ledger.reservations, timeout=10)
+        await until(lambda: not run.service.cache.ledger.holds, timeout=10)
         await until(lambda: run.service.cache.holdings() == api_holdings(fake_api.list_objects("pods", "default")),
                     timeout=10)  # fmt: skip
         stored = fake_api.list_objects("pods", "default")

@@ -25,9 +25,7 @@ async def test_compacted_watch_relists_and_converges(fake_api: FakeApiServer, pk
     async with running_allocator(fake_api, pki) as run:
         for i, p in enumerate(pods):
             assert await run.client.bind(p, nodes[i % 4]) == ""
-        await until(
-            lambda: len(run.service.cache.holdings()) == 8 and not run.service.cache.ledger.reservations
-        )
+        await until(lambda: len(run.service.cache.holdings()) == 8 and not run.service.cache.ledger.holds)
         kinds = ("Node", "Device", "Pod")
         relists_before = {k: run.metric("topoalloc_cache_relists_total", {"kind": k, "cause": "expired"}) or 0
                           for k in kinds}  # fmt: skip

@@ -143,10 +143,10 @@ def test_reservation_holds_until_the_pod_shows_up_bound() -> None:
     annotated = stamped(p)
     annotated["metadata"]["annotations"] = {keys.DEVICE_ALLOCATED: res.annotation}
     cache.apply(PODS, "MODIFIED", annotated)  # the PATCH, seen before the binding
-    assert cache.ledger.reservations and not fits(cache, 1, "gpu-1")
+    assert cache.ledger.holds and not fits(cache, 1, "gpu-1")
     bound_pod = stamped(annotated)
     bound_pod["spec"]["nodeName"] = "gpu-1"
     cache.apply(PODS, "MODIFIED", bound_pod)  # the binding: the pod's annotation takes over
-    assert not cache.ledger.reservations and not fits(cache, 1, "gpu-1")
+    assert not cache.ledger.holds and not fits(cache, 1, "gpu-1")
     assert cache.ledger.release(res) is False  # a late rollback of a confirmed bind does nothing
     assert not fits(cache, 1, "gpu-1")

@@ -53,7 +53,7 @@ def _api_failure(where: str, exc: Any) -> Failure:
 
 async def snapshot(api: Any, settings: Any, now: float) -> Snapshot:
     """Everything the command prints, read through `api` (an allocator.runtime.kube.KubeApi)."""
-    from allocator.core.gang.plan import PlanSettings
+    from allocator.core.gang.plan import GangPlanSettings
     from allocator.defrag import planning
     from allocator.runtime.cache.store import ClusterCache
     from allocator.runtime.coreadapter import CoreAdapter
@@ -71,7 +71,7 @@ async def snapshot(api: Any, settings: Any, now: float) -> Snapshot:
                 raise
         cache.replace(kind, items)
     rooms = _hold_rooms(cache, core)
-    got = await planning.plan_pass(api, cache, core, settings, PlanSettings(), now, strict=True)
+    got = await planning.plan_pass(api, cache, core, settings, GangPlanSettings(), now, strict=True)
     return Snapshot(core.cluster.nodes, got, planning.limits_of(settings), settings, now, rooms)
 
 

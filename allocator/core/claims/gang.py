@@ -17,7 +17,7 @@ from allocator.core.claims.place import NoPlacement
 from allocator.core.claims.published import NodeDevices
 from allocator.core.claims.solve import ClaimAnswer, solve
 from allocator.core.cluster.state import ClusterState, affinity_matches, resources_fit
-from allocator.core.gang.plan import GangPlan, PlanSettings, fork_node, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, fork_node, plan_gang
 from allocator.core.node.state import NodeState
 from allocator.core.reasons import Rejection
 from allocator.core.request.claims import ClaimsRequest
@@ -31,7 +31,7 @@ def place_gang(
     names: Sequence[str],
     published: Mapping[str, NodeDevices],
     scorer: NodeScorer,
-    settings: PlanSettings,
+    settings: GangPlanSettings,
 ) -> list[ClaimAnswer] | NoPlacement:
     """One answer per member (in the order given), or why the gang cannot be placed whole."""
     plan = plan_gang(cluster, [m.pod for m in members], settings, names=names)

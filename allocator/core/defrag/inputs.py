@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from allocator.core.gang.plan import PlanSettings
+from allocator.core.gang.plan import GangPlanSettings
 from allocator.core.request.pod_request import PodRequest
 
 # Owners that recreate a pod elsewhere once it is evicted.
@@ -55,19 +55,19 @@ class Waiter:
 
 
 @dataclass(frozen=True)
-class DefragSettings:
+class DefragPlanSettings:
     allow_bare: bool = False  # bare pods (no recreating owner) may move too
     proactive: bool = False  # with nothing waiting, free the cheapest node to raise the largest block
     proactive_priority: int = 0  # proactive moves take only pods of a priority below this one
     max_moves: int = 8  # per plan, all waiters together
-    plan: PlanSettings = field(default_factory=PlanSettings)
+    plan: GangPlanSettings = field(default_factory=GangPlanSettings)
     # The exact search (fewest pods, then GPU-hours) looks at this many subsets and places this
     # many; past it, the cheapest nodes are cleared and every move they do not need is put back.
     subsets: int = 5_000
     checks: int = 64
 
 
-def why_immovable(pod: PodFacts, below: int, settings: DefragSettings) -> str:
+def why_immovable(pod: PodFacts, below: int, settings: DefragPlanSettings) -> str:
     """ "" when `pod` may move for work of priority `below`, else why not (for --explain)."""
     if pod.gpus <= 0:
         return "holds no GPU"

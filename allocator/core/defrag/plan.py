@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.defrag.blocks import block_rank, largest_block
-from allocator.core.defrag.inputs import DefragSettings, PodFacts, Waiter, why_immovable
+from allocator.core.defrag.inputs import DefragPlanSettings, PodFacts, Waiter, why_immovable
 from allocator.core.defrag.scratch import WAITER_PREFIX, Found, Trial, commit, fork_cluster, land
 from allocator.core.defrag.search import cheapest_moves
 from allocator.core.devices.allocate import Allocation
@@ -69,13 +69,13 @@ def plan_defrag(
     cluster: ClusterState,
     waiters: Sequence[Waiter],
     pods: Iterable[PodFacts],
-    settings: DefragSettings | None = None,
+    settings: DefragPlanSettings | None = None,
     *,
     now: float = 0.0,
     names: Sequence[str] | None = None,
 ) -> DefragPlan:
     """See the module. `names`: the nodes moves may use (default: every node)."""
-    settings = settings or DefragSettings()
+    settings = settings or DefragPlanSettings()
     scratch = fork_cluster(cluster)
     pool = sorted(scratch.nodes if names is None else (n for n in names if n in scratch.nodes))
     facts = {p.key: p for p in pods if p.node in scratch.nodes and p.key in scratch.nodes[p.node].pods}
@@ -159,7 +159,7 @@ def _record(found: Found, waiter: str, now: float, moves: list[Move], moved: set
 
 
 def _proactive(
-    cluster: ClusterState, pods: list[PodFacts], pool: Sequence[str], settings: DefragSettings, now: float
+    cluster: ClusterState, pods: list[PodFacts], pool: Sequence[str], settings: DefragPlanSettings, now: float
 ) -> Found | None:
     """The cheapest node whose GPU pods may all move and whose clearing raises the block rank."""
     before = block_rank(cluster.nodes.values())

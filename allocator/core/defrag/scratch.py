@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from allocator.core.cluster.state import ClusterState
 from allocator.core.defrag.inputs import PodFacts, Waiter
 from allocator.core.devices.allocate import Allocation
-from allocator.core.gang.plan import GangPlan, NoPlan, Placement, PlanSettings, fork_node, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan, Placement, fork_node, plan_gang
 from allocator.core.node.state import PodEntry
 from allocator.core.request.pod_request import PodRequest
 
@@ -77,7 +77,7 @@ class Trial:
 
 
 def land(
-    trial: Trial, movers: Sequence[PodFacts], pool: Sequence[str], settings: PlanSettings
+    trial: Trial, movers: Sequence[PodFacts], pool: Sequence[str], settings: GangPlanSettings
 ) -> list[tuple[PodFacts, Placement]] | None:
     """Each mover's replacement placed (largest first) off its own node; None when one fits nowhere."""
     out = []
@@ -97,7 +97,7 @@ def attempt(
     waiter: Waiter,
     movers: Sequence[PodFacts],
     pool: Sequence[str],
-    settings: PlanSettings,
+    settings: GangPlanSettings,
 ) -> Found | None:
     """The moves of `movers` that make `waiter` fit, or None (see the module)."""
     trial = Trial(cluster)

@@ -16,7 +16,7 @@ from math import comb
 
 from allocator.core.cluster.state import ClusterState
 from allocator.core.defrag.blocks import node_block
-from allocator.core.defrag.inputs import DefragSettings, PodFacts, Waiter
+from allocator.core.defrag.inputs import DefragPlanSettings, PodFacts, Waiter
 from allocator.core.defrag.scratch import Found, attempt
 
 # Clearing whole nodes may gather more movers than a plan may make; spare trims them afterwards.
@@ -36,7 +36,7 @@ def cheapest_moves(
     waiter: Waiter,
     movable: Sequence[PodFacts],
     pool: Sequence[str],
-    settings: DefragSettings,
+    settings: DefragPlanSettings,
     now: float,
     limit: int,
 ) -> tuple[Found, bool] | None:
@@ -55,7 +55,7 @@ def _exact(
     waiter: Waiter,
     movable: list[PodFacts],
     pool: Sequence[str],
-    settings: DefragSettings,
+    settings: DefragPlanSettings,
     now: float,
     limit: int,
 ) -> Found | None:
@@ -95,7 +95,7 @@ def _by_nodes(
     waiter: Waiter,
     movable: list[PodFacts],
     pool: Sequence[str],
-    settings: DefragSettings,
+    settings: DefragPlanSettings,
     now: float,
     limit: int,
 ) -> Found | None:

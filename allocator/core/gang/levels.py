@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from allocator.core.cluster.state import ClusterState
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, gpus_held, plan_with_preemption, whole_gpus_wanted
 from allocator.core.gang.victims import Budget, Candidate
 from allocator.core.node.gpu_summary import GPUSummary
@@ -87,14 +87,14 @@ def levels_of(profile: TopologyProfile, wish: TopologyWish | None) -> Levels | N
 def plan_in_levels(
     cluster: ClusterState,
     members: Sequence[PodRequest],
-    settings: PlanSettings | None = None,
+    settings: GangPlanSettings | None = None,
     levels: Levels | None = None,
     *,
     siblings: Mapping[str, int] | None = None,
     names: Iterable[str] | None = None,
 ) -> GangPlan | NoPlan:
     """A placement of every member that keeps to `levels` (see the module); `plan_gang` without."""
-    settings = settings or PlanSettings()
+    settings = settings or GangPlanSettings()
     if levels is None:
         return plan_gang(cluster, members, settings, siblings=siblings, names=names)
     siblings = {n: c for n, c in (siblings or {}).items() if c > 0}
@@ -136,7 +136,7 @@ def preempt_in_levels(
     cluster: ClusterState,
     members: Sequence[PodRequest],
     candidates: Iterable[Candidate],
-    settings: PlanSettings | None = None,
+    settings: GangPlanSettings | None = None,
     levels: Levels | None = None,
     *,
     names: Iterable[str] | None = None,
@@ -146,7 +146,7 @@ def preempt_in_levels(
     """`plan_with_preemption` keeping to the levels: for a required level, the cheapest victims
     inside one of its domains (the roomiest `PREEMPT_DOMAINS`, counting what lower-priority pods
     hold); otherwise cluster-wide, the profile's levels as the topology keys."""
-    settings = settings or PlanSettings()
+    settings = settings or GangPlanSettings()
     candidates = list(candidates)
     if levels is None or not levels.required:
         inner = settings if levels is None else replace(settings, topology_keys=levels.keys)
@@ -279,7 +279,7 @@ def _domains(
 def _fewest_domains(
     cluster: ClusterState,
     members: Sequence[PodRequest],
-    settings: PlanSettings,
+    settings: GangPlanSettings,
     key: str,
     pool: Sequence[str],
     wanted: int,

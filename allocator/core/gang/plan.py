@@ -46,7 +46,7 @@ REASONS_SHOWN = 3
 
 
 @dataclass(frozen=True)
-class PlanSettings:
+class GangPlanSettings:
     topology_keys: tuple[str, ...] = ()
     # The bind path's device scoring, so a plan picks the devices bind itself would pick.
     scoring: DeviceScoring | None = None
@@ -85,14 +85,14 @@ class NoPlan:
 def plan_gang(
     cluster: ClusterState,
     members: Sequence[PodRequest],
-    settings: PlanSettings | None = None,
+    settings: GangPlanSettings | None = None,
     *,
     siblings: Mapping[str, int] | None = None,
     names: Iterable[str] | None = None,
 ) -> GangPlan | NoPlan:
     """A placement for every member at once (see the module docstring), among `names` (default:
     every node). `siblings`: node -> pods of the same gang or job group already there."""
-    settings = settings or PlanSettings()
+    settings = settings or GangPlanSettings()
     siblings = {n: c for n, c in (siblings or {}).items() if c > 0}
     if not members:
         return GangPlan((), NVLINK, "")
@@ -159,7 +159,7 @@ class _Search:
         cluster: ClusterState,
         ordered: list[PodRequest],
         candidates: Mapping[str, frozenset[str]],
-        settings: PlanSettings,
+        settings: GangPlanSettings,
         siblings: Mapping[str, int],
     ) -> None:
         self.cluster = cluster

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from allocator.core.cluster.state import ClusterState, resources_fit
 from allocator.core.devices.allocate import Allocation, allocate
-from allocator.core.gang.plan import GangPlan, NoPlan, PlanSettings, fork_node, plan_gang
+from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan, fork_node, plan_gang
 from allocator.core.gang.priority import gang_priority
 from allocator.core.gang.victims import (
     Budget,
@@ -129,7 +129,7 @@ def plan_with_preemption(
     cluster: ClusterState,
     members: Sequence[PodRequest],
     candidates: Iterable[Candidate],
-    settings: PlanSettings | None = None,
+    settings: GangPlanSettings | None = None,
     *,
     names: Iterable[str] | None = None,
     siblings: Mapping[str, int] | None = None,

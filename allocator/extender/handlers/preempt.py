@@ -39,7 +39,7 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     if not req.wants_devices:
         return json_reply(request, ExtenderPreemptionResult(args.victims).to_dict(), "no_devices")
     cache = svc.cache
-    pool = candidates_near(cache.pods, cache.ledger.reservations, args.victims, cache.budgets)
+    pool = candidates_near(cache.pods, cache.ledger.holds, args.victims, cache.budgets)
     # Nodes where no set makes room (or it fits already: the filter will say so) are left out.
     kept: dict[str, MetaVictims] = {}
     for node, victims in svc.core.preemption_victims(req, args.victims, pool).items():

@@ -122,7 +122,7 @@ class DraStore:
         if usage is not None:
             self._on_node[usage.node].add(key)
         core_key = claim_usage_key(key)
-        held = self.ledger.reservations.get(core_key)
+        held = self.ledger.holds.get(core_key)
         if held is not None and usage is not None:
             self.ledger.drop(core_key)  # written: its own entry takes over from the hold
         if old != usage or held is not None:

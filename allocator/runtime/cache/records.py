@@ -6,7 +6,7 @@ import hashlib
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -58,7 +58,7 @@ class PodEntry:
 
 
 @dataclass
-class Reservation:
+class Hold:
     token: int
     key: str
     uid: str
@@ -78,13 +78,17 @@ class Reservation:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
-NodeFacts = tuple[Any, Any, Any]
+class NodeFacts(NamedTuple):
+    """What the allocator reads of a Node: an update that leaves these alone (heartbeats,
+    conditions, images) changes nothing."""
+
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, Any]
+    spec: JSON  # taints, unschedulable
 
 
 def node_facts(node: JSON) -> NodeFacts:
-    """What the allocator reads of a Node (labels, allocatable, spec): an update that leaves them
-    alone (heartbeats, conditions, images) changes nothing."""
-    return (
+    return NodeFacts(
         meta_of(node).get("labels") or {},
         (node.get("status") or {}).get("allocatable") or {},
         node.get("spec") or {},

@@ -264,7 +264,7 @@ class ClusterCache:
         active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
         node = sys.intern(spec.get("nodeName") or "")  # one string per node, not one per pod
         containers = containers_digest(spec)
-        res = self.ledger.reservations.get(key)
+        res = self.ledger.holds.get(key)
         usage: PodUsage | None = None
         if node and active:  # pending and finished pods hold nothing: no need to read them
             if (
@@ -308,7 +308,7 @@ class ClusterCache:
         """Make the core's assignment of `key` match its reservation, else its pod entry. A pod
         on a node without a Node object (not seen yet, or deleted) is installed once it exists."""
         entry = self.pods.get(key)
-        res = self.ledger.reservations.get(key)
+        res = self.ledger.holds.get(key)
         want: Assigned | None = None
         if res is not None:
             want = (res.node, res.token, None)
@@ -352,9 +352,9 @@ class ClusterCache:
         """pod key -> (node, device-allocated JSON) for everything that holds devices now."""
         out: dict[str, tuple[str, str]] = {}
         for key, entry in self.pods.items():
-            if entry.holds and key not in self.ledger.reservations and entry.allocations:
+            if entry.holds and key not in self.ledger.holds and entry.allocations:
                 out[key] = (entry.node, entry.allocations.to_json())
-        for key, res in self.ledger.reservations.items():
+        for key, res in self.ledger.holds.items():
             out[key] = (res.node, res.annotation)
         return out
 
@@ -362,7 +362,7 @@ class ClusterCache:
         """(node, device type, devices with something allocated) for the metrics scrape."""
         taken: dict[tuple[str, str], set[int]] = defaultdict(set)
         for key, (node, _token, usage) in self._assigned.items():
-            res = self.ledger.reservations.get(key)
+            res = self.ledger.holds.get(key)
             allocs = res.allocations if res is not None else usage.allocations if usage else None
             for dtype, entries in (allocs.by_type if allocs else {}).items():
                 taken[(node, dtype)].update(a.minor for a in entries)

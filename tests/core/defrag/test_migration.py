@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from allocator.core.defrag.inputs import DefragSettings
+from allocator.core.defrag.inputs import DefragPlanSettings
 from allocator.core.defrag.migration import Evict, Finish, Hold, Limits, Migration, Report, Reserve, step
 from allocator.core.defrag.plan import DefragPlan, plan_defrag
 from tests.core.defrag.world import World, gang
@@ -16,7 +16,7 @@ def planned(per_node: int = 2, nodes: int = 4) -> DefragPlan:
     for i in range(nodes):
         for g in range(per_node):
             w.run(f"ns{i % 2}/web{i}-{g}", f"n{i}", [g])
-    return plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragSettings())
+    return plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragPlanSettings())
 
 
 def migration(

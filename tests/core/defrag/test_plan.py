@@ -4,7 +4,7 @@ by hand (allocator/core/defrag)."""
 from __future__ import annotations
 
 from allocator.core.defrag.blocks import fragmentation
-from allocator.core.defrag.inputs import DefragSettings, why_immovable
+from allocator.core.defrag.inputs import DefragPlanSettings, why_immovable
 from allocator.core.defrag.plan import PROACTIVE, plan_defrag
 from allocator.core.gang.plan import GangPlan
 from tests.core.defrag.world import HOUR, World, gang
@@ -83,7 +83,7 @@ def test_immovable_pods_are_never_moved() -> None:
     w.run("web-1", "n5", [1])
     plan = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts)
     assert sorted(m.key for m in plan.moves) == ["default/web-0", "default/web-1"]
-    reasons = {f.key: why_immovable(f, 100, DefragSettings()) for f in w.facts}
+    reasons = {f.key: why_immovable(f, 100, DefragPlanSettings()) for f in w.facts}
     assert reasons["default/vip-0"].startswith("priority 500")
     assert reasons["default/bare-0"] == "a bare pod"
     assert reasons["default/member-0"] == "member of gang ns/job"
@@ -99,7 +99,7 @@ def test_bare_pods_move_only_when_allowed() -> None:
     plan = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts)
     assert plan.moves == () and plan.stuck[0][0] == "gang train/big"
     assert "no pod may move" in plan.stuck[0][1]
-    allowed = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragSettings(allow_bare=True))
+    allowed = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragPlanSettings(allow_bare=True))
     assert len(allowed.moves) == 1
 
 
@@ -117,7 +117,7 @@ def test_max_moves_caps_a_plan() -> None:
     w = World(3)
     spread(w, 3, 3)
     assert len(plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts).moves) == 3
-    capped = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragSettings(max_moves=2))
+    capped = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragPlanSettings(max_moves=2))
     assert capped.moves == () and "2 moves or fewer" in capped.stuck[0][1]
 
 
@@ -135,7 +135,7 @@ def test_two_waiters_plan_around_each_other() -> None:
 def test_the_fallback_past_the_budget_is_inclusion_minimal() -> None:
     w = World(4)
     spread(w, 2, 4)
-    plan = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragSettings(subsets=1))
+    plan = plan_defrag(w.cluster, [gang("big", 1, 8)], w.facts, DefragPlanSettings(subsets=1))
     (unblocked,) = plan.unblocked
     assert not unblocked.exact and len(plan.moves) == 2
 
@@ -157,7 +157,7 @@ def test_proactive_mode_clears_the_cheapest_node_when_nothing_waits() -> None:
     w.run("b-1", "n1", [1])
     w.run("c-0", "n2", [0])
     w.run("c-1", "n2", [1])
-    settings = DefragSettings(proactive=True, proactive_priority=1)
+    settings = DefragPlanSettings(proactive=True, proactive_priority=1)
     plan = plan_defrag(w.cluster, [], w.facts, settings)
     assert [(m.key, m.unblocks) for m in plan.moves] == [("default/a-0", PROACTIVE)]
     assert plan.largest_after == 8 > plan.largest_before
@@ -168,5 +168,5 @@ def test_proactive_mode_makes_no_move_that_does_not_raise_the_block() -> None:
     w = World(2)
     w.run("a-0", "n0", [0, 1, 2, 3, 4])
     w.run("b-0", "n1", [0, 1, 2, 3, 4])
-    plan = plan_defrag(w.cluster, [], w.facts, DefragSettings(proactive=True, proactive_priority=1))
+    plan = plan_defrag(w.cluster, [], w.facts, DefragPlanSettings(proactive=True, proactive_priority=1))
     assert plan.moves == ()

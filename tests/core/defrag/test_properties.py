@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator.core.defrag.inputs import DefragSettings, why_immovable
+from allocator.core.defrag.inputs import DefragPlanSettings, why_immovable
 from allocator.core.defrag.plan import plan_defrag
 from allocator.core.gang.plan import GangPlan, plan_gang
 from tests.core.defrag.world import World, gang
@@ -53,7 +53,7 @@ def gpu_cores_ok(w: World) -> bool:
 def test_every_plan_applied_makes_the_waiter_fit(case: tuple[World, int, int, bool]) -> None:
     w, members, each, allow_bare = case
     waiter = gang("w", members, each)
-    options = DefragSettings(allow_bare=allow_bare)
+    options = DefragPlanSettings(allow_bare=allow_bare)
     fitted = isinstance(plan_gang(w.cluster, waiter.members), GangPlan)
     plan = plan_defrag(w.cluster, [waiter], w.facts, options, now=36_000.0)
     facts = {f.key: f for f in w.facts}
