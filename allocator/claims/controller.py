@@ -155,10 +155,8 @@ class ClaimsController:
             pod = pending_pod(entry, self.cache, outcome) if entry is not None else None
             if pod is not None:
                 pods.append(pod)
-        view = ClaimsView(pods, batch.full)
-        if batch.full:
-            claims = [e.claim for e in self.cache.dra.claims.values() if e.claim is not None]
-            view = ClaimsView(pods, True, claims, self._by_claim, self.cache.ledger.holds)
+        claims = [e.claim for e in self.cache.dra.claims.values() if e.claim] if batch.full else []
+        view = ClaimsView(pods, batch.full, claims, self._by_claim, self.cache.ledger.holds)
         for action in self.lifecycle.step(view, batch.now):
             self._apply(action)
 
