@@ -141,13 +141,12 @@ class ClaimsLifecycle:
         for pod in view.pods:
             if self._heard(pod, out):
                 continue
-            if not pod.gated or self.state.ungated.get(pod.key) == pod.uid:
-                if not pod.gated:
-                    self.state.ungated.pop(pod.key, None)
-                    self._refused(pod, now, out)
-                continue  # ungated by us: the watch has not shown it yet
-            claims = pod.claims
-            if pod.gang and claims.todo and not claims.pinned:
+            if not pod.gated:
+                self.state.ungated.pop(pod.key, None)
+                self._refused(pod, now, out)
+            elif self.state.ungated.get(pod.key) == pod.uid:
+                pass  # its gate is gone: the watch has not shown it yet
+            elif pod.gang and pod.claims.todo and not pod.claims.pinned:
                 gangs.setdefault(pod.gang, []).append(pod)
             else:
                 self._gated([pod], out)
