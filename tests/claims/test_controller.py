@@ -56,6 +56,11 @@ async def test_a_template_claim_is_allocated_then_the_pod_ungated(fake_api: Fake
         )
         assert {r["request"] for r in allocation(fake_api, name)["devices"]["results"]} == {"gpus"}
         await until(lambda: events(fake_api, "DRAAllocated"), what="the Event")
+        # The controller runs on the runner, its passes counted on the process's registry.
+        passes = w.run.service.metrics.registry.get_sample_value(
+            "topoalloc_controller_passes_total", {"controller": "claims"}
+        )
+        assert passes is not None and passes >= 2
 
 
 async def test_two_pods_never_get_the_same_device(fake_api: FakeApiServer, pki: Pki) -> None:
