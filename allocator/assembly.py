@@ -154,6 +154,7 @@ class Allocator:
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
                 topology_keys=config.gang.topology_keys,  # a gang of claims plans as a gang does
+                metrics=self.metrics.controllers,
             )
             if config.dra.enabled
             else None
