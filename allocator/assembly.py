@@ -297,7 +297,11 @@ def build_components(alloc: Allocator) -> list[Component]:
     if cfg.reservations.enabled:
         parts.append(ReservationScheduling(cfg.reservations, topology=alloc.topology, **common))
     if cfg.dra.enabled:  # a gang of claims plans as a gang does
-        parts.append(DraClaims(cfg.dra, topology_keys=cfg.gang.topology_keys, **common))
+        parts.append(
+            DraClaims(
+                cfg.dra, topology_keys=cfg.gang.topology_keys, metrics=alloc.metrics.controllers, **common
+            )
+        )
     if cfg.scarce_avoidance.enabled:
         parts.append(ScarceAvoidance(cfg.scarce_avoidance))
     if cfg.defrag.enabled and cfg.reservations.enabled:  # it moves pods through Reservations
