@@ -24,6 +24,7 @@ import asyncio
 import logging
 import math
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -75,7 +76,16 @@ class Reconciler(Protocol):
 
 
 class ControllerMetrics:
-    """The runner's metrics, one family each, labelled by controller (one registry per process)."""
+    """The runner's metrics, one family each, labelled by controller (one registry per process:
+    every controller of the process takes the registry's one instance, `of`)."""
+
+    @classmethod
+    def of(cls, registry: CollectorRegistry) -> ControllerMetrics:
+        """The registry's instance (made on first use: a family registers once per registry)."""
+        found = _CONTROLLER_METRICS.get(registry)
+        if found is None:
+            found = _CONTROLLER_METRICS[registry] = cls(registry)
+        return found
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.depth = Gauge(
@@ -112,6 +122,11 @@ class ControllerMetrics:
             ["controller"],
             registry=registry,
         )
+
+
+_CONTROLLER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ControllerMetrics] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Runner:

@@ -178,3 +178,16 @@ async def test_wait_passes_times_out_when_no_pass_runs(count: int) -> None:
     async with running(runner):
         with pytest.raises(TimeoutError):
             await runner.wait_passes(count, timeout=0.2)
+
+
+def test_every_controller_of_a_process_reports_through_its_registrys_one_metrics() -> None:
+    """Two controllers' runners on one registry: the families register once (a second
+    `ControllerMetrics(registry)` would be refused as a duplicate), each labelled by controller."""
+    registry = CollectorRegistry()
+    first, second = ControllerMetrics.of(registry), ControllerMetrics.of(registry)
+    assert first is second and ControllerMetrics.of(CollectorRegistry()) is not first
+    with pytest.raises(ValueError, match="Duplicated"):
+        ControllerMetrics(registry)
+    first.passes.labels("a").inc()
+    second.passes.labels("b").inc(2)
+    assert registry.get_sample_value("topoalloc_controller_passes_total", {"controller": "b"}) == 2
