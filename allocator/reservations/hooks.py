@@ -25,7 +25,6 @@ from allocator.runtime.kube import KubeApi
 from allocator.runtime.ledger import no_placer
 from allocator.runtime.reservation_settings import ReservationSettings
 from allocator.runtime.tasks import Spawn
-from apis import reservation as rv
 from apis.topology_profile import TopologyProfile
 
 JSON = dict[str, Any]
@@ -87,8 +86,6 @@ class ReservationScheduling:
         book.observe(kind, key, obj)
         if kind == "Pod":
             self.waiting.observe(key, obj)
-        elif kind == rv.KIND:
-            self.runner.wake(key)
         if book.dirty:
             self.runner.wake_all(book.take_dirty())
         if book.freed and not freed:

@@ -97,9 +97,8 @@ class _Pass:
         for seen in sorted(self.view.reservations, key=lambda s: (s.created, s.name)):
             res = seen.res
             if res is None:
-                self._say(
-                    seen, st.invalid(seen.status, seen.error, self.now), "Warning", "InvalidReservation"
-                )
+                status = st.invalid(seen.status, seen.error, self.now)
+                self._say(seen, status, "Warning", "InvalidReservation", seen.error)
                 continue
             if res.deleting or res.phase in (rv.SUCCEEDED, rv.FAILED):
                 continue
@@ -111,13 +110,8 @@ class _Pass:
                 self.actions.append(Requeue(seen.name, expiry - self.now))
             if res.pre_allocation:
                 note = "preAllocation is not supported by topoalloc; the reservation is not placed"
-                self._say(
-                    seen,
-                    st.unschedulable(res, note, self.now, "Unsupported"),
-                    "Warning",
-                    "FailedReserve",
-                    note,
-                )
+                status = st.unschedulable(res, note, self.now, "Unsupported")
+                self._say(seen, status, "Warning", "FailedReserve", note)
             elif seen.room is not None and res.phase == rv.AVAILABLE:
                 self._upkeep(seen)
             elif seen.room is not None and seen.room.placed_here:
@@ -136,9 +130,8 @@ class _Pass:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def _say(self, seen: Seen, status: JSON, type_: str, reason: str, note: str | None = None) -> None:
+    def _say(self, seen: Seen, status: JSON, type_: str, reason: str, note: str) -> None:
         """A condition written (and an Event recorded) only when it says something new."""
-        note = seen.error if note is None else note
         if seen.said == note:
             return
         event = Event(seen.ref, type_, reason, note, ACTION)
@@ -222,13 +215,8 @@ class _Pass:
             note = f"waiting for the gang's other reservations: {have} of {first.gang_size} exist"
             for m in members:
                 assert m.res is not None
-                self._say(
-                    m,
-                    st.unschedulable(m.res, note, self.now, "GangIncomplete"),
-                    "Normal",
-                    "GangWaiting",
-                    note,
-                )
+                status = st.unschedulable(m.res, note, self.now, "GangIncomplete")
+                self._say(m, status, "Normal", "GangWaiting", note)
             return
         self._place(members, gang)
 
