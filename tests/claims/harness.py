@@ -12,9 +12,8 @@ tests need, done by hand:
 
 from __future__ import annotations
 
-import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +26,10 @@ from allocator.runtime.dra_settings import DraSettings
 from apis import dra
 from apis.device import Device
 from tests.gang.harness import Admission
-from tests.service.harness import Running, running_allocator
-from tests.service.pki import Pki
+from tests.support.allocator_harness import Running, running_allocator
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import machine_device
+from tests.support.pki import Pki
 
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -201,14 +200,3 @@ async def claims_world(
             yield World(fake, run, admission)
         finally:
             await admission.close()
-
-
-async def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        await asyncio.sleep(0.02)

@@ -19,12 +19,12 @@ from tests.claims.harness import (
     node_of_claim,
     refuse_like_kube_scheduler,
     serve_dra,
-    until,
 )
 from tests.claims.objects import claim, claim_pod, gpus, template
 from tests.gang.native import joined, native_podgroup, serve_native_gangs, workload_v1alpha1
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 PAIR = "topoalloc.io/nvlinkPartition2"
 

@@ -9,9 +9,10 @@ import dataclasses
 
 from allocator.runtime.defrag_settings import DefragSettings
 from tests.defrag.scenario import moves_made, running, world
-from tests.service.harness import running_allocator, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import running_allocator
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 BASE = DefragSettings(enabled=True, interval=3600.0, min_wait=0.0, report_config_map="")
 
