@@ -16,10 +16,11 @@ from apis import keys
 from apis.annotations import DeviceAllocations
 from apis.reservation_pod import RESERVATION_ALLOCATED
 from tests.reservations.objects import reservation
-from tests.service.harness import Running, pod, running_allocator, seed_nodes, until
-from tests.service.pki import Pki
 from tests.support.allocations import entry
+from tests.support.allocator_harness import Running, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 GPU = {
     "koordinator.sh/gpu-core": 100,
