@@ -140,7 +140,7 @@ class Allocator:
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
                 profile=lambda: topology.profile,
-                registry=self.metrics.registry,
+                metrics=self.metrics.controllers,
             )
             rooms.attach()
             self.cache.listeners.append(rooms.observe)
@@ -155,6 +155,7 @@ class Allocator:
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
                 topology_keys=config.gang.topology_keys,  # a gang of claims plans as a gang does
+                metrics=self.metrics.controllers,
             )
             if config.dra.enabled
             else None

@@ -20,8 +20,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import CollectorRegistry
-
 from allocator.core.actions import Annotate, Event, Evict, Nudge, ObjectRef, Requeue, WriteStatus
 from allocator.core.gang.victims import Candidate
 from allocator.core.reservation.lifecycle import LifecycleSettings, WriteInOrder, step
@@ -53,7 +51,7 @@ class ReservationController:
         events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
-        registry: CollectorRegistry | None = None,
+        metrics: ControllerMetrics | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
@@ -73,7 +71,7 @@ class ReservationController:
             RunnerSettings(resync=settings.resync_period, batch_delay=settings.batch_delay),
             is_leader=is_leader,
             synced=synced,
-            metrics=ControllerMetrics.of(registry) if registry is not None else None,
+            metrics=metrics,
         )
         self._evicting: set[str] = set()  # victims whose eviction is in flight
 

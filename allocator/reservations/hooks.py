@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry
 
 from allocator.reservations.book import RoomBook
 from allocator.reservations.cache_view import ReservationCache
@@ -24,6 +23,7 @@ from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.ledger import no_placer
 from allocator.runtime.reservation_settings import ReservationSettings
+from allocator.runtime.runner import ControllerMetrics
 from allocator.runtime.tasks import Spawn
 from apis.topology_profile import TopologyProfile
 
@@ -44,10 +44,10 @@ class ReservationScheduling:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         profile: Callable[[], TopologyProfile] | None = None,
-        registry: CollectorRegistry | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         """`profile`: the allocator's topology profile (gangs of Reservations keep to its levels);
-        `registry`: the process's metrics (the controller's runner reports there)."""
+        `metrics`: the process's controller metrics (the controller's runner reports there)."""
         self.cache = cache
         self.book = RoomBook(cache, core)
         self.waiting = WaitingPods()
@@ -61,7 +61,7 @@ class ReservationScheduling:
             events=events,
             is_leader=is_leader,
             synced=synced,
-            registry=registry,
+            metrics=metrics,
         )
         self.runner = self.controller.runner
 

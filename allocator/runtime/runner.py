@@ -24,7 +24,6 @@ import asyncio
 import logging
 import math
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -76,16 +75,7 @@ class Reconciler(Protocol):
 
 
 class ControllerMetrics:
-    """The runner's metrics, one family each, labelled by controller (one registry per process:
-    every controller of the process takes the registry's one instance, `of`)."""
-
-    @classmethod
-    def of(cls, registry: CollectorRegistry) -> ControllerMetrics:
-        """The registry's instance (made on first use: a family registers once per registry)."""
-        found = _CONTROLLER_METRICS.get(registry)
-        if found is None:
-            found = _CONTROLLER_METRICS[registry] = cls(registry)
-        return found
+    """The runner's metrics, one family each, labelled by controller (one registry per process)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.depth = Gauge(
@@ -122,11 +112,6 @@ class ControllerMetrics:
             ["controller"],
             registry=registry,
         )
-
-
-_CONTROLLER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ControllerMetrics] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 class Runner:
@@ -216,10 +201,12 @@ class Runner:
             await self.run_pass()
 
     async def _sleep(self, resync_at: float) -> None:
-        """Until a wake (then `batch_delay` more), a delayed key's time, or `resync_at`."""
+        """Until a wake (then `batch_delay` more), a delayed key's time, or `resync_at`. A follower
+        waits for a wake or `resync_at` alone: the keys queued meanwhile wait for its first pass as
+        leader (were they counted, it would look at its leadership every `batch_delay`)."""
         now = self.clock()
-        if not self.queue.pending(now):
-            until = min(resync_at, self.queue.next_due())
+        if not (self.leading and self.queue.pending(now)):
+            until = min(resync_at, self.queue.next_due()) if self.leading else resync_at
             try:
                 async with asyncio.timeout(max(0.0, until - now)):
                     await self._wake.wait()

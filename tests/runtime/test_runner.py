@@ -180,14 +180,20 @@ async def test_wait_passes_times_out_when_no_pass_runs(count: int) -> None:
             await runner.wait_passes(count, timeout=0.2)
 
 
-def test_every_controller_of_a_process_reports_through_its_registrys_one_metrics() -> None:
-    """Two controllers' runners on one registry: the families register once (a second
-    `ControllerMetrics(registry)` would be refused as a duplicate), each labelled by controller."""
-    registry = CollectorRegistry()
-    first, second = ControllerMetrics.of(registry), ControllerMetrics.of(registry)
-    assert first is second and ControllerMetrics.of(CollectorRegistry()) is not first
-    with pytest.raises(ValueError, match="Duplicated"):
-        ControllerMetrics(registry)
-    first.passes.labels("a").inc()
-    second.passes.labels("b").inc(2)
-    assert registry.get_sample_value("topoalloc_controller_passes_total", {"controller": "b"}) == 2
+async def test_a_follower_with_keys_queued_looks_at_its_leadership_only_when_woken() -> None:
+    """Keys queued on a follower (its watch cache's changes) wait for it to lead: they do not make
+    it look at its leadership every `batch_delay`."""
+    rec = Recorder()
+    asked = 0
+
+    def is_leader() -> bool:
+        nonlocal asked
+        asked += 1
+        return False
+
+    settings = RunnerSettings(resync=60.0, batch_delay=0.01, concurrency=2)
+    runner = Runner("test", rec, settings, is_leader=is_leader, synced=lambda: True)
+    async with running(runner):
+        runner.wake("a")
+        await asyncio.sleep(0.3)  # 30 batch delays
+    assert 1 <= asked <= 3 and rec.batches == []
