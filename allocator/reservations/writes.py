@@ -1,8 +1,8 @@
 """The Reservation controller's writes: the reserved devices as the `device-allocated` annotation
 (metadata, with a uid precondition so a Reservation deleted and created again under the same name
-is never written), the status subresource, and the PriorityClass lookups a template's
-priorityClassName needs. A refused write is logged (by the client) and returns False: the next
-pass writes again.
+is never written), the status subresource (its body built by allocator/core/reservation/status.py),
+and the PriorityClass lookups a template's priorityClassName needs. A refused write is logged (by
+the client) and returns False: the controller writes again after a pause.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 
 from allocator.runtime.kube import ApiError, KubeApi
 from apis.kinds import PRIORITYCLASSES, RESERVATIONS
-from apis.timestamps import format_time
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +39,3 @@ async def priority_value(api: KubeApi, name: str) -> int | None:
         return None
     value = got.get("value")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def condition(kind: str, status: bool, reason: str, message: str = "", now: float | None = None) -> JSON:
-    stamp = format_time(now)
-    out: JSON = {"type": kind, "status": "True" if status else "False", "reason": reason}
-    if message:
-        out["message"] = message
-    out["lastProbeTime"] = stamp
-    out["lastTransitionTime"] = stamp
-    return out
-
-
-def conditions_with(current: list[JSON], *new: JSON) -> list[JSON]:
-    """`current` with each of `new` in place of the condition of its type (kept in order)."""
-    kinds = {c["type"] for c in new}
-    kept = [c for c in current if isinstance(c, dict) and c.get("type") not in kinds]
-    return kept + list(new)
