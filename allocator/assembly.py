@@ -295,7 +295,11 @@ def build_components(alloc: Allocator) -> list[Component]:
         registry = alloc.metrics.registry
         parts.append(GangScheduling(cfg.gang, registry=registry, topology=alloc.topology, **common))
     if cfg.reservations.enabled:
-        parts.append(ReservationScheduling(cfg.reservations, topology=alloc.topology, **common))
+        parts.append(
+            ReservationScheduling(
+                cfg.reservations, topology=alloc.topology, metrics=alloc.metrics.controllers, **common
+            )
+        )
     if cfg.dra.enabled:  # a gang of claims plans as a gang does
         parts.append(
             DraClaims(
