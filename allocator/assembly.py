@@ -28,6 +28,7 @@ from allocator.defrag.metrics import DefragMetrics
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
 from allocator.gang.hooks import GangScheduling
+from allocator.placement.hooks import Placement
 from allocator.reservations.hooks import ReservationScheduling
 from allocator.runtime.admission_server import AdmissionServer, bound_port
 from allocator.runtime.cache.reflector import Backoff, Reflector
@@ -308,6 +309,17 @@ def build_components(alloc: Allocator) -> list[Component]:
         )
     if cfg.scarce_avoidance.enabled:
         parts.append(ScarceAvoidance(cfg.scarce_avoidance))
+    if cfg.placement.enabled:
+        parts.append(
+            Placement(
+                cfg.placement,
+                steering=lambda: alloc.steering,
+                registry=alloc.metrics.registry,
+                own_namespace=cfg.leader_election.namespace,
+                metrics=alloc.metrics.controllers,
+                **common,
+            )
+        )
     if cfg.defrag.enabled and cfg.reservations.enabled:  # it moves pods through Reservations
         controller = MigrationController(
             settings=cfg.defrag,

@@ -42,7 +42,7 @@ TEST_AREAS = tuple(
 # scheduling and Reservations implement structurally; each component sees the watch cache through
 # its own narrow view (allocator/<name>/cache_view.py, tests/runtime/test_cache_views.py), never the
 # ClusterCache class. Every allocator package is a component or one of the layers below them.
-COMPONENTS = ("claims", "defrag", "extender", "gang", "reservations", "scarce")
+COMPONENTS = ("claims", "defrag", "extender", "gang", "placement", "reservations", "scarce")
 BELOW_THE_COMPONENTS = ("core", "runtime")
 ABOVE_THE_COMPONENTS = ("agent", "simulator", "topoalloc", "allocator.assembly")
 THROUGH_A_CACHE_VIEW = ("allocator.runtime.cache.store",)
@@ -160,7 +160,8 @@ CLOCK_READING_CALLS = ("format_time", "micro_time")
 # `claims` and `reservation` are the two top layers, side by side: each builds on the gang planner
 # and everything below, and neither imports the other (CORE_SIBLINGS).
 CORE_LAYERS = (
-    "reasons", "actions", "request", "node", "scoring", "devices", "cluster", "gang", "claims", "reservation", "defrag"
+    "reasons", "actions", "request", "node", "scoring", "devices", "cluster", "gang", "claims",
+    "reservation", "defrag", "placement",
 )  # fmt: skip
 CORE_SIBLINGS = (("claims", "reservation"),)
 

@@ -14,6 +14,7 @@ from allocator.runtime.admission_settings import DEPRECATED_GANG_KEYS, Admission
 from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.placement_settings import PlacementSettings
 from allocator.runtime.reservation_settings import ReservationSettings
 from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from apis.documents import load_mapping
@@ -105,6 +106,8 @@ class ServiceConfig:
     scarce_avoidance: ScarceAvoidanceSettings = field(default_factory=ScarceAvoidanceSettings)
     # defragmentation by safe rescheduling: the migration controller (docs/defragmentation.md)
     defrag: DefragSettings = field(default_factory=DefragSettings)
+    # placement mode: every GPU pod placed at admission, whatever its scheduler (docs/placement.md)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
 
     def __post_init__(self) -> None:
         if self.round_trips not in ROUND_TRIPS:

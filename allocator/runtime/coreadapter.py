@@ -242,6 +242,20 @@ class CoreAdapter:
             return result
         return result.devices
 
+    def kube_refusal(self, req: PodRequest, node: str) -> str | None:
+        """Why kube-scheduler's own checks that the core models (nodeSelector and required node
+        affinity, cpu, memory, the pod count) keep the pod off `node`, in its words; None: they
+        pass. (The extender gets only nodes that passed them; placement asks them itself.)"""
+        if not self.cluster.affinity_matches(node, req):
+            return "node(s) didn't match Pod's node affinity/selector"
+        short = self.cluster.resources_fit(node, req)
+        return short.message if short is not None else None
+
+    def recorded_free(self, node: str, allocations: DeviceAllocations) -> bool:
+        """Whether a recorded allocation's devices are all free on `node` now."""
+        state = self.cluster.nodes.get(node)
+        return state is not None and state.has_free(allocations)
+
     def node_rejection(self, req: PodRequest, node: str) -> Rejection | None:
         """The core's own reason `node` cannot host the pod, with its detail (what the node has
         left), for an Event; None when it can."""

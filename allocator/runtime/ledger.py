@@ -108,8 +108,10 @@ class HoldLedger:
 
     # -- the bind path ---------------------------------------------------------------------------
 
-    def reserve(self, pod: JSON, req: PodRequest, node: str) -> Hold | Rejection:
-        """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume").
+    def reserve(self, pod: JSON, req: PodRequest, node: str, *, holder: str = "") -> Hold | Rejection:
+        """Choose devices for `pod` on `node` and hold them (kube-scheduler's "assume"): until
+        bound or the TTL, or, for a `holder` (placement, choosing ahead of kube-scheduler), until
+        bound or dropped (`drop_hold`).
 
         Synchronous from choice to hold: no other bind can run in between."""
         meta = meta_of(pod)
@@ -145,7 +147,8 @@ class HoldLedger:
             allocations=chosen,
             annotation=chosen.to_json(),
             request=req,
-            expires=self.clock() + self.ttl,
+            expires=math.inf if holder else self.clock() + self.ttl,
+            holder=holder,
             room=placed.room if placed is not None else "",
             extra=placed.annotations if placed is not None else {},
         )

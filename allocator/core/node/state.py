@@ -286,6 +286,16 @@ class NodeState:
     def pod_count(self) -> int:
         return len(self.pods) - self.claim_entries
 
+    def has_free(self, allocations: DeviceAllocations) -> bool:
+        """Whether every device, share and VF of `allocations` is free here now (a recorded
+        allocation held again, e.g. by a new leader)."""
+        used, vfs = _usage_of(allocations)
+        for dtype, minor, res in used:
+            free = self.free.get(dtype, {}).get(minor)
+            if free is None or any(free.get(name, 0) < value for name, value in res):
+                return False
+        return all(bus not in self.vf_taken.get(dtype, {}).get(minor, ()) for dtype, minor, bus in vfs)
+
     def free_vfs(self, dtype: str, minor: int) -> int:
         inv = self.inventory
         slot = inv.slot(dtype, minor) if inv is not None else None

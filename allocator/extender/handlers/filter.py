@@ -19,21 +19,17 @@ add to kube-scheduler's own checks.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
-import numpy as np
 from aiohttp import web
 
 from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
 from allocator.extender.handlers.service_view import ServiceView
-from allocator.runtime.coreadapter import FilterVerdicts, PodRequest
-from apis.extender import MAX_PRIORITY, ExtenderArgs
+from allocator.runtime.coreadapter import PodRequest
+from allocator.runtime.decide import best_of, verdicts_for, why_not
+from apis.extender import ExtenderArgs
 
 JSON = dict[str, Any]
-
-# At most this many distinct reasons in one Event note.
-EVENT_REASONS = 3
 
 
 async def handle(request: web.Request, svc: ServiceView) -> web.Response:
@@ -43,25 +39,16 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan, a room owner's from its room
-    # (the components' steering, allocator/runtime/steering.py).
-    steered = svc.steering.filter(args.pod, req, names)
-    if req.invalid is not None:
-        verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))
-        verdicts.codes[req.invalid.code] = len(names)
-        result = "invalid_request"
-    elif steered is None and not req.wants_devices:
-        verdicts, result = FilterVerdicts(names), "no_devices"
-    else:
-        # Else the columns' answer, no per-node Python (docs/service.md, performance).
-        verdicts = steered if steered is not None else svc.core.filter_nodes(req, names)
-        result = "ok" if verdicts.passed else "no_fit"
+    # A gang member's verdict comes from its gang's plan, a room owner's from its room (the
+    # components' steering), else the core's (allocator/runtime/decide.py).
+    decision = verdicts_for(svc.core, svc.steering, args.pod, req, names)
+    verdicts, result = decision.verdicts, decision.result
     passed, failed, unresolvable = verdicts.passed, verdicts.failed, verdicts.unresolvable
     if svc.round_trips == 1 and result == "ok" and len(passed) > 1:
-        passed = best_only(svc, args.pod, req, passed)
+        passed = [best_of(svc.core, svc.steering, args.pod, req, passed)]
     for code, count in verdicts.codes.items():
         svc.metrics.node_rejections.labels(code).inc(count)
-    if not passed and names and steered is None:  # the gang controller explains a held member
+    if not passed and names and not decision.steered:  # the gang controller explains a held member
         _event(svc, args, req, failed, unresolvable)
     if args.node_names is not None:
         nodes_out, names_out = None, passed
@@ -80,17 +67,6 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     return json_reply(request, payload, result)
 
 
-def best_only(svc: ServiceView, pod: JSON, req: PodRequest, passed: list[str]) -> list[str]:
-    """The node prioritize would rank first among `passed`, alone: the steering's scores (a gang's
-    planned member and sibling affinity, a room owner's first room) where it has them, the core's
-    ranking among their equals."""
-    scores = svc.core.score_nodes(req, passed)
-    steered = svc.steering.scores(pod, req, passed, scores)
-    if steered is not None:
-        scores = np.asarray(steered, np.int64) * (MAX_PRIORITY + 1) + scores
-    return [passed[int(np.argmax(scores))]]
-
-
 def _event(
     svc: ServiceView,
     args: ExtenderArgs,
@@ -98,22 +74,6 @@ def _event(
     failed: dict[str, str],
     unresolvable: dict[str, str],
 ) -> None:
-    """One Event per pod attempt that fits nowhere, summarising the reasons by count. The reasons
-    are the stable messages kube-scheduler aggregates; the Event adds, per reason, what one such
-    node has left (the rejection's detail), which the reply itself never carries."""
-    rejected = {**failed, **unresolvable}
-    counts = Counter(rejected.values())
-    example = {}
-    for name, msg in rejected.items():
-        example.setdefault(msg, name)
-    parts = []
-    for msg, n in counts.most_common(EVENT_REASONS):
-        node = example[msg]
-        rejection = svc.core.node_rejection(req, node)
-        detail = rejection.detail if rejection is not None and rejection.message == msg else ""
-        parts.append(f"{n} {msg}" + (f" (e.g. {node}: {detail})" if detail else ""))
-    more = len(counts) - EVENT_REASONS
-    note = f"0/{len(rejected)} nodes can host the pod's devices: {'; '.join(parts)}" + (
-        f"; and {more} other reasons" if more > 0 else ""
-    )
+    """One Event per pod attempt that fits nowhere (allocator/runtime/decide.py `why_not`)."""
+    note = why_not(svc.core, req, {**failed, **unresolvable})
     svc.events.warn(args.pod, "FailedDeviceAllocation", "Scheduling", note)

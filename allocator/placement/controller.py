@@ -1,0 +1,183 @@
+"""The placement controller (leader only): runs the core's placement lifecycle on the runner and
+carries out what it decides (allocator/core/placement/lifecycle.py).
+
+Keys are pod keys: a placement pod's change wakes its own key; a change that may make room (a Node
+or Device, a bound pod gone) wakes the pods that fit nowhere, so a waiting pod is tried again at
+once rather than at its next retry. Decisions (and their holds) run in the pass, one pod after
+another, so two pods never get the same device; the writes of up to `concurrency` pods run at once,
+each pod's key busy until its writes are answered, and the answers go back to its next step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from allocator.core.actions import Count, Event, Evict, Forget, ObjectRef, Requeue, Retry, WriteStatus
+from allocator.core.gang.victims import Candidate
+from allocator.core.placement.lifecycle import (
+    ClearPlacement,
+    PlacementLifecycle,
+    PlacementLifecycleSettings,
+    WritePlacement,
+)
+from allocator.core.placement.view import Outcome, PlacementView
+from allocator.placement.cache_view import PlacementCache
+from allocator.placement.door import HOLDER, ClusterDoor
+from allocator.placement.metrics import PlacementMetrics
+from allocator.placement.pending import pending_pod, placement_pod
+from allocator.placement.writes import clear_placement, write_condition, write_placement
+from allocator.runtime.events import EventSink, PodRef
+from allocator.runtime.evictions import evict
+from allocator.runtime.kube import KubeApi
+from allocator.runtime.placement_settings import PlacementSettings
+from allocator.runtime.runner import Batch, ControllerMetrics, Runner, RunnerSettings
+from allocator.runtime.workqueue import Backoff
+from apis import keys
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+RECORDED = (keys.DEVICE_ALLOCATED, keys.ALLOCATED_NODE)
+
+
+class PlacementController:
+    def __init__(
+        self,
+        *,
+        api: KubeApi,
+        cache: PlacementCache,
+        door: ClusterDoor,
+        settings: PlacementSettings,
+        events: EventSink,
+        metrics: PlacementMetrics,
+        is_leader: Callable[[], bool],
+        synced: Callable[[], bool],
+        controller_metrics: ControllerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api, self.cache, self.door, self.events, self.metrics = api, cache, door, events, metrics
+        self.lifecycle = PlacementLifecycle(door, PlacementLifecycleSettings(preemption=settings.preemption))
+        self.runner = Runner(
+            "placement",
+            self,
+            RunnerSettings(
+                resync=settings.resync_period,
+                batch_delay=settings.batch_delay,
+                concurrency=settings.concurrency,
+                backoff=Backoff(settings.retry_initial, settings.retry_max),
+            ),
+            is_leader=is_leader,
+            synced=synced,
+            metrics=controller_metrics,
+            clock=clock,
+        )
+        self.pending: set[str] = set()  # pod keys placement looks after
+        self.unplaced: set[str] = set()  # those that fit nowhere at their last look
+        self._outcomes: dict[str, Outcome] = {}
+
+    # -- what the cache tells ----------------------------------------------------------------------
+
+    def observe(self, kind: str, key: str, obj: JSON | None) -> None:
+        if kind == "Pod":
+            if placement_pod(obj):
+                self.pending.add(key)
+                self.runner.wake(key)
+                return
+            if key in self.pending:
+                self.pending.discard(key)
+                self.unplaced.discard(key)
+                self.runner.queue.remove(key)
+                self.lifecycle.forget([key])
+            if obj is None:
+                self.lifecycle.victims_gone([key])
+            if obj is None or (obj.get("spec") or {}).get("nodeName"):
+                self._room_may_have_freed()  # a bound pod gone (or one bound: nothing freed, cheap)
+        elif kind in ("Node", "Device"):
+            if kind == "Node":
+                self.door.nodes_changed()
+            self._room_may_have_freed()
+
+    def _room_may_have_freed(self) -> None:
+        if self.unplaced:
+            self.runner.wake_all(self.unplaced)
+
+    # -- a pass ------------------------------------------------------------------------------------
+
+    async def reconcile(self, batch: Batch) -> None:
+        pods = []
+        for key in batch.select(self.pending):
+            entry = self.cache.pods.get(key)
+            pod = pending_pod(entry) if entry is not None else None
+            if pod is not None:
+                pods.append(pod)
+        outcomes = {p.key: self._outcomes.pop(p.key) for p in pods if p.key in self._outcomes}
+        for action in self.lifecycle.step(PlacementView(pods, outcomes, batch.full), batch.now):
+            self._apply(action)
+
+    def _apply(self, action: Any) -> None:
+        match action:
+            case WritePlacement(pod, node, annotations, ungate):
+                raw = self._raw(pod.key)
+                self.runner.spawn([pod.key], self._write(raw, pod, node, annotations, ungate))
+            case ClearPlacement(pod):
+                self.door.release(pod.key)
+                self.runner.spawn([pod.key], self._clear(self._raw(pod.key), pod))
+            case Event(target, type_, reason, note, verb):
+                with contextlib.suppress(Exception):
+                    self.events.record(
+                        PodRef(target.namespace, target.name, target.uid), type_, reason, verb, note
+                    )
+            case Evict(victim, node, _):
+                self.runner.spawn([f"evict:{victim.key}"], self._evict(victim, node))
+            case WriteStatus(target, status, _):
+                self.runner.spawn([f"status:{target.key}"], self._status(target, status))
+            case Count(metric, label, by):
+                self.metrics.count(metric, label, by)
+            case Requeue(key, after):
+                self.runner.after(key, after)
+            case Retry(key):
+                self.runner.retry(key)
+                self.unplaced.add(key)
+            case Forget(key):
+                self.runner.forget(key)
+                self.unplaced.discard(key)
+
+    def _raw(self, key: str) -> JSON:
+        entry = self.cache.pods.get(key)
+        return (entry.raw if entry is not None else None) or {}
+
+    async def _write(
+        self, raw: JSON, pod: ObjectRef, node: str, annotations: dict[str, str], ungate: bool
+    ) -> None:
+        started = time.perf_counter()
+        got = await write_placement(self.api, raw, pod, node, annotations, ungate=ungate)
+        self._outcomes[pod.key] = Outcome(written=bool(got), refused="" if got else str(got))
+        if got:
+            self.metrics.write_seconds.observe(time.perf_counter() - started)
+
+    async def _clear(self, raw: JSON, pod: ObjectRef) -> None:
+        await clear_placement(self.api, raw, pod, RECORDED)
+
+    async def _evict(self, victim: ObjectRef, node: str) -> None:
+        why = await evict(self.api, Candidate(victim.key, node, 0, "", victim.uid))
+        if why:
+            log.info("evicting %s to make room: %s (tried again on the next look)", victim.key, why)
+
+    async def _status(self, target: ObjectRef, status: JSON) -> None:
+        await write_condition(self.api, target, status)
+
+    def wake(self) -> None:
+        self.runner.wake()
+
+    def step_down(self) -> None:
+        """Leadership lost: hold nothing; the next leader holds again what pods record."""
+        for key, hold in list(self.cache.ledger.holds.items()):
+            if hold.holder == HOLDER:
+                self.cache.ledger.drop_hold(key, force=True)
+        self.lifecycle = PlacementLifecycle(self.door, self.lifecycle.settings)
+        self._outcomes.clear()
+        self.unplaced.clear()
+        self.runner.wake_all(self.pending)

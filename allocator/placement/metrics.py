@@ -1,0 +1,27 @@
+"""Prometheus metrics of placement mode, on the allocator's registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from allocator.runtime.metrics import LATENCY_BUCKETS
+
+
+class PlacementMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.placements = Counter(
+            "topoalloc_placements",
+            "Placement decisions, by result: placed, unplaceable, preempting, replaced.",
+            ["result"],
+            registry=registry,
+        )
+        self.write_seconds = Histogram(
+            "topoalloc_placement_write_duration_seconds",
+            "Time of a placement's writes (nomination, then the recorded allocation and the gate).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def count(self, metric: str, label: str, by: float = 1) -> None:
+        if metric == "placements":
+            self.placements.labels(label).inc(by)

@@ -1,0 +1,82 @@
+"""Placement's admission route: a pod asking for a device resource topoalloc manages gets the gate
+`topoalloc.io/placement` at creation, whatever its scheduler, so kube-scheduler sees it only once
+topoalloc has chosen its node and devices (allocator/core/placement/lifecycle.py).
+
+Left alone: a pod created bound (`spec.nodeName`), of an excluded namespace, labelled
+`topoalloc.io/placement: "false"`, for a scheduler not served (when the settings name some), or
+asking for no managed resource. Never a denial: a pod this route cannot read is allowed unchanged
+(the API server judges it). The route reads the pod alone: no API call, no cache, one pass over its
+containers, so it costs next to nothing on every pod creation (the webhook configuration's
+`matchConditions` send it only pods that name such a resource anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from allocator.runtime.admission import BadReview, add_gate, patched, pod_create
+from allocator.runtime.placement_settings import PlacementSettings
+from apis import keys
+
+JSON = dict[str, Any]
+PATH = "/mutate-pods-placement"
+OPT_OUT = "false"
+SYSTEM_NAMESPACES = ("kube-system",)
+
+
+def asks_for(pod: JSON, resources: frozenset[str]) -> bool:
+    """Whether a container or init container of `pod` requests or limits one of `resources`."""
+    spec = pod.get("spec") or {}
+    for container in _containers(spec):
+        res = container.get("resources") if isinstance(container, dict) else None
+        if not isinstance(res, dict):
+            continue
+        for part in ("limits", "requests"):
+            amounts = res.get(part)
+            if isinstance(amounts, dict) and not resources.isdisjoint(amounts):
+                return True
+    return False
+
+
+def _containers(spec: JSON) -> Iterable[Any]:
+    for field in ("containers", "initContainers"):
+        items = spec.get(field)
+        if isinstance(items, list):
+            yield from items
+
+
+def gate_patch(pod: JSON, settings: PlacementSettings, namespace: str) -> list[JSON] | None:
+    """JSON patch operations adding the placement gate, or None when the pod is left alone."""
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict) or spec.get("nodeName"):
+        return None
+    if namespace in settings.excluded_namespaces or namespace in SYSTEM_NAMESPACES:
+        return None
+    labels = meta.get("labels")
+    if isinstance(labels, dict) and labels.get(keys.PLACEMENT) == OPT_OUT:
+        return None
+    scheduler = spec.get("schedulerName") or "default-scheduler"
+    if settings.scheduler_names and scheduler not in settings.scheduler_names:
+        return None
+    if not asks_for(pod, frozenset(settings.resources)):
+        return None
+    return add_gate(spec, keys.PLACEMENT_GATE)
+
+
+def reviewer(settings: PlacementSettings, own_namespace: str = "") -> Callable[[JSON], JSON]:
+    """The route's reviewer; pods of `own_namespace` (the allocator's) are never gated."""
+
+    def review(request: JSON) -> JSON:
+        pod = pod_create(request)
+        if pod is None:
+            return patched(request["uid"], None)
+        namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
+        if own_namespace and namespace == own_namespace:
+            return patched(request["uid"], None)
+        try:
+            return patched(request["uid"], gate_patch(pod, settings, namespace))
+        except BadReview:
+            return patched(request["uid"], None)  # the API server judges a malformed pod
+
+    return review

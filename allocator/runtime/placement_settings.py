@@ -1,0 +1,36 @@
+"""Settings of placement mode (the `placement:` block of the allocator's config): every pod asking
+for a device resource topoalloc manages is placed at admission, whatever its scheduler
+(docs/placement.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from apis import resources as rn
+
+# The device resources of Koordinator's protocol and the whole-GPU names kubelet's device plugins
+# serve: a pod asking for any of them is placement's.
+MANAGED_RESOURCES = tuple(rn.RESOURCE_DEVICE_TYPE)
+
+
+@dataclass
+class PlacementSettings:
+    enabled: bool = False
+    resources: list[str] = field(default_factory=lambda: list(MANAGED_RESOURCES))
+    # Namespaces whose pods are never gated (the webhook configuration's namespaceSelector skips
+    # them too; topoalloc's own namespace is always left alone).
+    excluded_namespaces: list[str] = field(default_factory=lambda: ["kube-system"])
+    # Only pods for these schedulers are gated; empty means every pod, whatever its scheduler.
+    scheduler_names: list[str] = field(default_factory=list)
+    # A pod that fits nowhere evicts the cheapest lower-priority pods that make room (Eviction API,
+    # so PodDisruptionBudgets hold).
+    preemption: bool = True
+    # Seconds between full passes when nothing wakes the controller, the pause that batches a burst
+    # of admissions into one pass, the writes in flight at once, and the retry pauses of a pod that
+    # fits nowhere (doubling from `retry_initial` to `retry_max`; at once when it or the cluster
+    # changes).
+    resync_period: float = 5.0
+    batch_delay: float = 0.01
+    concurrency: int = 64
+    retry_initial: float = 1.0
+    retry_max: float = 60.0
