@@ -22,6 +22,7 @@ from allocator.core.placement.lifecycle import (
     ClearPlacement,
     PlacementLifecycle,
     PlacementLifecycleSettings,
+    Replace,
     WritePlacement,
 )
 from allocator.core.placement.view import Outcome, PlacementView
@@ -29,7 +30,7 @@ from allocator.placement.cache_view import PlacementCache
 from allocator.placement.door import HOLDER, ClusterDoor
 from allocator.placement.metrics import PlacementMetrics
 from allocator.placement.pending import pending_pod, placement_pod
-from allocator.placement.writes import clear_placement, write_condition, write_placement
+from allocator.placement.writes import clear_placement, pin_of, write_condition, write_placement
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.evictions import evict
 from allocator.runtime.kube import KubeApi
@@ -59,6 +60,7 @@ class PlacementController:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api, self.cache, self.door, self.events, self.metrics = api, cache, door, events, metrics
+        self.pin = settings.pin
         self.lifecycle = PlacementLifecycle(door, PlacementLifecycleSettings(preemption=settings.preemption))
         self.runner = Runner(
             "placement",
@@ -121,7 +123,10 @@ class PlacementController:
         match action:
             case WritePlacement(pod, node, annotations, ungate):
                 raw = self._raw(pod.key)
-                self.runner.spawn([pod.key], self._write(raw, pod, node, annotations, ungate))
+                pin = pin_of(raw, self.pin)
+                self.runner.spawn([pod.key], self._write(raw, pod, node, annotations, ungate, pin))
+            case Replace(pod, _):
+                self.runner.spawn([pod.key], self._evict(pod, ""))
             case ClearPlacement(pod):
                 self.door.release(pod.key)
                 self.runner.spawn([pod.key], self._clear(self._raw(pod.key), pod))
@@ -150,10 +155,10 @@ class PlacementController:
         return (entry.raw if entry is not None else None) or {}
 
     async def _write(
-        self, raw: JSON, pod: ObjectRef, node: str, annotations: dict[str, str], ungate: bool
+        self, raw: JSON, pod: ObjectRef, node: str, annotations: dict[str, str], ungate: bool, pin: str
     ) -> None:
         started = time.perf_counter()
-        got = await write_placement(self.api, raw, pod, node, annotations, ungate=ungate)
+        got = await write_placement(self.api, raw, pod, node, annotations, ungate=ungate, pin=pin)
         self._outcomes[pod.key] = Outcome(written=bool(got), refused="" if got else str(got))
         if got:
             self.metrics.write_seconds.observe(time.perf_counter() - started)

@@ -8,6 +8,7 @@ from typing import Any
 
 from allocator.core.actions import ObjectRef
 from allocator.core.placement.view import PendingPod
+from allocator.placement.writes import controller_of, pinned_to
 from allocator.runtime.cache.records import PodEntry
 from apis import keys
 from apis.resources import TERMINAL_POD_PHASES
@@ -47,12 +48,15 @@ def pending_pod(entry: PodEntry) -> PendingPod | None:
             "Unschedulable",
         ):
             refusal, since = str(cond.get("message") or ""), str(cond.get("lastTransitionTime") or "")
+    placed_on = str((meta.get("annotations") or {}).get(keys.ALLOCATED_NODE) or "")
     return PendingPod(
         ObjectRef(meta.get("namespace") or "default", meta.get("name") or "", entry.uid),
         priority=entry.priority,
         created=str(meta.get("creationTimestamp") or ""),
         gates=gate_names(pod),
-        placed_on=str((meta.get("annotations") or {}).get(keys.ALLOCATED_NODE) or ""),
+        placed_on=placed_on,
         unschedulable=refusal,
         unschedulable_since=since,
+        controller=controller_of(pod),
+        pinned=pinned_to(pod, placed_on),
     )

@@ -1,11 +1,17 @@
 """Placement's writes to the API server: the node a placed pod is to be bound to, its recorded
 allocation and the gate's removal; the recorded allocation cleared; the pod's placement condition.
 
-A placement is two writes, in this order: the pod's `status.nominatedNodeName` (kube-scheduler tries
-a nominated node first, and binds elsewhere when it does not fit: bench/pinning.py, docs/placement.md
-for why not a node affinity term), then one JSON patch with the annotations and the gate's removal,
-testing the pod's uid (never a re-created pod of the name) and the gate where it was read. The
-nomination first: a pod ungated before it is nominated could be bound anywhere.
+Two ways to pin a pod to its node (docs/placement.md has the measurements, bench/pinning.py):
+* `affinity`: ONE JSON patch adds a required node affinity term `metadata.name In [node]` (to every
+  term the pod has, so it only narrows: kube-apiserver accepts that while the pod is gated), the
+  annotations and the gate's removal. Exact, and the cheapest; but the term cannot change once the
+  gate is gone, so a pod refused there is created anew by its controller (lifecycle `Replace`).
+* `nominate`: the pod's `status.nominatedNodeName` first (kube-scheduler tries a nominated node
+  first and binds elsewhere when it does not fit), then one JSON patch with the annotations and the
+  gate's removal. Two writes; never stuck. A pod ungated before it is nominated could be bound
+  anywhere, hence this order.
+`auto` pins by affinity a pod that has a controller, by nomination one that has none.
+Every JSON patch tests the pod's uid (never a re-created pod of the name) and the gate where it was read.
 """
 
 from __future__ import annotations
@@ -39,18 +45,89 @@ def annotation_ops(pod: JSON, annotations: Mapping[str, str | None]) -> list[JSO
     return ops
 
 
+AFFINITY = "affinity"
+NOMINATE = "nominate"
+AUTO = "auto"
+PIN_MODES = (AUTO, AFFINITY, NOMINATE)
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
+
+
+def pin_of(pod: JSON, mode: str) -> str:
+    """How `pod` is pinned under the setting `mode` (auto: by affinity when it has a controller)."""
+    if mode != AUTO:
+        return mode
+    return AFFINITY if controller_of(pod) else NOMINATE
+
+
+def controller_of(pod: JSON) -> str:
+    """The uid of the pod's controller ("" none)."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return ""
+
+
+def node_field(node: str) -> JSON:
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def pinned_to(pod: JSON, node: str) -> bool:
+    """Whether every required node affinity term of `pod` holds placement's term for `node`."""
+    required = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(REQUIRED)
+    terms = (required or {}).get("nodeSelectorTerms") or []
+    return bool(node) and bool(terms) and all(node_field(node) in (t.get("matchFields") or []) for t in terms)
+
+
+def affinity_ops(pod: JSON, node: str) -> list[JSON]:
+    """JSON patch operations narrowing the pod's required node affinity to `node`."""
+    wanted = node_field(node)
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity")
+    if not isinstance(affinity, dict):
+        term = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchFields": [wanted]}]}}}
+        return [{"op": "add", "path": "/spec/affinity", "value": term}]
+    node_affinity = affinity.get("nodeAffinity")
+    if not isinstance(node_affinity, dict):
+        value = {REQUIRED: {"nodeSelectorTerms": [{"matchFields": [wanted]}]}}
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": value}]
+    required = node_affinity.get(REQUIRED)
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if not terms:
+        value = {"nodeSelectorTerms": [{"matchFields": [wanted]}]}
+        return [{"op": "add", "path": f"/spec/affinity/nodeAffinity/{REQUIRED}", "value": value}]
+    ops = []
+    for i, term in enumerate(terms):
+        if isinstance(term, dict) and term.get("matchFields"):
+            ops.append({"op": "add", "path": f"{TERMS}/{i}/matchFields/-", "value": wanted})
+        else:
+            ops.append({"op": "add", "path": f"{TERMS}/{i}/matchFields", "value": [wanted]})
+    return ops
+
+
 async def write_placement(
-    api: KubeApi, pod: JSON, ref: ObjectRef, node: str, annotations: Mapping[str, str], *, ungate: bool
+    api: KubeApi,
+    pod: JSON,
+    ref: ObjectRef,
+    node: str,
+    annotations: Mapping[str, str],
+    *,
+    ungate: bool,
+    pin: str = NOMINATE,
 ) -> Result:
-    """Nominate `node`, then record the allocation (and, with `ungate`, remove the gate)."""
-    nominated = await api.patch(
-        PODS.path(ref.name, namespace=ref.namespace, subresource="status"),
-        {"metadata": {"uid": ref.uid}, "status": {"nominatedNodeName": node}},
-        what=f"nominating {node} for {ref.key}",
-    )
-    if isinstance(nominated, Refused):
-        return nominated
+    """Pin the pod to `node` (`pin`: affinity or nominate; a pod no longer gated can only be
+    nominated) and record the allocation; with `ungate`, remove the gate."""
     ops = [{"op": "test", "path": "/metadata/uid", "value": ref.uid}]
+    if pin == AFFINITY and ungate:
+        ops += affinity_ops(pod, node)
+    else:
+        nominated = await api.patch(
+            PODS.path(ref.name, namespace=ref.namespace, subresource="status"),
+            {"metadata": {"uid": ref.uid}, "status": {"nominatedNodeName": node}},
+            what=f"nominating {node} for {ref.key}",
+        )
+        if isinstance(nominated, Refused):
+            return nominated
     ops += annotation_ops(pod, annotations)
     if ungate:
         gates = tuple(g.get("name", "") for g in (pod.get("spec") or {}).get("schedulingGates") or [])

@@ -16,6 +16,10 @@ MANAGED_RESOURCES = tuple(rn.RESOURCE_DEVICE_TYPE)
 @dataclass
 class PlacementSettings:
     enabled: bool = False
+    # How a placed pod is pinned to its node (allocator/placement/writes.py, docs/placement.md):
+    # `auto` (a required node affinity term for a pod that has a controller, one write; the node
+    # nominated for a pod that has none, two writes, never stuck), `affinity` or `nominate`.
+    pin: str = "auto"
     resources: list[str] = field(default_factory=lambda: list(MANAGED_RESOURCES))
     # Namespaces whose pods are never gated (the webhook configuration's namespaceSelector skips
     # them too; topoalloc's own namespace is always left alone).
@@ -34,3 +38,7 @@ class PlacementSettings:
     concurrency: int = 64
     retry_initial: float = 1.0
     retry_max: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.pin not in ("auto", "affinity", "nominate"):
+            raise ValueError(f"placement.pin: expected auto, affinity or nominate, got {self.pin!r}")

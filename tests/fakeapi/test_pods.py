@@ -191,3 +191,42 @@ async def test_binding_refusals(fake_api: FakeApiServer, fake_api_aio_client: An
     assert status == 201
     stored = fake_api.get("pods", "mine", "default")
     assert stored is not None and stored["metadata"]["annotations"] == {"example.com/bound-by": "test"}
+
+
+async def test_a_gated_pods_scheduling_directives_may_only_be_narrowed(fake_api_aio_client: Any) -> None:
+    """KEP-3838, as the real releases answer (bench/pinning.py): while gated, node affinity may be
+    set where there was none, or a term's fields added to; nodeSelector entries added; widening is
+    refused, and nothing changes once the gate is gone."""
+    core = client.CoreV1Api(fake_api_aio_client)
+    await core.create_namespaced_pod("default", pod("g", gates=["example.com/wait"]))
+    field_ = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    pinned = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [field_]}]
+            }
+        }
+    }
+    await core.patch_namespaced_pod(
+        "g", "default", {"spec": {"affinity": pinned, "nodeSelector": {"a": "b"}}}
+    )
+    other = {**field_, "values": ["n2"]}
+    narrower = [
+        {
+            "op": "add",
+            "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/-",
+            "value": other,
+        }
+    ]
+    await core.patch_namespaced_pod("g", "default", narrower, _content_type="application/json-patch+json")
+    status, _ = await _error(
+        core.patch_namespaced_pod("g", "default", {"spec": {"nodeSelector": {"a": "c"}}})
+    )
+    assert status == 422  # changing an entry widens
+    await core.patch_namespaced_pod(
+        "g", "default", {"spec": {"schedulingGates": None}}, _content_type="application/merge-patch+json"
+    )
+    status, body = await _error(
+        core.patch_namespaced_pod("g", "default", {"spec": {"nodeSelector": {"x": "y"}}})
+    )
+    assert status == 422 and "pod updates may not change fields" in body["message"]

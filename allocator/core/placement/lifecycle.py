@@ -20,9 +20,11 @@ oldest:
    process restarted): its recorded devices are held again (`door.restore`), or, when they are not
    free any more, it is placed anew without a gate to remove.
 3. Placed, then refused by kube-scheduler (PodScheduled False/Unschedulable after the placement: a
-   filter topoalloc does not model): placed anew with the refused nodes left out, once per new
-   reason; with no node left its recorded allocation is cleared (`ClearPlacement`), so wherever
-   kube-scheduler binds it the node's agent chooses its devices.
+   filter topoalloc does not model): a pod pinned by node affinity (which cannot change once the
+   gate is gone) is evicted so its controller creates it anew (`Replace`; the new pod is placed
+   with the refused nodes left out); a pod pinned by nomination is placed anew with the refused nodes
+   left out, once per new reason, and with no node left its recorded allocation is cleared
+   (`ClearPlacement`), so wherever kube-scheduler binds it the node's agent chooses its devices.
 4. A write that failed comes back (`Outcome`): the hold goes, an Event says why, it is retried.
 """
 
@@ -76,6 +78,9 @@ class PlacementLifecycleSettings:
     preemption: bool = True
     # After evicting victims, look again this soon (they may take a while to go).
     preemption_recheck: float = 1.0
+    # A controller's pod that kube-scheduler refused: its next pods keep off the refused nodes for
+    # this long (the controller creates them anew under other names).
+    refused_memory: float = 600.0
 
 
 # -- placement's own actions (the shared ones: allocator/core/actions.py) ------------------------
@@ -91,6 +96,15 @@ class WritePlacement:
     node: str
     annotations: dict[str, str]
     ungate: bool = True
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Evict a pod pinned to a node kube-scheduler refuses (its node affinity cannot change), so its
+    controller creates it anew and the new pod is placed elsewhere."""
+
+    pod: ObjectRef
+    why: str
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,8 @@ class _Memory:
     seen_refusal: dict[str, str] = field(default_factory=dict)  # key -> the refusal last acted on
     said: dict[str, str] = field(default_factory=dict)  # key -> the last reason told (Event, condition)
     evicting: set[str] = field(default_factory=set)  # victims whose eviction was asked
+    # controller uid -> (nodes kube-scheduler refused its pods, until when that is remembered)
+    by_controller: dict[str, tuple[set[str], float]] = field(default_factory=dict)
 
 
 class PlacementLifecycle:
@@ -119,9 +135,11 @@ class PlacementLifecycle:
         self.door = door
         self.settings = settings or PlacementLifecycleSettings()
         self.memory = _Memory()
+        self.now = 0.0
 
     def step(self, view: PlacementView, now: float) -> list[Action]:
         out: list[Action] = []
+        self.now = now
         if view.full:
             present = {p.key for p in view.pods}
             self.forget([k for k in self.memory.said.keys() | self.memory.written.keys() if k not in present])
@@ -143,7 +161,7 @@ class PlacementLifecycle:
             return []  # written: the watch has not shown the gate gone yet
         if any(g != keys.PLACEMENT_GATE for g in pod.gates):
             return []  # another gate holds it (a gang's plan, a queue): placed once it is the last
-        got = self.door.place(pod.key, frozenset())
+        got = self.door.place(pod.key, self._refused_for(pod))
         if isinstance(got, Placed):
             mem.written[pod.key] = pod.ref.uid
             mem.said.pop(pod.key, None)
@@ -182,6 +200,8 @@ class PlacementLifecycle:
             mem.seen_refusal[pod.key] = refusal
             refused = mem.refused.setdefault(pod.key, set())
             refused.add(pod.placed_on)
+            if pod.pinned:
+                return self._replace(pod)
             return self._again(pod, frozenset(refused), f"kube-scheduler refused {pod.placed_on}")
         if not self.door.held(pod.key) and not self.door.restore(pod.key):
             return self._again(pod, frozenset(mem.refused.get(pod.key, ())), "its devices were taken")
@@ -200,6 +220,29 @@ class PlacementLifecycle:
             ]
         note = f"{why}; no other node can host its devices ({got.why}): the node it binds to chooses them"
         return [ClearPlacement(pod.ref), Event(pod.ref, "Warning", "PlacementCleared", note, ACTION)]
+
+    def _replace(self, pod: PendingPod) -> list[Action]:
+        why = f"kube-scheduler refused {pod.placed_on} ({pod.unschedulable})"
+        if not pod.controller:
+            # A pod of no controller pinned by affinity: nobody creates it anew; say so.
+            return self._tell(pod, "Refused", f"{why}; the pod has no controller to create it anew")
+        nodes, _ = self.memory.by_controller.get(pod.controller, (set(), 0.0))
+        nodes.add(pod.placed_on)
+        self.memory.by_controller[pod.controller] = (nodes, self.now + self.settings.refused_memory)
+        self.door.release(pod.key)
+        note = f"{why}: evicted so its controller creates it anew, placed elsewhere"
+        return [Replace(pod.ref, why), Event(pod.ref, "Warning", "Replacing", note, ACTION),
+                Count("placements", "replaced")]  # fmt: skip
+
+    def _refused_for(self, pod: PendingPod) -> frozenset[str]:
+        got = self.memory.by_controller.get(pod.controller) if pod.controller else None
+        if got is None:
+            return frozenset()
+        nodes, until = got
+        if until <= self.now:
+            del self.memory.by_controller[pod.controller]
+            return frozenset()
+        return frozenset(nodes)
 
     # -- 4. refused writes ---------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ class PendingPod:
     placed_on: str  # the node its recorded allocation was made for ("" none)
     unschedulable: str  # kube-scheduler's message while PodScheduled is False/Unschedulable
     unschedulable_since: str = ""  # that condition's lastTransitionTime
+    controller: str = ""  # the uid of its controller (ownerReferences with controller: true)
+    pinned: bool = False  # its placement is pinned by a required node affinity term (immutable)
 
     @property
     def key(self) -> str:

@@ -128,8 +128,15 @@ class PodBehaviour(KindBehaviour):
     def validate_update(self, old: JsonObj, new: JsonObj) -> list[FieldError]:
         old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
         errs = scheduling_gate_errors(old_spec, new_spec)
-        if _immutable_view(old_spec) != _immutable_view(new_spec) or not _tolerations_only_added(
-            old_spec, new_spec
+        # A gated pod's scheduling directives may be narrowed (KEP-3838, GA in 1.30): nodeSelector
+        # entries added, required node affinity set where there was none or its terms' expressions
+        # and fields added to (measured on both real releases: bench/pinning.py).
+        gated = bool(old_spec.get("schedulingGates"))
+        directives_ok = _only_narrowed(old_spec, new_spec) if gated else True
+        if (
+            _immutable_view(old_spec, gated) != _immutable_view(new_spec, gated)
+            or not _tolerations_only_added(old_spec, new_spec)
+            or not directives_ok
         ):
             errs.append(FieldError("Forbidden", "spec", UPDATE_FORBIDDEN))
         return errs
@@ -297,9 +304,43 @@ def _with_default_tolerations(tolerations: list[JsonObj]) -> list[JsonObj]:
     return out
 
 
-def _immutable_view(spec: JsonObj) -> JsonObj:
-    """The spec without the fields an update may change."""
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _only_narrowed(old_spec: JsonObj, new_spec: JsonObj) -> bool:
+    """A gated pod's nodeSelector and required node affinity changed only by additions."""
+    old_sel, new_sel = old_spec.get("nodeSelector") or {}, new_spec.get("nodeSelector") or {}
+    if any(new_sel.get(k) != v for k, v in old_sel.items()):
+        return False
+    old_aff = (old_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    new_aff = (new_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    if {k: v for k, v in old_aff.items() if k != REQUIRED} != {
+        k: v for k, v in new_aff.items() if k != REQUIRED
+    }:
+        return False
+    old_terms = (old_aff.get(REQUIRED) or {}).get("nodeSelectorTerms") or []
+    new_terms = (new_aff.get(REQUIRED) or {}).get("nodeSelectorTerms") or []
+    if not old_terms:
+        return True
+    if len(old_terms) != len(new_terms):
+        return False
+    for old_term, new_term in zip(old_terms, new_terms, strict=True):
+        for part in ("matchExpressions", "matchFields"):
+            if any(e not in (new_term.get(part) or []) for e in old_term.get(part) or []):
+                return False
+    return True
+
+
+def _immutable_view(spec: JsonObj, gated: bool = False) -> JsonObj:
+    """The spec without the fields an update may change (a gated pod's scheduling directives too)."""
     view = copy.deepcopy(spec)
+    if gated:
+        view.pop("nodeSelector", None)
+        affinity = view.get("affinity")
+        if isinstance(affinity, dict):
+            affinity.pop("nodeAffinity", None)
+            if not affinity:
+                view.pop("affinity")
     for kind in ("initContainers", "containers"):
         for container in view.get(kind) or []:
             container.pop("image", None)
