@@ -30,6 +30,7 @@ from itertools import combinations
 from apis.interconnect import Interconnect, best_groups
 
 EXACT_SETS = 5000  # candidate sets compared one by one up to this many
+CACHE_MAX = 4096  # remembered answers (per machine type and state), then forgotten at once
 
 
 def _quality(
@@ -41,8 +42,21 @@ def _quality(
     return (min(vals), sum(vals))
 
 
+_GROUPS: dict[tuple, list[tuple[int, ...]]] = {}
+
+
+def _groups(ic: Interconnect, rest: tuple[int, ...], size: int) -> list[tuple[int, ...]]:
+    """`best_groups`, remembered: the same free GPUs come back pod after pod."""
+    key = (ic.signature(), rest, size)
+    if key not in _GROUPS:
+        if len(_GROUPS) >= CACHE_MAX:
+            _GROUPS.clear()
+        _GROUPS[key] = best_groups(ic, rest, size)
+    return _GROUPS[key]
+
+
 def _leftover(ic: Interconnect, idx: Mapping[int, int], rest: tuple[int, ...], size: int) -> tuple[int, int]:
-    groups = best_groups(ic, rest, size)
+    groups = _groups(ic, rest, size)
     if not groups:
         return (0, 0)
     scores = [_quality(ic.values, idx, g) for g in groups]
@@ -83,7 +97,6 @@ def _sets(
 
 
 _ANSWERS: dict[tuple, tuple[int, ...] | None] = {}
-CACHE_MAX = 4096
 
 
 def best_set(
@@ -99,8 +112,8 @@ def best_set(
     """The best `count` GPUs among `candidates` (minors), or None when there are too few.
     `pool`: the free GPUs a later pod could still use (for what a choice leaves); `used`: GPUs in
     use (bin-packing, over each GPU's `scopes`); `near_nic`: GPUs with a NIC for the pod behind
-    their switch (None: the pod asks no such thing). Answers are remembered: a node answers the
-    same question again for GetPreferredAllocation and Allocate, and for pod after pod."""
+    their switch (None: the pod asks no such thing). Answers are remembered: a node meets the same
+    question in GetPreferredAllocation and Allocate, and again for later pods."""
     key = (
         ic.signature(),
         tuple(sorted(candidates)),
@@ -144,7 +157,7 @@ def _best_set(
         fine = _quality(ic.pcie_values, idx, s)
         fine_left = (0, 0)
         if ic.pcie_breaks_ties:
-            left = best_groups(ic, rest, size)
+            left = _groups(ic, rest, size)
             fine_left = (
                 min((_quality(ic.pcie_values, idx, g)[0] for g in left), default=0),
                 sum(_quality(ic.pcie_values, idx, g)[1] for g in left),
