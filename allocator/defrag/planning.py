@@ -19,6 +19,7 @@ from allocator.defrag.cache_view import DefragCache
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.kube import ApiError, KubeApi
+from apis.kinds import PDBS, PODS
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -41,7 +42,7 @@ class Pass:
 
 async def bound_pods(api: KubeApi) -> dict[str, JSON]:
     """Raises ApiError (the caller decides what a failed list means)."""
-    got = await api.raw("GET", "/api/v1/pods", query={"fieldSelector": BOUND})
+    got = await api.raw("GET", PODS.path(), query={"fieldSelector": BOUND})
     out = {}
     for pod in got.get("items") or []:
         meta = pod.get("metadata") or {}
@@ -50,7 +51,7 @@ async def bound_pods(api: KubeApi) -> dict[str, JSON]:
 
 
 async def budgets(api: KubeApi) -> list[JSON]:
-    got = await api.raw("GET", "/apis/policy/v1/poddisruptionbudgets")
+    got = await api.raw("GET", PDBS.path())
     return list(got.get("items") or [])
 
 

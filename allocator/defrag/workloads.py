@@ -12,11 +12,11 @@ from typing import Any
 
 from allocator.core.defrag.inputs import PodFacts
 from allocator.runtime.kube import ApiError, KubeApi
+from apis.kinds import DEPLOYMENTS, REPLICASETS, STATEFULSETS
 from apis.selector import LabelSelector
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-APPS = "/apis/apps/v1/namespaces"
 
 
 def scaled(value: Any, replicas: int, default: str) -> int:
@@ -94,14 +94,14 @@ async def fetch_owners(api: KubeApi, workloads: Iterable[str]) -> dict[str, JSON
         namespace, kind, name = [*workload.split("/", 2), "", ""][:3]
         try:
             if kind == "ReplicaSet":
-                rs = await api.raw("GET", f"{APPS}/{namespace}/replicasets/{name}")
+                rs = await api.raw("GET", REPLICASETS.path(name, namespace=namespace))
                 refs = (rs.get("metadata") or {}).get("ownerReferences") or []
                 top = next((r for r in refs if r.get("controller") and r.get("kind") == "Deployment"), None)
                 if top is not None:
-                    got = await api.raw("GET", f"{APPS}/{namespace}/deployments/{top.get('name', '')}")
+                    got = await api.raw("GET", DEPLOYMENTS.path(top.get("name", ""), namespace=namespace))
                     out[workload] = {"kind": "Deployment", **got}
             elif kind == "StatefulSet":
-                got = await api.raw("GET", f"{APPS}/{namespace}/statefulsets/{name}")
+                got = await api.raw("GET", STATEFULSETS.path(name, namespace=namespace))
                 out[workload] = {"kind": "StatefulSet", **got}
         except ApiError as exc:
             log.info("reading the owner of %s: %s (its limit is the settings')", workload, exc)

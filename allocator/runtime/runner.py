@@ -201,10 +201,12 @@ class Runner:
             await self.run_pass()
 
     async def _sleep(self, resync_at: float) -> None:
-        """Until a wake (then `batch_delay` more), a delayed key's time, or `resync_at`."""
+        """Until a wake (then `batch_delay` more), a delayed key's time, or `resync_at`. A follower
+        waits for a wake or `resync_at` alone: the keys queued meanwhile wait for its first pass as
+        leader (were they counted, it would look at its leadership every `batch_delay`)."""
         now = self.clock()
-        if not self.queue.pending(now):
-            until = min(resync_at, self.queue.next_due())
+        if not (self.leading and self.queue.pending(now)):
+            until = min(resync_at, self.queue.next_due()) if self.leading else resync_at
             try:
                 async with asyncio.timeout(max(0.0, until - now)):
                     await self._wake.wait()

@@ -13,7 +13,7 @@ tests need, done by hand:
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ import yaml
 
 from agent.dra.slices import pool_devices, pool_slices
 from allocator.runtime.dra_settings import DraSettings
+from allocator.runtime.runner import Runner
 from apis import dra
 from apis.device import Device
 from tests.gang.harness import Admission
@@ -30,6 +31,7 @@ from tests.support.allocator_harness import Running, running_allocator
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import machine_device
 from tests.support.pki import Pki
+from tests.support.polling import until
 
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -187,6 +189,28 @@ class World:
 
     async def create(self, obj: JSON) -> None:
         self.fake.put(obj)
+
+    @property
+    def runner(self) -> Runner:
+        claims: Any = self.run.service.component("claims")
+        return claims.runner  # type: ignore[no-any-return]
+
+    async def looked_at(self, pod: str, made: Sequence[str] = ()) -> None:
+        """Wait until the watch cache has the pod, with the claims `made` for it in its status and
+        in the cache, then for two more passes of the claims controller (the first may have begun
+        before): a check that nothing happened is made after the controller has looked."""
+        cache = self.run.service.cache
+
+        def seen() -> bool:
+            entry = cache.pods.get(f"default/{pod}")
+            if entry is None or entry.raw is None:
+                return False
+            statuses = (entry.raw.get("status") or {}).get("resourceClaimStatuses") or []
+            named = {s.get("resourceClaimName") for s in statuses}
+            return all(n in named and f"default/{n}" in cache.dra.claims for n in made)
+
+        await until(seen, what=f"pod {pod} and its claims {', '.join(made)} in the watch cache")
+        await self.runner.wait_passes(2)
 
 
 @asynccontextmanager

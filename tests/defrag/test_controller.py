@@ -20,7 +20,7 @@ BASE = DefragSettings(enabled=True, interval=3600.0, min_wait=0.0, report_config
 async def test_a_dry_run_plans_and_touches_nothing(fake_api: FakeApiServer, pki: Pki) -> None:
     world(fake_api)
     async with running_allocator(fake_api, pki, defrag=BASE) as run:
-        controller = run.service.defrag
+        controller = run.service.component("defrag").controller
         assert controller is not None
         plan = await controller.reconcile()
         assert len(plan.moves) == 2 and {m.source for m in plan.moves} == {plan.moves[0].source}
@@ -32,7 +32,7 @@ async def test_moves_reserve_then_evict_and_survive_a_restart(fake_api: FakeApiS
     world(fake_api)
     live = dataclasses.replace(BASE, dry_run=False, max_migrating_per_workload=2)
     async with running_allocator(fake_api, pki, defrag=live) as run:
-        controller = run.service.defrag
+        controller = run.service.component("defrag").controller
         assert controller is not None
         plan = await controller.reconcile()
         made = moves_made(fake_api)
@@ -50,7 +50,7 @@ async def test_moves_reserve_then_evict_and_survive_a_restart(fake_api: FakeApiS
     moved = sorted(m.key.partition("/")[2] for m in plan.moves)
     # A new leader reads the two moves back from their Reservations: no third, none twice.
     async with running_allocator(fake_api, pki, defrag=live) as run:
-        controller = run.service.defrag
+        controller = run.service.component("defrag").controller
         assert controller is not None
         await until(lambda: len(run.service.cache.reservations) >= 2, timeout=10)
         await controller.reconcile()
@@ -68,7 +68,7 @@ async def test_limits_cap_concurrent_moves(fake_api: FakeApiServer, pki: Pki) ->
     world(fake_api)
     live = dataclasses.replace(BASE, dry_run=False)  # one move per workload at a time
     async with running_allocator(fake_api, pki, defrag=live) as run:
-        controller = run.service.defrag
+        controller = run.service.component("defrag").controller
         assert controller is not None
         await controller.reconcile()
         assert len(moves_made(fake_api)) == 1
@@ -87,7 +87,7 @@ async def test_a_pod_budget_allowing_no_disruption_keeps_its_pods(fake_api: Fake
     )
     live = dataclasses.replace(BASE, dry_run=False, max_migrating_per_workload=2)
     async with running_allocator(fake_api, pki, defrag=live) as run:
-        controller = run.service.defrag
+        controller = run.service.component("defrag").controller
         assert controller is not None
         plan = await controller.reconcile()
         assert plan.moves == () and "no pod may move" in plan.stuck[0][1]

@@ -178,3 +178,22 @@ async def test_wait_passes_times_out_when_no_pass_runs(count: int) -> None:
     async with running(runner):
         with pytest.raises(TimeoutError):
             await runner.wait_passes(count, timeout=0.2)
+
+
+async def test_a_follower_with_keys_queued_looks_at_its_leadership_only_when_woken() -> None:
+    """Keys queued on a follower (its watch cache's changes) wait for it to lead: they do not make
+    it look at its leadership every `batch_delay`."""
+    rec = Recorder()
+    asked = 0
+
+    def is_leader() -> bool:
+        nonlocal asked
+        asked += 1
+        return False
+
+    settings = RunnerSettings(resync=60.0, batch_delay=0.01, concurrency=2)
+    runner = Runner("test", rec, settings, is_leader=is_leader, synced=lambda: True)
+    async with running(runner):
+        runner.wake("a")
+        await asyncio.sleep(0.3)  # 30 batch delays
+    assert 1 <= asked <= 3 and rec.batches == []
