@@ -131,16 +131,7 @@ class Admission:
 
     def served_snapshot(self) -> dict[str, ServedPod]:
         """A copy of `served`; the caller holds `calls_held()`."""
-        return {
-            uid: ServedPod(
-                s.namespace,
-                s.name,
-                {r: [list(ids) for ids in v] for r, v in s.resources.items()},
-                {r: [list(e) for e in v] for r, v in s.chosen.items()},
-                s.why,
-            )
-            for uid, s in self.served.items()
-        }
+        return {uid: s.copy() for uid, s in self.served.items()}
 
     # -- pods -------------------------------------------------------------------------------
     def _pod_list(self, fresh: bool) -> list[dict[str, Any]]:

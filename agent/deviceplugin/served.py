@@ -58,6 +58,15 @@ class ServedPod:
         except CodecError:
             return None
 
+    def copy(self) -> ServedPod:
+        return ServedPod(
+            self.namespace,
+            self.name,
+            {r: [list(ids) for ids in v] for r, v in self.resources.items()},
+            {r: [list(e) for e in v] for r, v in self.chosen.items()},
+            self.why,
+        )
+
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"namespace": self.namespace, "name": self.name, "resources": self.resources}
         if self.chosen:
