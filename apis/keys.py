@@ -49,10 +49,9 @@ NUDGED = TOPOALLOC + "nudged"
 # On a pod or its namespace, "false": no preference away from GPU nodes (docs/service.md).
 SCARCE_AVOIDANCE = TOPOALLOC + "scarce-avoidance"
 # Placement mode (docs/placement.md): the gate a GPU pod is created with until its node and devices
-# are chosen; the node its recorded allocation (device-allocated) was made for, so a node it was not
-# made for ignores it; "false" on a pod (label) or its namespace: placement leaves it alone.
+# are chosen (it records them with ALLOCATED_NODE); "false" on a pod (label) or its namespace:
+# placement leaves it alone.
 PLACEMENT_GATE = TOPOALLOC + "placement"
-ALLOCATED_NODE = TOPOALLOC + "allocated-node"
 PLACEMENT = TOPOALLOC + "placement"
 
 # Topology levels a gang or an RL job group keeps to (docs/topology.md): the value is a node label

@@ -47,7 +47,9 @@ class MemberPod:
 
     @property
     def other_gates(self) -> tuple[str, ...]:
-        return tuple(g for g in self.gates if g != keys.GANG_SCHEDULING_GATE)
+        """Gates the gang waits for: neither its own nor placement's (placement places a member on
+        its gang's plan once the gang's gate is gone)."""
+        return tuple(g for g in self.gates if g not in (keys.GANG_SCHEDULING_GATE, keys.PLACEMENT_GATE))
 
     @property
     def gang_key(self) -> str:
