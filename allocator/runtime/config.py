@@ -130,6 +130,9 @@ class ServiceConfig:
         admission = {
             k[len("admission_") :]: changes.pop(k) for k in list(changes) if k.startswith("admission_")
         }
+        placement = {
+            k[len("placement_") :]: changes.pop(k) for k in list(changes) if k.startswith("placement_")
+        }
         out = dataclasses.replace(self, **changes)
         if le:
             out.leader_election = dataclasses.replace(out.leader_election, **le)
@@ -137,6 +140,8 @@ class ServiceConfig:
             out.gang = dataclasses.replace(out.gang, **gang)
         if admission:
             out.admission = dataclasses.replace(out.admission, **admission)
+        if placement:
+            out.placement = dataclasses.replace(out.placement, **placement)
         return out
 
 

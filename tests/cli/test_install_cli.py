@@ -50,7 +50,13 @@ def test_an_unreachable_cluster_is_a_runtime_failure(
 
 
 def test_gitops_render_without_a_cluster(topoalloc: Run) -> None:
-    ran = topoalloc("install", "--dry-run", "--kube-version", "v1.36.3", "--version", "1.2.3")
+    placed = topoalloc("install", "--dry-run", "--kube-version", "v1.36.3", "--version", "1.2.3")
+    assert placed.code == 0, placed
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(placed.stdout)}
+    assert ("Deployment", "topoalloc-scheduler") not in kinds  # placement mode: no second scheduler
+    ran = topoalloc(
+        "install", "--dry-run", "--kube-version", "v1.36.3", "--version", "1.2.3", "--mode", "secondary"
+    )
     assert ran.code == 0, ran
     docs = list(yaml.safe_load_all(ran.stdout))
     images = [
@@ -74,8 +80,20 @@ def test_gitops_render_without_a_cluster(topoalloc: Run) -> None:
         (["--dry-run", "--kube-version", "v1.29.4"], "older than 1.30"),
         (["--dry-run", "--kube-version", "latest"], "not a Kubernetes version"),
         (
-            ["--dry-run", "--kube-version", "v1.35.6", "--scheduler-version", "v1.36.0"],
+            [
+                "--dry-run",
+                "--kube-version",
+                "v1.35.6",
+                "--mode",
+                "secondary",
+                "--scheduler-version",
+                "v1.36.0",
+            ],
             "newer than kube-apiserver",
+        ),
+        (
+            ["--dry-run", "--kube-version", "v1.35.6", "--scheduler-version", "v1.35.6"],
+            "only a second kube-scheduler",
         ),
         (["--kube-version", "v1.35.6"], "needs --dry-run"),
         (["--dry-run", "--kube-version", "v1.35.6", "--mode", "kubelet"], "'kubelet' is not one of"),

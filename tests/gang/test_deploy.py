@@ -41,15 +41,15 @@ def test_the_webhook_service_reaches_every_replica_on_the_configured_port() -> N
     assert "webhook.yaml" in (DEPLOY / "allocator" / "kustomization.yaml").read_text()
 
 
-def test_every_gang_member_is_reviewed_and_every_webhook_fails_open() -> None:
+def test_every_gang_member_is_reviewed_and_the_gang_webhooks_fail_closed_in_placement_mode() -> None:
     config = configuration()
     cfg = allocator_config()
     assert config["metadata"]["name"] == cfg.admission.webhook_configuration
     svc_port = one(WEBHOOK_YAML, "Service", WEBHOOK_SERVICE)["spec"]["ports"][0]["port"]
     selected = {}
     for hook in config["webhooks"]:
-        if hook["name"] in ("dra.topoalloc.io", "scarce-avoidance.topoalloc.io"):
-            continue  # served beside the gang's (tests/claims/test_deploy.py, tests/scarce/test_deploy.py)
+        if hook["name"] in ("dra.topoalloc.io", "scarce-avoidance.topoalloc.io", "placement.topoalloc.io"):
+            continue  # served beside the gang's (tests/claims, tests/scarce, tests/placement test_deploy.py)
         service = hook["clientConfig"]["service"]
         assert service == {
             "name": WEBHOOK_SERVICE,
@@ -68,13 +68,13 @@ def test_every_gang_member_is_reviewed_and_every_webhook_fails_open() -> None:
         assert excluded["operator"] == "NotIn" and DEFAULT_NAMESPACE in excluded["values"]
         exprs = (hook.get("objectSelector") or {}).get("matchExpressions") or [{"key": None}]
         selected[exprs[0]["key"]] = hook["failurePolicy"]
-    # All fail open: while no allocator answers, members are admitted ungated and the extender
-    # holds them until the whole gang is placed (issue 31; tests/cluster/test_install.py).
+    # Placement mode (the base's default) fails closed: no extender would hold an ungated member;
+    # the extender variants patch them to fail open (tests/install/test_render.py).
     assert selected == {
-        keys.POD_GROUP_LABEL: "Ignore",
-        keys.POD_GROUP_LABEL_LEGACY: "Ignore",
-        keys.GANG_NAME: "Ignore",
-        None: "Ignore",  # annotation-only Koordinator gangs: every pod
+        keys.POD_GROUP_LABEL: "Fail",
+        keys.POD_GROUP_LABEL_LEGACY: "Fail",
+        keys.GANG_NAME: "Fail",
+        None: "Fail",  # annotation-only Koordinator gangs: a matchCondition selects them
     }
 
 

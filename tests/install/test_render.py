@@ -35,7 +35,7 @@ def _images(docs: list[Doc]) -> dict[str, list[str]]:
 
 
 def test_secondary_mode_renders_everything_labelled_in_apply_order() -> None:
-    docs = _render()
+    docs = _render(mode="secondary")
     assert all(d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "topoalloc" for d in docs)
     kinds = [d["kind"] for d in docs]
     assert kinds[0] == "Namespace" and kinds.count("Namespace") == 1
@@ -64,16 +64,40 @@ def test_the_agent_runs_on_the_installers_label_too() -> None:
     ]
 
 
-@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
-def test_the_gang_webhooks_failure_policy_and_ca_bundle(policy: str) -> None:
-    docs = _render(gang_failure_policy=policy)
+@pytest.mark.parametrize(
+    ("mode", "policy", "gangs"),
+    [
+        ("placement", "", "Fail"),
+        ("secondary", "", "Ignore"),
+        ("kubeadm", "Fail", "Fail"),
+        ("placement", "Ignore", "Ignore"),
+    ],
+)
+def test_the_gang_webhooks_failure_policy_and_ca_bundle(mode: str, policy: str, gangs: str) -> None:
+    """Placement mode has no extender to hold an ungated member: its gang webhooks fail closed unless
+    told otherwise; the extender modes fail open. Every other webhook fails open."""
+    docs = _render(mode=mode, gang_failure_policy=policy)
     secret = _one(docs, "Secret", "topoalloc-allocator-tls")
     hooks = _one(docs, "MutatingWebhookConfiguration", "topoalloc-gang")["webhooks"]
+    assert ("placement.topoalloc.io" in [h["name"] for h in hooks]) == (mode == "placement")
     for hook in hooks:
-        label_selected = hook["name"] in manifests.LABEL_WEBHOOKS
-        assert hook["failurePolicy"] == (policy if label_selected else "Ignore")
+        assert hook["failurePolicy"] == (gangs if hook["name"] in manifests.GANG_WEBHOOKS else "Ignore")
         assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     assert base64.b64decode(secret["data"]["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+def test_placement_mode_is_the_default_with_no_second_scheduler_and_the_allocator_placing() -> None:
+    docs = _render()
+    assert "topoalloc-scheduler" not in _images(docs)
+    args = _one(docs, "Deployment", "topoalloc-allocator")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--no-placement" not in args
+    for mode in ("secondary", "kubeadm"):
+        args = _one(_render(mode=mode), "Deployment", "topoalloc-allocator")["spec"]["template"]["spec"][
+            "containers"
+        ][0]["args"]
+        assert args[-1] == "--no-placement"
 
 
 def test_kubeadm_mode_has_no_second_scheduler() -> None:

@@ -155,6 +155,13 @@ def _unknown_component(name: str) -> str | None:
     default=None,
     help="Gang scheduling: admission webhook, gang controller (on by default; docs/gang.md).",
 )
+@click.option(
+    "--placement/--no-placement",
+    "placement_enabled",
+    default=None,
+    help="Placement mode: every GPU pod placed at admission, whatever its scheduler (docs/placement.md); "
+    "off where kube-scheduler calls the extender.",
+)
 @click.option("--webhook-host", "admission_host", help="Admission webhook listen address.")
 @click.option(
     "--webhook-port",

@@ -105,9 +105,10 @@ OPTION_FLAGS = [
     click.option(
         "--mode",
         type=click.Choice(MODES),
-        help="secondary: a second kube-scheduler beside the allocator (any cluster, managed ones "
-        "included); kubeadm: the cluster's own kube-scheduler, configured by files this writes.  "
-        "[default: secondary]",
+        help="placement: every GPU pod placed at admission and bound by the cluster's own kube-scheduler, "
+        "unchanged (any cluster, managed ones included); secondary: a second kube-scheduler calling the "
+        "extender (pods opt in by schedulerName); kubeadm: the cluster's own kube-scheduler calls the "
+        "extender, configured by files this writes.  [default: placement]",
     ),
     click.option(
         "--certs",
@@ -120,7 +121,8 @@ OPTION_FLAGS = [
         "gang_failure_policy",
         type=click.Choice(FAILURE_POLICIES),
         help="What the API server does with a gang member while no allocator answers: Ignore admits it "
-        "ungated (the extender holds it until its gang is placed), Fail refuses it.  [default: Ignore]",
+        "ungated (an extender holds it until its gang is placed), Fail refuses it.  [default: Fail in "
+        "placement mode, else Ignore]",
     ),
     click.option(
         "--scheduler-version",

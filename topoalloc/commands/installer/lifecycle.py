@@ -26,6 +26,7 @@ from topoalloc.commands.installer.manifests import (
     NAMESPACE,
     ClusterFacts,
     InstallOptions,
+    gang_failure_policy,
     render,
 )
 from topoalloc.commands.installer.removal import prune
@@ -76,6 +77,12 @@ def server_version(cluster: Cluster, report: Report) -> versions.KubeVersion:
 def pin_scheduler(options: InstallOptions, server: versions.KubeVersion, asked: str) -> InstallOptions:
     """The secondary scheduler's version: the server's own, or `asked` when the skew policy allows."""
     if options.mode != "secondary":
+        if asked:
+            raise BadInput(
+                "--scheduler-version",
+                asked,
+                f"only a second kube-scheduler (--mode secondary) has one, not --mode {options.mode}",
+            )
         return replace(options, scheduler_version="")
     if not asked:
         return replace(options, scheduler_version=str(server))
@@ -218,21 +225,26 @@ def _report_nodes(
 
 def _report_mode(options: InstallOptions, report: Report) -> None:
     report.say(f"image: {options.image}:{options.version}")
-    if options.mode == "secondary":
+    if options.mode == "placement":
+        report.say(
+            "scheduler: the cluster's own kube-scheduler, unchanged; every GPU pod is placed by topoalloc "
+            "at admission, whatever its scheduler (opt out: label topoalloc.io/placement=false)"
+        )
+    elif options.mode == "secondary":
         report.say(
             f"scheduler: a second kube-scheduler {options.scheduler_image}:{options.scheduler_version} (the "
             "server's version); pods opt in with spec.schedulerName: topoalloc-scheduler"
         )
     else:
         report.say("scheduler: the cluster's own kube-scheduler calls the allocator (files below)")
-    policy = options.gang_failure_policy
+    policy = gang_failure_policy(options)
     report.say(
         f"gang webhook: failurePolicy {policy}"
         + (
             " (while no allocator answers, gang members are admitted ungated and the extender holds "
             "them until the whole gang is placed)"
             if policy == "Ignore"
-            else " (while no allocator answers, creating a gang member fails)"
+            else " (while no allocator answers, creating a gang member fails; its controller retries)"
         )
     )
 

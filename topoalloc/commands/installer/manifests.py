@@ -1,8 +1,10 @@
 """What `topoalloc install` applies: the kustomize bases rendered for the options and the cluster.
 
-* `secondary` mode: deploy/secondary-scheduler (CRDs, allocator, a second kube-scheduler pinned to
-  the server's exact version); `kubeadm` mode: deploy (CRDs, allocator; the cluster's own
-  kube-scheduler gets the extender block, kubeadm.py). Both add daemonset/ (the node agent).
+* `placement` mode (the default): deploy (CRDs, allocator placing every GPU pod at admission; the
+  cluster's own kube-scheduler binds, nothing of it configured); `secondary` mode:
+  deploy/secondary-scheduler (CRDs, allocator, a second kube-scheduler calling the extender, pinned
+  to the server's exact version); `kubeadm` mode: deploy/extender (CRDs, allocator; the cluster's own
+  kube-scheduler gets the extender block, kubeadm.py). All add daemonset/ (the node agent).
 * the topoalloc image and version, the gang webhook's failurePolicy, certificates generated into
   the two TLS Secrets (and the webhook's caBundle) or issued by cert-manager.
 * every object labelled `app.kubernetes.io/managed-by: topoalloc`, which is how uninstall and
@@ -37,15 +39,17 @@ RECORD = "topoalloc-install"
 #: Feature Discovery's label; daemonset/daemonset.yaml's node affinity accepts it too.
 GPU_NODE_LABEL = "topoalloc.io/gpu-node"
 SCHEDULER = "topoalloc-scheduler"
-MODES = ("secondary", "kubeadm")
+MODES = ("placement", "secondary", "kubeadm")
+BASES = {"placement": "", "secondary": "secondary-scheduler", "kubeadm": "extender"}
 CERTS = ("generate", "cert-manager")
 FAILURE_POLICIES = ("Ignore", "Fail")
-# The gang webhooks of deploy/allocator/webhook.yaml that select members by a label (the one for
-# annotation-only Koordinator gangs reviews every pod and always fails open).
-LABEL_WEBHOOKS = (
+# The gang webhooks of deploy/allocator/webhook.yaml (each selects members only: a label, or the
+# annotation of a Koordinator gang).
+GANG_WEBHOOKS = (
     "podgroup.gang.topoalloc.io",
     "legacy-podgroup.gang.topoalloc.io",
     "koordinator-label.gang.topoalloc.io",
+    "koordinator-annotation.gang.topoalloc.io",
 )
 # Apply order: what others refer to first, the admission webhook last (kustomize's order).
 KIND_ORDER = (
@@ -76,9 +80,9 @@ class InstallOptions:
 
     version: str
     image: str = "topoalloc"
-    mode: str = "secondary"
+    mode: str = "placement"
     certs: str = "generate"
-    gang_failure_policy: str = "Ignore"
+    gang_failure_policy: str = ""  # "": the mode's (Fail in placement mode, Ignore with an extender)
     nvidia_runtime_class: bool = False
     scheduler_version: str = ""  # secondary mode: vX.Y.Z; set from the server's /version
     scheduler_image: str = "registry.k8s.io/kube-scheduler"
@@ -98,6 +102,12 @@ class InstallOptions:
                 continue
             values[f.name] = raw == "true" if f.type == "bool" else raw
         return cls(**values)
+
+
+def gang_failure_policy(options: InstallOptions) -> str:
+    """The gang webhooks' failurePolicy: the option, else the mode's (placement mode has no
+    extender to hold an ungated member, so a member is refused while no allocator answers)."""
+    return options.gang_failure_policy or ("Fail" if options.mode == "placement" else "Ignore")
 
 
 def _camel(name: str) -> str:
@@ -129,7 +139,7 @@ def render(options: InstallOptions, facts: ClusterFacts, root: Path | None = Non
     cert_manager = (
         (root / "deploy" / "components" / "cert-manager",) if options.certs == "cert-manager" else ()
     )
-    base = root / "deploy" / ("secondary-scheduler" if options.mode == "secondary" else "")
+    base = root / "deploy" / BASES[options.mode]
     docs = build(base, components=cert_manager, images=image)
     runtime = (
         (root / "deploy" / "components" / "nvidia-runtime-class",) if options.nvidia_runtime_class else ()
@@ -185,8 +195,8 @@ def _adjust(doc: Doc, options: InstallOptions, facts: ClusterFacts) -> None:
     if kind == "MutatingWebhookConfiguration" and name == WEBHOOK_CONFIGURATION:
         ca = (facts.tls or {}).get("topoalloc-allocator-tls", {}).get("ca.crt")
         for hook in doc["webhooks"]:
-            if hook["name"] in LABEL_WEBHOOKS:
-                hook["failurePolicy"] = options.gang_failure_policy
+            if hook["name"] in GANG_WEBHOOKS:
+                hook["failurePolicy"] = gang_failure_policy(options)
             if ca and options.certs == "generate":
                 # The leader keeps it equal to its Secret's ca.crt; set now, the webhook works at once.
                 hook["clientConfig"]["caBundle"] = base64.b64encode(ca).decode()

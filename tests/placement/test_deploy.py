@@ -1,0 +1,80 @@
+"""The placement webhook of deploy/allocator/webhook.yaml agrees with the allocator: the route, the
+resource names its matchConditions send (the same as `placement.resources`), failing open, the
+opt-outs; the shipped config turns placement on and RBAC lets it write what it writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import celpy
+import yaml
+
+from allocator.placement.webhook import PATH
+from allocator.runtime.config import ServiceConfig
+from allocator.runtime.placement_settings import PlacementSettings
+from apis import keys
+from tests.placement.harness import gpu_pod
+
+DEPLOY = __import__("pathlib").Path(__file__).resolve().parents[2] / "deploy" / "allocator"
+_ENV = celpy.Environment()
+
+
+def _hook() -> dict[str, Any]:
+    docs = yaml.safe_load_all((DEPLOY / "webhook.yaml").read_text())
+    config = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
+    (hook,) = [h for h in config["webhooks"] if h["name"] == "placement.topoalloc.io"]
+    return dict(hook)
+
+
+def _sent(pod: dict[str, Any]) -> bool:
+    """Whether kube-apiserver would send `pod` to the route (every matchCondition true)."""
+    activation = celpy.json_to_cel({"object": pod})
+    for cond in _hook()["matchConditions"]:
+        got = _ENV.program(_ENV.compile(cond["expression"])).evaluate(activation)
+        assert not isinstance(got, celpy.CELEvalError), (cond["name"], got)
+        if not got:
+            return False
+    return True
+
+
+def test_the_route_fails_open_and_keeps_out_of_system_and_opted_out_pods() -> None:
+    hook = _hook()
+    assert hook["clientConfig"]["service"]["path"] == PATH and hook["failurePolicy"] == "Ignore"
+    assert hook["objectSelector"]["matchExpressions"] == [
+        {"key": keys.PLACEMENT, "operator": "NotIn", "values": ["false"]}
+    ]
+    names = hook["namespaceSelector"]["matchExpressions"]
+    assert {"key": keys.PLACEMENT, "operator": "NotIn", "values": ["false"]} in names
+    assert "topoalloc-system" in names[0]["values"] and "kube-system" in names[0]["values"]
+
+
+def test_match_conditions_send_exactly_the_pods_asking_for_a_managed_resource() -> None:
+    for resource in PlacementSettings().resources:  # one list: the allocator's and the webhook's
+        pod = gpu_pod("p")
+        pod["spec"]["containers"][0]["resources"] = {"requests": {resource: "1"}}
+        assert _sent(pod), resource
+    init = gpu_pod("i")
+    init["spec"]["containers"][0]["resources"] = {}
+    init["spec"]["initContainers"] = [
+        {"name": "i", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    ]
+    assert _sent(init)
+    cpu = gpu_pod("c")
+    cpu["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "example.com/fpga-ish": "1"}}
+    assert not _sent(cpu)
+    bare = gpu_pod("b")
+    del bare["spec"]["containers"][0]["resources"]
+    assert not _sent(bare)
+    bound = gpu_pod("n", nodeName="n1")
+    assert not _sent(bound)
+
+
+def test_the_shipped_config_places_and_rbac_allows_the_writes() -> None:
+    docs = list(yaml.safe_load_all((DEPLOY / "config.yaml").read_text()))
+    cfg = ServiceConfig.from_mapping(yaml.safe_load(docs[0]["data"]["allocator.yaml"]))
+    assert cfg.placement.enabled and cfg.placement.pin == "auto"
+    rules = next(
+        d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d and d["kind"] == "ClusterRole"
+    )["rules"]
+    granted = {(r, v) for rule in rules for r in rule["resources"] for v in rule["verbs"]}
+    assert {("pods", "patch"), ("pods/status", "patch"), ("pods/eviction", "create")} <= granted
