@@ -27,6 +27,7 @@ from tests.support.cluster_product import (
 )
 from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, Process, wait_until
 from tests.support.kube_releases import DEFAULT, KubeRelease
+from topoalloc.commands.installer.kustomize import build
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 AGENT_SA = "topoalloc-agent"
@@ -34,10 +35,11 @@ ALLOCATOR_SA = "topoalloc-allocator"
 DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
 
 
-def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
-    """deploy/allocator/webhook.yaml's MutatingWebhookConfiguration, calling `url` (the forwarder in
-    front of the replicas) instead of the in-cluster Service."""
-    docs = list(yaml.safe_load_all((REPO / "deploy" / "allocator" / "webhook.yaml").read_text()))
+def webhook_configuration(url: str, ca_pem: bytes, *, placement: bool = False) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration of deploy/ (placement mode) or deploy/extender (the tier's
+    extender mode) as kustomize renders it, calling `url` (the forwarder in front of the replicas)
+    instead of the in-cluster Service."""
+    docs = build(REPO / "deploy" / ("" if placement else "extender"))
     config = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
     for hook in config["webhooks"]:
         path = hook["clientConfig"]["service"].get("path", "/")

@@ -1,0 +1,251 @@
+"""Scenario: placement mode on a cluster whose kube-scheduler knows nothing of topoalloc (restarted
+with an empty configuration for this module: no extender, no second scheduler) and deploy/'s
+webhook configuration (placement mode: the placement route, gang webhooks failing closed). GPU pods
+keep the default scheduler; the allocator (replicas started with --placement) places them at
+admission, pins them and removes the gate; kube-scheduler binds; each node's agent serves its
+stand-in kubelet exactly the recorded devices.
+
+Two DGX H100 nodes with agents and stand-in kubelets. Pods: whole GPUs, a shared GPU, joint
+GPU+RDMA; a scheduler-plugins gang bound whole, also when the webhook was down while members were
+created; a pod placed where kube-scheduler refuses it (a host port topoalloc does not model) still
+runs (a Deployment's pod created anew elsewhere, a bare pod bound elsewhere with devices chosen on
+that node); the leader SIGKILLed mid-burst loses nothing and doubles nothing; opted-out pods and
+excluded namespaces are not gated."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.burst import PLUGIN_RESOURCES, PluginNode, gpu_uuids, start_plugin_node, stop_plugin_node
+from tests.cluster.harness import ClusterEnv, allocated, gpu_pod, webhook_configuration
+from tests.support.cluster_product import scheduler_config
+from tests.support.controlplane import wait_until
+
+NODES = ("pl-a", "pl-b")
+GATE = "topoalloc.io/placement"
+ALLOCATED_NODE = "topoalloc.io/allocated-node"
+PG = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
+
+
+def _webhooks(cluster: ClusterEnv, placement: bool) -> None:
+    config = webhook_configuration(
+        f"https://127.0.0.1:{cluster.webhook.port}",
+        (cluster.certs / "ca.crt").read_bytes(),
+        placement=placement,
+    )
+    cluster.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(config))
+
+
+def _placement_mode(cluster: ClusterEnv, on: bool) -> None:
+    """Every replica, kube-scheduler and the webhooks in placement mode (or back to the tier's)."""
+    if on:
+        cluster.cp.start_scheduler(
+            {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
+        )
+    else:
+        cluster.cp.start_scheduler(
+            scheduler_config(f"https://127.0.0.1:{cluster.extender.port}", cluster.certs)
+        )
+    _webhooks(cluster, on)
+    args = ("--placement",) if on else ()
+    for identity in sorted(i for i, r in cluster.replicas.items() if r.process.alive()) or ["alloc-a"]:
+        cluster.start_allocator(identity, extra_args=args).wait_ready()
+
+
+@pytest.fixture(scope="module")
+def nodes(cluster: ClusterEnv) -> Iterator[dict[str, PluginNode]]:
+    _placement_mode(cluster, True)
+    started = {name: start_plugin_node(cluster, name, labels={}) for name in NODES}
+    try:
+        for node in started.values():
+            cluster.wait_device(node.name)
+            node.kubelet.wait_registered(PLUGIN_RESOURCES, timeout=60)
+        yield started
+    finally:
+        for node in started.values():
+            stop_plugin_node(cluster, node)
+        _placement_mode(cluster, False)
+
+
+def _recorded(pod: dict[str, Any]) -> tuple[str, list[int]]:
+    annotations = pod["metadata"].get("annotations") or {}
+    return annotations.get(ALLOCATED_NODE, ""), sorted(e["minor"] for e in allocated(pod).get("gpu", []))
+
+
+def _admit(nodes: dict[str, PluginNode], cluster: ClusterEnv, pod: dict[str, Any]) -> list[str]:
+    """The stand-in kubelet of the pod's node admits it: the GPU IDs its container got."""
+    node = nodes[pod["spec"]["nodeName"]]
+    got = node.kubelet.admit(pod)["main"]
+    return sorted(got["nvidia.com/gpu"].ids) if "nvidia.com/gpu" in got else []
+
+
+def test_gpu_pods_of_the_default_scheduler_are_placed_and_get_exactly_their_devices(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    for node in nodes.values():
+        node.kubelet.forget()
+    created = cluster.create_pod(ns, gpu_pod("pair", gpus=2))
+    assert [g["name"] for g in created["spec"]["schedulingGates"]] == [GATE]  # whatever its scheduler
+    pod = cluster.wait_bound(ns, "pair")
+    node, minors = _recorded(pod)
+    assert pod["spec"]["nodeName"] == node and pod["spec"].get("schedulerName") == "default-scheduler"
+    assert len(minors) == 2 and minors[1] - minors[0] == 1 and minors[0] % 2 == 0  # a pair on one switch
+    uuid = gpu_uuids(cluster, node)
+    assert _admit(nodes, cluster, pod) == sorted(uuid[m] for m in minors)
+
+    # a second one packs onto the same node, never onto the same GPUs
+    cluster.create_pod(ns, gpu_pod("four", gpus=4))
+    four = cluster.wait_bound(ns, "four")
+    node4, minors4 = _recorded(four)
+    assert node4 == node and not set(minors4) & set(minors)
+    assert _admit(nodes, cluster, four) == sorted(uuid[m] for m in minors4)
+
+
+def test_shared_and_joint_requests_keep_koordinators_annotations(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    for node in nodes.values():
+        node.kubelet.forget()
+    shared = gpu_pod(
+        "half", resources={"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}
+    )
+    cluster.create_pod(ns, shared)
+    pod = cluster.wait_bound(ns, "half")
+    (entry,) = allocated(pod)["gpu"]
+    assert entry["resources"]["koordinator.sh/gpu-core"] == "50"
+    joint = {
+        "scheduling.koordinator.sh/device-joint-allocate": json.dumps(
+            {"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"}
+        )
+    }
+    cluster.create_pod(
+        ns, gpu_pod("joint", gpus=2, resources={"koordinator.sh/rdma": "2"}, annotations=joint)
+    )
+    pod = cluster.wait_bound(ns, "joint")
+    recorded = allocated(pod)
+    assert len(recorded["gpu"]) == 2 and len(recorded["rdma"]) == 2
+
+
+def test_a_gang_binds_whole_also_when_the_webhook_was_down_for_some_members(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    pg = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "job"},
+        "spec": {"minMember": 2},
+    }
+    cluster.cp.admin.post(PG.format(ns=ns), pg)
+    member = gpu_pod("w0", gpus=8, labels={"scheduling.x-k8s.io/pod-group": "job"})
+    cluster.create_pod(ns, member)
+    # No allocator answers: the gang webhooks fail closed, so no member is created ungated.
+    for replica in cluster.replicas.values():
+        replica.process.stop()
+    refused = None
+    try:
+        cluster.create_pod(ns, gpu_pod("w1", gpus=8, labels={"scheduling.x-k8s.io/pod-group": "job"}))
+    except Exception as exc:  # the API server refuses the creation: its controller would retry it
+        refused = exc
+    assert refused is not None and "w1" not in [
+        p["metadata"]["name"] for p in cluster.cp.admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+    ]
+    cluster.start_allocator("alloc-a", extra_args=("--placement",)).wait_ready()
+    assert not cluster.pod(ns, "w0")["spec"].get("nodeName")  # 1 of 2: waits
+    cluster.create_pod(ns, gpu_pod("w1", gpus=8, labels={"scheduling.x-k8s.io/pod-group": "job"}))
+    bound = {name: cluster.wait_bound(ns, name)["spec"]["nodeName"] for name in ("w0", "w1")}
+    assert sorted(bound.values()) == sorted(NODES)
+    for name, node in bound.items():
+        assert _recorded(cluster.pod(ns, name)) == (node, list(range(8)))
+
+
+def test_opted_out_and_excluded_pods_are_not_gated(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    out = gpu_pod("out", gpus=1, labels={"topoalloc.io/placement": "false"})
+    created = cluster.create_pod(ns, out)
+    assert not created["spec"].get("schedulingGates")
+    cluster.cp.create_namespace(f"{ns}-off", labels={"topoalloc.io/placement": "false"})
+    created = cluster.create_pod(f"{ns}-off", gpu_pod("off", gpus=1))
+    assert not created["spec"].get("schedulingGates")
+
+
+def _on_node_with_port(name: str, node: str, port: int) -> dict[str, Any]:
+    """A running pod on `node` holding host port `port` (kube-scheduler's NodePorts filter refuses
+    another pod asking for it there; topoalloc does not model host ports)."""
+    pod = gpu_pod(name, resources={"cpu": "100m"})
+    pod["spec"]["nodeName"] = node
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
+    return pod
+
+
+def test_a_pod_placed_where_kube_scheduler_refuses_it_still_runs(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    # pl-a half full: packing places the next pods there, where their host port is taken.
+    cluster.create_pod(ns, gpu_pod("half", gpus=4, node_selector={"kubernetes.io/hostname": "pl-a"}))
+    assert cluster.wait_bound(ns, "half")["spec"]["nodeName"] == "pl-a"
+    cluster.create_pod(ns, _on_node_with_port("porter", "pl-a", 30123))
+
+    # A bare pod is pinned by nomination: kube-scheduler binds it elsewhere, and the node's agent
+    # chooses its devices there (its recorded allocation was made for pl-a).
+    bare = gpu_pod("bare", gpus=2)
+    bare["spec"]["containers"][0]["ports"] = [{"containerPort": 30123, "hostPort": 30123}]
+    cluster.create_pod(ns, bare)
+    pod = cluster.wait_bound(ns, "bare")
+    assert pod["spec"]["nodeName"] == "pl-b" and pod["status"].get("nominatedNodeName") in ("pl-a", None)
+    assert len(_admit(nodes, cluster, pod)) == 2  # served on pl-b, chosen there
+    written = wait_until(
+        lambda: _recorded(cluster.pod(ns, "bare"))[0] == "pl-b" and cluster.pod(ns, "bare"),
+        timeout=30,
+        what="bare's devices written by pl-b's agent",
+    )
+    assert len(_recorded(written)[1]) == 2
+
+    # A Deployment's pod is pinned by node affinity (one write): refused there, it is evicted and
+    # its ReplicaSet creates it anew, placed elsewhere.
+    template = gpu_pod("x", gpus=2, labels={"app": "ported"})
+    template["spec"]["containers"][0]["ports"] = [{"containerPort": 30124, "hostPort": 30124}]
+    cluster.create_pod(ns, _on_node_with_port("porter2", "pl-a", 30124))
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "ported"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "ported"}},
+            "template": {"metadata": {"labels": {"app": "ported"}}, "spec": template["spec"]},
+        },
+    }
+    cluster.cp.admin.post(f"/apis/apps/v1/namespaces/{ns}/deployments", deployment)
+
+    def running() -> dict[str, Any] | None:
+        pods = cluster.cp.admin.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="app=ported")["items"]
+        return next(
+            (p for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")),
+            None,
+        )
+
+    pod = wait_until(running, timeout=90, what="the Deployment's pod bound")
+    assert pod["spec"]["nodeName"] == "pl-b" and _recorded(pod)[0] == "pl-b"
+    events = [e for e in cluster.events(ns) if e["reason"] == "Replacing"]
+    assert events and "pl-a" in events[0]["message"]
+
+
+def test_the_leader_killed_mid_burst_loses_nothing_and_doubles_nothing(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    standby = cluster.start_allocator("alloc-b", extra_args=("--placement",))
+    standby.wait_ready("/syncz")
+    for i in range(16):
+        cluster.create_pod(ns, gpu_pod(f"b{i:02d}", gpus=1))
+        if i == 5:
+            cluster.leader().process.kill()
+    bound = [cluster.wait_bound(ns, f"b{i:02d}", timeout=120) for i in range(16)]
+    used = [(p["spec"]["nodeName"], m) for p in bound for m in _recorded(p)[1]]
+    assert len(used) == len(set(used)) == 16
+    assert all(_recorded(p)[0] == p["spec"]["nodeName"] for p in bound)
