@@ -28,6 +28,7 @@ from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodReques
 from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import WEBHOOK_SERVICE, GangSettings
 from allocator.runtime.kube import KubeApi
+from allocator.runtime.runner import ControllerMetrics
 from allocator.runtime.tasks import Spawn
 from allocator.runtime.tls import ReloadingTLS, TLSFiles
 
@@ -72,6 +73,7 @@ class GangScheduling:
             synced=synced,
             plan_settings=plan_settings,
             topology=self.topology,
+            controller_metrics=ControllerMetrics.of(registry),
         )
         # The API server presents no client certificate to webhooks: same certificate, no mTLS.
         self.tls = ReloadingTLS(tls_files, client_certs=False)
@@ -103,7 +105,7 @@ class GangScheduling:
         if kind == "Node":
             self.topology.nodes_changed()  # the profile may be detected differently now
         self.index.on_change(kind, key, obj)
-        self.controller.wake()
+        self.controller.runner.wake()
 
     def webhook(self) -> tuple[web.Application, ssl.SSLContext]:
         s = self.settings
@@ -111,7 +113,7 @@ class GangScheduling:
 
     def start(self, spawn: Spawn, reload_interval: float) -> None:
         """The background work; the server listens for the webhook (`webhook`)."""
-        spawn("gang controller", self.controller.run())
+        spawn("gang controller", self.controller.runner.run())
         spawn("webhook TLS reload", self.tls.watch(reload_interval))
         if self.ca_bundle is not None:
             spawn("webhook caBundle", self._ca_loop(reload_interval))
@@ -123,4 +125,4 @@ class GangScheduling:
             await asyncio.sleep(max(interval, 1.0))
 
     def stop(self) -> None:
-        self.controller.step_down()
+        self.controller.runner.stop()

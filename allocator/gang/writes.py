@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from allocator.core.gang.actions import EventTarget
+from allocator.core.actions import ObjectRef
 from allocator.core.gang.view import MemberPod
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeApi
@@ -58,7 +58,7 @@ async def remove_gate(api: KubeApi, m: MemberPod) -> bool:
     return True
 
 
-async def annotate_planned_node(api: KubeApi, m: MemberPod, node: str) -> None:
+async def annotate_planned_node(api: KubeApi, m: ObjectRef, node: str) -> None:
     patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_PLANNED_NODE: node}}}
     try:
         await api.patch_pod(m.namespace, m.name, patch)
@@ -66,7 +66,7 @@ async def annotate_planned_node(api: KubeApi, m: MemberPod, node: str) -> None:
         log.warning("annotating %s with its planned node: %s", m.key, exc)
 
 
-async def patch_podgroup_status(api: KubeApi, target: EventTarget, status: JSON) -> bool:
+async def patch_podgroup_status(api: KubeApi, target: ObjectRef, status: JSON) -> bool:
     """Write the gang's status onto its PodGroup's status subresource. False when the API refused it.
 
     A scheduler-plugins PodGroup takes it as a merge patch. A native PodGroup keeps conditions
@@ -86,12 +86,12 @@ async def patch_podgroup_status(api: KubeApi, target: EventTarget, status: JSON)
     return True
 
 
-def event_ref(target: EventTarget) -> PodRef:
+def event_ref(target: ObjectRef) -> PodRef:
     """The object an Event of the gang lifecycle is about: the gang's object, or a member pod."""
     return PodRef(target.namespace, target.name, target.uid, target.kind, target.api_version)
 
 
-def record_event(events: EventSink, target: EventTarget, type_: str, reason: str, note: str) -> None:
+def record_event(events: EventSink, target: ObjectRef, type_: str, reason: str, note: str) -> None:
     events.record(event_ref(target), type_, reason, "Scheduling", note)
 
 

@@ -24,9 +24,10 @@ import asyncio
 import logging
 import math
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -76,6 +77,19 @@ class Reconciler(Protocol):
 
 class ControllerMetrics:
     """The runner's metrics, one family each, labelled by controller (one registry per process)."""
+
+    _of: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, ControllerMetrics]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    @classmethod
+    def of(cls, registry: CollectorRegistry) -> ControllerMetrics:
+        """The registry's one set (every controller's runner shares it: a family is registered
+        once per registry)."""
+        got = cls._of.get(registry)
+        if got is None:
+            got = cls._of[registry] = cls(registry)
+        return got
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.depth = Gauge(

@@ -178,3 +178,14 @@ async def test_wait_passes_times_out_when_no_pass_runs(count: int) -> None:
     async with running(runner):
         with pytest.raises(TimeoutError):
             await runner.wait_passes(count, timeout=0.2)
+
+
+def test_every_runner_of_a_registry_shares_its_one_set_of_metrics() -> None:
+    registry, other = CollectorRegistry(), CollectorRegistry()
+    shared = ControllerMetrics.of(registry)
+    assert ControllerMetrics.of(registry) is shared  # registered once: a second set would raise
+    assert ControllerMetrics.of(other) is not shared
+    shared.passes.labels("a").inc()
+    ControllerMetrics.of(registry).passes.labels("b").inc(2)
+    assert registry.get_sample_value("topoalloc_controller_passes_total", {"controller": "b"}) == 2
+    assert other.get_sample_value("topoalloc_controller_passes_total", {"controller": "a"}) is None
