@@ -24,8 +24,7 @@ from pathlib import Path
 from aiohttp import web
 
 from allocator.claims.hooks import DraClaims
-from allocator.defrag.controller import MigrationController
-from allocator.defrag.metrics import DefragMetrics
+from allocator.defrag.hooks import Defragmentation
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
 from allocator.extender.gang_hooks import GangHooks
@@ -77,7 +76,10 @@ class Allocator:
         self.metrics = metrics or Metrics()
         self.round_trips = config.round_trips
         self.core = CoreAdapter(config.scoring)
-        self.cache = ClusterCache(self.core, reservation_ttl=config.reservation_ttl, metrics=self.metrics)
+        defrag_on = config.defrag.enabled and config.reservations.enabled
+        self.cache = ClusterCache(
+            self.core, reservation_ttl=config.reservation_ttl, metrics=self.metrics, outlines=defrag_on
+        )
         self.reflectors = [
             Reflector(
                 api,
@@ -163,21 +165,25 @@ class Allocator:
         self.scarce_routes = scarce_routes(config.scarce_avoidance)
         # Defragmentation (docs/defragmentation.md): the migration controller on the leader, off by
         # default; it reads Reservations, so it needs them on.
+        pdbs = next(r for r in self.reflectors if r.kind is PDBS)
         self.defrag = (
-            MigrationController(
+            Defragmentation(
+                config.defrag,
                 api=api,
                 cache=self.cache,
                 core=self.core,
-                settings=config.defrag,
+                registry=self.metrics.registry,
                 events=self.events,
-                metrics=DefragMetrics(self.metrics.registry),
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
                 namespace=config.leader_election.namespace,
+                budgets_read=lambda: not pdbs.missing,  # unreadable budgets protect every pod
             )
-            if config.defrag.enabled and config.reservations.enabled
+            if defrag_on
             else None
         )
+        if self.defrag is not None:
+            self.cache.listeners.append(self.defrag.observe)
         # The webhook's own TLS when gang scheduling (which otherwise serves it) is off.
         self.webhook_tls = (
             ReloadingTLS(tls_files, client_certs=False)
@@ -266,7 +272,7 @@ class Allocator:
         if self.reservations is not None:
             self.reservations.start(self._spawn)
         if self.defrag is not None:
-            self._spawn("defrag controller", self.defrag.run())
+            self.defrag.start(self._spawn)
         webhook_app = webhook_tls = None
         if self.gang is not None:
             self.gang.start(self._spawn, cfg.tls_reload_interval)
@@ -349,6 +355,8 @@ class Allocator:
             self.reservations.stop()
         if self.claims is not None:
             self.claims.stop()
+        if self.defrag is not None:
+            self.defrag.stop()
         if self.elector:
             if self.config.leader_election.label_pod and self.elector.is_leader:
                 with contextlib.suppress(ApiError):
