@@ -18,35 +18,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent.cluster_side import Cluster, ClusterSide, Offline
 from agent.config import AgentConfig
 from agent.discovery.device_health import NVML_UNAVAILABLE, EventWatcher, HealthBook
 from agent.discovery.discoverer import Discoverer, Snapshot
 from agent.discovery.hotplug import HotplugMonitor
-from agent.dra.slice_publisher import SlicePublisher
 from agent.dra.slices import pool_devices
-from agent.kube import TRANSPORT_ERRORS, Kube, short_error, status_of
+from agent.kube import Kube
 from agent.kubelet_config import KubeletConfigReader
-from agent.midtier.pod_watch import PodWatcher
-from agent.midtier.reclaimable import MidTier
+from agent.parts import NO_PLUGIN, NOT_STARTED, KubeletPlugin, PodSource, Worker
 from agent.publish.device_builder import (
     HEALTHY_CONDITION,
-    NODE_LABELS,
     NodeRef,
     build_device,
     node_labels,
     node_resources,
 )
 from agent.publish.kubelet_labels import kubelet_labels
-from agent.publish.publisher import Publisher
 from apis import dra, keys, resources
 from apis.device import Condition, Device
 from apis.timestamps import format_time
-
-if TYPE_CHECKING:  # grpc is imported only when the device plugins or the DRA plugin run
-    from agent.deviceplugin.service import DevicePluginService
-    from agent.dra.service import DraService
 
 log = logging.getLogger(__name__)
 
@@ -105,65 +98,50 @@ class Agent:
         config: AgentConfig,
         kube: Kube | None = None,
         clock: Callable[[], float] = time.time,
-        device_plugins: DevicePluginService | None = None,
-        dra_plugin: DraService | None = None,
+        device_plugins: KubeletPlugin = NO_PLUGIN,
+        dra_plugin: KubeletPlugin = NO_PLUGIN,
     ) -> None:
-        if config.mode == dra.MODE_DRA and device_plugins is not None:
+        """`kube`: the API client (None: publish nothing, `--once --print`); the plugins: kubelet's
+        device plugins (device-plugin mode) or DRA plugin (dra mode), none by default."""
+        if config.mode == dra.MODE_DRA and device_plugins is not NO_PLUGIN:
             raise ValueError("a node in dra mode serves no device plugins")
-        if config.mode != dra.MODE_DRA and dra_plugin is not None:
+        if config.mode != dra.MODE_DRA and dra_plugin is not NO_PLUGIN:
             raise ValueError(f"a node in {config.mode} mode serves no DRA plugin")
         self.node_name = node_name
         self.config = config
-        self.kube = kube
         self.clock = clock
         self.book = HealthBook(xid_hold_seconds=config.health.xid_hold_seconds, clock=clock)
         self.discoverer = Discoverer(nvml, sysfs_root, config, self.book, clock)
-        self.publisher = (
-            Publisher(
-                kube,
-                node_name,
-                owned_labels=NODE_LABELS,
-                owned_annotations=(keys.GPU_PARTITIONS,),
-                status_min_interval=config.status_min_interval_seconds,
-                clock=clock,
-            )
+        # the one place the parts are chosen: what follows asks each the same questions
+        self.device_plugins = device_plugins
+        self.dra_plugin = dra_plugin
+        self.cluster: Cluster = (
+            ClusterSide(kube, node_name, config, clock=clock, watch_pods=bool(device_plugins.resources))
             if kube is not None
-            else None
-        )
-        self.slices = (
-            SlicePublisher(kube, node_name) if kube is not None and config.mode == dra.MODE_DRA else None
+            else Offline()
         )
         self.kubelet = KubeletConfigReader(config.kubelet)  # its Topology Manager, on the Node
-        self.mid = MidTier(config.mid_tier) if kube is not None and config.mid_tier.enabled else None
-        # this node's pods, watched once for the mid-tier and the device plugins; started on the
-        # first pass
-        self.pods = (
-            PodWatcher(kube, node_name)
-            if kube is not None and (self.mid is not None or device_plugins is not None)
-            else None
-        )
-        self.events: EventWatcher | None = None
-        self.hotplug: HotplugMonitor | None = None
+        self.events: Worker = NOT_STARTED
+        self.hotplug: Worker = NOT_STARTED
         self.trigger = threading.Event()
         self.stopping = threading.Event()
-        self._previous: Device | None = None
-        self._previous_loaded = False
         self.last_pass: PassResult | None = None
         self.last_pass_at = 0.0
         self.passes = 0
-        self.published_once = False
         # kubelet device plugins (agent/deviceplugin): restored from their checkpoint now, started
         # after the first pass, so that they never advertise an empty inventory
-        self.device_plugins = device_plugins
-        if device_plugins is not None:
-            device_plugins.attach(
-                mid=self.mid, book=self.book, pods=self.pods.snapshot if self.pods is not None else None
-            )
+        self.device_plugins.attach(mid=self.cluster.mid, book=self.book, pods=self.cluster.pods.snapshot)
         # the kubelet DRA plugin: started after the first pass too; a registration with kubelet
         # (which deletes a node's slices when it starts) has the slices checked at once
-        self.dra_plugin = dra_plugin
-        if dra_plugin is not None:
-            dra_plugin.on_registered = self._registered
+        self.dra_plugin.on_registered(self._registered)
+
+    @property
+    def pods(self) -> PodSource:
+        return self.cluster.pods
+
+    @property
+    def published_once(self) -> bool:
+        return self.cluster.published_once
 
     # -- triggers ---------------------------------------------------------------------------
     def request_resync(self, action: str = "", subsystem: str = "", path: str = "") -> None:
@@ -172,41 +150,23 @@ class Agent:
         self.trigger.set()
 
     def _registered(self) -> None:
-        if self.slices is not None:
-            self.slices.mark_stale()
+        self.cluster.mark_slices_stale()
         self.trigger.set()
 
     # -- one pass ---------------------------------------------------------------------------
-    def _load_previous(self) -> None:
-        if self._previous_loaded or self.kube is None:
-            return
-        try:
-            self._previous = Device.from_dict(self.kube.get_device(self.node_name))
-            self._previous_loaded = True
-        except TRANSPORT_ERRORS as exc:
-            if status_of(exc) == 404:
-                self._previous_loaded = True
-            else:
-                log.warning("cannot read the existing Device: %s", short_error(exc))
-        except ValueError as exc:
-            log.warning("existing Device %s is malformed (%s); it will be replaced", self.node_name, exc)
-            self._previous_loaded = True
-
     def run_once(self) -> PassResult:
         now = self.clock()
         snap = self.discoverer.discover()
-        uid = ""
-        if self.publisher is not None:
-            self.publisher.read_node()
-            uid = self.publisher.node_uid()
-            self._load_previous()
+        uid, previous = self.cluster.read()
         device = build_device(snap, NodeRef(self.node_name, uid), self.config)
-        device = carry_over(self._previous, device, snap, now)
+        device = carry_over(previous, device, snap, now)
         labels = node_labels(device)
         labels[dra.MODE_LABEL] = self.config.mode
         labels.update(
             kubelet_labels(
-                self.kubelet.policies(), snap.topology.numa_cpus, serving=self.device_plugins is not None
+                self.kubelet.policies(),
+                snap.topology.numa_cpus,
+                serving=self.device_plugins.topology_hints,
             )
         )
         extended = node_resources(device)
@@ -215,84 +175,42 @@ class Agent:
             extended = dict.fromkeys(extended)  # the devices are claimed through the slices
             products = {g.minor: g.facts.name for g in snap.topology.gpus}
             pool = pool_devices(device, products=products, max_vfs=self.config.dra.max_vfs_per_nic)
-        if self.dra_plugin is not None:
-            self.dra_plugin.update(device)
-            self.dra_plugin.start()
-        if self.pods is not None and self.pods.ident is None and not self.stopping.is_set():
-            self.pods.start()
-        if self.device_plugins is not None:
-            self.device_plugins.update(device)
-            self.device_plugins.start()
-            for name in self.device_plugins.resources:
-                extended.pop(name, None)  # kubelet owns the resources a plugin serves
-        result = PassResult(snap, device, labels, extended, pool=pool)
-        if self.publisher is not None:
-            if not uid:
-                result.errors.append(f"Node {self.node_name} not readable: Device not written (no owner UID)")
-            else:
-                out = self.publisher.publish_device(device)
-                result.wrote |= out.wrote
-                if out.error:
-                    result.errors.append(out.error)
-                else:
-                    self._previous = device
-                    self.published_once = True
-                if self.slices is not None:
-                    out = self.slices.publish(pool, uid)
-                    result.wrote |= out.wrote
-                    if out.error:
-                        result.errors.append(out.error)
-            extended.update(self._mid_tier())
-            out = self.publisher.publish_node(labels, extended)
-            result.wrote |= out.wrote
-            if out.error:
-                result.errors.append(out.error)
-        if self.device_plugins is not None:
-            self.device_plugins.save()  # the mid-tier window moved on
+        self.dra_plugin.update(device)
+        self.dra_plugin.start()
+        if not self.cluster.pods.started and not self.stopping.is_set():
+            self.cluster.pods.start()
+        self.device_plugins.update(device)
+        self.device_plugins.start()
+        for name in self.device_plugins.resources:
+            extended.pop(name, None)  # kubelet owns the resources a plugin serves
+        written = self.cluster.publish(device, pool, labels, extended, uid)
+        result = PassResult(snap, device, labels, extended, written.errors, written.wrote, pool)
+        self.device_plugins.save()  # the mid-tier window moved on
         self.passes += 1
         self.last_pass = result
         self.last_pass_at = self.clock()
         log.debug("pass %d took %.1f ms", self.passes, snap.took_seconds * 1000)
         return result
 
-    def _mid_tier(self) -> dict[str, str | None]:
-        removed: dict[str, str | None] = {resources.MID_CPU: None, resources.MID_MEMORY: None}
-        if self.mid is None or self.publisher is None or self.pods is None:
-            return {}
-        if not self.pods.synced.is_set():
-            return removed
-        node = self.publisher.node or {}
-        alloc = (node.get("status") or {}).get("allocatable") or {}
-        try:
-            from apis.quantity import Quantity
-
-            cpu = Quantity.parse(alloc["cpu"], "allocatable.cpu").milli_value() if "cpu" in alloc else None
-            mem = Quantity.parse(alloc["memory"], "allocatable.memory").value() if "memory" in alloc else None
-        except ValueError:
-            cpu = mem = None
-        result = self.mid.compute(self.pods.pods(), cpu, mem)
-        if result.cpu_milli is None or result.memory is None:
-            log.info("mid-tier: nothing published (%s)", result.reason)
-            return removed
-        return {resources.MID_CPU: str(result.cpu_milli), resources.MID_MEMORY: str(result.memory)}
-
     def _ensure_event_watcher(self) -> None:
-        if self.events is not None or not self.discoverer.nvml_ready or self.stopping.is_set():
+        if self.events.started or not self.discoverer.nvml_ready or self.stopping.is_set():
             return
-        self.events = EventWatcher(
+        events = EventWatcher(
             self.discoverer.nvml,
             self.discoverer.gpu_indices,
             self.book,
             ignored_xids=self.config.health.ignored_xids,
             wait_ms=self.config.health.event_wait_ms,
         )
-        self.events.start()
+        events.start()
+        self.events = events
 
     # -- the loop ---------------------------------------------------------------------------
     def start_background(self, *, hotplug: bool = True) -> None:
-        if hotplug and self.hotplug is None:
-            self.hotplug = HotplugMonitor(self.request_resync, source=self.config.udev_source)
-            self.hotplug.start()
+        if hotplug and not self.hotplug.started:
+            monitor = HotplugMonitor(self.request_resync, source=self.config.udev_source)
+            monitor.start()
+            self.hotplug = monitor
 
     def run(self, stop: threading.Event | None = None, *, hotplug: bool = True) -> None:
         stop = stop or self.stopping
@@ -320,11 +238,9 @@ class Agent:
 
     def shutdown(self) -> None:
         self.stopping.set()
-        for worker in (self.events, self.hotplug, self.pods, self.device_plugins, self.dra_plugin):
-            if worker is not None:
-                worker.stop()
-        if self.events is not None and self.events.is_alive():
-            self.events.join(timeout=2.0)
+        for part in (self.events, self.hotplug, self.cluster.pods, self.device_plugins, self.dra_plugin):
+            part.stop()
+        self.events.join(timeout=2.0)
         self.discoverer.stop()
 
     # -- health endpoint --------------------------------------------------------------------
@@ -343,7 +259,7 @@ class Agent:
         live = self.passes > 0 and now - self.last_pass_at < 3 * max(self.config.resync_seconds, 1.0) + 30
         if self.passes == 0:
             live = True  # starting up: the first pass has not finished yet
-        ready = last is not None and (self.publisher is None or self.published_once)
+        ready = last is not None and self.cluster.published_once
         reason = (
             ""
             if ready
@@ -361,9 +277,9 @@ class Agent:
             "nvml": "ok" if snap and snap.nvml_available else (snap.nvml_reason if snap else "unknown"),
             "gpus": len(snap.topology.gpus) if snap else 0,
             "rdma": len(snap.topology.nics) if snap else 0,
-            "hotplug": (self.hotplug.error or "listening") if self.hotplug else "off",
+            "hotplug": self.hotplug.state(),
             "mode": self.config.mode,
-            "devicePlugin": self.device_plugins.state() if self.device_plugins else "off",
+            "devicePlugin": self.device_plugins.state(),
             "kubelet": self._kubelet_state(),
-            "draPlugin": self.dra_plugin.state() if self.dra_plugin else "off",
+            "draPlugin": self.dra_plugin.state(),
         }

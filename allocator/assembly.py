@@ -114,6 +114,7 @@ class Allocator:
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
                 tls_files=tls_files,
+                controllers=self.metrics.controllers,
             )
             if config.gang.enabled
             else None
@@ -156,6 +157,7 @@ class Allocator:
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
                 topology_keys=config.gang.topology_keys,  # a gang of claims plans as a gang does
+                metrics=self.metrics.controllers,
             )
             if config.dra.enabled
             else None
@@ -178,6 +180,7 @@ class Allocator:
                 synced=lambda: self.synced,
                 namespace=config.leader_election.namespace,
                 budgets_read=lambda: not pdbs.missing,  # unreadable budgets protect every pod
+                controllers=self.metrics.controllers,
             )
             if defrag_on
             else None

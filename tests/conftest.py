@@ -7,6 +7,8 @@
 - `fake_api_aio_client` / `fake_api_sync_client`: an official ApiClient for those servers, closed after.
 - `fake_api_settings`: the server's keyword arguments; override it in a module or conftest to change
   timings (for example a longer `bookmark_interval`).
+- `pki`: the tests' throw-away PKI (tests/support/pki.py) in the test's own `tmp_path`: the
+  allocator's serving certificate, kube-scheduler's client certificate and their CA.
 
 Also here, since they must be in place before any test module is imported or any worker started:
 the Hypothesis profiles (docs/testing.md) and pytest-xdist's scheduler for `make test`'s workers.
@@ -16,12 +18,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support.fakeapi import FakeApiServer, ServerThread
+from tests.support.pki import Pki
 
 # Hypothesis profiles (docs/testing.md). Speed lives in bench/, not in unit tests: no deadline
 # anywhere (a loaded machine or a busy second xdist worker would fail a correct example). 150
@@ -111,3 +115,8 @@ def fake_api_sync_client(fake_api_thread: FakeApiServer) -> Iterator[Any]:
     """`kubernetes.client.ApiClient` for `fake_api_thread`."""
     with fake_api_thread.sync_api_client() as client:
         yield client
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path / "pki")

@@ -1,11 +1,12 @@
-"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.runtime <- (allocator.extender,
-allocator.gang, allocator.claims, allocator.scarce side by side, none importing another); allocator.core <- simulator; allocator/assembly.py is the one module that
-imports both the extender and the gang package (the extender defines the seam, `GangHooks`, and never
-imports allocator.gang; the gang package implements it structurally and never imports the extender).
-Only allocator/runtime/coreadapter.py reaches the core's cluster state (`allocator.core.cluster`).
+"""Imports run one way: apis <- agent; apis <- allocator.core <- allocator.runtime <- the allocator's
+components (`COMPONENTS`: allocator.extender, .gang, .reservations, .claims, .defrag, .scarce, side by
+side, none importing another); allocator.core <- simulator; allocator/assembly.py is the one module
+that imports several components. Only allocator/runtime/coreadapter.py reaches the core's cluster
+state (`allocator.core.cluster`).
 
 Inside the core, sub-packages form layers (`CORE_LAYERS`, lowest first): a module imports only
-from its own layer or lower ones. The core does no I/O.
+from its own layer or lower ones. The core does no I/O and reads no clock (the time comes in as an
+argument).
 
 Inside the agent: discovery <- publish <- main_loop, midtier <- main_loop, and the runtime never
 imports the fixture tooling (agent/fixtures), which may use the runtime.
@@ -34,6 +35,32 @@ TEST_AREAS = tuple(
         if not p.name.startswith((".", "__"))
     )
 )
+
+# The allocator's components, side by side on the runtime (allocator/<name>/): each imports apis,
+# the pure core and allocator.runtime, and no other component; allocator/assembly.py, the wiring,
+# alone imports several. The extender defines the seams (`GangHooks`, `ReservationHooks`) that gang
+# scheduling and Reservations implement structurally; each component sees the watch cache through
+# its own narrow view (allocator/<name>/cache_view.py, tests/runtime/test_cache_views.py), never the
+# ClusterCache class. Every allocator package is a component or one of the layers below them.
+COMPONENTS = ("claims", "defrag", "extender", "gang", "reservations", "scarce")
+BELOW_THE_COMPONENTS = ("core", "runtime")
+ABOVE_THE_COMPONENTS = ("agent", "simulator", "topoalloc", "allocator.assembly")
+THROUGH_A_CACHE_VIEW = ("allocator.runtime.cache.store",)
+# Narrower still: scarce-resource avoidance is one stateless admission route on the runtime's
+# envelope; it needs no cache and no core.
+OWN_LIMITS = {"scarce": ("allocator.core", "allocator.runtime.cache")}
+
+
+def _components(*names: str) -> tuple[str, ...]:
+    return tuple(f"allocator.{name}" for name in names)
+
+
+def _component_rule(component: str) -> tuple[str, ...]:
+    """What a component must never import: what sits above it, every other component, and the
+    cache class (or what its own limits say)."""
+    others = _components(*(c for c in COMPONENTS if c != component))
+    return (*ABOVE_THE_COMPONENTS, *others, *OWN_LIMITS.get(component, THROUGH_A_CACHE_VIEW))
+
 
 # package -> top-level packages (or sub-packages) it must never import
 FORBIDDEN = {
@@ -92,133 +119,27 @@ FORBIDDEN = {
     # product only, never on one area's tests or harness. topoalloc/commands and bench/ sit on top of
     # everything and may import all of it (the commands lazily, see topoalloc/cli.py).
     "tests/support": TEST_AREAS,
-    "allocator/core": (
-        "allocator.scarce",
-        "agent",
-        "allocator.runtime",
-        "allocator.extender",
-        "allocator.gang",
-        "allocator.reservations",
-        "allocator.claims",
-        "allocator.defrag",
-        "allocator.assembly",
-        "simulator",
-        "topoalloc",
-    ),
+    "allocator/core": ("allocator.runtime", *ABOVE_THE_COMPONENTS, *_components(*COMPONENTS)),
     # What every component on top shares (watch cache, hold ledger, API client, events, TLS, leader
     # election, metrics, config, the core adapter); it knows none of them.
-    "allocator/runtime": (
-        "allocator.scarce",
-        "agent",
-        "simulator",
-        "allocator.defrag",
-        "allocator.extender",
-        "allocator.gang",
-        "allocator.reservations",
-        "allocator.claims",
-        "allocator.assembly",
-        "topoalloc",
-    ),
-    # The extender defines the gang seam (allocator/extender/gang_hooks.py) and never imports the
-    # gang package; it sees the cache through its own view (extender/cache_view.py), not the class.
-    "allocator/extender": (
-        "allocator.scarce",
-        "agent",
-        "simulator",
-        "allocator.gang",
-        "allocator.reservations",
-        "allocator.claims",
-        "allocator.assembly",
-        "allocator.runtime.cache.store",
-        "topoalloc",
-    ),
-    # Gang scheduling builds on the runtime (cache records, hold ledger, API client, events, TLS,
-    # settings) through its own cache view (gang/cache_view.py), implements `GangHooks` without
-    # importing the extender, and is plugged in by allocator/assembly.py.
-    "allocator/gang": (
-        "allocator.scarce",
-        "agent",
-        "simulator",
-        "allocator.extender",
-        "allocator.reservations",
-        "allocator.claims",
-        "allocator.assembly",
-        "allocator.runtime.cache.store",
-        "topoalloc",
-    ),
-    # Reservations likewise: on the runtime through their own cache view (reservations/cache_view.py),
-    # implementing `ReservationHooks` without importing the extender, side by side with gangs and
-    # DRA claims.
-    "allocator/reservations": (
-        "agent",
-        "simulator",
-        "allocator.extender",
-        "allocator.gang",
-        "allocator.claims",
-        "allocator.assembly",
-        "allocator.runtime.cache.store",
-        "topoalloc",
-    ),
-    # DRA claim allocation builds on the runtime (cache records and its DRA part, hold ledger, API
-    # client, events, admission envelope) through its own cache view (claims/cache_view.py), knows
-    # neither the extender, gang scheduling nor Reservations, and is plugged in by
-    # allocator/assembly.py.
-    "allocator/claims": (
-        "allocator.scarce",
-        "agent",
-        "simulator",
-        "allocator.extender",
-        "allocator.gang",
-        "allocator.reservations",
-        "allocator.assembly",
-        "allocator.runtime.cache.store",
-        "topoalloc",
-    ),
-    # Scarce-resource avoidance: one stateless admission route on the runtime's envelope; it needs
-    # no cache, no core, and knows none of the other components.
-    "allocator/scarce": (
-        "agent",
-        "simulator",
-        "allocator.core",
-        "allocator.extender",
-        "allocator.gang",
-        "allocator.claims",
-        "allocator.reservations",
-        "allocator.defrag",
-        "allocator.assembly",
-        "allocator.runtime.cache",
-        "topoalloc",
-    ),
-    # The migration controller: on the runtime through its own cache view
-    # (defrag/cache_view.py); it writes Reservations itself and knows no other component.
-    "allocator/defrag": (
-        "agent",
-        "simulator",
-        "allocator.extender",
-        "allocator.gang",
-        "allocator.reservations",
-        "allocator.claims",
-        "allocator.scarce",
-        "allocator.assembly",
-        "allocator.runtime.cache.store",
-        "topoalloc",
-    ),
+    "allocator/runtime": (*ABOVE_THE_COMPONENTS, *_components(*COMPONENTS)),
+    **{f"allocator/{c}": _component_rule(c) for c in COMPONENTS},
     "simulator": (
         "agent",
-        "allocator.runtime",
-        "allocator.extender",
-        "allocator.gang",
-        "allocator.reservations",
-        "allocator.claims",
-        "allocator.assembly",
         "topoalloc",
+        "allocator.runtime",
+        "allocator.assembly",
+        *_components(*COMPONENTS),
         "kubernetes",
         "aiohttp",
     ),
 }
 # The pure core does no I/O: no files formats, no command line, no processes, sockets, threads or
-# event loops, no Kubernetes client. (open() and pathlib reads are not caught here.)
+# event loops, no Kubernetes client; and no clocks: `now` is an argument. (open() and pathlib reads
+# are not caught here.)
 CORE_IO_MODULES = (
+    "time",
+    "datetime",
     "yaml",
     "click",
     "os",
@@ -232,6 +153,8 @@ CORE_IO_MODULES = (
     "kubernetes",
     "aiohttp",
 )
+# apis.timestamps' formatters read the clock when given no moment.
+CLOCK_READING_CALLS = ("format_time", "micro_time")
 # allocator.core's sub-packages, lowest first (`reasons` and `actions`, the lifecycles' shared
 # action vocabulary, are modules at the core's root).
 # `claims` and `reservation` are the two top layers, side by side: each builds on the gang planner
@@ -263,11 +186,11 @@ KNOWN_CYCLES: set[tuple[str, ...]] = set()
 AGENT_TOOLS = "agent/fixtures"
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, root: Path = REPO) -> set[str]:
     """Every module named by an import anywhere in the file (TYPE_CHECKING blocks and function
     bodies included), relative imports made absolute; `from a import b` names both `a` and `a.b`."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    parts = path.relative_to(REPO).with_suffix("").parts
+    parts = path.relative_to(root).with_suffix("").parts
     package = parts[:-1]  # what `from . import` means here, for a module and an __init__ alike
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -287,13 +210,12 @@ def _matches(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
-    root = REPO / package
+def _violations(package: str, forbidden: tuple[str, ...], root: Path = REPO) -> list[str]:
     out = []
-    for path in sorted(root.rglob("*.py")):
-        for name in sorted(_imports(path)):
+    for path in sorted((root / package).rglob("*.py")):
+        for name in sorted(_imports(path, root)):
             if any(_matches(name, f) for f in forbidden):
-                out.append(f"{path.relative_to(REPO)} imports {name}")
+                out.append(f"{path.relative_to(root)} imports {name}")
     return out
 
 
@@ -302,18 +224,27 @@ def test_imports_run_one_way(package: str) -> None:
     assert _violations(package, FORBIDDEN[package]) == []
 
 
-# The one module that wires the extender and gang scheduling together (both imported).
+# The one module that wires the components together (imports several).
 WIRING = "allocator/assembly.py"
 
 
-def test_only_the_wiring_imports_both_extender_and_gang() -> None:
-    both = []
-    for package in (*PRODUCT, "bench"):  # where a module importing both could hide
-        for path in sorted((REPO / package).rglob("*.py")):
-            names = _imports(path)
-            if all(any(_matches(n, p) for n in names) for p in ("allocator.extender", "allocator.gang")):
-                both.append(str(path.relative_to(REPO)))
-    assert both == [WIRING]
+def _importing_several_components(root: Path = REPO) -> list[str]:
+    found = []
+    for package in (*PRODUCT, "bench"):  # where a module importing several could hide
+        for path in sorted((root / package).rglob("*.py")):
+            names = _imports(path, root)
+            if sum(any(_matches(n, c) for n in names) for c in _components(*COMPONENTS)) > 1:
+                found.append(str(path.relative_to(root)))
+    return found
+
+
+def test_only_the_wiring_imports_several_components() -> None:
+    assert _importing_several_components() == [WIRING]
+
+
+def test_every_allocator_package_is_a_component_or_below_them() -> None:
+    packages = sorted(p.name for p in (REPO / "allocator").iterdir() if (p / "__init__.py").is_file())
+    assert packages == sorted((*COMPONENTS, *BELOW_THE_COMPONENTS))
 
 
 # Only the core adapter calls the core's cluster state (ClusterState and what takes it). Exempt: the
@@ -339,8 +270,61 @@ def test_only_the_core_adapter_reaches_the_cluster_state() -> None:
     assert found == []
 
 
-def test_core_does_no_io() -> None:
+def _clock_reads(package: str, root: Path = REPO) -> list[str]:
+    """Calls, by name, of a formatter that reads the clock when given no moment."""
+    out = []
+    for path in sorted((root / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and not node.args and not node.keywords:
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in CLOCK_READING_CALLS:
+                    out.append(f"{path.relative_to(root)}:{node.lineno} calls {name}() (reads the clock)")
+    return out
+
+
+def test_core_does_no_io_and_reads_no_clock() -> None:
     assert _violations("allocator/core", CORE_IO_MODULES) == []
+    assert _clock_reads("allocator/core") == []
+
+
+def test_the_rules_catch_what_breaks_them(tmp_path: Path) -> None:
+    """The checkers above, on a tree of modules written to break each rule."""
+    broken = {
+        "allocator/defrag/uses_scarce.py": "from allocator.scarce import webhook\n",
+        "allocator/scarce/uses_defrag.py": "from ..defrag import planner\n",
+        "allocator/reservations/uses_store.py": "from allocator.runtime.cache.store import ClusterCache\n",
+        "allocator/core/gang/clocks.py": "import time\nfrom datetime import datetime\n",
+        "allocator/core/gang/stamp.py": "from apis.timestamps import format_time\nNOW = format_time()\n",
+        "topoalloc/wires.py": "import allocator.gang.steering\nfrom allocator.claims import controller\n",
+    }
+    for rel, text in broken.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert _violations("allocator/defrag", FORBIDDEN["allocator/defrag"], tmp_path) == [
+        "allocator/defrag/uses_scarce.py imports allocator.scarce",
+        "allocator/defrag/uses_scarce.py imports allocator.scarce.webhook",
+    ]
+    assert _violations("allocator/scarce", FORBIDDEN["allocator/scarce"], tmp_path) == [
+        "allocator/scarce/uses_defrag.py imports allocator.defrag",
+        "allocator/scarce/uses_defrag.py imports allocator.defrag.planner",
+    ]
+    assert _violations("allocator/reservations", FORBIDDEN["allocator/reservations"], tmp_path) == [
+        "allocator/reservations/uses_store.py imports allocator.runtime.cache.store",
+        "allocator/reservations/uses_store.py imports allocator.runtime.cache.store.ClusterCache",
+    ]
+    assert _violations("allocator/core", CORE_IO_MODULES, tmp_path) == [
+        "allocator/core/gang/clocks.py imports datetime",
+        "allocator/core/gang/clocks.py imports datetime.datetime",
+        "allocator/core/gang/clocks.py imports time",
+    ]
+    assert _clock_reads("allocator/core", tmp_path) == [
+        "allocator/core/gang/stamp.py:2 calls format_time() (reads the clock)"
+    ]
+    assert _importing_several_components(tmp_path) == ["topoalloc/wires.py"]
+    # Every pair of components, both ways.
+    for component in COMPONENTS:
+        for other in _components(*COMPONENTS):
+            assert _matches(other, f"allocator.{component}") or other in FORBIDDEN[f"allocator/{component}"]
 
 
 def test_agent_runtime_does_not_import_fixture_tools() -> None:

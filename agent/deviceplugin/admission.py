@@ -47,6 +47,7 @@ from agent.deviceplugin.grants import Grant, GrantBuilder
 from agent.deviceplugin.identity import Admitting, Unidentified, from_kubelet, pod_key, without_kubelet
 from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
 from agent.deviceplugin.podresources import KubeletPods, PodResourcesError
+from agent.parts import PodSnapshot, no_snapshot
 from apis import resources as rn
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ class Admission:
         self.record = record  # makes a served container durable before Allocate answers; raises OSError
         self.pod_cache_seconds = pod_cache_seconds
         # the agent's watch of this node's pods: (version, pods), or None while it is not in step
-        self.watched_pods: Callable[[], tuple[int, list[dict[str, Any]]] | None] | None = None
+        self.watched_pods: PodSnapshot = no_snapshot  # the agent's pod watch, once attached
         self._watched_version = -1
         self.clock = clock
         self.inventory = Inventory()
@@ -156,7 +157,7 @@ class Admission:
         """This node's pods: from the agent's pod watch when it is in step (no request on the call
         path), else a LIST cached for `pod_cache_seconds`; `fresh` asks the API server itself (a pod
         kubelet names that the watch has not shown yet, a holder that may be gone)."""
-        watched = None if fresh or self.watched_pods is None else self.watched_pods()
+        watched = None if fresh else self.watched_pods()
         if watched is not None:
             version, pods = watched
             if version != self._watched_version:

@@ -36,7 +36,7 @@ from agent.deviceplugin.registration import Registrar
 from agent.discovery.device_health import HealthBook
 from agent.journal import Journal
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error
-from agent.midtier.reclaimable import MidTier
+from agent.parts import MidTierSource, NoMidTier, PodSnapshot, no_snapshot
 from apis import keys
 from apis.device import Device
 
@@ -105,8 +105,9 @@ class DevicePluginService:
             self.checker, interval=settings.crosscheck_seconds, delay=settings.crosscheck_delay_seconds
         )
         self.writer = _CheckpointWriter(self.save)
-        self.mid: MidTier | None = None
-        self.book: HealthBook | None = None
+        # the agent's, once attached (`attach`); until then nothing of them is kept
+        self.mid: MidTierSource = NoMidTier()
+        self.book = HealthBook(xid_hold_seconds=0.0)
         self._started = False
         self._save_lock = threading.Lock()
 
@@ -127,13 +128,13 @@ class DevicePluginService:
             devices.publish(inv.devices(resource))
 
     # -- lifecycle --------------------------------------------------------------------------
-    def attach(
-        self,
-        *,
-        mid: MidTier | None,
-        book: HealthBook,
-        pods: Callable[[], tuple[int, list[dict[str, Any]]] | None] | None = None,
-    ) -> None:
+    # kubelet's Topology Manager aligns what the plugins hand out (their devices carry NUMA hints)
+    topology_hints = True
+
+    def on_registered(self, callback: Callable[[], None]) -> None:
+        """Nothing to re-check: kubelet asks each plugin for its devices when it registers."""
+
+    def attach(self, *, mid: MidTierSource, book: HealthBook, pods: PodSnapshot = no_snapshot) -> None:
         """Give the service the agent's mid-tier, health book and pod watch (`pods`: the node's pods
         while the watch is in step, else None), and restore the served pods, mid-tier windows and
         Xid history from the checkpoint and the served journal."""
@@ -153,7 +154,7 @@ class DevicePluginService:
             "checkpoint restored: %d served pods (%d journal records)", len(self.admission.served), replayed
         )
 
-    def _restore(self, state: dict[str, Any], saved_at: float, mid: MidTier | None, book: HealthBook) -> None:
+    def _restore(self, state: dict[str, Any], saved_at: float, mid: MidTierSource, book: HealthBook) -> None:
         served = state.get("served") or {}
         if isinstance(served, dict):
             for uid, entry in served.items():
@@ -162,8 +163,7 @@ class DevicePluginService:
                 except ValueError as exc:
                     log.warning("checkpoint: served pod %s dropped: %s", uid, exc)
         book.restore_xids(state.get("xid"))
-        if mid is not None:
-            mid.restore_windows(state.get("midTier"), downtime=max(0.0, time.time() - saved_at))
+        mid.restore_windows(state.get("midTier"), downtime=max(0.0, time.time() - saved_at))
 
     def start(self) -> None:
         """Adopt kubelet's assignments, make the whole served state durable, then serve."""
@@ -209,8 +209,8 @@ class DevicePluginService:
                 release = self.journal.rotate()
             state: dict[str, Any] = {
                 "served": {uid: s.to_wire() for uid, s in served.items()},
-                "xid": self.book.export_xids() if self.book is not None else {},
-                "midTier": self.mid.export_windows() if self.mid is not None else {},
+                "xid": self.book.export_xids(),
+                "midTier": self.mid.export_windows(),
             }
             try:
                 checkpoint.save(self.checkpoint_path, state)

@@ -150,6 +150,13 @@ class EventWatcher(threading.Thread):
         self.unsupported: dict[int, str] = {}  # GPU index -> why events are not delivered
         self.ready = threading.Event()
 
+    @property
+    def started(self) -> bool:
+        return self.ident is not None
+
+    def state(self) -> str:
+        return "watching" if not self.unsupported else f"{len(self.unsupported)} GPU(s) without events"
+
     def stop(self) -> None:
         self._halt.set()
 

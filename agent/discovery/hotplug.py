@@ -35,6 +35,13 @@ class HotplugMonitor(threading.Thread):
         self.error = ""
         self.events = 0
 
+    @property
+    def started(self) -> bool:
+        return self.ident is not None
+
+    def state(self) -> str:
+        return self.error or "listening"
+
     def stop(self) -> None:
         self._halt.set()
 

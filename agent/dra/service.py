@@ -16,6 +16,7 @@ from agent.dra.plugin import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, DraServer
 from agent.dra.prepared import PreparedClaims
 from agent.dra.preparer import Preparer
 from agent.kube import Kube
+from agent.parts import MidTierSource, PodSnapshot
 from apis.device import Device
 
 log = logging.getLogger(__name__)
@@ -48,15 +49,29 @@ class DraService:
             store=self.store,
             specs=self.specs,
         )
-        self.on_registered: Callable[[], None] = lambda: None  # the agent re-checks its slices
+        self._registered: Callable[[], None] = lambda: None  # the agent re-checks its slices
         self.servers = DraServers(
             self.preparer,
             registry_dir=settings.registry_dir,
             plugin_dir=settings.plugin_dir,
-            on_registered=lambda: self.on_registered(),
+            on_registered=lambda: self._registered(),
             check_seconds=settings.check_seconds,
         )
         self._started = False
+
+    # No extended resources (devices are claimed through ResourceSlices) and no Topology Manager
+    # hints: the allocation names the devices.
+    resources: tuple[str, ...] = ()
+    topology_hints = False
+
+    def attach(self, *, mid: MidTierSource, book: Any, pods: PodSnapshot) -> None:
+        """Nothing of the agent's is kept: prepared claims have a checkpoint of their own."""
+
+    def on_registered(self, callback: Callable[[], None]) -> None:
+        self._registered = callback
+
+    def save(self) -> None:
+        """Each prepare is saved as it is made (agent/dra/prepared.py)."""
 
     def update(self, device: Device) -> None:
         """A new discovery pass: prepare maps claims to this Device from now on."""

@@ -111,6 +111,10 @@ class PodWatcher(threading.Thread):
         self.error = ""
         self._open: list[Any] = []
 
+    @property
+    def started(self) -> bool:
+        return self.ident is not None
+
     def stop(self) -> None:
         self._halt.set()
         for response in list(self._open):  # end a blocked read now, not at the watch timeout

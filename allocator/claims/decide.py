@@ -1,34 +1,26 @@
-"""The claims controller's decisions: where a pod's claims go (or a whole gang's), held in the hold
-ledger at once, or why not. Synchronous from choice to hold, so no two decisions share a device."""
+"""The claims lifecycle's planner (allocator/core/claims/lifecycle.py `ClaimsPlanner`): where a pod's
+claims go (or a whole gang's), held in the hold ledger at once, or why not. Synchronous from choice
+to hold, so no two decisions share a device."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from allocator.claims.cache_view import ClaimsCache
 from allocator.core.claims.place import NoPlacement
 from allocator.core.claims.solve import ClaimAnswer
+from allocator.core.claims.view import Member
 from allocator.core.request.claims import ClaimsRequest, translate
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
 from allocator.runtime.taints import admits, tolerations_of
-from apis.dra_claims import DeviceClass, ResourceClaim
+from apis.dra_claims import DeviceClass
 
 JSON = dict[str, Any]
 HOLDER = "claims"
-
-
-@dataclass
-class Member:
-    """A pod whose claims `todo` are to be allocated together (alone, or with its gang)."""
-
-    key: str
-    pod: JSON
-    todo: list[ResourceClaim]
-    pinned: str = ""  # the node claims already allocated require ("" none)
 
 
 class Decider:
@@ -41,7 +33,9 @@ class Decider:
     def nodes_changed(self) -> None:
         self._candidates.clear()
 
-    def decide(self, members: list[Member], refused: frozenset[str] = frozenset()) -> list[ClaimAnswer] | str:
+    def place(
+        self, members: Sequence[Member], refused: frozenset[str] = frozenset()
+    ) -> list[ClaimAnswer] | str:
         """Place every member's claims (one pod: `place_claims`; a gang: all at once) and hold
         their devices; or why not (an Event's note). `refused`: nodes left out."""
         classes = {k: v for k, v in self.cache.dra.classes.items() if isinstance(v, DeviceClass)}
@@ -83,7 +77,9 @@ class Decider:
         self._candidates[memo] = out
         return out
 
-    def _hold(self, members: list[Member], answers: Sequence[ClaimAnswer], creqs: list[ClaimsRequest]) -> str:
+    def _hold(
+        self, members: Sequence[Member], answers: Sequence[ClaimAnswer], creqs: list[ClaimsRequest]
+    ) -> str:
         held: list[str] = []
         for m, answer, creq in zip(members, answers, creqs, strict=True):
             # The pod's cpu and memory are its own, counted when it binds: a hold carries devices.

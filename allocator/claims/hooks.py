@@ -15,6 +15,7 @@ from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
+from allocator.runtime.runner import ControllerMetrics
 from allocator.runtime.tasks import Spawn
 
 
@@ -30,6 +31,7 @@ class DraClaims:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -43,7 +45,9 @@ class DraClaims:
             is_leader=is_leader,
             synced=synced,
             topology_keys=topology_keys,
+            metrics=metrics,
         )
+        self.runner = self.controller.runner
 
     def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
         self.controller.observe(kind, key, obj)
@@ -53,7 +57,7 @@ class DraClaims:
         return {PATH: reviewer(self.cache.dra, self.synced, self.settings.scheduler_names)}
 
     def start(self, spawn: Spawn) -> None:
-        spawn("claims controller", self.controller.run())
+        spawn("claims controller", self.runner.run())
 
     def stop(self) -> None:
-        self.controller.step_down()
+        self.runner.stop()

@@ -1,4 +1,5 @@
-"""A pod's claims as the watch cache has them, sorted by what topoalloc does with each.
+"""A pod's claims as the watch cache has them, sorted by what topoalloc does with each, and the
+pending pod as the claims lifecycle sees it (allocator/core/claims/view.py).
 
 A pod names its claims in spec.resourceClaims: a ResourceClaim directly, or a template from which
 kube-controller-manager's resourceclaim controller makes one (recorded in
@@ -10,29 +11,73 @@ it), or refused with a reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.claims.cache_view import DraView
+from allocator.claims.cache_view import ClaimsCache, DraView
+from allocator.core.claims.view import Outcome, PendingPod, PodClaims
 from allocator.core.request.claims import LEAVE, OURS, REFUSE, classify
-from apis.dra_claims import ClaimSpec, ResourceClaim, claim_name, pod_claims
+from allocator.runtime.cache.records import PodEntry
+from apis import dra
+from apis.dra_claims import ClaimSpec, claim_name, pod_claims
 from apis.errors import CodecError
+from apis.gang_object import read_gang_object
+from apis.podgroup import KOORDINATOR_SOURCE, NATIVE_SOURCE, PODGROUP_SOURCE, WORKLOAD_SOURCE, gang_of
 
 JSON = dict[str, Any]
+NO_SIZE = 1 << 30  # a gang whose size is not known (yet) waits
 
 
-@dataclass
-class PodClaims:
-    waiting: str = ""  # why not every claim exists yet ("" once they all do)
-    refused: str = ""  # why topoalloc will never allocate them as written
-    todo: list[ResourceClaim] = field(default_factory=list)  # topoalloc's, not allocated yet
-    allocated: list[ResourceClaim] = field(default_factory=list)  # topoalloc.io's, allocated by anyone
-    left: list[str] = field(default_factory=list)  # claims left to kube-scheduler, and why
-    pinned: str = ""  # the node the allocated claims require ("" none)
+def pending_pod(entry: PodEntry, cache: ClaimsCache, outcome: Outcome | None) -> PendingPod | None:
+    """The pod as the lifecycle sees it; None when there is nothing to look at (bound, deleting,
+    or ungated and not refused by kube-scheduler: on its way to a node)."""
+    pod = entry.raw
+    if pod is None or entry.node or entry.deleting:
+        return None
+    gated = dra.SCHEDULING_GATE in gates(pod)
+    message = unschedulable(pod)
+    if not gated and message is None and outcome is None:
+        return None
+    size = gang_size(entry.gang, pod, cache) if entry.gang else 0
+    claims = resolve(pod, cache.dra)
+    return PendingPod(entry.key, entry.uid, pod, gated, message, claims, entry.gang, size, outcome)
 
-    @property
-    def ready(self) -> bool:
-        return not self.waiting and not self.refused
+
+def gates(pod: JSON) -> list[str]:
+    found = (pod.get("spec") or {}).get("schedulingGates") or []
+    return [g.get("name", "") for g in found if isinstance(g, dict)]
+
+
+def unschedulable(pod: JSON) -> str | None:
+    """kube-scheduler's message when it found no node for the pod (None otherwise)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return str(cond.get("message") or "")
+    return None
+
+
+def gang_size(gang: str, pod: JSON, cache: ClaimsCache) -> int:
+    """How many members the gang waits for: its object's minimum (either PodGroup, a Workload's
+    pod group), or Koordinator's min-available (a Koordinator gang without one: the members there
+    are)."""
+    try:
+        ref = gang_of(pod)
+    except CodecError:
+        ref = None
+    if ref is None or ref.key != gang:
+        return NO_SIZE  # the pod no longer names this gang: the next pass sees it as it is
+    if ref.source == KOORDINATOR_SOURCE:
+        return ref.min_available or 1  # without min-available: the members there are
+    stores = {
+        PODGROUP_SOURCE: cache.podgroups,
+        NATIVE_SOURCE: cache.native_podgroups,
+        WORKLOAD_SOURCE: cache.workloads,
+    }
+    found, _, _ = read_gang_object(ref, stores)
+    return found.min_member if found is not None else NO_SIZE  # its object is not there (yet)
 
 
 def resolve(pod: JSON, dra: DraView) -> PodClaims:

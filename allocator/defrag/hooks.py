@@ -34,6 +34,7 @@ class Defragmentation:
         synced: Callable[[], bool],
         namespace: str,
         budgets_read: Callable[[], bool],
+        controllers: ControllerMetrics | None = None,
     ) -> None:
         self.controller = MigrationController(
             api=api,
@@ -46,7 +47,7 @@ class Defragmentation:
             synced=synced,
             namespace=namespace,
             budgets_read=budgets_read,
-            controller_metrics=ControllerMetrics.of(registry),
+            controller_metrics=controllers,
         )
 
     def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:

@@ -48,6 +48,7 @@ class GangScheduling:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         tls_files: TLSFiles,
+        controllers: ControllerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.index = GangIndex()
@@ -73,7 +74,7 @@ class GangScheduling:
             synced=synced,
             plan_settings=plan_settings,
             topology=self.topology,
-            controller_metrics=ControllerMetrics.of(registry),
+            controller_metrics=controllers,
         )
         # The API server presents no client certificate to webhooks: same certificate, no mTLS.
         self.tls = ReloadingTLS(tls_files, client_certs=False)

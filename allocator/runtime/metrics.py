@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from allocator.runtime.runner import ControllerMetrics
+
 # Extender calls sit on kube-scheduler's critical path: resolve the millisecond range finely.
 LATENCY_BUCKETS = (
     0.0005,
@@ -127,6 +129,8 @@ class Metrics:
             ["path"],
             registry=r,
         )
+        # The controllers' runners (allocator/runtime/runner.py), one family each, by controller.
+        self.controllers = ControllerMetrics(r)
 
     def track_allocations(self, source: AllocationCounts) -> None:
         self.registry.register(_AllocatedDevices(source))

@@ -24,10 +24,9 @@ import asyncio
 import logging
 import math
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -77,19 +76,6 @@ class Reconciler(Protocol):
 
 class ControllerMetrics:
     """The runner's metrics, one family each, labelled by controller (one registry per process)."""
-
-    _of: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, ControllerMetrics]] = (
-        weakref.WeakKeyDictionary()
-    )
-
-    @classmethod
-    def of(cls, registry: CollectorRegistry) -> ControllerMetrics:
-        """The registry's one set (every controller's runner shares it: a family is registered
-        once per registry)."""
-        got = cls._of.get(registry)
-        if got is None:
-            got = cls._of[registry] = cls(registry)
-        return got
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.depth = Gauge(
@@ -215,10 +201,12 @@ class Runner:
             await self.run_pass()
 
     async def _sleep(self, resync_at: float) -> None:
-        """Until a wake (then `batch_delay` more), a delayed key's time, or `resync_at`."""
+        """Until a wake (then `batch_delay` more), a delayed key's time, or `resync_at`. A follower
+        waits for a wake or `resync_at` alone: the keys queued meanwhile wait for its first pass as
+        leader (were they counted, it would look at its leadership every `batch_delay`)."""
         now = self.clock()
-        if not self.queue.pending(now):
-            until = min(resync_at, self.queue.next_due())
+        if not (self.leading and self.queue.pending(now)):
+            until = min(resync_at, self.queue.next_due()) if self.leading else resync_at
             try:
                 async with asyncio.timeout(max(0.0, until - now)):
                     await self._wake.wait()

@@ -161,7 +161,7 @@ def test_cluster_role_grants_exactly_what_the_agent_uses(
     agent.config.mid_tier.cgroup_root = str(tmp_path)
     try:
         agent.run_once()  # creates the Device, patches the Node, starts the pod watch
-        assert agent.pods is not None and agent.pods.synced.wait(5)
+        assert agent.pods.started and agent.pods.synced.wait(5)
         server.wait_for_watches_blocking(1, "pods")
         fx.nvml.lose(0)
         agent.run_once()  # updates spec and status

@@ -264,10 +264,10 @@ def test_mid_tier_values_on_the_node_follow_the_formula(
         kube=Kube(fake_api_sync_client),
         clock=clock,
     )
-    agent.mid = MidTier(config.mid_tier, node_usage=lambda: (20_000, 100 << 30), clock=clock)
+    agent.cluster.mid = MidTier(config.mid_tier, node_usage=lambda: (20_000, 100 << 30), clock=clock)
     try:
         agent.run_once()  # starts the pod watch
-        assert agent.pods is not None and agent.pods.synced.wait(5)
+        assert agent.pods.started and agent.pods.synced.wait(5)
         assert [p.name for p in agent.pods.pods()] and all(
             p.name != "default/elsewhere" for p in agent.pods.pods()
         )

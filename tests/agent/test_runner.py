@@ -57,7 +57,7 @@ def test_loop_probes_and_xid_events(fake_api_thread, fake_api_sync_client) -> No
         assert status["gpus"] == 8 and status["rdma"] == 12 and status["nvml"] == "ok"
         assert _get(health.port, "/nope")[0] == 404
 
-        assert wait_for(lambda: agent.events is not None and agent.events.ready.is_set(), 5)
+        assert wait_for(lambda: agent.events.ready.is_set(), 5)
         sent = time.monotonic()
         fx.nvml.emit(6, 48)  # double-bit ECC Xid
         assert wait_for(lambda: server.get("devices", NODE)["status"]["devices"][6]["health"] is False, 2)

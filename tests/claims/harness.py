@@ -12,9 +12,8 @@ tests need, done by hand:
 
 from __future__ import annotations
 
-import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +23,15 @@ import yaml
 
 from agent.dra.slices import pool_devices, pool_slices
 from allocator.runtime.dra_settings import DraSettings
+from allocator.runtime.runner import Runner
 from apis import dra
 from apis.device import Device
 from tests.gang.harness import Admission
-from tests.service.harness import Running, running_allocator
-from tests.service.pki import Pki
+from tests.support.allocator_harness import Running, running_allocator
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import machine_device
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -189,6 +190,29 @@ class World:
     async def create(self, obj: JSON) -> None:
         self.fake.put(obj)
 
+    @property
+    def runner(self) -> Runner:
+        claims = self.run.service.claims
+        assert claims is not None
+        return claims.runner
+
+    async def looked_at(self, pod: str, made: Sequence[str] = ()) -> None:
+        """Wait until the watch cache has the pod, with the claims `made` for it in its status and
+        in the cache, then for two more passes of the claims controller (the first may have begun
+        before): a check that nothing happened is made after the controller has looked."""
+        cache = self.run.service.cache
+
+        def seen() -> bool:
+            entry = cache.pods.get(f"default/{pod}")
+            if entry is None or entry.raw is None:
+                return False
+            statuses = (entry.raw.get("status") or {}).get("resourceClaimStatuses") or []
+            named = {s.get("resourceClaimName") for s in statuses}
+            return all(n in named and f"default/{n}" in cache.dra.claims for n in made)
+
+        await until(seen, what=f"pod {pod} and its claims {', '.join(made)} in the watch cache")
+        await self.runner.wait_passes(2)
+
 
 @asynccontextmanager
 async def claims_world(
@@ -201,14 +225,3 @@ async def claims_world(
             yield World(fake, run, admission)
         finally:
             await admission.close()
-
-
-async def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        await asyncio.sleep(0.02)

@@ -4,10 +4,13 @@ kube-scheduler refuses the node; nothing half-written when a write fails; unused
 
 from __future__ import annotations
 
+import asyncio
+
 from allocator.core.request.claims import PCIE_SWITCH
 from apis import dra
 from tests.claims.harness import (
     CLAIMS,
+    FAST,
     allocation,
     bind_like_kube_scheduler,
     claims_world,
@@ -19,12 +22,12 @@ from tests.claims.harness import (
     node_of_claim,
     refuse_like_kube_scheduler,
     serve_dra,
-    until,
 )
 from tests.claims.objects import claim, claim_pod, gpus, template
 from tests.gang.native import joined, native_podgroup, serve_native_gangs, workload_v1alpha1
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 PAIR = "topoalloc.io/nvlinkPartition2"
 
@@ -37,7 +40,7 @@ async def test_a_template_claim_is_allocated_then_the_pod_ungated(fake_api: Fake
         await until(lambda: "n1" in w.run.service.cache.dra.published, what="n1's pool")
         await w.create_pod(claim_pod("p", templates={"gpus": "pair"}))
         assert gates(fake_api, "p") == [dra.SCHEDULING_GATE]  # the webhook gated it
-        await asyncio_sleep(0.2)
+        await w.looked_at("p")
         assert gates(fake_api, "p") == [dra.SCHEDULING_GATE]  # no claim yet: it waits
         (name,) = make_claims(fake_api, "p")
         await until(lambda: not gates(fake_api, "p"), what="the gate removed")
@@ -53,6 +56,11 @@ async def test_a_template_claim_is_allocated_then_the_pod_ungated(fake_api: Fake
         )
         assert {r["request"] for r in allocation(fake_api, name)["devices"]["results"]} == {"gpus"}
         await until(lambda: events(fake_api, "DRAAllocated"), what="the Event")
+        # The controller runs on the runner, its passes counted on the process's registry.
+        passes = w.run.service.metrics.registry.get_sample_value(
+            "topoalloc_controller_passes_total", {"controller": "claims"}
+        )
+        assert passes is not None and passes >= 2
 
 
 async def test_two_pods_never_get_the_same_device(fake_api: FakeApiServer, pki: Pki) -> None:
@@ -194,7 +202,7 @@ async def test_a_shared_claim_is_allocated_once_and_pins_later_pods(
         # An allocated claim needs no gate: kube-scheduler follows its node selector.
         await w.create_pod(claim_pod("b", claims={"g": "shared"}))
         assert gates(fake_api, "b") == []
-        await asyncio_sleep(0.3)
+        await w.looked_at("b")
         assert devices_of(fake_api, "shared") == first and node_of_claim(fake_api, "shared") == node
 
 
@@ -249,16 +257,13 @@ async def test_a_claim_nothing_uses_is_released(fake_api: FakeApiServer, pki: Pk
         await until(lambda: "default/standalone" in w.run.service.cache.dra.claims)
         await w.create_pod(claim_pod("a", claims={"g": "standalone"}))
         await until(lambda: allocation(fake_api, "standalone"))
-        await asyncio_sleep(1.0)
-        assert allocation(fake_api, "standalone") is not None  # its pod still names it
+        # Longer than releaseAfter, then a full pass: its pod still names it, it stays.
+        await asyncio.sleep(FAST.release_after)
+        w.runner.resync()
+        await w.runner.wait_passes(2)
+        assert allocation(fake_api, "standalone") is not None
         fake_api.remove("pods", "a", "default")
         await until(lambda: allocation(fake_api, "standalone") is None, what="released")
-
-
-async def asyncio_sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
 
 
 async def test_a_gang_of_claims_is_allocated_whole_then_ungated(fake_api: FakeApiServer, pki: Pki) -> None:
@@ -292,7 +297,7 @@ async def test_a_gang_of_claims_is_allocated_whole_then_ungated(fake_api: FakeAp
                 await w.create_pod(pod)
                 members.append(name)
         make_claims(fake_api, "g-0")
-        await asyncio_sleep(0.5)
+        await w.looked_at("g-0", ["g-0-gpus"])
         assert allocation(fake_api, "g-0-gpus") is None  # its sibling's claim is not made yet
         for name in members[1:]:
             make_claims(fake_api, name)
@@ -326,7 +331,7 @@ async def test_a_koordinator_gang_of_claims_waits_for_its_min_available(
             }
             await w.create_pod(pod)
         make_claims(fake_api, "k-0")
-        await asyncio_sleep(0.5)
+        await w.looked_at("k-0", ["k-0-g"])
         assert allocation(fake_api, "k-0-g") is None  # one of two members: it waits
         make_claims(fake_api, "k-1")
         await until(lambda: not gates(fake_api, "k-0") and not gates(fake_api, "k-1"), what="both ungated")
@@ -356,7 +361,8 @@ async def test_a_native_gang_of_claims_waits_for_its_min_count(fake_api: FakeApi
             await w.create_pod(joined(claim_pod(name, templates={"g": "one"}), group, workload=workload))
         make_claims(fake_api, "n-0")
         make_claims(fake_api, "w-0")
-        await asyncio_sleep(0.5)
+        await w.looked_at("n-0", ["n-0-g"])
+        await w.looked_at("w-0", ["w-0-g"])
         assert allocation(fake_api, "n-0-g") is None and allocation(fake_api, "w-0-g") is None  # one of two
         make_claims(fake_api, "n-1")
         make_claims(fake_api, "w-1")

@@ -8,7 +8,7 @@ import celpy
 from allocator.claims.webhook import PATH
 from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from tests.gang.test_deploy import configuration
-from tests.service.test_deploy import DEPLOY, allocator_config, one
+from tests.runtime.test_deploy import DEPLOY, allocator_config, one
 
 
 def test_the_dra_gate_reviews_pods_with_claims_and_fails_open() -> None:

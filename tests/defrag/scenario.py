@@ -8,8 +8,8 @@ from typing import Any
 
 from apis import keys
 from apis.annotations import DeviceAllocations
-from tests.service.harness import pod, seed_nodes
 from tests.support.allocations import entry
+from tests.support.allocator_harness import pod, seed_nodes
 from tests.support.fakeapi import FakeApiServer
 
 GPU = {

@@ -5,7 +5,7 @@ its own Reservations, though its interval is an hour), and a restarted allocator
 back and makes none twice; a PodDisruptionBudget keeps its pods; a pass reads pods and budgets
 from the watch cache, never a LIST.
 
-The controller runs on its runner from the start (its first pass at once); a test steps it by
+The controller runs on its runner from the start (its first pass once woken); a test steps it by
 waking it and waiting for the pass (`next_plan`)."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 from allocator.core.defrag.plan import DefragPlan
 from allocator.runtime.defrag_settings import DefragSettings
 from tests.defrag.scenario import moves_made, running, waiter, world
-from tests.service.harness import running_allocator, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import running_allocator
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 BASE = DefragSettings(enabled=True, interval=3600.0, min_wait=0.0, report_config_map="")
 
@@ -69,6 +70,8 @@ async def test_moves_reserve_then_evict_and_survive_a_restart(fake_api: FakeApiS
     # A new leader reads the two moves back from their Reservations: no third, none twice.
     async with running_allocator(fake_api, pki, defrag=live) as run:
         controller = run.service.defrag.controller
+        await until(lambda: len(run.service.cache.reservations) >= 2, timeout=10)
+        await next_plan(controller)  # its first pass: the rooms are Available, the pods go
         await until(lambda: not set(moved) & set(running(fake_api)), timeout=10)
         await until(lambda: marked(fake_api) == ["true", "true"], timeout=10)  # marked once evicted
         assert len(running(fake_api)) == 6 and len(moves_made(fake_api)) == 2
@@ -77,10 +80,12 @@ async def test_moves_reserve_then_evict_and_survive_a_restart(fake_api: FakeApiS
 
 
 async def test_a_room_turning_available_wakes_the_controller(fake_api: FakeApiServer, pki: Pki) -> None:
-    """The interval is an hour: only the change of its own Reservation brings the pass that evicts."""
+    """The interval is an hour: once a pass has made the moves (woken here by the test), only the
+    change of its own Reservations brings the pass that evicts."""
     world(fake_api)
     live = dataclasses.replace(BASE, dry_run=False, max_migrating_per_workload=2)
     async with running_allocator(fake_api, pki, defrag=live) as run:
+        run.service.defrag.controller.runner.wake()
         await until(lambda: len(moves_made(fake_api)) == 2, timeout=10)
         await until(lambda: len(running(fake_api)) == 6, timeout=10)  # evicted: nobody asked
         await until(lambda: marked(fake_api) == ["true", "true"], timeout=10)

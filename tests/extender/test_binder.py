@@ -13,8 +13,8 @@ from apis import keys
 from apis.annotations import DeviceAllocations
 from apis.extender import ExtenderBindingArgs
 from tests.extender.fakes import FakeExtenderCache
-from tests.service.harness import pod
 from tests.support.allocations import entry
+from tests.support.allocator_harness import pod
 
 GPUS = DeviceAllocations({"gpu": [entry(3, {"koordinator.sh/gpu-core": 100})]})
 

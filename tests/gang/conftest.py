@@ -1,17 +1,9 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.gang.native import GANG_KINDS, GangKind, serve_native_gangs
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return Pki.create(tmp_path / "pki")
 
 
 @pytest.fixture(params=GANG_KINDS, ids=lambda k: k.id)

@@ -37,11 +37,11 @@ from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
-from tests.service.harness import GPU, Running, SchedulerClient, running_allocator
-from tests.service.pki import Pki
 from tests.support.allocations import entry
+from tests.support.allocator_harness import GPU, Running, SchedulerClient, running_allocator
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import machine_device
+from tests.support.pki import Pki
 
 JSON = dict[str, Any]
 PG_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.gang.harness import bound_elsewhere, condition, gang_world, gpu_node, member, node_of, podgroup
-from tests.service.harness import until
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_enough_gpus_in_the_wrong_shape_is_insufficient_topology(

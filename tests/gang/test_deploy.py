@@ -15,10 +15,10 @@ from allocator.runtime.config import DEFAULT_NAMESPACE
 from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from apis import keys
 from tests.gang.harness import gang_world, member
-from tests.service.harness import until
-from tests.service.pki import Pki
-from tests.service.test_deploy import DEPLOY, allocator_config, one
+from tests.runtime.test_deploy import DEPLOY, allocator_config, one
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 from topoalloc.cli import main
 
 WEBHOOK_YAML = DEPLOY / "allocator" / "webhook.yaml"

@@ -25,9 +25,10 @@ from tests.gang.harness import (
     podgroup,
 )
 from tests.gang.native import GangKind
-from tests.service.harness import double_booked, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 JSON = dict[str, Any]
 HIGH = 1000

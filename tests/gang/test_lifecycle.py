@@ -20,9 +20,10 @@ from tests.gang.harness import (
     node_of,
     podgroup,
 )
-from tests.service.harness import double_booked, running_allocator, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked, running_allocator
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_a_gang_larger_than_the_cluster_times_out_cleanly(fake_api: FakeApiServer, pki: Pki) -> None:

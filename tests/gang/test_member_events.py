@@ -15,9 +15,9 @@ from tests.gang.harness import (
     node_of,
     podgroup,
 )
-from tests.service.harness import until
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 def reasons(w: GangWorld, pod: str) -> list[str]:

@@ -24,9 +24,10 @@ from tests.gang.harness import (
     node_of,
     podgroup,
 )
-from tests.service.harness import double_booked, running_allocator, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked, running_allocator
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 from topoalloc.commands.allocator import allocator
 
 

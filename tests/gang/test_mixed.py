@@ -17,9 +17,10 @@ from tests.gang.harness import (
     node_of,
     podgroup,
 )
-from tests.service.harness import double_booked, node_view, rebuilt_from_api, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked, node_view, rebuilt_from_api
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_gangs_and_ordinary_pods_never_double_book_and_a_waiting_gang_starves_nobody(

@@ -21,9 +21,10 @@ from tests.gang.native import (
     serve_native_gangs,
     workload_v1alpha1,
 )
-from tests.service.harness import double_booked, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 NODES = ["n1", "n2"]
 MEMBERS = ["w0", "w1", "w2"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from allocator.core.gang.priority import by_priority, gang_priority
 from tests.gang.harness import gang_world, gpu_node, member, node_of
 from tests.gang.native import GangKind
-from tests.service.harness import double_booked, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_the_younger_higher_priority_gang_goes_first_when_room_frees(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from apis import keys
 from tests.gang.harness import gang_world, gates_of, gpu_node, member, node_of, podgroup
-from tests.service.harness import double_booked, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_two_gangs_for_six_free_gpus_one_runs_the_other_waits_then_runs(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from tests.gang.harness import GangWorld, bound_elsewhere, gang_world, gpu_node, member, node_of, podgroup
 from tests.gang.native import GANG_KINDS, GangKind
-from tests.service.harness import double_booked, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 SCHEDULER_PLUGINS = GANG_KINDS[0]
 

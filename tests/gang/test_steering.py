@@ -14,8 +14,8 @@ from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from apis.annotations import DeviceAllocations
 from tests.gang.fakes import FakeGangCache
-from tests.service.harness import node, pod
 from tests.support.allocations import entry
+from tests.support.allocator_harness import node, pod
 
 GPUS = DeviceAllocations({"gpu": [entry(0, {"koordinator.sh/gpu-core": 100})]})
 NODES = ["gpu-a", "gpu-b"]

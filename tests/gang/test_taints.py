@@ -6,9 +6,10 @@ import pytest
 
 from allocator.runtime.taints import admits, tolerates
 from tests.gang.harness import gang_world, gpu_node, member, node_of, podgroup
-from tests.service.harness import double_booked, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import double_booked
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 TAINT = {"key": "topoalloc.io/reserved", "value": "team-a", "effect": "NoSchedule"}
 

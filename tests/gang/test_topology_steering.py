@@ -19,7 +19,7 @@ from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.gang_settings import GangSettings
 from apis import keys
 from tests.gang.fakes import FakeGangCache
-from tests.service.harness import device, node, pod
+from tests.support.allocator_harness import device, node, pod
 
 LEAF = "network.topology.nvidia.com/leaf"
 LEAFS = {"n1": "L1", "n2": "L1", "n3": "L2", "n4": ""}

@@ -19,7 +19,7 @@ from allocator.gang.webhook import PATH, gate_patch, review_response, webhook_ap
 from allocator.runtime.tls import ReloadingTLS
 from apis import keys
 from tests.gang.harness import member
-from tests.service.pki import Pki
+from tests.support.pki import Pki
 
 GATE = {"name": keys.GANG_SCHEDULING_GATE}
 

@@ -15,10 +15,11 @@ from apis import dra, keys
 from apis.annotations import DeviceAllocations
 from apis.reservation_pod import RESERVATION_AFFINITY, RESERVATION_ALLOCATED
 from tests.reservations.objects import reservation
-from tests.service.harness import allocated, device, node, pod, running_allocator, seed_nodes, until
-from tests.service.pki import Pki
 from tests.support.allocations import entry
+from tests.support.allocator_harness import allocated, device, node, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 # A whole DGX H100 GPU as the core writes it (gpu-memory filled in, protocol 4.2).
 GPU = {

@@ -7,9 +7,10 @@ from typing import Any
 
 from tests.gang.harness import bound_elsewhere
 from tests.reservations.objects import reservation
-from tests.service.harness import running_allocator, seed_nodes, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 def _evicted(fake: FakeApiServer) -> set[str]:

@@ -8,9 +8,10 @@ import json
 from apis import keys
 from apis.reservation_pod import RESERVATION_ALLOCATED, RESERVATION_IGNORED
 from tests.reservations.objects import reservation
-from tests.service.harness import allocated, pod, running_allocator, seed_nodes, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import allocated, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 RDMA = "koordinator.sh/rdma"
 

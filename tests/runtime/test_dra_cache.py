@@ -16,8 +16,8 @@ from apis import dra
 from apis.annotations import DeviceAllocation, DeviceAllocations
 from apis.dra_claims import DeviceResult, allocation_status
 from apis.quantity import Quantity
-from tests.service.harness import device, node, pod
-from tests.service.test_store import stamped
+from tests.runtime.test_store import stamped
+from tests.support.allocator_harness import device, node, pod
 
 GPU = "gpu"
 

@@ -10,8 +10,8 @@ from allocator.runtime.coreadapter import CoreAdapter, PodRequest, Rejection
 from allocator.runtime.ledger import HoldLedger, Placed
 from allocator.runtime.metrics import Metrics
 from apis.annotations import DeviceAllocations
-from tests.service.harness import pod
 from tests.support.allocations import entry
+from tests.support.allocator_harness import pod
 
 GPUS = DeviceAllocations({"gpu": [entry(0, {"koordinator.sh/gpu-core": 100})]})
 

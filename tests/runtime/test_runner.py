@@ -180,12 +180,20 @@ async def test_wait_passes_times_out_when_no_pass_runs(count: int) -> None:
             await runner.wait_passes(count, timeout=0.2)
 
 
-def test_every_runner_of_a_registry_shares_its_one_set_of_metrics() -> None:
-    registry, other = CollectorRegistry(), CollectorRegistry()
-    shared = ControllerMetrics.of(registry)
-    assert ControllerMetrics.of(registry) is shared  # registered once: a second set would raise
-    assert ControllerMetrics.of(other) is not shared
-    shared.passes.labels("a").inc()
-    ControllerMetrics.of(registry).passes.labels("b").inc(2)
-    assert registry.get_sample_value("topoalloc_controller_passes_total", {"controller": "b"}) == 2
-    assert other.get_sample_value("topoalloc_controller_passes_total", {"controller": "a"}) is None
+async def test_a_follower_with_keys_queued_looks_at_its_leadership_only_when_woken() -> None:
+    """Keys queued on a follower (its watch cache's changes) wait for it to lead: they do not make
+    it look at its leadership every `batch_delay`."""
+    rec = Recorder()
+    asked = 0
+
+    def is_leader() -> bool:
+        nonlocal asked
+        asked += 1
+        return False
+
+    settings = RunnerSettings(resync=60.0, batch_delay=0.01, concurrency=2)
+    runner = Runner("test", rec, settings, is_leader=is_leader, synced=lambda: True)
+    async with running(runner):
+        runner.wake("a")
+        await asyncio.sleep(0.3)  # 30 batch delays
+    assert 1 <= asked <= 3 and rec.batches == []

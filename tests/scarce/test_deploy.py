@@ -14,7 +14,7 @@ from allocator.runtime.scarce_settings import DEFAULT_NODE_LABELS
 from allocator.scarce.webhook import OPT_OUT, PATH
 from apis import keys
 from tests.gang.test_deploy import configuration
-from tests.service.test_deploy import allocator_config
+from tests.runtime.test_deploy import allocator_config
 from tests.support.controlplane import REPO
 from topoalloc.commands.installer import tls
 from topoalloc.commands.installer.manifests import ClusterFacts, InstallOptions, render

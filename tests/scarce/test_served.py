@@ -15,9 +15,9 @@ import pytest
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
 from allocator.scarce.webhook import PATH, PREFERRED
-from tests.service.harness import running_allocator
-from tests.service.pki import Pki
+from tests.support.allocator_harness import running_allocator
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
 
 
 def review(pod: dict[str, Any]) -> bytes:
@@ -35,7 +35,7 @@ CPU_POD = {
 
 @pytest.mark.parametrize("others", [True, False], ids=["beside-gang-and-dra", "alone"])
 async def test_the_route_answers_over_tls(fake_api: FakeApiServer, tmp_path: Path, others: bool) -> None:
-    pki = Pki.create(tmp_path / "pki")
+    pki = Pki(tmp_path / "pki")
     overrides: dict[str, Any] = {}
     if not others:
         overrides = {

@@ -258,7 +258,10 @@ def agent(
         kube = Kube(api_client(kubeconfig))
     except ConfigException as exc:
         raise config_error(kubeconfig, exc, in_cluster=not kubeconfig) from None
-    plugins = draplugin = None
+    from agent.parts import NO_PLUGIN, KubeletPlugin
+
+    plugins: KubeletPlugin = NO_PLUGIN
+    draplugin: KubeletPlugin = NO_PLUGIN
     if device_plugin is None:
         device_plugin = fixture is None and not dra_mode
     if dra_plugin is None:

@@ -152,7 +152,7 @@ class Rig:
 
     @property
     def plugins(self) -> DevicePluginService:
-        assert self.agent is not None and self.agent.device_plugins is not None
+        assert self.agent is not None and isinstance(self.agent.device_plugins, DevicePluginService)
         return self.agent.device_plugins
 
     def uuid(self, minor: int) -> str:

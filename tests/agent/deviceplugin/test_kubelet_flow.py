@@ -276,7 +276,7 @@ def test_device_turned_unhealthy(make_rig) -> None:
     kubelet = rig.start_kubelet()
     rig.start_agent()
     assert rig.agent is not None and rig.fx is not None
-    assert _wait(lambda: rig.agent.events is not None and rig.agent.events.ready.is_set())
+    assert _wait(lambda: rig.agent.events.ready.is_set())
     rig.fx.nvml.emit(6, 48)  # double-bit ECC Xid on GPU 6
     devices = kubelet.wait_devices("nvidia.com/gpu", lambda d: d[H100[6]][0] == "Unhealthy", timeout=10)
     assert [u for u, (h, _) in devices.items() if h != "Healthy"] == [H100[6]]

@@ -17,6 +17,7 @@ from agent.deviceplugin.service import DevicePluginService, DevicePluginSettings
 from agent.discovery.device_health import HealthBook
 from agent.midtier.pod_watch import PodInfo
 from agent.midtier.reclaimable import MidTier
+from agent.parts import NoMidTier
 from tests.agent.deviceplugin.rig import allocated, gpu_entry
 from tests.agent.deviceplugin.test_kubelet_flow import H100, _wait
 from tests.agent.test_midtier import GI, Clock, _write_cgroup
@@ -55,7 +56,7 @@ def test_agent_restart_keeps_served_pods_and_xid_history(make_rig) -> None:
     agent = rig.start_agent()
     a = rig.put_pod("served", {"main": {"nvidia.com/gpu": "1"}}, allocated([gpu_entry(3, H100[3])]))
     kubelet.admit(a)
-    assert _wait(lambda: agent.events is not None and agent.events.ready.is_set())
+    assert _wait(lambda: agent.events.ready.is_set())
     assert rig.fx is not None
     rig.fx.nvml.emit(6, 48)
     kubelet.wait_devices("nvidia.com/gpu", lambda d: d[H100[6]][0] == "Unhealthy", timeout=10)
@@ -134,7 +135,7 @@ def test_bad_checkpoint_is_discarded_with_a_warning(tmp_path: Path, content: byt
     (tmp_path / checkpoint.FILE_NAME).write_bytes(content)
     service = DevicePluginService(_settings(tmp_path), node_name="n", sysfs_root=tmp_path, kube=None)
     book = HealthBook(xid_hold_seconds=300)
-    service.attach(mid=None, book=book)
+    service.attach(mid=NoMidTier(), book=book)
     assert service.admission.served == {}
     assert book.export_xids() == {"marks": {}, "last": {}}
     assert any(r.levelname == "WARNING" and "checkpoint" in r.getMessage() for r in caplog.records)

@@ -149,7 +149,7 @@ class DraRig:
 
     @property
     def plugin(self) -> DraService:
-        assert self.agent is not None and self.agent.dra_plugin is not None
+        assert self.agent is not None and isinstance(self.agent.dra_plugin, DraService)
         return self.agent.dra_plugin
 
     def put_claim(self, name: str, results: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:

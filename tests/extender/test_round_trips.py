@@ -12,9 +12,9 @@ import yaml
 from click.testing import CliRunner
 
 from allocator.runtime.config import ServiceConfig
-from tests.service.harness import Running, pod, running_allocator, seed_nodes
-from tests.service.pki import Pki
+from tests.support.allocator_harness import Running, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
 from topoalloc.cli import main
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from allocator.core.gang.plan import GangPlan, NoPlan, plan_gang
 from allocator.core.gang.preemption import PreemptionPlan, plan_with_preemption
 from allocator.core.gang.victims import Candidate
-from tests.gang.test_preemption_properties import (
+from tests.core.gang.test_preemption_properties import (
     PROPS,
     Running,
     build,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.gang.harness import bound_elsewhere, gpu_node, member
-from tests.service.harness import running_allocator
-from tests.service.pki import Pki
+from tests.support.allocator_harness import running_allocator
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
 
 JSON = dict[str, Any]
 

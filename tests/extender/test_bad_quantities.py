@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.service.harness import allocated, pod, running_allocator, seed_nodes
-from tests.service.pki import Pki
+from tests.support.allocator_harness import allocated, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
 
 
 @pytest.mark.parametrize(

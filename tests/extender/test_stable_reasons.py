@@ -4,9 +4,10 @@ amounts give the same FailedNodes text; the pod's Event says what one such node 
 from __future__ import annotations
 
 from tests.gang.harness import bound_elsewhere, gpu_node, member
-from tests.service.harness import running_allocator, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import running_allocator
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_failed_nodes_share_one_message_and_the_event_has_the_details(

@@ -6,7 +6,6 @@ import asyncio
 import datetime as dt
 import ssl
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -14,7 +13,7 @@ from aiohttp import web
 
 from allocator.runtime import certs
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, client_auth_middleware, peer_identity
-from tests.service.pki import Pki
+from tests.support.pki import Pki
 
 
 class Server:
@@ -42,11 +41,6 @@ async def start_server(pki: Pki, allowlist: ClientAllowlist | None = None) -> Se
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     return Server(tls, runner, port)
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return Pki.create(tmp_path / "pki")
 
 
 @pytest.fixture

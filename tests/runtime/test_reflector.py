@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from allocator.runtime.kube import NATIVE_PODGROUPS, NODES, PDBS, Kind, KubeApi
 from allocator.runtime.metrics import Metrics
 from tests.support.fakeapi import FakeApiServer
 from tests.support.fakeapi.builtin import native_gang_types
+from tests.support.polling import until
 
 JSON = dict[str, Any]
 
@@ -41,14 +41,6 @@ class RecordingSink:
 
 def node(name: str, **labels: str) -> JSON:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import json
 import re
 import signal
 
-from tests.service.harness import (
+from tests.support.allocator_harness import (
     SchedulerClient,
     allocated,
     allocator_process,
@@ -17,8 +17,8 @@ from tests.service.harness import (
     pod,
     seed_nodes,
 )
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
 
 
 async def schedule_pending(client: SchedulerClient, fake: FakeApiServer, nodes: list[str]) -> None:

@@ -1,5 +1,6 @@
-"""Support for the service tests: cluster objects for the fake API server, a running allocator
-(the real `Allocator` on 127.0.0.1 with real mTLS) and a kube-scheduler-like client."""
+"""The allocator against the fake API server, shared by every test area: cluster objects to put in
+it, a running allocator (the real `Allocator` on 127.0.0.1 with real mTLS, in process or as its own
+`topoalloc allocator` process), a kube-scheduler-like client, and what the API server shows held."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import os
 import re
 import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,9 +22,9 @@ from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
 from apis import keys
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import machine_device
+from tests.support.pki import Pki
 
 JSON = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -264,15 +264,6 @@ async def allocator_process(
             proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 15)
         await drainer
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(interval)
-    return time.monotonic() - start
 
 
 PERCENT_RESOURCES = (

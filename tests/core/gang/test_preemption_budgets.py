@@ -9,7 +9,7 @@ from allocator.core.gang.plan import GangPlanSettings
 from allocator.core.gang.preemption import PreemptionPlan, node_victims, plan_with_preemption
 from allocator.core.gang.victims import Budget, Candidate, violations
 from apis.annotations import DeviceAllocations
-from tests.gang.test_preemption import CLIQUE, WHOLE, clique_cluster, fillers, hold, l40s, request
+from tests.core.gang.test_preemption import CLIQUE, WHOLE, clique_cluster, fillers, hold, l40s, request
 from tests.support.allocations import entry
 
 KEEP_ALL = (("batch/pdb", 0),)  # maxUnavailable 0: the budget allows no disruption

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 
 from allocator.runtime.config import LeaderElection
-from tests.service.harness import allocated, pod, running_allocator, seed_nodes, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import allocated, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 BINDING = r"/pods/[^/]+/binding$"
 

@@ -9,7 +9,7 @@ from allocator.runtime.cache.store import ClusterCache
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.kube import DEVICES, NODES, PODS
 from apis import keys
-from tests.service.harness import device, node, pod
+from tests.support.allocator_harness import device, node, pod
 
 _rv = iter(range(1, 10**6))
 

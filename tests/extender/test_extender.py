@@ -14,16 +14,10 @@ from hypothesis import strategies as st
 from allocator.extender.handlers.common import dumps, loads
 from allocator.extender.handlers.prioritize import host_priority_list
 from apis import keys
-from tests.service.harness import (
-    allocated,
-    double_booked,
-    pod,
-    running_allocator,
-    seed_nodes,
-    until,
-)
-from tests.service.pki import Pki
+from tests.support.allocator_harness import allocated, double_booked, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_filter_prioritize_bind_one_pod(fake_api: FakeApiServer, pki: Pki) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from allocator.runtime.kube import ApiError
 from apis import keys
-from tests.service.harness import (
+from tests.support.allocator_harness import (
     api_holdings,
     double_booked,
     node_view,
@@ -29,10 +29,10 @@ from tests.service.harness import (
     rebuilt_from_api,
     running_allocator,
     seed_nodes,
-    until,
 )
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 SEED = int(os.environ.get("TOPOALLOC_PROPERTY_SEED", "20261122"))
 OPERATIONS = 10_000

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tests.service.harness import allocated, pod, running_allocator, seed_nodes, until
-from tests.service.pki import Pki
+from tests.support.allocator_harness import allocated, pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_not_ready_until_every_kind_has_synced(fake_api: FakeApiServer, pki: Pki) -> None:

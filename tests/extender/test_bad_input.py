@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.service.harness import pod, running_allocator, seed_nodes
-from tests.service.pki import Pki
+from tests.support.allocator_harness import pod, running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
 
 CASES: list[tuple[str, Any, str]] = [
     ("filter", b"", "empty request body"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.service.harness import (
+from tests.support.allocator_harness import (
     allocated,
     api_holdings,
     node_view,
@@ -13,10 +13,10 @@ from tests.service.harness import (
     rebuilt_from_api,
     running_allocator,
     seed_nodes,
-    until,
 )
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 
 async def test_compacted_watch_relists_and_converges(fake_api: FakeApiServer, pki: Pki) -> None:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.service.harness import running_allocator, seed_nodes
-from tests.service.pki import Pki
 from tests.support import fuzzing as fz
+from tests.support.allocator_harness import running_allocator, seed_nodes
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
 
 NODES = ["gpu-1", "gpu-2"]
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,6 +11,7 @@ from allocator.runtime.config import LeaderElection
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.leader import LeaderElector
 from tests.support.fakeapi import FakeApiServer
+from tests.support.polling import until
 
 NS = "kube-system"
 
@@ -21,15 +21,6 @@ def settings(identity: str) -> LeaderElection:
         enabled=True, lease_name="topoalloc-allocator", namespace=NS, identity=identity,
         lease_duration=1.0, renew_deadline=0.6, retry_period=0.1,
     )  # fmt: skip
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
 
 
 @pytest.fixture

@@ -11,17 +11,17 @@ import yaml
 
 from allocator.runtime.config import LeaderElection
 from allocator.runtime.leader import LEADER_LABEL
-from tests.service.harness import (
+from tests.support.allocator_harness import (
     SchedulerClient,
     allocator_process,
     double_booked,
     pod,
     running_allocator,
     seed_nodes,
-    until,
 )
-from tests.service.pki import Pki
 from tests.support.fakeapi import FakeApiServer
+from tests.support.pki import Pki
+from tests.support.polling import until
 
 NS = "kube-system"
 

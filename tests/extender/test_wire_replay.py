@@ -20,10 +20,10 @@ import pytest
 
 from apis.extender import ExtenderBindingResult, ExtenderFilterResult, parse_host_priority_list
 from tests.apis.paths import EXTENDER_WIRE, require_shared
-from tests.service.harness import allocated, running_allocator
-from tests.service.pki import Pki
+from tests.support.allocator_harness import allocated, running_allocator
 from tests.support.fakeapi import FakeApiServer
 from tests.support.machines import dgx_h100_device
+from tests.support.pki import Pki
 
 require_shared()
 FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
@@ -130,7 +130,7 @@ async def test_every_recorded_request_is_answered_in_kube_schedulers_shape(
 
 
 async def _until_cached(run, name: str, uid: str) -> None:  # type: ignore[no-untyped-def]
-    from tests.service.harness import until
+    from tests.support.polling import until
 
     await until(lambda: (e := run.service.cache.pod("default", name)) is not None and e.uid == uid)
 

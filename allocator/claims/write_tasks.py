@@ -1,0 +1,98 @@
+"""The claims controller's write tasks, each spawned on the runner (allocator/claims/controller.py)
+for one action of the claims lifecycle: the claims of a pod (or a gang) written all or none, then
+the gates removed; a move (clear, then write elsewhere); a release. The API calls are writes.py's.
+What the API answers goes back to the pods' next steps through `tell` (an `Outcome`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from allocator.claims.decide import Decider
+from allocator.claims.pod_claims import gates
+from allocator.claims.writes import clear_allocation, mark, remove_gate, write_allocation
+from allocator.core.actions import Event
+from allocator.core.claims.lifecycle import MoveClaims, Placed, WriteAllocation
+from allocator.core.claims.view import Outcome
+from allocator.runtime.events import EventSink, PodRef
+from allocator.runtime.kube import ApiError, KubeApi
+from apis.dra_claims import ResourceClaim
+
+log = logging.getLogger(__name__)
+
+Tell = Callable[[str, Outcome], None]
+
+
+def record(events: EventSink, event: Event) -> None:
+    t = event.target
+    ref = PodRef(t.namespace, t.name, t.uid, t.kind, t.api_version)
+    events.record(ref, event.type, event.reason, event.action, event.note)
+
+
+class ClaimWrites:
+    def __init__(self, api: KubeApi, events: EventSink, decider: Decider, tell: Tell) -> None:
+        self.api = api
+        self.events = events
+        self.decider = decider
+        self.tell = tell
+
+    async def write(self, action: WriteAllocation) -> None:
+        """Every pod's claims (marked, then their allocation), then the gates; a failure rolls back
+        every claim already written: all of them or none."""
+        written: list[tuple[ResourceClaim, str]] = []
+        try:
+            for p in action.pods:
+                for claim in p.member.todo:
+                    assert p.answer is not None
+                    rv = await mark(self.api, claim, claim.resource_version)
+                    results = p.answer.results[claim.key]
+                    rv = await write_allocation(self.api, claim, rv, results, p.answer.node)
+                    written.append((claim, rv))
+        except ApiError as exc:
+            for claim, rv in written:
+                try:
+                    await clear_allocation(self.api, claim, rv)
+                except ApiError as undo:
+                    log.warning("rolling back the allocation of claim %s: %s", claim.key, undo)
+            self.decider.drop_members([p.member for p in action.pods])
+            for p in action.pods:
+                self.tell(p.member.key, Outcome(failed=str(exc)))
+            return
+        for p in action.pods:
+            if p.written is not None:
+                record(self.events, p.written)
+        if action.ungate:
+            await asyncio.gather(*(self._ungate(p) for p in action.pods))
+
+    async def _ungate(self, placed: Placed) -> None:
+        pod = placed.member.pod
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+        ok = await remove_gate(self.api, namespace, name, meta.get("uid") or "", gates(pod))
+        if ok and placed.ungated is not None:
+            record(self.events, placed.ungated)
+        self.tell(placed.member.key, Outcome(ungated=True) if ok else Outcome(gate_refused=True))
+
+    async def move(self, action: MoveClaims) -> None:
+        """Clear the claims' allocation, then write them where the lifecycle placed them."""
+        member = action.placed.member
+        cleared = []
+        try:
+            for claim in action.claims:
+                rv = await clear_allocation(self.api, claim, claim.resource_version)
+                cleared.append(replace(claim, resource_version=rv, allocation=None))
+        except ApiError as exc:
+            log.warning("deallocating the claims of %s: %s", member.key, exc)
+            self.decider.drop_members([member])
+            return
+        moved = replace(action.placed, member=replace(member, todo=cleared))
+        await self.write(WriteAllocation((moved,), ungate=False))
+
+    async def release(self, claim: ResourceClaim) -> None:
+        try:
+            await clear_allocation(self.api, claim, claim.resource_version)
+            log.info("claim %s deallocated: nothing uses it", claim.key)
+        except ApiError as exc:
+            log.warning("deallocating unused claim %s: %s", claim.key, exc)
