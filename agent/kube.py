@@ -21,12 +21,11 @@ from kubernetes.client import ApiClient
 from kubernetes.client.api.custom_objects_api import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from apis import dra
 from apis.device import GROUP, PLURAL, VERSION
+from apis.kinds import CORE_EVENTS, NODES, PODS, RESOURCECLAIMS, RESOURCESLICES
 
 log = logging.getLogger(__name__)
 
-RESOURCE_API = f"/apis/{dra.API_VERSION}"
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = (5.0, 20.0)  # connect, read
 # What a failed request looks like: an HTTP error status, or no answer at all.
@@ -116,25 +115,27 @@ class Kube:
 
     # -- nodes ------------------------------------------------------------------------------
     def get_node(self, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/api/v1/nodes/{name}")
+        return self._request("GET", NODES.path(name))
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self._request("PATCH", f"/api/v1/nodes/{name}", body=patch, content_type=MERGE_PATCH)
+        return self._request("PATCH", NODES.path(name), body=patch, content_type=MERGE_PATCH)
 
     def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self._request("PATCH", f"/api/v1/nodes/{name}/status", body=patch, content_type=MERGE_PATCH)
+        return self._request(
+            "PATCH", NODES.path(name, subresource="status"), body=patch, content_type=MERGE_PATCH
+        )
 
     # -- pods -------------------------------------------------------------------------------
     def list_pods_on(self, node: str) -> dict[str, Any]:
-        return self._request("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node}")])
+        return self._request("GET", PODS.path(), query=[("fieldSelector", f"spec.nodeName={node}")])
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._request(
-            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch, content_type=MERGE_PATCH
+            "PATCH", PODS.path(name, namespace=namespace), body=patch, content_type=MERGE_PATCH
         )
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+        return self._request("POST", CORE_EVENTS.path(namespace=namespace), body=body)
 
     def watch_pods_on(
         self, node: str, resource_version: str, timeout_seconds: int, opened: list[Any] | None = None
@@ -143,7 +144,7 @@ class Kube:
         The open response is appended to `opened`, so another thread can shut the stream."""
         response = self._request(
             "GET",
-            "/api/v1/pods",
+            PODS.path(),
             query=[
                 ("fieldSelector", f"spec.nodeName={node}"),
                 ("watch", "true"),
@@ -190,16 +191,16 @@ class Kube:
     def list_resource_slices(self, node: str, driver: str) -> dict[str, Any]:
         """The ResourceSlices of one driver on one node."""
         selector = f"spec.nodeName={node},spec.driver={driver}"
-        return self._request("GET", f"{RESOURCE_API}/resourceslices", query=[("fieldSelector", selector)])
+        return self._request("GET", RESOURCESLICES.path(), query=[("fieldSelector", selector)])
 
     def create_resource_slice(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", f"{RESOURCE_API}/resourceslices", body=body)
+        return self._request("POST", RESOURCESLICES.path(), body=body)
 
     def replace_resource_slice(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._request("PUT", f"{RESOURCE_API}/resourceslices/{name}", body=body)
+        return self._request("PUT", RESOURCESLICES.path(name), body=body)
 
     def delete_resource_slice(self, name: str) -> None:
-        self._request("DELETE", f"{RESOURCE_API}/resourceslices/{name}")
+        self._request("DELETE", RESOURCESLICES.path(name))
 
     def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._request("GET", f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}")
+        return self._request("GET", RESOURCECLAIMS.path(name, namespace=namespace))

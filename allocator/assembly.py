@@ -143,6 +143,7 @@ class Allocator:
                 is_leader=self.is_leader,
                 synced=lambda: self.synced,
                 profile=lambda: topology.profile,
+                metrics=self.metrics.controllers,
             )
             rooms.attach()
             self.cache.listeners.append(rooms.observe)

@@ -40,6 +40,9 @@ GANG_SCHEDULING_GATE = TOPOALLOC + "gang"
 GANG_PLANNED_NODE = TOPOALLOC + "gang-planned-node"  # set on a member released without its gate
 # On a member whose gang holds room while victims leave: the hold, so a new leader continues it.
 GANG_HOLD = TOPOALLOC + "gang-hold"
+# On a pod kube-scheduler holds as unschedulable, when room it fits was freed: why and when (the
+# write itself makes kube-scheduler try the pod again now, allocator/runtime/nudge.py).
+NUDGED = TOPOALLOC + "nudged"
 # On a pod or its namespace, "false": no preference away from GPU nodes (docs/service.md).
 SCARCE_AVOIDANCE = TOPOALLOC + "scarce-avoidance"
 

@@ -470,3 +470,20 @@ def test_no_module_over_the_size_limit() -> None:
     assert set(sizes) >= {"tests/test_architecture.py", "agent/main_loop.py", "bench/core.py"}
     oversized = {path for path, lines in sizes.items() if lines > MAX_LINES}
     assert oversized == OVERSIZED_FOR_NOW, {p: sizes.get(p) for p in oversized ^ OVERSIZED_FOR_NOW}
+
+
+# API paths come from one table (apis/kinds.py) and writes from one client, which says their
+# refusals: no path literal ("/api/...", "/apis/...", f-strings too) elsewhere, no raw PATCH.
+def _api_paths(source: str) -> list[str]:
+    found = (n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant))
+    return [v for v in found if isinstance(v, str) and v.startswith(("/api/", "/apis/"))]
+
+
+def test_api_paths_come_from_the_table_and_patches_from_the_client() -> None:
+    assert _api_paths('p = f"/api/v1/namespaces/{ns}/pods"') == ["/api/v1/namespaces/"]
+    found = []
+    for path in (p for package in PRODUCT for p in sorted((REPO / package).rglob("*.py"))):
+        rel, text = str(path.relative_to(REPO)), path.read_text()
+        found += [f"{rel}: {hit!r}" for hit in _api_paths(text) if rel != "apis/kinds.py"]
+        found += [f"{rel}: raw PATCH"] if 'raw("PATCH"' in text and rel != "allocator/runtime/kube.py" else []
+    assert found == []

@@ -3,43 +3,42 @@ cleared) through resourceclaims/status, the pod's gate removed.
 
 Every claim write carries the resourceVersion the decision was made on, so it fails (409) instead
 of landing on a claim someone else changed meanwhile (kube-scheduler's own allocator, a re-created
-claim); a gate removal tests the pod's uid and the gate's place.
+claim); a gate removal tests the pod's uid and the gate's place (allocator/runtime/gates.py). The
+controller rolls back and reports a refused claim write itself: those raise ApiError.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from allocator.runtime.kube import MERGE_PATCH, RESOURCECLAIMS, ApiError, KubeApi
+from allocator.runtime import gates
+from allocator.runtime.kube import KubeApi
 from apis import dra
 from apis.dra_claims import DeviceResult, ResourceClaim, allocation_status
-
-log = logging.getLogger(__name__)
+from apis.kinds import RESOURCECLAIMS
 
 JSON = dict[str, Any]
-JSON_PATCH = "application/json-patch+json"
 
 
-def claim_path(namespace: str, name: str) -> str:
-    kind = RESOURCECLAIMS
-    return f"/apis/{kind.group}/{kind.version}/namespaces/{namespace}/{kind.plural}/{name}"
+def _guarded(claim: ResourceClaim, resource_version: str) -> JSON:
+    """The metadata every claim write carries: the claim's uid and the resourceVersion decided on."""
+    return {"uid": claim.uid, "resourceVersion": resource_version}
+
+
+async def _write(api: KubeApi, claim: ResourceClaim, body: JSON, subresource: str = "") -> str:
+    """Merge-patch the claim (or its status); its new resourceVersion. Raises ApiError if refused."""
+    path = RESOURCECLAIMS.path(claim.name, namespace=claim.namespace, subresource=subresource)
+    return (await api.patch(path, body, what=None)).or_raise().resource_version
 
 
 async def mark(api: KubeApi, claim: ResourceClaim, resource_version: str) -> str:
     """Annotate the claim as allocated by topoalloc (before its allocation is written, so every
     allocation of ours carries the mark); its new resourceVersion."""
-    patch = {
-        "metadata": {
-            "uid": claim.uid,
-            "resourceVersion": resource_version,
-            "annotations": {dra.ALLOCATED_BY_ANNOTATION: dra.ALLOCATED_BY},
-        }
+    meta = {
+        **_guarded(claim, resource_version),
+        "annotations": {dra.ALLOCATED_BY_ANNOTATION: dra.ALLOCATED_BY},
     }
-    got = await api.raw(
-        "PATCH", claim_path(claim.namespace, claim.name), body=patch, content_type=MERGE_PATCH
-    )
-    return str((got.get("metadata") or {}).get("resourceVersion") or "")
+    return await _write(api, claim, {"metadata": meta})
 
 
 async def write_allocation(
@@ -47,44 +46,19 @@ async def write_allocation(
 ) -> str:
     """status.allocation: the results and the node selector naming `node`; the new resourceVersion."""
     body = {
-        "metadata": {"uid": claim.uid, "resourceVersion": resource_version},
+        "metadata": _guarded(claim, resource_version),
         "status": {"allocation": allocation_status(results, node)},
     }
-    path = claim_path(claim.namespace, claim.name) + "/status"
-    got = await api.raw("PATCH", path, body=body, content_type=MERGE_PATCH)
-    return str((got.get("metadata") or {}).get("resourceVersion") or "")
+    return await _write(api, claim, body, "status")
 
 
 async def clear_allocation(api: KubeApi, claim: ResourceClaim, resource_version: str) -> str:
     """Deallocate: status.allocation removed (the API server refuses while reservedFor is set)."""
-    body = {
-        "metadata": {"uid": claim.uid, "resourceVersion": resource_version},
-        "status": {"allocation": None},
-    }
-    path = claim_path(claim.namespace, claim.name) + "/status"
-    got = await api.raw("PATCH", path, body=body, content_type=MERGE_PATCH)
-    return str((got.get("metadata") or {}).get("resourceVersion") or "")
+    body = {"metadata": _guarded(claim, resource_version), "status": {"allocation": None}}
+    return await _write(api, claim, body, "status")
 
 
-async def remove_gate(api: KubeApi, namespace: str, name: str, uid: str, gates: list[str]) -> bool:
+async def remove_gate(api: KubeApi, namespace: str, name: str, uid: str, pod_gates: list[str]) -> bool:
     """Remove the DRA gate from the pod (this pod only: uid tested). False when refused."""
-    index = gates.index(dra.SCHEDULING_GATE)
-    ops: list[JSON] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
-    if len(gates) == 1:
-        ops += [
-            {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": dra.SCHEDULING_GATE}]},
-            {"op": "remove", "path": "/spec/schedulingGates"},
-        ]
-    else:
-        ops += [
-            {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": dra.SCHEDULING_GATE},
-            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
-        ]
-    try:
-        await api.raw(
-            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=ops, content_type=JSON_PATCH
-        )
-    except ApiError as exc:
-        log.warning("removing the DRA gate of %s/%s: %s", namespace, name, exc)
-        return False
-    return True
+    pod = gates.PodGates(namespace, name, uid, tuple(pod_gates))
+    return await gates.remove_gate(api, pod, dra.SCHEDULING_GATE)

@@ -20,10 +20,10 @@ from typing import Any
 from allocator.core.defrag.inputs import PodFacts
 from allocator.core.defrag.migration import WorkloadCap
 from allocator.runtime.kube import ApiError, KubeApi
+from apis.kinds import DEPLOYMENTS, REPLICASETS, STATEFULSETS
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-APPS = "/apis/apps/v1/namespaces"
 OWNER_TTL = 60.0
 BUDGET = "PodDisruptionBudget disruptionsAllowed"
 
@@ -131,14 +131,14 @@ class Owners:
     async def _fetch(self, workload: str) -> JSON | None:
         namespace, kind, name = [*workload.split("/", 2), "", ""][:3]
         if kind == "ReplicaSet":
-            rs = await self.api.raw("GET", f"{APPS}/{namespace}/replicasets/{name}")
+            rs = await self.api.raw("GET", REPLICASETS.path(name, namespace=namespace))
             refs = (rs.get("metadata") or {}).get("ownerReferences") or []
             top = next((r for r in refs if r.get("controller") and r.get("kind") == "Deployment"), None)
             if top is None:
                 return None
-            got = await self.api.raw("GET", f"{APPS}/{namespace}/deployments/{top.get('name', '')}")
+            got = await self.api.raw("GET", DEPLOYMENTS.path(top.get("name", ""), namespace=namespace))
             return {"kind": "Deployment", **got}
         if kind == "StatefulSet":
-            got = await self.api.raw("GET", f"{APPS}/{namespace}/statefulsets/{name}")
+            got = await self.api.raw("GET", STATEFULSETS.path(name, namespace=namespace))
             return {"kind": "StatefulSet", **got}
         return None

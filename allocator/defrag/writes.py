@@ -1,31 +1,24 @@
 """The migration controller's writes: a move's Reservation (the replacement's room on the target,
 owned by the pod's controller, allocateOnce, labelled and annotated so a restarted leader reads the
 move back), the mark that its pod was evicted, its closing, and the dry run's report ConfigMap.
-A refused write is logged and returns False: the next pass tries again."""
+A refused write is logged (by the client) and returns False: the next pass tries again."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from typing import Any
 
 from allocator.core.defrag.plan import Move
 from allocator.defrag import reading as rd
-from allocator.runtime.kube import MERGE_PATCH, ApiError, KubeApi
+from allocator.runtime.kube import KubeApi, Written
 from apis import keys
 from apis import reservation as rv
-
-log = logging.getLogger(__name__)
+from apis.kinds import CONFIGMAPS, RESERVATIONS
 
 JSON = dict[str, Any]
 # What the replacement's room keeps of the pod's own annotations: its device asks.
 KEPT_ANNOTATIONS = (keys.DEVICE_JOINT_ALLOCATE,)
-
-
-def path(name: str = "") -> str:
-    base = f"/apis/{rv.GROUP}/{rv.VERSION}/{rv.PLURAL}"
-    return f"{base}/{name}" if name else base
 
 
 def reservation_name(move: Move) -> str:
@@ -84,38 +77,24 @@ def reservation_body(move: Move, pod: JSON, unblocks: str, ttl: str) -> JSON:
 
 
 async def create_reservation(api: KubeApi, body: JSON) -> bool:
-    try:
-        await api.raw("POST", path(), body=body)
-    except ApiError as exc:
-        if exc.status == 409:  # made already (a pass before a restart): the move goes on from it
-            return True
-        log.warning("creating Reservation %s: %s", body["metadata"]["name"], exc)
-        return False
-    return True
+    name = body["metadata"]["name"]
+    got = await api.create(RESERVATIONS.path(), body, what=f"creating Reservation {name}", quiet=(409,))
+    # 409: made already (a pass before a restart): the move goes on from it.
+    return isinstance(got, Written) or got.status == 409
 
 
 async def mark_evicted(api: KubeApi, name: str, uid: str) -> bool:
     patch = {"metadata": {"uid": uid, "annotations": {rd.EVICTED: "true"}}}
-    try:
-        await api.raw("PATCH", path(name), body=patch, content_type=MERGE_PATCH)
-    except ApiError as exc:
-        log.warning("marking Reservation %s evicted: %s", name, exc)
-        return False
-    return True
+    return bool(await api.patch(RESERVATIONS.path(name), patch, what=f"marking Reservation {name} evicted"))
 
 
 async def close_reservation(api: KubeApi, name: str, uid: str, reason: str, now: str) -> bool:
     """Mark a finished move and expire its Reservation now: the Reservation controller gives any
     room left back (the allocator's role deletes nothing; the object stays as a record)."""
     patch = {"metadata": {"uid": uid, "annotations": {rd.CLOSED: reason}}, "spec": {"expires": now}}
-    try:
-        await api.raw("PATCH", path(name), body=patch, content_type=MERGE_PATCH)
-    except ApiError as exc:
-        if exc.status == 404:
-            return True
-        log.warning("closing Reservation %s: %s", name, exc)
-        return False
-    return True
+    what = f"closing Reservation {name}"
+    got = await api.patch(RESERVATIONS.path(name), patch, what=what, quiet=(404,))
+    return isinstance(got, Written) or got.status == 404  # gone: nothing left to close
 
 
 async def write_report(api: KubeApi, namespace: str, name: str, report: JSON) -> bool:
@@ -126,15 +105,5 @@ async def write_report(api: KubeApi, namespace: str, name: str, report: JSON) ->
         "metadata": {"name": name, "namespace": namespace},
         "data": {"plan.json": json.dumps(report, indent=2, sort_keys=True)},
     }
-    base = f"/api/v1/namespaces/{namespace}/configmaps"
-    try:
-        try:
-            await api.raw("PUT", f"{base}/{name}", body=body)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            await api.raw("POST", base, body=body)
-    except ApiError as exc:
-        log.warning("writing the defrag report %s/%s: %s", namespace, name, exc)
-        return False
-    return True
+    what = f"writing the defrag report {namespace}/{name}"
+    return bool(await api.create_or_replace(CONFIGMAPS, body, what=what))

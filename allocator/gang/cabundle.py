@@ -13,12 +13,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.kube import JSON_PATCH, ApiError, KubeApi, Refused
+from apis.kinds import MUTATING_WEBHOOKS
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}"
 
 
 class CaBundleInjector:
@@ -37,17 +37,21 @@ class CaBundleInjector:
         except OSError as exc:
             self._complain(f"reading the CA for the webhook's caBundle: {exc}")
             return 0
-        path = PATH.format(name=self.configuration)
+        path = MUTATING_WEBHOOKS.path(self.configuration)
+        what = f"keeping the caBundle of MutatingWebhookConfiguration {self.configuration}"
         try:
             config = await self.api.raw("GET", path)
-            ops = self._ops(config, bundle)
-            if ops:
-                await self.api.raw("PATCH", path, body=ops, content_type="application/json-patch+json")
-                log.info("caBundle of %d webhook(s) in %s updated", len(ops) // 2, self.configuration)
         except ApiError as exc:
-            what = f"MutatingWebhookConfiguration {self.configuration}"
-            self._complain(f"keeping the caBundle of {what}: {exc}")
+            self._complain(f"{what}: {exc}")
             return 0
+        ops = self._ops(config, bundle)
+        if ops:
+            # Said here, once per distinct problem: the leader retries every sync.
+            got = await self.api.patch(path, ops, content_type=JSON_PATCH, what=None)
+            if isinstance(got, Refused):
+                self._complain(f"{what}: {got}")
+                return 0
+            log.info("caBundle of %d webhook(s) in %s updated", len(ops) // 2, self.configuration)
         self._complained = ""
         return len(ops) // 2
 

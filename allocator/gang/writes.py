@@ -1,89 +1,62 @@
 """The gang controller's writes to the API server: a member's gate removed, its planned node
 annotated, a PodGroup's status (either API's), a hold's record; and the Events it records. Each
 write is guarded (uid test, JSON patch tests) so it never lands on a pod that was replaced; a
-failure is logged and reported, and the next pass decides again."""
+refusal is logged by the client and reported, and the next pass decides again."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from allocator.core.actions import ObjectRef
 from allocator.core.gang.view import MemberPod
+from allocator.runtime import gates
 from allocator.runtime.events import EventSink, PodRef
-from allocator.runtime.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeApi
+from allocator.runtime.kube import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeApi
 from apis import keys
-from apis import podgroup as pg
 from apis import workload as wl
 from apis.gang_object import native_conditions
-
-log = logging.getLogger(__name__)
+from apis.kinds import NATIVE_PODGROUPS, PODGROUPS, PODS
 
 JSON = dict[str, Any]
-JSON_PATCH = "application/json-patch+json"
-
-
-def pod_path(m: MemberPod) -> str:
-    return f"/api/v1/namespaces/{m.namespace}/pods/{m.name}"
 
 
 async def remove_gate(api: KubeApi, m: MemberPod) -> bool:
     """Remove the gang's scheduling gate from `m` (and only from this pod: uid tested). False when
     the API refused it."""
-    index = m.gates.index(keys.GANG_SCHEDULING_GATE)
-    ops: list[JSON] = [{"op": "test", "path": "/metadata/uid", "value": m.uid}]
-    if len(m.gates) == 1:
-        ops += [
-            {
-                "op": "test",
-                "path": "/spec/schedulingGates",
-                "value": [{"name": keys.GANG_SCHEDULING_GATE}],
-            },
-            {"op": "remove", "path": "/spec/schedulingGates"},
-        ]
-    else:
-        ops += [
-            {
-                "op": "test",
-                "path": f"/spec/schedulingGates/{index}/name",
-                "value": keys.GANG_SCHEDULING_GATE,
-            },
-            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
-        ]
-    try:
-        await api.raw("PATCH", pod_path(m), body=ops, content_type=JSON_PATCH)
-    except ApiError as exc:
-        log.warning("removing the gang gate of %s: %s", m.key, exc)
-        return False
-    return True
+    return await gates.remove_gate(api, m, keys.GANG_SCHEDULING_GATE)
+
+
+def _annotation(m: MemberPod | ObjectRef, key: str, value: str | None) -> JSON:
+    """A merge patch of one annotation, with the member's uid as its precondition."""
+    return {"metadata": {"uid": m.uid, "annotations": {key: value}}}
 
 
 async def annotate_planned_node(api: KubeApi, m: ObjectRef, node: str) -> None:
-    patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_PLANNED_NODE: node}}}
-    try:
-        await api.patch_pod(m.namespace, m.name, patch)
-    except ApiError as exc:
-        log.warning("annotating %s with its planned node: %s", m.key, exc)
+    await api.patch(
+        PODS.path(m.name, namespace=m.namespace),
+        _annotation(m, keys.GANG_PLANNED_NODE, node),
+        what=f"annotating {m.key} with its planned node",
+    )
 
 
-async def patch_podgroup_status(api: KubeApi, target: ObjectRef, status: JSON) -> bool:
-    """Write the gang's status onto its PodGroup's status subresource. False when the API refused it.
+def status_patch(target: ObjectRef, status: JSON) -> tuple[str, JSON, str]:
+    """The path, body and patch type that write the gang's status onto its PodGroup's status.
 
     A scheduler-plugins PodGroup takes it as a merge patch. A native PodGroup keeps conditions
     only, kube-scheduler's among them: topoalloc's go in under their own types as a strategic merge
     patch, which merges the list by type (a merge patch would replace kube-scheduler's)."""
-    native = target.api_version == wl.PODGROUP_API_VERSION
-    plural = wl.PODGROUPS if native else pg.PLURAL
-    path = f"/apis/{target.api_version}/namespaces/{target.namespace}/{plural}/{target.name}/status"
-    body, kind = {"status": status}, MERGE_PATCH
-    if native:
-        body, kind = {"status": {"conditions": native_conditions(status)}}, STRATEGIC_MERGE_PATCH
-    try:
-        await api.raw("PATCH", path, body=body, content_type=kind)
-    except ApiError as exc:
-        log.warning("updating the status of %s %s/%s: %s", target.kind, target.namespace, target.name, exc)
-        return False
-    return True
+    if target.api_version == wl.PODGROUP_API_VERSION:
+        path = NATIVE_PODGROUPS.path(target.name, namespace=target.namespace, subresource="status")
+        return path, {"status": {"conditions": native_conditions(status)}}, STRATEGIC_MERGE_PATCH
+    path = PODGROUPS.path(target.name, namespace=target.namespace, subresource="status")
+    return path, {"status": status}, MERGE_PATCH
+
+
+async def patch_podgroup_status(api: KubeApi, target: ObjectRef, status: JSON) -> bool:
+    """Write the gang's status onto its PodGroup's status subresource. False when the API refused it."""
+    path, body, kind = status_patch(target, status)
+    what = f"updating the status of {target.kind} {target.namespace}/{target.name}"
+    return bool(await api.patch(path, body, content_type=kind, what=what))
 
 
 def event_ref(target: ObjectRef) -> PodRef:
@@ -97,18 +70,17 @@ def record_event(events: EventSink, target: ObjectRef, type_: str, reason: str, 
 
 async def annotate_hold(api: KubeApi, m: MemberPod, record: str) -> None:
     """Record a held room on a member (gang/hold_record.py); uid precondition."""
-    patch = {"metadata": {"uid": m.uid, "annotations": {keys.GANG_HOLD: record}}}
-    try:
-        await api.patch_pod(m.namespace, m.name, patch)
-    except ApiError as exc:
-        log.warning("recording the gang hold on %s: %s", m.key, exc)
+    await api.patch(
+        PODS.path(m.name, namespace=m.namespace),
+        _annotation(m, keys.GANG_HOLD, record),
+        what=f"recording the gang hold on {m.key}",
+    )
 
 
 async def clear_hold(api: KubeApi, key: str, uid: str) -> None:
     namespace, _, name = key.partition("/")
     patch = {"metadata": {"uid": uid, "annotations": {keys.GANG_HOLD: None}}}
-    try:
-        await api.patch_pod(namespace, name, patch)
-    except ApiError as exc:
-        if exc.status != 404:
-            log.warning("clearing the gang hold of %s: %s", key, exc)
+    # A member gone meanwhile has no hold left to clear.
+    await api.patch(
+        PODS.path(name, namespace=namespace), patch, what=f"clearing the gang hold of {key}", quiet=(404,)
+    )

@@ -91,7 +91,10 @@ class RoomBook:
         # Reservations changed since the controller last looked (it looks at the rest only every
         # resync period: a busy cluster's every pod event must not cost a pass over all of them).
         self.dirty: set[str] = set()
-        self.unwritten: set[str] = set()  # rooms held by this process, not yet Available in the API
+        # Nodes where room was given back (released, or an owner's share back in its room) since
+        # the controller last looked: it offers that room to the pods kube-scheduler holds back.
+        self.freed: set[str] = set()
+        self.victim_of: dict[str, str] = {}  # a pod evicted for a room placed here -> the room
 
     # -- the watch ---------------------------------------------------------------------------------
 
@@ -133,7 +136,7 @@ class RoomBook:
             # Placed (here or by another scheduler): no device-allocated means no devices held.
             reserved = res.reserved if res.reserved is not None else DeviceAllocations({})
             entry.placed_here = False
-            self.unwritten.discard(name)
+            self.set_victims(name, ())
             if entry.room is None or entry.room.node != res.node or entry.room.reserved != reserved:
                 self.hold(name, res.node, reserved)
         elif entry.room is not None and not entry.placed_here:
@@ -148,6 +151,8 @@ class RoomBook:
         self.version += 1
 
     def _pod(self, key: str, obj: JSON | None) -> None:
+        if key in self.victim_of:
+            self.dirty.add(self.victim_of[key])  # a room waiting for its victims looks again
         room = _room_of(obj)
         old = self.pod_room.get(key)
         if room == old:
@@ -200,8 +205,9 @@ class RoomBook:
             self.cpu_nodes[node] -= 1
             if self.cpu_nodes[node] <= 0:
                 del self.cpu_nodes[node]
-        entry.room, entry.placed_here, entry.victims, entry.held_since = None, False, (), 0.0
-        self.unwritten.discard(name)
+        self.set_victims(name, ())
+        entry.room, entry.placed_here, entry.held_since = None, False, 0.0
+        self.freed.add(node)
         names = self.by_node.get(node)
         if names is not None:
             names.discard(name)
@@ -209,6 +215,42 @@ class RoomBook:
                 del self.by_node[node]
         self.cache.ledger.drop_room(room_key(name))
         self.version += 1
+
+    def hold_placed(
+        self,
+        name: str,
+        node: str,
+        reserved: DeviceAllocations,
+        *,
+        numa: int | None,
+        victims: tuple[str, ...],
+        extra: dict[str, str],
+    ) -> None:
+        """A room placed by this process: held at once, written once `victims` are gone."""
+        if self.hold(name, node, reserved, numa=numa) is None:
+            return
+        entry = self.entries[name]
+        entry.placed_here, entry.extra = True, extra
+        self.set_victims(name, victims)
+
+    def set_victims(self, name: str, victims: tuple[str, ...]) -> None:
+        """The pods a room placed here waits for (none: it may be written)."""
+        entry = self.entries.get(name)
+        if entry is None:
+            return
+        for key in entry.victims:
+            self.victim_of.pop(key, None)
+        entry.victims = victims
+        for key in victims:
+            self.victim_of[key] = name
+
+    def take_freed(self) -> set[str]:
+        freed, self.freed = self.freed, set()
+        return freed
+
+    def take_dirty(self) -> set[str]:
+        dirty, self.dirty = self.dirty, set()
+        return dirty
 
     def take(self, name: str, key: str, req: PodRequest, allocations: DeviceAllocations) -> None:
         """A bind in flight (pod `key`) takes `allocations` and its cpu and memory from the room,
@@ -241,6 +283,8 @@ class RoomBook:
         cpu_left = max(0, room.reserved_cpu_milli - cpu)
         mem_left = max(0, room.reserved_memory - mem)
         entry.room = replace(room, remaining=left, cpu_milli=cpu_left, memory=mem_left)
+        if _more(entry.room, room):
+            self.freed.add(room.node)  # an owner's share is back in the room
         held = PodRequest(
             key=room.key,
             cpu_milli=cpu_left,
@@ -334,6 +378,23 @@ class RoomBook:
 
     def rooms_on(self, node: str) -> Iterable[str]:
         return [room_key(n) for n in self.by_node.get(node, ())]
+
+
+def _more(now: Room, before: Room) -> bool:
+    """`now` has more left than `before`: devices (or shares of them), cpu or memory."""
+    return (
+        _amount(now.remaining) > _amount(before.remaining)
+        or now.cpu_milli > before.cpu_milli
+        or now.memory > before.memory
+    )
+
+
+def _amount(allocations: DeviceAllocations) -> int:
+    return sum(
+        1 + sum(q.value() for q in (a.resources or {}).values())
+        for entries in allocations.by_type.values()
+        for a in entries
+    )
 
 
 def _room_of(pod: JSON | None) -> str:

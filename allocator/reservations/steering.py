@@ -65,7 +65,11 @@ class RoomSteering:
 
     # -- filter ------------------------------------------------------------------------------------------
 
-    def filter(self, pod: JSON, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
+    def filter(
+        self, pod: JSON, req: PodRequest, names: Sequence[str], *, tell: bool = True
+    ) -> FilterVerdicts | None:
+        """The verdicts for a pod Reservations concern (None: the core's alone). `tell` False asks
+        without an Event to the pod (the controller weighing whether freed room fits it)."""
         book = self.book
         if not book.entries and not _asks_for_one(pod):
             return None
@@ -82,11 +86,13 @@ class RoomSteering:
             if side.required:
                 first = next(iter(rejected.values()), None)
                 why = in_room(first) if first is not None else _nothing_matches(side, {})
-                self._tell(pod, why)
+                if tell:
+                    self._tell(pod, why)
                 return FilterVerdicts.from_rejections([], dict.fromkeys(names, why))
         elif side.required or side.error:
             why = _nothing_matches(side, book.reasons(side))
-            self._tell(pod, why)
+            if tell:
+                self._tell(pod, why)
             return FilterVerdicts.from_rejections([], dict.fromkeys(names, why))
         return self._ordinary(req, names)
 

@@ -1,7 +1,8 @@
 """The Reservation controller's writes: the reserved devices as the `device-allocated` annotation
 (metadata, with a uid precondition so a Reservation deleted and created again under the same name
-is never written), the status subresource, and the PriorityClass lookups a template's
-priorityClassName needs. A refused write is logged and returns False: the next pass writes again.
+is never written), the status subresource (its body built by allocator/core/reservation/status.py),
+and the PriorityClass lookups a template's priorityClassName needs. A refused write is logged (by
+the client) and returns False: the controller writes again after a pause.
 """
 
 from __future__ import annotations
@@ -9,63 +10,32 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from allocator.runtime.kube import MERGE_PATCH, ApiError, KubeApi
-from apis import reservation as rv
-from apis.timestamps import format_time
+from allocator.runtime.kube import ApiError, KubeApi
+from apis.kinds import PRIORITYCLASSES, RESERVATIONS
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 
 
-def path(name: str) -> str:
-    return f"/apis/{rv.GROUP}/{rv.VERSION}/{rv.PLURAL}/{name}"
-
-
 async def annotate(api: KubeApi, name: str, uid: str, annotations: dict[str, str | None]) -> bool:
     patch = {"metadata": {"uid": uid, "annotations": annotations}}
-    try:
-        await api.raw("PATCH", path(name), body=patch, content_type=MERGE_PATCH)
-    except ApiError as exc:
-        log.warning("annotating Reservation %s: %s", name, exc)
-        return False
-    return True
+    return bool(await api.patch(RESERVATIONS.path(name), patch, what=f"annotating Reservation {name}"))
 
 
 async def patch_status(api: KubeApi, name: str, uid: str, status: JSON) -> bool:
     patch = {"metadata": {"uid": uid}, "status": status}
-    try:
-        await api.raw("PATCH", path(name) + "/status", body=patch, content_type=MERGE_PATCH)
-    except ApiError as exc:
-        log.warning("updating the status of Reservation %s: %s", name, exc)
-        return False
-    return True
+    path = RESERVATIONS.path(name, subresource="status")
+    return bool(await api.patch(path, patch, what=f"updating the status of Reservation {name}"))
 
 
 async def priority_value(api: KubeApi, name: str) -> int | None:
     """The value of PriorityClass `name` (None when it does not exist or cannot be read)."""
     try:
-        got = await api.raw("GET", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+        got = await api.raw("GET", PRIORITYCLASSES.path(name))
     except ApiError as exc:
         if not exc.not_found:
             log.warning("reading PriorityClass %s: %s", name, exc)
         return None
     value = got.get("value")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def condition(kind: str, status: bool, reason: str, message: str = "", now: float | None = None) -> JSON:
-    stamp = format_time(now)
-    out: JSON = {"type": kind, "status": "True" if status else "False", "reason": reason}
-    if message:
-        out["message"] = message
-    out["lastProbeTime"] = stamp
-    out["lastTransitionTime"] = stamp
-    return out
-
-
-def conditions_with(current: list[JSON], *new: JSON) -> list[JSON]:
-    """`current` with each of `new` in place of the condition of its type (kept in order)."""
-    kinds = {c["type"] for c in new}
-    kept = [c for c in current if isinstance(c, dict) and c.get("type") not in kinds]
-    return kept + list(new)

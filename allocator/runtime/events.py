@@ -15,17 +15,15 @@ GangPlanned is not lost to other objects' traffic.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.kube import KubeApi, Refused
 from allocator.runtime.metrics import Metrics
+from apis.kinds import EVENTS
 from apis.timestamps import micro_time
-
-log = logging.getLogger(__name__)
 
 CONTROLLER = "topoalloc.io/allocator"
 NOTE_LIMIT = 1024  # events.k8s.io/v1 validation
@@ -250,14 +248,13 @@ class EventRecorder:
             "note": series.note,
             "regarding": regarding,
         }
-        try:
-            created = await self.api.create_event(namespace, body)
-        except ApiError as exc:
+        # Said at WARNING by the client: a refused Event is otherwise invisible (users see no Events).
+        what = f"event for {ref.namespace}/{ref.name} not written"
+        created = await self.api.create(EVENTS.path(namespace=namespace), body, what=what)
+        if isinstance(created, Refused):
             self._count("failed")
-            # Never below WARNING: a refused Event is otherwise invisible (users see no Events).
-            log.warning("event for %s/%s not written: %s", ref.namespace, ref.name, exc)
             return
-        series.event_name = (created.get("metadata") or {}).get("name")
+        series.event_name = (created.object.get("metadata") or {}).get("name")
         series.last_write = now
         self.written += 1
         self._count("written")
@@ -269,14 +266,13 @@ class EventRecorder:
                 if series.event_name and self._take(series.ref, now):
                     patch = {"series": {"count": series.count, "lastObservedTime": micro_time()}}
                     namespace = series.ref.namespace or "default"
-                    try:
-                        await self.api.patch_event(namespace, series.event_name, patch)
+                    path = EVENTS.path(series.event_name, namespace=namespace)
+                    if await self.api.patch(path, patch, what="event series update failed"):
                         series.written_count = series.count
                         series.last_write = now
                         self.written += 1
                         self._count("written")
-                    except ApiError as exc:
+                    else:
                         self._count("failed")
-                        log.warning("event series update failed: %s", exc)
             elif now - series.first_at >= self.window * 10 and now - series.last_write >= self.window:
                 del self._series[key]  # forget quiet series so memory stays bounded

@@ -4,12 +4,13 @@ lifecycle, the Reservation controller) tries again on its next pass."""
 
 from __future__ import annotations
 
-import logging
-
 from allocator.core.gang.victims import Candidate
-from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.kube import KubeApi, Written
+from apis.kinds import PODS
 
-log = logging.getLogger(__name__)
+# Answers that are no failure of ours: the pod is gone (404), another pod has its name now (409),
+# or a budget allows no disruption yet (429: said to the caller, not logged).
+EXPECTED = (404, 409, 429)
 
 
 async def evict(api: KubeApi, victim: Candidate) -> str:
@@ -21,13 +22,10 @@ async def evict(api: KubeApi, victim: Candidate) -> str:
         "metadata": {"name": name, "namespace": namespace},
         "deleteOptions": {"preconditions": {"uid": victim.uid}},
     }
-    try:
-        await api.raw("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body=body)
-    except ApiError as exc:
-        if exc.status in (404, 409):  # gone, or another pod of that name now
-            return ""
-        if exc.status == 429:
-            return "a PodDisruptionBudget allows no disruption now"
-        log.warning("evicting %s: %s", victim.key, exc)
-        return str(exc)
-    return ""
+    path = PODS.path(name, namespace=namespace, subresource="eviction")
+    got = await api.create(path, body, what=f"evicting {victim.key}", quiet=EXPECTED)
+    if isinstance(got, Written) or got.status in (404, 409):  # gone, or another pod of that name now
+        return ""
+    if got.status == 429:
+        return "a PodDisruptionBudget allows no disruption now"
+    return str(got)

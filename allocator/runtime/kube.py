@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Collection, Iterator
 from typing import Any
 
 import aiohttp
@@ -23,90 +22,62 @@ from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from yarl import URL
 
-from apis import device, dra, podgroup, reservation, workload
+from allocator.runtime.answers import ApiError, Refused, Result, Written
+from apis.kinds import (
+    DEVICECLASSES,
+    DEVICES,
+    DRA_KINDS,
+    LEASES,
+    NATIVE_PODGROUPS,
+    NODES,
+    PDBS,
+    PODGROUPS,
+    PODS,
+    RESERVATIONS,
+    RESOURCECLAIMS,
+    RESOURCECLAIMTEMPLATES,
+    RESOURCESLICES,
+    WORKLOADS,
+    Kind,
+)
+
+# The kinds are the contract's table (apis/kinds.py); the runtime's modules and the components
+# name them from here, beside the client that lists and watches them.
+__all__ = [
+    "DEVICECLASSES",
+    "DEVICES",
+    "DRA_KINDS",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "NATIVE_PODGROUPS",
+    "NODES",
+    "PDBS",
+    "PODGROUPS",
+    "PODS",
+    "RESERVATIONS",
+    "RESOURCECLAIMS",
+    "RESOURCECLAIMTEMPLATES",
+    "RESOURCESLICES",
+    "STRATEGIC_MERGE_PATCH",
+    "WORKLOADS",
+    "ApiError",
+    "Kind",
+    "KubeApi",
+    "ListPages",
+    "Refused",
+    "Result",
+    "Written",
+]
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+# RFC 6902: a list of operations; its `test` operations are the preconditions of the write.
+JSON_PATCH = "application/json-patch+json"
 # Built-in kinds only: merges lists by their patchMergeKey (a native PodGroup's conditions by type).
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 USER_AGENT = "topoalloc-allocator"
-
-
-class ApiError(Exception):
-    """A non-2xx answer of the API server (or a transport failure, status 0)."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "", body: Any = None) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body
-        super().__init__(f"{status} {reason}: {message}" if reason or message else f"HTTP {status}")
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @classmethod
-    def from_body(cls, status: int, raw: bytes) -> ApiError:
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return cls(status, "", raw[:200].decode(errors="replace"), None)
-        if isinstance(body, dict):
-            return cls(status, str(body.get("reason", "")), str(body.get("message", "")), body)
-        return cls(status, "", str(body)[:200], body)
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A resource the watch cache lists and watches across all namespaces."""
-
-    name: str  # unique among the kinds watched (metric label, log name)
-    group: str  # "" for the core group
-    version: str
-    plural: str
-    # A kind that may not be there for us: looked up through API discovery before every LIST (an
-    # alpha API the server serves only when turned on), and a LIST that RBAC forbids is an empty set
-    # too, not an outage (an allocator upgraded before its ClusterRole still serves; it just weighs
-    # no budgets).
-    optional: bool = False
-
-    @property
-    def custom(self) -> bool:
-        return bool(self.group)
-
-    @property
-    def group_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-
-NODES = Kind("Node", "", "v1", "nodes")
-PODS = Kind("Pod", "", "v1", "pods")
-DEVICES = Kind(device.KIND, device.GROUP, device.VERSION, device.PLURAL)
-PODGROUPS = Kind("PodGroup", podgroup.GROUP, podgroup.VERSION, podgroup.PLURAL)
-# Kubernetes' own gang API: 1.36 serves v1alpha2 PodGroups, 1.35 v1alpha1 Workloads (apis/workload.py).
-NATIVE_PODGROUPS = Kind(
-    "PodGroup.scheduling.k8s.io", workload.GROUP, workload.V1ALPHA2, workload.PODGROUPS, optional=True
-)
-WORKLOADS = Kind("Workload", workload.GROUP, workload.V1ALPHA1, workload.WORKLOADS, optional=True)
-RESERVATIONS = Kind(reservation.KIND, reservation.GROUP, reservation.VERSION, reservation.PLURAL)
-# DRA (resource.k8s.io/v1): what claims are allocated from and against.
-RESOURCECLAIMS = Kind("ResourceClaim", dra.GROUP, dra.VERSION, "resourceclaims")
-RESOURCECLAIMTEMPLATES = Kind("ResourceClaimTemplate", dra.GROUP, dra.VERSION, "resourceclaimtemplates")
-DEVICECLASSES = Kind("DeviceClass", dra.GROUP, dra.VERSION, "deviceclasses")
-RESOURCESLICES = Kind("ResourceSlice", dra.GROUP, dra.VERSION, "resourceslices")
-DRA_KINDS = (DEVICECLASSES, RESOURCESLICES, RESOURCECLAIMTEMPLATES, RESOURCECLAIMS)
-PDBS = Kind("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", optional=True)
 
 
 async def _body(resp: aiohttp.ClientResponse) -> bytes:
@@ -291,20 +262,68 @@ class KubeApi:
     ) -> JSON:
         return await self._call(method, path, body=body, query=query, content_type=content_type)
 
-    # -- list / watch -----------------------------------------------------------------------------
+    # -- writes: every one answers Written or Refused, and says a refusal here -------------------
 
-    @staticmethod
-    def _collection(kind: Kind) -> str:
-        """The cluster-wide collection path of `kind`."""
-        if kind.custom:
-            return f"/apis/{kind.group}/{kind.version}/{kind.plural}"
-        return f"/api/{kind.version}/{kind.plural}"
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        *,
+        content_type: str = "application/json",
+        query: dict[str, Any] | None = None,
+        what: str | None,
+        quiet: Collection[int] = (),
+    ) -> Result:
+        try:
+            return Written(await self._call(method, path, body=body, query=query, content_type=content_type))
+        except ApiError as exc:
+            refused = Refused.of(exc)
+        if what is not None and refused.status not in quiet:
+            log.warning("%s: %s", what, refused)
+        return refused
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        what: str | None,
+        content_type: str = MERGE_PATCH,
+        query: dict[str, Any] | None = None,
+        quiet: Collection[int] = (),
+    ) -> Result:
+        """PATCH the object at `path` (a `Kind.path`): a merge patch unless `content_type` says
+        otherwise. Its preconditions (`metadata.uid` and `resourceVersion` in a merge patch, `test`
+        operations in a JSON patch) are the caller's body, sent as they are.
+
+        A refusal is logged at WARNING as "`what`: why", unless its status is in `quiet` or
+        `what` is None (the caller reports it itself)."""
+        return await self._write(
+            "PATCH", path, body, content_type=content_type, query=query, what=what, quiet=quiet
+        )
+
+    async def create(self, path: str, body: JSON, *, what: str | None, quiet: Collection[int] = ()) -> Result:
+        """POST `body` to the collection (or subresource: pods/eviction) at `path`."""
+        return await self._write("POST", path, body, what=what, quiet=quiet)
+
+    async def create_or_replace(self, kind: Kind, body: JSON, *, what: str | None) -> Result:
+        """Make the object `body` names, or replace it (no resourceVersion: the last writer wins).
+        Replaced first, created on NotFound: one request once the object exists."""
+        meta = body.get("metadata") or {}
+        namespace = meta.get("namespace", "") if kind.namespaced else ""
+        path = kind.path(meta["name"], namespace=namespace)
+        got = await self._write("PUT", path, body, what=what, quiet=(404,))
+        if isinstance(got, Refused) and got.status == 404:
+            return await self._write("POST", kind.path(namespace=namespace), body, what=what)
+        return got
+
+    # -- list / watch -----------------------------------------------------------------------------
 
     async def serves(self, kind: Kind) -> bool:
         """API discovery: whether the server serves `kind` in its group and version now."""
-        path = f"/apis/{kind.group_version}" if kind.group else f"/api/{kind.version}"
         try:
-            found = await self._call("GET", path)
+            found = await self._call("GET", kind.root)
         except ApiError as exc:
             if exc.not_found:
                 return False
@@ -328,7 +347,7 @@ class KubeApi:
         while True:
             resp = await self._send(
                 "GET",
-                self._collection(kind),
+                kind.path(),
                 query={"limit": page_size, "continue": token},
                 timeout=self.timeout * 6,
             )
@@ -361,9 +380,7 @@ class KubeApi:
             "allowWatchBookmarks": True,
             "timeoutSeconds": timeout_seconds,
         }
-        resp = await self._send(
-            "GET", self._collection(kind), query=query, timeout=float(timeout_seconds + 30)
-        )
+        resp = await self._send("GET", kind.path(), query=query, timeout=float(timeout_seconds + 30))
         try:
             if resp.status != 200:
                 raise ApiError.from_body(resp.status, await resp.read())
@@ -396,17 +413,13 @@ class KubeApi:
 
     # -- pods -------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _pod_path(namespace: str, name: str) -> str:
-        return f"/api/v1/namespaces/{namespace}/pods/{name}"
-
     async def get_pod(self, namespace: str, name: str) -> JSON:
-        return await self._call("GET", self._pod_path(namespace, name))
+        return await self._call("GET", PODS.path(name, namespace=namespace))
 
     async def patch_pod(self, namespace: str, name: str, patch: JSON) -> JSON:
         """RFC 7386 merge patch (a `null` value deletes the key)."""
         return await self._call(
-            "PATCH", self._pod_path(namespace, name), body=patch, content_type=MERGE_PATCH
+            "PATCH", PODS.path(name, namespace=namespace), body=patch, content_type=MERGE_PATCH
         )
 
     async def bind_pod(
@@ -426,36 +439,23 @@ class KubeApi:
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._call("POST", self._pod_path(namespace, name) + "/binding", body=body, decode=False)
-
-    # -- events and leases ------------------------------------------------------------------------
-
-    async def create_event(self, namespace: str, event: JSON) -> JSON:
-        return await self.raw("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body=event)
-
-    async def patch_event(self, namespace: str, name: str, patch: JSON) -> JSON:
-        return await self.raw(
-            "PATCH",
-            f"/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
-            body=patch,
-            content_type=MERGE_PATCH,
+        await self._call(
+            "POST", PODS.path(name, namespace=namespace, subresource="binding"), body=body, decode=False
         )
 
-    def _lease_path(self, namespace: str, name: str | None = None) -> str:
-        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-        return f"{base}/{name}" if name else base
+    # -- leases ---------------------------------------------------------------------------------------
 
     async def get_lease(self, namespace: str, name: str) -> JSON | None:
         try:
-            return await self.raw("GET", self._lease_path(namespace, name))
+            return await self.raw("GET", LEASES.path(name, namespace=namespace))
         except ApiError as exc:
             if exc.not_found:
                 return None
             raise
 
     async def create_lease(self, namespace: str, lease: JSON) -> JSON:
-        return await self.raw("POST", self._lease_path(namespace), body=lease)
+        return await self.raw("POST", LEASES.path(namespace=namespace), body=lease)
 
     async def replace_lease(self, namespace: str, name: str, lease: JSON) -> JSON:
         """PUT with `metadata.resourceVersion` set: 409 if someone else wrote it first."""
-        return await self.raw("PUT", self._lease_path(namespace, name), body=lease)
+        return await self.raw("PUT", LEASES.path(name, namespace=namespace), body=lease)

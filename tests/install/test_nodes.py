@@ -87,3 +87,34 @@ def test_device_plugin_conflicts_on_the_agents_nodes_only() -> None:
     # bare-gpu advertises nvidia.com/gpu with no agent there: some other plugin serves it.
     assert lines[1].startswith("node bare-gpu advertises nvidia.com/gpu and no topoalloc agent runs there")
     assert len(lines) == 2  # nfd: ours serves it; cpu: no agent wanted there
+
+
+def test_node_affinity_and_taints_read_as_the_allocator_reads_them() -> None:
+    """The same term matching as kube-scheduler and the allocator (apis/node_selector.py): a term's
+    matchFields name a node, Gt compares integers; and the same toleration matching (apis/tolerations.py)."""
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["cpu"]}]},
+                        {"matchExpressions": [{"key": "gpus", "operator": "Gt", "values": ["4"]}]},
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+    }
+    daemonset = {"spec": {"template": {"spec": spec}}}
+    nodes = [
+        node("cpu"),
+        node("eight", {"gpus": "8"}, taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]),
+        node("four", {"gpus": "4"}),
+        node("other", {"gpus": "8"}, taints=[{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]),
+    ]
+    placement = agent_placement(nodes, daemonset, {})
+    assert placement.agent == {"cpu": "metadata.name", "eight": "gpus"}
+    assert placement.other == {
+        "four": "none of the GPU labels",
+        "other": "taint dedicated:NoSchedule is not tolerated",
+    }

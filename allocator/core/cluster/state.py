@@ -42,6 +42,7 @@ from allocator.core.request.pod_request import PodRequest, SelectorTerm
 from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.scorer import MAX_PRIORITY, NodeScorer, to_priorities, to_priority
+from apis import node_selector
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.device import Device
@@ -416,29 +417,4 @@ def affinity_matches(state: NodeState, req: PodRequest) -> bool:
 def term_matches(term: SelectorTerm, labels: Mapping[str, str], name: str) -> bool:
     """One nodeSelectorTerm against labels, `metadata.name` being `name` (also a Reservation's
     reservationSelectorTerms, core/reservation/match.py)."""
-    if not term.expressions and not term.fields:
-        return False
-    fields = {"metadata.name": name}
-    return all(_requirement(r, labels) for r in term.expressions) and all(
-        _requirement(r, fields) for r in term.fields
-    )
-
-
-def _requirement(req: tuple[str, str, tuple[str, ...]], labels: Mapping[str, str]) -> bool:
-    key, op, values = req
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if not present or len(values) != 1:
-        return False
-    try:
-        have, want = int(labels[key]), int(values[0])
-    except ValueError:
-        return False
-    return have > want if op == "Gt" else have < want
+    return node_selector.term_matches(term.expressions, term.fields, labels, name)

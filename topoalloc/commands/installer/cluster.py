@@ -1,5 +1,11 @@
-"""The installer's few requests to the API server, over the official `kubernetes` client's
-configuration (kubeconfig, contexts, exec plugins, in-cluster) and its urllib3 pool, as raw JSON.
+"""The installer's requests to the API server, sent by the allocator's own client
+(`allocator.runtime.kube.KubeApi`: kubeconfig, contexts, exec plugins, in-cluster, through
+`kubernetes.aio`), as raw JSON with paths from the one table (apis/kinds.py).
+
+The installer is a synchronous command; the client is asynchronous. `Cluster` keeps one event loop
+(`asyncio.Runner`) and one client session for the command's life and runs each request on it, so
+the installer and the allocator share one client (configuration, TLS, errors) without the
+installer becoming async throughout; the command closes both when it ends.
 
 Objects are applied with server-side apply under one field manager, so a later `upgrade` changes
 exactly the fields the installer owns, and a field someone else set differently is a conflict the
@@ -8,25 +14,27 @@ user decides on (`--force-conflicts`), not silently overwritten.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
+import asyncio
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 from urllib.parse import quote
 
-import urllib3
-from kubernetes.client import ApiClient, Configuration
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
-
+from allocator.runtime import kube
+from allocator.runtime.kube import KubeApi
+from apis.kinds import SERVER_VERSION, api_root
 from topoalloc.commands.kube_access import config_error, require_kubeconfig
-from topoalloc.errors import Failure
+from topoalloc.errors import BadInput, Failure
 
 FIELD_MANAGER = "topoalloc-installer"
-TIMEOUT = (5.0, 30.0)
+APPLY_PATCH = "application/apply-patch+yaml"
+TIMEOUT = 30.0  # seconds per request (applying a CRD may take a while)
 Doc = dict[str, Any]
+T = TypeVar("T")
 
 
 class ApiError(Exception):
+    """A request the API server refused, in the installer's words (`HTTP 403: <message>`)."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status, self.message = status, message
@@ -34,60 +42,62 @@ class ApiError(Exception):
 
 def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Cluster:
     """A client for the cluster the flags name; bad input (no kubeconfig) is exit 2."""
-    from kubernetes import config
+    import yaml
+    from kubernetes.aio.config import ConfigException
 
-    configuration = Configuration()
+    path = None if in_cluster else require_kubeconfig(kubeconfig)
+    runner = asyncio.Runner()
     try:
-        if in_cluster:
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            path = require_kubeconfig(kubeconfig)
-            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        api = runner.run(
+            KubeApi.connect(kubeconfig=path, context=context, in_cluster=in_cluster, timeout=TIMEOUT)
+        )
     except ConfigException as exc:
+        runner.close()
         raise config_error(kubeconfig, exc, in_cluster=in_cluster) from None
-    return Cluster(ApiClient(configuration))
+    except yaml.YAMLError as exc:  # a file that is not YAML: bad input, said in one line
+        runner.close()
+        raise BadInput("kubeconfig", kubeconfig or "", " ".join(str(exc).split())) from None
+    return Cluster(api, runner)
 
 
 class Cluster:
-    def __init__(self, api: ApiClient) -> None:
+    def __init__(self, api: KubeApi, runner: asyncio.Runner) -> None:
         self.api = api
-        self.host = str(api.configuration.host)
+        self.runner = runner
+        self.host = api.host
         self._resources: dict[str, dict[str, tuple[str, bool]] | None] = {}
+
+    def close(self) -> None:
+        """The client's session, then the loop it runs on."""
+        try:
+            self.runner.run(self.api.close())
+        finally:
+            self.runner.close()
 
     # -- requests -----------------------------------------------------------------------------------
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        query: list[tuple[str, Any]] | None = None,
-        content_type: str = "application/json",
-    ) -> Any:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        _, url, headers, serialized, _ = self.api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
+    def _run(self, call: Coroutine[Any, Any, T]) -> T:
         try:
-            response = self.api.call_api(
-                method, url, header_params=headers, body=serialized, _request_timeout=TIMEOUT
-            )
-            response.read()
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Failure("cluster", self.host, f"no answer: {exc}") from None
-        except ApiException as exc:  # raised for some statuses by the client itself
-            raise ApiError(int(exc.status or 0), str(exc.reason or exc)) from None
-        if not 200 <= response.status < 300:
-            raise ApiError(response.status, _message(response.data))
-        return json.loads(response.data) if response.data else None
+            return self.runner.run(call)
+        except kube.ApiError as exc:
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: kube.ApiError) -> Exception:
+        if exc.status == 0:
+            return Failure("cluster", self.host, f"no answer: {exc.message or exc}")
+        return ApiError(exc.status, exc.message or exc.reason)
+
+    def request(
+        self, method: str, path: str, *, body: Any = None, query: dict[str, Any] | None = None
+    ) -> Any:
+        return self._run(self.api.raw(method, path, body=body, query=query))
+
+    def patch(self, path: str, body: Any, *, content_type: str, query: dict[str, Any] | None = None) -> Doc:
+        got = self._run(self.api.patch(path, body, content_type=content_type, query=query, what=None))
+        try:
+            return got.or_raise().object
+        except kube.ApiError as exc:  # said by the command, as every refusal
+            raise self._failure(exc) from None
 
     def get(self, path: str) -> Doc | None:
         """The object, or None when it is not there."""
@@ -99,14 +109,14 @@ class Cluster:
             raise
 
     def version(self) -> str:
-        return str(self.request("GET", "/version")["gitVersion"])
+        return str(self.request("GET", SERVER_VERSION)["gitVersion"])
 
     # -- resources ----------------------------------------------------------------------------------
 
     def resource(self, api_version: str, kind: str) -> tuple[str, bool] | None:
         """(collection path prefix, namespaced) of a kind, from discovery; None when not served."""
         if api_version not in self._resources:
-            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            base = api_root(api_version)
             found = self.get(base)
             self._resources[api_version] = (
                 None
@@ -145,7 +155,7 @@ class Cluster:
         path = self.path(api_version, kind, namespace=namespace)
         if path is None:
             return []
-        query = [("labelSelector", selector)] if selector else []
+        query = {"labelSelector": selector} if selector else None
         items = []
         for item in (self.request("GET", path, query=query) or {}).get("items") or []:
             item.setdefault("apiVersion", api_version)
@@ -154,15 +164,8 @@ class Cluster:
         return items
 
     def apply(self, doc: Doc, *, force: bool = False, dry_run: bool = False) -> Doc:
-        query: list[tuple[str, Any]] = [
-            ("fieldManager", FIELD_MANAGER),
-            ("force", "true" if force else "false"),
-        ]
-        if dry_run:
-            query.append(("dryRun", "All"))
-        return self.request(
-            "PATCH", self.doc_path(doc), body=doc, query=query, content_type="application/apply-patch+yaml"
-        )
+        query = {"fieldManager": FIELD_MANAGER, "force": force, "dryRun": "All" if dry_run else None}
+        return self.patch(self.doc_path(doc), doc, content_type=APPLY_PATCH, query=query)
 
     def delete(self, doc: Doc) -> bool:
         """Delete (in the background for dependents); False when it was not there."""
@@ -179,15 +182,8 @@ class Cluster:
         return True
 
     def merge_patch(self, path: str, body: Doc) -> Doc:
-        return self.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+        return self.patch(path, body, content_type=kube.MERGE_PATCH)
 
     def items(self, path: str, selector: str = "") -> Iterator[Doc]:
-        query = [("labelSelector", selector)] if selector else []
+        query = {"labelSelector": selector} if selector else None
         yield from (self.request("GET", path, query=query) or {}).get("items") or []
-
-
-def _message(data: bytes) -> str:
-    try:
-        return str(json.loads(data).get("message") or data.decode(errors="replace"))
-    except (ValueError, AttributeError):
-        return data.decode(errors="replace")[:300]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from apis.kinds import NAMESPACES, NODES, SECRETS, SERVICES
 from topoalloc.commands.installer import kubeadm, nodes, tls, versions
 from topoalloc.commands.installer.cluster import ApiError, Cluster
 from topoalloc.commands.installer.kustomize import Doc, ident
@@ -111,7 +112,7 @@ def deploy(cluster: Cluster, options: InstallOptions, request: Request, root: Pa
         return Outcome(report, docs, options, [])
     _wait_namespace_gone(cluster)
     for name in labelled:
-        cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {GPU_NODE_LABEL: "true"}}})
+        cluster.merge_patch(NODES.path(name), {"metadata": {"labels": {GPU_NODE_LABEL: "true"}}})
     applied = _apply(cluster, docs, request.force_conflicts)
     pruned = prune(cluster, docs, root)
     report.say(
@@ -169,7 +170,7 @@ def _foreign(cluster: Cluster, options: InstallOptions, root: Path, report: Repo
 def _tls(cluster: Cluster, request: Request, report: Report) -> tls.TlsFiles:
     existing: dict[str, dict[str, bytes]] = {}
     for name in tls.SECRETS:
-        secret = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
+        secret = cluster.get(SECRETS.path(name, namespace=NAMESPACE))
         if secret is not None:
             existing[name] = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
     why = "--rotate-certs" if request.rotate_certs else tls.unusable(existing) if existing else "none yet"
@@ -258,7 +259,7 @@ def _wait_namespace_gone(cluster: Cluster) -> None:
     """A namespace still terminating (an uninstall moments ago) refuses new objects: wait for it."""
     deadline = time.monotonic() + ESTABLISH_TIMEOUT
     while True:
-        found = cluster.get(f"/api/v1/namespaces/{NAMESPACE}") or {}
+        found = cluster.get(NAMESPACES.path(NAMESPACE)) or {}
         if not (found.get("metadata") or {}).get("deletionTimestamp"):
             return
         if time.monotonic() > deadline:
@@ -290,12 +291,12 @@ def _wait_established(cluster: Cluster, crds: list[Doc]) -> None:
 def _kubeadm(
     cluster: Cluster, options: InstallOptions, request: Request, root: Path, report: Report
 ) -> list[Path]:
-    service = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/services/topoalloc-allocator") or {}
+    service = cluster.get(SERVICES.path("topoalloc-allocator", namespace=NAMESPACE)) or {}
     cluster_ip = str((service.get("spec") or {}).get("clusterIP") or "")
     secret = None
     deadline = time.monotonic() + (60.0 if options.certs == "cert-manager" else 0.0)
     while secret is None:
-        secret = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/topoalloc-scheduler-client")
+        secret = cluster.get(SECRETS.path("topoalloc-scheduler-client", namespace=NAMESPACE))
         if secret is None and time.monotonic() > deadline:
             raise Failure(
                 "Secret", f"{NAMESPACE}/topoalloc-scheduler-client", "not there (cert-manager not issuing?)"

@@ -11,7 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.node_selector import requirements, term_matches
 from apis.resources import NVIDIA_GPU
+from apis.tolerations import BLOCKING, tolerates
 
 Obj = Mapping[str, Any]
 GFD_LABEL = "nvidia.com/gpu.present"
@@ -47,44 +49,15 @@ def _name(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _requirement(labels: Mapping[str, str], req: Mapping[str, Any]) -> bool:
-    key, op, values = req.get("key", ""), req.get("operator", ""), [str(v) for v in req.get("values") or []]
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def selecting_term(labels: Mapping[str, str], terms: Sequence[Obj]) -> str | None:
-    """The first nodeSelectorTerm the labels satisfy, said as its first requirement's key."""
+def selecting_term(labels: Mapping[str, str], terms: Sequence[Obj], name: str = "") -> str | None:
+    """The first nodeSelectorTerm the node (`labels`, `name`) satisfies, said as its first
+    requirement's key; matched as the allocator and kube-scheduler match them (apis/node_selector.py)."""
     for term in terms:
-        reqs = list(term.get("matchExpressions") or [])
-        if reqs and all(_requirement(labels, r) for r in reqs):
-            return str(reqs[0].get("key", ""))
+        expressions = requirements(term.get("matchExpressions") or [])
+        fields = requirements(term.get("matchFields") or [])
+        if term_matches(expressions, fields, labels, name):
+            return (expressions or fields)[0][0]
     return None
-
-
-def tolerated(taint: Obj, tolerations: Iterable[Obj]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-            continue
-        if tol.get("operator", "Equal") == "Exists":
-            if not tol.get("key") or tol.get("key") == taint.get("key"):
-                return True
-        elif tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
-            return True
-    return False
 
 
 def agent_placement(
@@ -104,11 +77,11 @@ def agent_placement(
     for node in nodes:
         name = _name(node)
         labels = {**_labels(node), **extra_labels.get(name, {})}
-        term = selecting_term(labels, terms) if terms else "(no node affinity)"
+        term = selecting_term(labels, terms, name) if terms else "(no node affinity)"
         hard = [
             t
             for t in (node.get("spec") or {}).get("taints") or []
-            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerated(t, tolerations)
+            if isinstance(t, dict) and t.get("effect") in BLOCKING and not tolerates(tolerations, t)
         ]
         if term is None:
             placement.other[name] = "none of the GPU labels"

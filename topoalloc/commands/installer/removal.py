@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apis.kinds import NODES, PODS
 from topoalloc.commands.installer import manifests
 from topoalloc.commands.installer.cluster import Cluster
 from topoalloc.commands.installer.kustomize import Doc, ident
@@ -76,7 +77,7 @@ def uninstall(cluster: Cluster, *, purge: bool, dry_run: bool, root: Path | None
         for node in cluster.list("v1", "Node", selector=GPU_NODE_LABEL):
             name = node["metadata"]["name"]
             if not dry_run:
-                cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {GPU_NODE_LABEL: None}}})
+                cluster.merge_patch(NODES.path(name), {"metadata": {"labels": {GPU_NODE_LABEL: None}}})
             report.say(f"{'would remove' if dry_run else 'removed'} label {GPU_NODE_LABEL} from node {name}")
     _report_waiting_pods(cluster, report)
     return report
@@ -85,7 +86,7 @@ def uninstall(cluster: Cluster, *, purge: bool, dry_run: bool, root: Path | None
 def _report_waiting_pods(cluster: Cluster, report: Report) -> None:
     """Pods that only topoalloc would ever schedule: after uninstall they stay pending."""
     gated, ours_by_name = [], []
-    for pod in cluster.items("/api/v1/pods", selector=""):
+    for pod in cluster.items(PODS.path(), selector=""):
         spec = pod.get("spec") or {}
         if spec.get("nodeName"):
             continue

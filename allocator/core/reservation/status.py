@@ -1,31 +1,55 @@
-"""The status the Reservation controller writes, as Koordinator's controller writes it: phase,
-nodeName, allocatable, allocated, currentOwners and the Scheduled / Ready conditions."""
+"""The status the Reservation lifecycle writes, as Koordinator's controller writes it: phase,
+nodeName, allocatable, allocated, currentOwners and the Scheduled / Ready conditions. Pure: every
+condition is stamped with the `now` it is given."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from allocator.reservations.book import Entry
-from allocator.reservations.writes import condition, conditions_with
-from allocator.runtime.cache.records import PodEntry
-from allocator.runtime.coreadapter import PodRequest
-from apis import keys
+from allocator.core.request.pod_request import PodRequest
 from apis import reservation as rv
 from apis.annotations import DeviceAllocations
 from apis.errors import CodecError
 from apis.quantity import Format, Quantity
 from apis.reservation_pod import RESOURCE_STATUS
+from apis.timestamps import format_time
 
 JSON = dict[str, Any]
-DEVICE_ALLOCATED = keys.DEVICE_ALLOCATED
 _MILLI = 10**6  # nano-units per milli-unit
 
 
-def _current(raw: Mapping[str, Any]) -> list[JSON]:
-    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
-    found = status.get("conditions") if isinstance(status, dict) else None
+@dataclass(frozen=True)
+class OwnerPod:
+    """A bound owner as the status counts it."""
+
+    key: str  # namespace/name
+    uid: str
+    cpu_milli: int = 0
+    memory: int = 0
+
+
+def condition(kind: str, status: bool, reason: str, message: str, now: float) -> JSON:
+    stamp = format_time(now)
+    out: JSON = {"type": kind, "status": "True" if status else "False", "reason": reason}
+    if message:
+        out["message"] = message
+    out["lastProbeTime"] = stamp
+    out["lastTransitionTime"] = stamp
+    return out
+
+
+def conditions_with(current: list[JSON], *new: JSON) -> list[JSON]:
+    """`current` with each of `new` in place of the condition of its type (kept in order)."""
+    kinds = {c["type"] for c in new}
+    kept = [c for c in current if isinstance(c, dict) and c.get("type") not in kinds]
+    return kept + list(new)
+
+
+def _current(status: Mapping[str, Any]) -> list[JSON]:
+    found = status.get("conditions")
     return [c for c in found or [] if isinstance(c, dict)]
 
 
@@ -41,19 +65,21 @@ def _conditions(res: rv.Reservation) -> list[JSON]:
     ]
 
 
-def invalid(entry: Entry) -> JSON:
+def invalid(status: Mapping[str, Any], error: str, now: float) -> JSON:
+    """A Reservation that does not decode: `status` is what the object says now (its conditions
+    are kept)."""
     return {
         "phase": rv.PENDING,
         "conditions": conditions_with(
-            _current(entry.raw), condition(rv.SCHEDULED, False, "Invalid", entry.error)
+            _current(status), condition(rv.SCHEDULED, False, "Invalid", error, now)
         ),
     }
 
 
-def unschedulable(res: rv.Reservation, message: str, reason: str = "Unschedulable") -> JSON:
+def unschedulable(res: rv.Reservation, message: str, now: float, reason: str = "Unschedulable") -> JSON:
     return {
         "phase": rv.PENDING,
-        "conditions": conditions_with(_conditions(res), condition(rv.SCHEDULED, False, reason, message)),
+        "conditions": conditions_with(_conditions(res), condition(rv.SCHEDULED, False, reason, message, now)),
     }
 
 
@@ -63,8 +89,8 @@ def available(res: rv.Reservation, node: str, req: PodRequest | None, now: float
         "nodeName": node,
         "allocatable": allocatable(res, req),
         "conditions": [
-            condition(rv.SCHEDULED, True, "Scheduled", now=now),
-            condition(rv.READY, True, "Available", now=now),
+            condition(rv.SCHEDULED, True, "Scheduled", "", now),
+            condition(rv.READY, True, "Available", "", now),
         ],
     }
 
@@ -72,7 +98,7 @@ def available(res: rv.Reservation, node: str, req: PodRequest | None, now: float
 def expired(res: rv.Reservation, now: float) -> JSON:
     return {
         "phase": rv.FAILED,
-        "conditions": conditions_with(_conditions(res), condition(rv.READY, False, "Expired", now=now)),
+        "conditions": conditions_with(_conditions(res), condition(rv.READY, False, "Expired", "", now)),
     }
 
 
@@ -83,11 +109,11 @@ def failed(res: rv.Reservation, reason: str, message: str, now: float) -> JSON:
     }
 
 
-def succeeded(res: rv.Reservation, pods: Mapping[str, PodEntry], owners: list[str], now: float) -> JSON:
+def succeeded(res: rv.Reservation, owners: Sequence[OwnerPod], now: float) -> JSON:
     return {
         "phase": rv.SUCCEEDED,
-        **owners_status(pods, owners),
-        "conditions": conditions_with(_conditions(res), condition(rv.READY, False, "Succeeded", now=now)),
+        **owners_status(owners),
+        "conditions": conditions_with(_conditions(res), condition(rv.READY, False, "Succeeded", "", now)),
     }
 
 
@@ -110,18 +136,14 @@ def allocatable(res: rv.Reservation, req: PodRequest | None) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def owners_status(pods: Mapping[str, PodEntry], owners: list[str]) -> JSON:
+def owners_status(owners: Sequence[OwnerPod]) -> JSON:
     """currentOwners and allocated (cpu, memory and the owner count) of the bound owners."""
     refs = []
     cpu = mem = 0
-    for key in owners:
-        pod = pods.get(key)
-        if pod is None:
-            continue
-        namespace, _, name = key.partition("/")
+    for pod in owners:
+        namespace, _, name = pod.key.partition("/")
         refs.append({"namespace": namespace, "name": name, "uid": pod.uid})
-        if pod.usage is not None:
-            cpu, mem = cpu + pod.usage.cpu_milli, mem + pod.usage.memory
+        cpu, mem = cpu + pod.cpu_milli, mem + pod.memory
     allocated: dict[str, str] = {}
     if refs:
         allocated[rv.POD_COUNT] = str(len(refs))
@@ -132,9 +154,8 @@ def owners_status(pods: Mapping[str, PodEntry], owners: list[str]) -> JSON:
     return {"currentOwners": refs or None, "allocated": dict(sorted(allocated.items())) or None}
 
 
-def owners_of(raw: Mapping[str, Any]) -> JSON:
+def owners_of(status: Mapping[str, Any]) -> JSON:
     """The currentOwners and allocated the object says now (to compare with `owners_status`)."""
-    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
     refs = [
         {k: str(r.get(k) or "") for k in ("namespace", "name", "uid")}
         for r in (status.get("currentOwners") or [])
@@ -144,16 +165,16 @@ def owners_of(raw: Mapping[str, Any]) -> JSON:
     return {"currentOwners": refs or None, "allocated": dict(sorted(allocated.items())) or None}
 
 
-def numa_annotations(entry: Entry, numa: int | None) -> dict[str, str]:
+def numa_annotations(req: PodRequest | None, numa: int | None) -> dict[str, str]:
     """Koordinator's resource-status naming the NUMA node whose cpu and memory go with the room's
     devices (a SingleNUMANode template); written on the Reservation and on each owner."""
-    if numa is None or entry.req is None:
+    if numa is None or req is None:
         return {}
     resources = {}
-    if entry.req.cpu_milli:
-        resources["cpu"] = str(Quantity(entry.req.cpu_milli * _MILLI))
-    if entry.req.memory:
-        resources["memory"] = str(Quantity.of(entry.req.memory, Format.BINARY_SI))
+    if req.cpu_milli:
+        resources["cpu"] = str(Quantity(req.cpu_milli * _MILLI))
+    if req.memory:
+        resources["memory"] = str(Quantity.of(req.memory, Format.BINARY_SI))
     value = {"numaNodeResources": [{"node": numa, "resources": resources}]}
     return {RESOURCE_STATUS: json.dumps(value, separators=(",", ":"))}
 
