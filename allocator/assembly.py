@@ -1,14 +1,12 @@
-"""The allocator process wired: the runtime (watch cache, leader election, events, TLS), the
-extender and health servers on top of it, gang scheduling and Reservations plugged into the
-extender's seams, and DRA claim allocation beside them.
+"""The allocator process wired: the runtime (watch cache, leader election, events, TLS, the one
+admission server), the extender and health servers on top of it, and the components the config
+turns on (allocator/runtime/component.py): gang scheduling, Reservations, DRA claims,
+scarce-resource avoidance, defragmentation.
 
-The one module that imports `allocator.extender` together with `allocator.gang`,
-`allocator.reservations` and `allocator.claims`: the extender defines the seams (`GangHooks`,
-allocator/extender/gang_hooks.py; `ReservationHooks`, allocator/extender/reservation_hooks.py) and
-never imports the gang or reservations package; each implements its seam on top of the runtime's
-cache, API client and events; the claims package knows none of them. The admission webhook server
-carries the gang's route, the DRA gate's and scarce-resource avoidance's
-(allocator/runtime/admission.py).
+The one module that imports more than one component package, and the extender with them: each
+component builds on the runtime alone and brings what the process serves of it (admission routes,
+a watch handler, steering of the core's node decisions, background work); the extender sees the
+components' steering only as one `SteeringChain` (allocator/runtime/steering.py).
 """
 
 from __future__ import annotations
@@ -24,17 +22,15 @@ from pathlib import Path
 from aiohttp import web
 
 from allocator.claims.hooks import DraClaims
-from allocator.defrag.hooks import Defragmentation
+from allocator.defrag.component import Defragmentation
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
-from allocator.extender.gang_hooks import GangHooks
-from allocator.extender.reservation_hooks import ReservationHooks
 from allocator.gang.hooks import GangScheduling
-from allocator.gang.topology import Topology
 from allocator.reservations.hooks import ReservationScheduling
-from allocator.runtime.admission import add_reviewers, admission_app
+from allocator.runtime.admission_server import AdmissionServer, bound_port
 from allocator.runtime.cache.reflector import Backoff, Reflector
 from allocator.runtime.cache.store import ClusterCache
+from allocator.runtime.component import Component, Components
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, EventSink, NullEvents
@@ -54,7 +50,8 @@ from allocator.runtime.kube import (
 from allocator.runtime.leader import LEADER_LABEL, LeaderElector
 from allocator.runtime.metrics import Metrics
 from allocator.runtime.tls import ClientAllowlist, ReloadingTLS, TLSFiles
-from allocator.scarce.webhook import routes as scarce_routes
+from allocator.runtime.topology import Topology
+from allocator.scarce.webhook import ScarceAvoidance
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +64,9 @@ KINDS = (NODES, DEVICES, RESERVATIONS, PODS, PODGROUPS, NATIVE_PODGROUPS, WORKLO
 
 
 class Allocator:
-    """One allocator process: its runtime parts, the extender, gang scheduling (unless the config
-    turns it off, `gang.enabled: false`), started and stopped together."""
+    """One allocator process: its runtime parts, the extender, and the components the config turns
+    on (gang scheduling, Reservations, DRA claims, scarce-resource avoidance, defragmentation),
+    started and stopped together."""
 
     def __init__(self, config: ServiceConfig, api: KubeApi, *, metrics: Metrics | None = None) -> None:
         self.config = config
@@ -76,9 +74,11 @@ class Allocator:
         self.metrics = metrics or Metrics()
         self.round_trips = config.round_trips
         self.core = CoreAdapter(config.scoring)
-        defrag_on = config.defrag.enabled and config.reservations.enabled
         self.cache = ClusterCache(
-            self.core, reservation_ttl=config.reservation_ttl, metrics=self.metrics, outlines=defrag_on
+            self.core,
+            reservation_ttl=config.reservation_ttl,
+            metrics=self.metrics,
+            outlines=defrag_on(config),
         )
         self.reflectors = [
             Reflector(
@@ -98,109 +98,27 @@ class Allocator:
             if config.events
             else NullEvents()
         )
-        tls_files = TLSFiles(Path(config.tls_cert), Path(config.tls_key), Path(config.client_ca))
+        self.tls_files = TLSFiles(Path(config.tls_cert), Path(config.tls_key), Path(config.client_ca))
         self.tls = ReloadingTLS(
-            tls_files, on_reload=lambda ok: self.metrics.tls_reloads.labels("ok" if ok else "failed").inc()
+            self.tls_files,
+            on_reload=lambda ok: self.metrics.tls_reloads.labels("ok" if ok else "failed").inc(),
         )
-        # The one place the gang hooks are plugged in (allocator/extender/gang_hooks.py).
-        gang = (
-            GangScheduling(
-                config.gang,
-                api=api,
-                cache=self.cache,
-                core=self.core,
-                registry=self.metrics.registry,
-                events=self.events,
-                is_leader=self.is_leader,
-                synced=lambda: self.synced,
-                tls_files=tls_files,
-                controllers=self.metrics.controllers,
-            )
-            if config.gang.enabled
-            else None
+        # The topology profile (docs/topology.md), shared by gangs and gangs of Reservations.
+        self.topology = Topology(config.gang, self.cache)
+        self.cache.listeners.append(
+            lambda kind, key, obj: self.topology.nodes_changed() if kind == NODES.name else None
         )
-        self.gang: GangHooks | None = gang
-        if gang is not None:
-            self.cache.ledger.guard = gang.bind_refusal
-            self.cache.listeners.append(gang.observe)
-        # The topology profile (docs/topology.md): gang scheduling's, or one of its own for gangs of
-        # Reservations when gang scheduling is off (told of Node changes here, as the gang's is).
-        topology = gang.topology if gang is not None else Topology(config.gang, self.cache)
-        if gang is None:
-            self.cache.listeners.append(
-                lambda kind, key, obj: topology.nodes_changed() if kind == NODES.name else None
-            )
-        # Reservations (allocator/extender/reservation_hooks.py): the book on the cache's
-        # listeners, the placer in the ledger, the controller on the leader.
-        self.reservations: ReservationHooks | None = None
-        if config.reservations.enabled:
-            rooms = ReservationScheduling(
-                config.reservations,
-                api=api,
-                cache=self.cache,
-                core=self.core,
-                events=self.events,
-                is_leader=self.is_leader,
-                synced=lambda: self.synced,
-                profile=lambda: topology.profile,
-                metrics=self.metrics.controllers,
-            )
-            rooms.attach()
-            self.cache.listeners.append(rooms.observe)
-            self.reservations = rooms
-        self.claims = (
-            DraClaims(
-                config.dra,
-                api=api,
-                cache=self.cache,
-                core=self.core,
-                events=self.events,
-                is_leader=self.is_leader,
-                synced=lambda: self.synced,
-                topology_keys=config.gang.topology_keys,  # a gang of claims plans as a gang does
-                metrics=self.metrics.controllers,
-            )
-            if config.dra.enabled
-            else None
-        )
-        if self.claims is not None:
-            self.cache.listeners.append(self.claims.observe)
-        self.scarce_routes = scarce_routes(config.scarce_avoidance)
-        # Defragmentation (docs/defragmentation.md): the migration controller on the leader, off by
-        # default; it reads Reservations, so it needs them on.
-        pdbs = next(r for r in self.reflectors if r.kind is PDBS)
-        self.defrag = (
-            Defragmentation(
-                config.defrag,
-                api=api,
-                cache=self.cache,
-                core=self.core,
-                registry=self.metrics.registry,
-                events=self.events,
-                is_leader=self.is_leader,
-                synced=lambda: self.synced,
-                namespace=config.leader_election.namespace,
-                budgets_read=lambda: not pdbs.missing,  # unreadable budgets protect every pod
-                controllers=self.metrics.controllers,
-            )
-            if defrag_on
-            else None
-        )
-        if self.defrag is not None:
-            self.cache.listeners.append(self.defrag.observe)
-        # The webhook's own TLS when gang scheduling (which otherwise serves it) is off.
-        self.webhook_tls = (
-            ReloadingTLS(tls_files, client_certs=False)
-            if self.gang is None and (self.claims is not None or self.scarce_routes)
-            else None
-        )
+        self.components = Components(build_components(self))
+        self.cache.listeners.append(self.components.observe)
+        self.steering = self.components.steering()
+        self.cache.ledger.guard = self.steering.bind_refusal
         self.binder = Binder(
             api,
             self.cache,
             self.core,
             is_leader=self.is_leader,
             events=self.events,
-            gang=self.gang,
+            steering=self.steering,
             deadline=config.bind_deadline,
         )
         self.allowlist = ClientAllowlist(config.allowed_clients)
@@ -208,9 +126,25 @@ class Allocator:
         self.metrics.leader.set(0 if self.elector else 1)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._runners: list[web.AppRunner] = []
+        # Every component's webhook route on one server; it listens only when there is a route.
+        self.admission = AdmissionServer(
+            config.admission,
+            self.components.routes(),
+            api=api,
+            tls_files=self.tls_files,
+            is_leader=self.is_leader,
+            reload_interval=config.tls_reload_interval,
+        )
         self.port = 0  # bound ports, known after start() (config may say 0)
         self.health_port = 0
         self.webhook_port = 0
+
+    def component(self, name: str) -> Component:
+        """The component of that name (KeyError when the config turns it off)."""
+        for part in self.components:
+            if part.name == name:
+                return part
+        raise KeyError(f"component {name!r} is off")
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -273,45 +207,22 @@ class Allocator:
         self._spawn("TLS reload", self.tls.watch(cfg.tls_reload_interval))
         self._spawn("reservation expiry", self._expire_loop())
         self._spawn("freeze the synced heap", self._freeze_after_sync())
-        if self.reservations is not None:
-            self.reservations.start(self._spawn)
-        if self.defrag is not None:
-            self.defrag.start(self._spawn)
-        webhook_app = webhook_tls = None
-        if self.gang is not None:
-            self.gang.start(self._spawn, cfg.tls_reload_interval)
-            webhook_app, webhook_tls = self.gang.webhook()
-        if webhook_app is None and self.webhook_tls is not None:
-            webhook_app, webhook_tls = admission_app({}), self.webhook_tls.context
-            self._spawn("webhook TLS reload", self.webhook_tls.watch(cfg.tls_reload_interval))
-        if self.claims is not None:
-            self.claims.start(self._spawn)
-            assert webhook_app is not None
-            add_reviewers(webhook_app, self.claims.routes())
-        if webhook_app is not None:
-            add_reviewers(webhook_app, self.scarce_routes)
-            hook = web.AppRunner(webhook_app, access_log=None)
-            await hook.setup()
-            self._runners.append(hook)
-            g = cfg.gang
-            site = web.TCPSite(hook, g.webhook_host, g.webhook_port, ssl_context=webhook_tls)
-            await site.start()
-            self.webhook_port = _bound_port(site)
-            log.info("admission webhook on https://%s:%d", g.webhook_host, self.webhook_port)
+        self.components.start(self._spawn)
+        self.webhook_port = await self.admission.start(self._spawn)
 
         health = web.AppRunner(health_app(self), access_log=None)
         await health.setup()
         self._runners.append(health)
         site = web.TCPSite(health, cfg.health_host, cfg.health_port)
         await site.start()
-        self.health_port = _bound_port(site)
+        self.health_port = bound_port(site)
 
         ext = web.AppRunner(extender_app(self, self.allowlist), access_log=None, shutdown_timeout=5.0)
         await ext.setup()
         self._runners.append(ext)
         site = web.TCPSite(ext, cfg.host, cfg.port, ssl_context=self.tls.context, backlog=512)
         await site.start()
-        self.port = _bound_port(site)
+        self.port = bound_port(site)
         log.info(
             "extender on https://%s:%d, health and metrics on http://%s:%d",
             cfg.host,
@@ -353,14 +264,8 @@ class Allocator:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
-        if self.gang is not None:
-            self.gang.stop()
-        if self.reservations is not None:
-            self.reservations.stop()
-        if self.claims is not None:
-            self.claims.stop()
-        if self.defrag is not None:
-            self.defrag.stop()
+        await self.admission.stop()
+        self.components.stop()
         if self.elector:
             if self.config.leader_election.label_pod and self.elector.is_leader:
                 with contextlib.suppress(ApiError):
@@ -376,15 +281,67 @@ ROUND_TRIP_NOTE = {
 }
 
 
+def build_components(alloc: Allocator) -> list[Component]:
+    """The components the config turns on, in the order their steering is asked (a gang's plan
+    before a room's owner)."""
+    cfg = alloc.config
+    common = {
+        "api": alloc.api,
+        "cache": alloc.cache,
+        "core": alloc.core,
+        "events": alloc.events,
+        "is_leader": alloc.is_leader,
+        "synced": lambda: alloc.synced,
+    }
+    parts: list[Component] = []
+    if cfg.gang.enabled:
+        registry = alloc.metrics.registry
+        parts.append(
+            GangScheduling(
+                cfg.gang,
+                registry=registry,
+                topology=alloc.topology,
+                controllers=alloc.metrics.controllers,
+                **common,
+            )
+        )
+    if cfg.reservations.enabled:
+        parts.append(
+            ReservationScheduling(
+                cfg.reservations, topology=alloc.topology, metrics=alloc.metrics.controllers, **common
+            )
+        )
+    if cfg.dra.enabled:  # a gang of claims plans as a gang does
+        parts.append(
+            DraClaims(
+                cfg.dra, topology_keys=cfg.gang.topology_keys, metrics=alloc.metrics.controllers, **common
+            )
+        )
+    if cfg.scarce_avoidance.enabled:
+        parts.append(ScarceAvoidance(cfg.scarce_avoidance))
+    if defrag_on(cfg):
+        pdbs = next(r for r in alloc.reflectors if r.kind is PDBS)
+        parts.append(
+            Defragmentation(
+                cfg.defrag,
+                registry=alloc.metrics.registry,
+                namespace=cfg.leader_election.namespace,
+                budgets_read=lambda: not pdbs.missing,  # unreadable budgets protect every pod
+                controllers=alloc.metrics.controllers,
+                **common,
+            )
+        )
+    return parts
+
+
+def defrag_on(cfg: ServiceConfig) -> bool:
+    """Defragmentation runs: it moves pods through Reservations, so they must be on too."""
+    return cfg.defrag.enabled and cfg.reservations.enabled
+
+
 def build_allocator(config: ServiceConfig, api: KubeApi, *, metrics: Metrics | None = None) -> Allocator:
     """The allocator as `topoalloc allocator` runs it."""
     return Allocator(config, api, metrics=metrics)
-
-
-def _bound_port(site: web.TCPSite) -> int:
-    server = site._server  # aiohttp exposes no public accessor for the bound socket
-    sockets = getattr(server, "sockets", None) or []
-    return int(sockets[0].getsockname()[1]) if sockets else 0
 
 
 def _trim_heap() -> None:

@@ -194,8 +194,10 @@ async def in_process(nodes: int, count: int, pods: int, seed_value: int) -> list
     from allocator.reservations.hooks import ReservationScheduling
     from allocator.runtime.cache.store import ClusterCache
     from allocator.runtime.events import NullEvents
+    from allocator.runtime.gang_settings import GangSettings
     from allocator.runtime.kube import DEVICES, NODES, PODS, RESERVATIONS
     from allocator.runtime.reservation_settings import ReservationSettings
+    from allocator.runtime.topology import Topology
 
     async with FakeApiServer() as fake:
         rng = random.Random(seed_value)
@@ -206,8 +208,8 @@ async def in_process(nodes: int, count: int, pods: int, seed_value: int) -> list
         rooms = ReservationScheduling(
             ReservationSettings(), api=None, cache=cache, core=core,  # type: ignore[arg-type]
             events=NullEvents(), is_leader=lambda: True, synced=lambda: True,
+            topology=Topology(GangSettings(), cache),
         )  # fmt: skip
-        rooms.attach()
         cache.listeners.append(rooms.observe)
         for kind, namespace in ((NODES, None), (DEVICES, None), (RESERVATIONS, None), (PODS, "bench")):
             cache.replace(kind, fake.list_objects(kind.plural, namespace))
@@ -226,11 +228,11 @@ async def in_process(nodes: int, count: int, pods: int, seed_value: int) -> list
             t0 = time.perf_counter()
             core.filter_nodes(req, window)
             t1 = time.perf_counter()
-            rooms.steer_filter(pod, req, window)
+            rooms.filter(pod, req, window)
             t2 = time.perf_counter()
             scores = core.score_nodes(req, window)
             t3 = time.perf_counter()
-            rooms.steer_scores(pod, req, window, scores)
+            rooms.scores(pod, req, window, scores)
             t4 = time.perf_counter()
             for key, value in zip(timings, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 timings[key].append(value)

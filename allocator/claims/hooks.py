@@ -1,10 +1,10 @@
-"""DRA claim allocation as the allocator process runs it: the claims controller fed by the watch
-cache, and the admission route that gates pods at creation. allocator/assembly.py builds
-`DraClaims`, hands it the cache's events, serves its route beside the gang's and starts it."""
+"""DRA claim allocation as a component of the allocator process (allocator/runtime/component.py):
+the claims controller fed by the watch cache, and the admission route that gates pods at creation.
+allocator/assembly.py builds `DraClaims`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from allocator.claims.cache_view import ClaimsCache
@@ -16,10 +16,15 @@ from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import ControllerMetrics
+from allocator.runtime.steering import Steering
 from allocator.runtime.tasks import Spawn
 
 
 class DraClaims:
+    """A `Component`."""
+
+    name = "claims"
+
     def __init__(
         self,
         settings: DraSettings,
@@ -52,9 +57,12 @@ class DraClaims:
     def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
         self.controller.observe(kind, key, obj)
 
-    def routes(self) -> dict[str, Reviewer]:
+    def routes(self) -> Mapping[str, Reviewer]:
         """The admission route gating pods whose claims topoalloc allocates."""
         return {PATH: reviewer(self.cache.dra, self.synced, self.settings.scheduler_names)}
+
+    def steering(self) -> Sequence[Steering]:
+        return ()
 
     def start(self, spawn: Spawn) -> None:
         spawn("claims controller", self.runner.run())

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator.extender.cache_view import ExtenderCache
-from allocator.extender.gang_hooks import GangHooks
 from allocator.runtime.cache.records import Hold
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.kube import ApiError, KubeApi
+from allocator.runtime.steering import NO_STEERING, Steering
 from apis import keys
 from apis.extender import ExtenderBindingArgs
 
@@ -50,7 +50,7 @@ class Binder:
         *,
         is_leader: Callable[[], bool],
         events: EventSink,
-        gang: GangHooks | None = None,
+        steering: Steering = NO_STEERING,
         deadline: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -59,7 +59,7 @@ class Binder:
         self.core = core
         self.is_leader = is_leader
         self.events = events
-        self.gang = gang
+        self.steering = steering
         self.deadline = deadline
         self.clock = clock
 
@@ -81,7 +81,7 @@ class Binder:
             return BindOutcome(req.invalid.message, "invalid_request")
         if not req.wants_devices:
             # A pod without devices has no reservation; gang scheduling may still hold it back.
-            refusal = self.gang.bind_refusal(req, args.node) if self.gang is not None else None
+            refusal = self.steering.bind_refusal(req, args.node)
             if refusal is not None:
                 self._event(pod, "FailedBinding", refusal.message)
                 return BindOutcome(refusal.message, "gang")

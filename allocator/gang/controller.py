@@ -50,7 +50,6 @@ from allocator.gang.metrics import GangMetrics
 from allocator.gang.plan_inputs import gang_view
 from allocator.gang.planner import ClusterPlanner
 from allocator.gang.preempting import evict
-from allocator.gang.topology import Topology
 from allocator.gang.writes import (
     annotate_hold,
     annotate_planned_node,
@@ -64,6 +63,7 @@ from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import Batch, ControllerMetrics, Runner, RunnerSettings
+from allocator.runtime.topology import Topology
 from apis.podgroup import GangRef
 
 JSON = dict[str, Any]

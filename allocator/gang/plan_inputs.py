@@ -14,10 +14,10 @@ from allocator.core.gang.view import Gang, MemberPod, Outcomes
 from allocator.gang.cache_view import GangCache
 from allocator.gang.index import GangIndex
 from allocator.gang.timefmt import parse_duration
-from allocator.gang.topology import Topology
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.taints import admits, tolerations_of
+from allocator.runtime.topology import Topology
 from apis import keys
 from apis import podgroup as pg
 from apis.gang_object import GangObject, read_gang_object

@@ -19,10 +19,10 @@ from allocator.gang.cache_view import GangCache
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
-from allocator.gang.topology import Topology
 from allocator.runtime.cache import records
 from allocator.runtime.cache.victims import all_candidates
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
+from allocator.runtime.topology import Topology
 from apis.quantity import Quantity
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ from allocator.core.request.pod_request import PodRequest
 from allocator.core.scoring.scorer import MAX_PRIORITY
 from allocator.gang.holds import PlanHolds, plan_refusal, planned_elsewhere
 from allocator.gang.index import GangIndex
-from allocator.gang.topology import Topology
 from allocator.runtime.cache.records import Hold
 from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.topology import Topology
 
 HELD = "topoalloc: held for gang"
 TOPOLOGY = "InvalidTopology"

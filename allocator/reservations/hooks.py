@@ -1,12 +1,12 @@
-"""Reservations behind the extender's seam (`ReservationHooks`, allocator/extender/reservation_hooks.py,
-implemented structurally: this package never imports the extender) and the hold ledger's placer:
-the book and the pods kube-scheduler holds back, fed by the watch cache, the steering of the verbs,
-the controller on its runner (woken by the book's changes). allocator/assembly.py builds
-`ReservationScheduling` and plugs it in."""
+"""Reservations as a component of the allocator process (allocator/runtime/component.py): the book
+of rooms and the pods kube-scheduler holds back, fed by the watch cache, the steering of the core's
+node decisions (allocator/runtime/steering.py), the hold ledger's placer (an owner's devices come
+from its room) and the controller on its runner (woken by the book's changes). This package never
+imports the extender; allocator/assembly.py builds `ReservationScheduling`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,20 +18,24 @@ from allocator.reservations.pass_view import PassInputs
 from allocator.reservations.placing import ClusterDoor
 from allocator.reservations.steering import RoomSteering
 from allocator.reservations.waiting import WaitingPods
-from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest
+from allocator.runtime.admission import Reviewer
+from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest, Rejection
 from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.ledger import no_placer
 from allocator.runtime.reservation_settings import ReservationSettings
 from allocator.runtime.runner import ControllerMetrics
+from allocator.runtime.steering import Steering
 from allocator.runtime.tasks import Spawn
-from apis.topology_profile import TopologyProfile
+from allocator.runtime.topology import Topology
 
 JSON = dict[str, Any]
 
 
 class ReservationScheduling:
-    """Implements `ReservationHooks`; `attach` makes it the ledger's placer and listener."""
+    """A `Component`; its `Steering` is itself. Building it makes it the ledger's placer."""
+
+    name = "reservations"
 
     def __init__(
         self,
@@ -43,20 +47,20 @@ class ReservationScheduling:
         events: EventSink,
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
-        profile: Callable[[], TopologyProfile] | None = None,
+        topology: Topology,
         metrics: ControllerMetrics | None = None,
     ) -> None:
-        """`profile`: the allocator's topology profile (gangs of Reservations keep to its levels);
+        """`topology`: the allocator's profile (gangs of Reservations keep to its levels);
         `metrics`: the process's controller metrics (the controller's runner reports there)."""
         self.cache = cache
         self.book = RoomBook(cache, core)
         self.waiting = WaitingPods()
-        self.steering = RoomSteering(self.book, core, events)
+        self.steer = RoomSteering(self.book, core, events)
         self.controller = ReservationController(
             api=api,
             book=self.book,
-            door=ClusterDoor(cache, core, self.book, self.steering, self.waiting),
-            inputs=PassInputs(api, cache, self.book, profile),
+            door=ClusterDoor(cache, core, self.book, self.steer, self.waiting),
+            inputs=PassInputs(api, cache, self.book, lambda: topology.profile),
             settings=settings,
             events=events,
             is_leader=is_leader,
@@ -64,23 +68,34 @@ class ReservationScheduling:
             metrics=metrics,
         )
         self.runner = self.controller.runner
+        # Owners' binds take from their rooms; a bind the ledger lets go of gives back.
+        cache.ledger.placer = self.steer.place
+        cache.ledger.on_drop.append(self.book.dropped)
 
-    def attach(self) -> None:
-        """Owners' binds take from their rooms; a bind the ledger lets go of gives back."""
-        self.cache.ledger.placer = self.steering.place
-        self.cache.ledger.on_drop.append(self.book.dropped)
+    # -- Steering ---------------------------------------------------------------------------------
 
-    # -- ReservationHooks ---------------------------------------------------------------------------
+    def filter(self, pod: JSON, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
+        if req.invalid is not None:
+            return None  # the core refuses it as it is
+        return self.steer.filter(pod, req, names)
 
-    def steer_filter(self, pod: JSON, req: PodRequest, names: Sequence[str]) -> FilterVerdicts | None:
-        return self.steering.filter(pod, req, names)
-
-    def steer_scores(
+    def scores(
         self, pod: JSON, req: PodRequest, names: Sequence[str], scores: np.ndarray
     ) -> np.ndarray | None:
-        return self.steering.scores(pod, req, names, scores)
+        return self.steer.scores(pod, req, names, scores)
 
-    def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
+    def bind_refusal(self, req: PodRequest, node: str) -> Rejection | None:
+        return None  # an owner's devices come from its room through the ledger's placer
+
+    # -- Component --------------------------------------------------------------------------------
+
+    def routes(self) -> Mapping[str, Reviewer]:
+        return {}
+
+    def steering(self) -> Sequence[Steering]:
+        return (self,)
+
+    def observe(self, kind: str, key: str, obj: JSON | None) -> None:
         book = self.book
         freed = bool(book.freed)
         book.observe(kind, key, obj)
@@ -98,5 +113,5 @@ class ReservationScheduling:
         """Rooms live in the API (those placed here but not written are let go); the ledger goes
         with the process."""
         self.runner.stop()
-        if self.cache.ledger.placer == self.steering.place:
+        if self.cache.ledger.placer == self.steer.place:
             self.cache.ledger.placer = no_placer

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from allocator.runtime.admission_settings import DEPRECATED_GANG_KEYS, AdmissionSettings
 from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.reservation_settings import ReservationSettings
 from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from apis.documents import load_mapping
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "topoalloc-system"
 DEFAULT_SERVICE = "topoalloc-allocator"
@@ -89,7 +93,9 @@ class ServiceConfig:
     event_window: float = 60.0  # at most one Event per pod and reason in this window
     # scoring, handed to the allocator core's ScoringConfig
     scoring: dict[str, Any] = field(default_factory=dict)
-    # gang scheduling: admission webhook, gang controller, extender steering (docs/gang.md)
+    # the admission server every webhook route is served on (gang, DRA, scarce avoidance, placement)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+    # gang scheduling: the gang gate, gang controller, extender steering (docs/gang.md)
     gang: GangSettings = field(default_factory=GangSettings)
     # Reservations: room held for pods not created yet (docs/reservations.md)
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
@@ -106,7 +112,7 @@ class ServiceConfig:
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ServiceConfig:
-        return _build(cls, data, "config")
+        return _build(cls, _moved_keys(data), "config")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ServiceConfig:
@@ -118,12 +124,39 @@ class ServiceConfig:
         changes = {k: v for k, v in overrides.items() if v is not None}
         le = {k[len("leader_") :]: changes.pop(k) for k in list(changes) if k.startswith("leader_")}
         gang = {k[len("gang_") :]: changes.pop(k) for k in list(changes) if k.startswith("gang_")}
+        admission = {
+            k[len("admission_") :]: changes.pop(k) for k in list(changes) if k.startswith("admission_")
+        }
         out = dataclasses.replace(self, **changes)
         if le:
             out.leader_election = dataclasses.replace(out.leader_election, **le)
         if gang:
             out.gang = dataclasses.replace(out.gang, **gang)
+        if admission:
+            out.admission = dataclasses.replace(out.admission, **admission)
         return out
+
+
+def _moved_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """The config with the admission server's old keys of the `gang:` block read into `admission:`
+    (a key the `admission:` block sets itself wins), each with a warning."""
+    gang = data.get("gang")
+    if not isinstance(gang, dict) or not any(k in DEPRECATED_GANG_KEYS for k in gang):
+        return data
+    admission = data.get("admission")
+    if admission is not None and not isinstance(admission, dict):
+        return data  # _build reports it
+    moved = dict(admission or {})
+    kept = {}
+    for key, value in gang.items():
+        new = DEPRECATED_GANG_KEYS.get(key)
+        if new is None:
+            kept[key] = value
+            continue
+        log.warning("config.gang.%s is deprecated: set config.admission.%s instead", key, new)
+        if new not in moved and _snake(new) not in moved:
+            moved[new] = value
+    return {**data, "gang": kept, "admission": moved}
 
 
 def _snake(key: str) -> str:

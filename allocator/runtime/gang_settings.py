@@ -9,23 +9,12 @@ from apis.topology_profile import AUTO, PROFILE_NAMES
 # Node labels naming a topology domain, widest last: the planner keeps a gang inside one domain of
 # the first key that can hold it, and sibling affinity scores nodes sharing them.
 DEFAULT_TOPOLOGY_KEYS = ("nvidia.com/gpu.clique", "topoalloc.io/rack", "topology.kubernetes.io/zone")
-# deploy/allocator/webhook.yaml: the Service in front of every allocator replica's webhook port,
-# and the MutatingWebhookConfiguration whose caBundle the leader keeps equal to its CA.
-WEBHOOK_SERVICE = "topoalloc-webhook"
 DEFAULT_SCHEDULER = "default-scheduler"
-WEBHOOK_CONFIGURATION = "topoalloc-gang"
 
 
 @dataclass
 class GangSettings:
     enabled: bool = True
-    # The mutating admission webhook (HTTPS with the allocator's certificate, no client certificate).
-    webhook_host: str = "0.0.0.0"
-    webhook_port: int = 9443
-    # The leader writes the CA of its TLS files (`clientCa`, the Secret's ca.crt, which signed its
-    # certificate) into this configuration's caBundle for webhooks calling WEBHOOK_SERVICE; ""
-    # leaves the caBundle to someone else (cert-manager's CA injector).
-    webhook_configuration: str = WEBHOOK_CONFIGURATION
     topology_keys: list[str] = field(default_factory=lambda: list(DEFAULT_TOPOLOGY_KEYS))
     # Which labels name the topology levels (docs/topology.md): a preset (topograph,
     # topograph-legacy, aws, gke, generic), `custom` (topology_keys), or `auto`: detected from the

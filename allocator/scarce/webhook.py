@@ -19,6 +19,7 @@ from typing import Any
 
 from allocator.runtime.admission import patched, pod_create
 from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
+from allocator.runtime.tasks import Spawn
 from apis import keys
 
 JSON = dict[str, Any]
@@ -119,3 +120,27 @@ def reviewer(settings: ScarceAvoidanceSettings) -> Callable[[JSON], JSON]:
 def routes(settings: ScarceAvoidanceSettings) -> dict[str, Callable[[JSON], JSON]]:
     """The admission route, on the allocator's webhook server (none when turned off)."""
     return {PATH: reviewer(settings)} if settings.enabled else {}
+
+
+class ScarceAvoidance:
+    """Scarce-resource avoidance as a component of the allocator process: its admission route alone."""
+
+    name = "scarce"
+
+    def __init__(self, settings: ScarceAvoidanceSettings) -> None:
+        self.settings = settings
+
+    def routes(self) -> dict[str, Callable[[JSON], JSON]]:
+        return routes(self.settings)
+
+    def observe(self, kind: str, key: str, obj: JSON | None) -> None:
+        pass
+
+    def steering(self) -> tuple[()]:
+        return ()
+
+    def start(self, spawn: Spawn) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass

@@ -192,9 +192,8 @@ class World:
 
     @property
     def runner(self) -> Runner:
-        claims = self.run.service.claims
-        assert claims is not None
-        return claims.runner
+        claims: Any = self.run.service.component("claims")
+        return claims.runner  # type: ignore[no-any-return]
 
     async def looked_at(self, pod: str, made: Sequence[str] = ()) -> None:
         """Wait until the watch cache has the pod, with the claims `made` for it in its status and

@@ -6,7 +6,7 @@ from __future__ import annotations
 import celpy
 
 from allocator.claims.webhook import PATH
-from allocator.runtime.gang_settings import WEBHOOK_SERVICE
+from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from tests.gang.test_deploy import configuration
 from tests.runtime.test_deploy import DEPLOY, allocator_config, one
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from allocator.gang.topology import Topology
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.topology import Topology
 from apis.topology_constraint import TopologyWish, native_topology
 from tests.apis.paths import require_shared
 from tests.gang.fakes import FakeGangCache

@@ -339,7 +339,7 @@ class GangWorld:
 
 
 def gang_settings(**overrides: Any) -> GangSettings:
-    settings = GangSettings(webhook_host="127.0.0.1", webhook_port=0, topology_keys=[RACK], **FAST)
+    settings = GangSettings(topology_keys=[RACK], **FAST)
     for key, value in overrides.items():
         setattr(settings, key, value)
     return settings

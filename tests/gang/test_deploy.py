@@ -11,8 +11,8 @@ from cryptography import x509
 
 from allocator.gang.webhook import PATH
 from allocator.runtime import certs
+from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from allocator.runtime.config import DEFAULT_NAMESPACE
-from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from apis import keys
 from tests.gang.harness import gang_world, member
 from tests.runtime.test_deploy import DEPLOY, allocator_config, one
@@ -37,14 +37,14 @@ def test_the_webhook_service_reaches_every_replica_on_the_configured_port() -> N
     container = {
         p["name"]: p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]
     }
-    assert container[port["targetPort"]] == allocator_config().gang.webhook_port
+    assert container[port["targetPort"]] == allocator_config().admission.port
     assert "webhook.yaml" in (DEPLOY / "allocator" / "kustomization.yaml").read_text()
 
 
 def test_every_gang_member_is_reviewed_and_every_webhook_fails_open() -> None:
     config = configuration()
     cfg = allocator_config()
-    assert config["metadata"]["name"] == cfg.gang.webhook_configuration
+    assert config["metadata"]["name"] == cfg.admission.webhook_configuration
     svc_port = one(WEBHOOK_YAML, "Service", WEBHOOK_SERVICE)["spec"]["ports"][0]["port"]
     selected = {}
     for hook in config["webhooks"]:
@@ -83,7 +83,7 @@ def test_rbac_lets_the_controller_write_status_and_the_caBundle_only() -> None:
     status = [r for r in rules if "podgroups/status" in r["resources"]]
     assert status and status[0]["verbs"] == ["patch"]
     hooks = [r for r in rules if "mutatingwebhookconfigurations" in r["resources"]]
-    assert hooks[0]["resourceNames"] == [allocator_config().gang.webhook_configuration]
+    assert hooks[0]["resourceNames"] == [allocator_config().admission.webhook_configuration]
     assert sorted(hooks[0]["verbs"]) == ["get", "patch"]
 
 

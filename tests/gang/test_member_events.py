@@ -25,7 +25,7 @@ def reasons(w: GangWorld, pod: str) -> list[str]:
 
 
 def passes(w: GangWorld) -> int:
-    gang: Any = w.service.gang
+    gang: Any = w.service.component("gang")
     return int(gang.controller.runner.passes)
 
 

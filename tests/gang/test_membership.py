@@ -10,7 +10,6 @@ from allocator.gang.timefmt import parse_duration
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.gang_settings import DEFAULT_TOPOLOGY_KEYS
-from allocator.runtime.ledger import no_refusal
 from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from apis import keys
 from apis.timestamps import format_time, parse_time
@@ -102,8 +101,10 @@ async def test_gang_scheduling_can_be_turned_off(fake_api: FakeApiServer, pki: P
     async with running_allocator(fake_api, pki, **off) as run:
         # No webhook either (the DRA gate and scarce avoidance, served on the same port, are off too;
         # scarce avoidance alone keeps it: tests/scarce/test_served.py).
-        assert run.service.gang is None and run.service.webhook_port == 0
-        assert run.service.cache.ledger.guard is no_refusal
+        assert [c.name for c in run.service.components] == ["reservations"]
+        assert run.service.webhook_port == 0
+        # Only the rooms' steering: no gang plan holds a bind back.
+        assert [s.name for s in run.service.steering.steerers] == ["reservations"]
 
 
 async def test_a_gang_is_placed_with_events_turned_off(fake_api: FakeApiServer, pki: Pki) -> None:
@@ -124,6 +125,20 @@ async def test_a_gang_is_placed_with_events_turned_off(fake_api: FakeApiServer, 
         assert fake_api.list_objects("events", "default") == []
 
 
+def test_the_admission_block_wins_over_the_old_gang_keys_which_warn(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = ServiceConfig.from_mapping(
+        {"admission": {"port": 9555}, "gang": {"webhookPort": 9444, "webhookConfiguration": ""}}
+    )
+    assert cfg.admission.port == 9555 and cfg.admission.webhook_configuration == ""
+    warned = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert warned == [
+        "config.gang.webhookPort is deprecated: set config.admission.port instead",
+        "config.gang.webhookConfiguration is deprecated: set config.admission.webhookConfiguration instead",
+    ]
+    with pytest.raises(ValueError, match=r"admission\.portt: unknown setting"):
+        ServiceConfig.from_mapping({"admission": {"portt": 1}})
+
+
 def test_settings_from_the_config_file_and_flags() -> None:
     cfg = ServiceConfig.from_mapping(
         {
@@ -136,7 +151,8 @@ def test_settings_from_the_config_file_and_flags() -> None:
             }
         }
     )
-    assert cfg.gang.webhook_port == 9444 and cfg.gang.topology_keys == ["rack"]
+    # The old key of the admission server's port is read into its own block.
+    assert cfg.admission.port == 9444 and cfg.gang.topology_keys == ["rack"]
     # Without kube-scheduler's gang plugin topoalloc gates Kubernetes' own gangs too; the cluster's
     # own scheduler is taken to run it, a secondary one (no alpha gates) not.
     assert cfg.gang.gates(native=True) and not ServiceConfig().gang.gates(native=True)
@@ -146,11 +162,9 @@ def test_settings_from_the_config_file_and_flags() -> None:
     assert ServiceConfig().gang.topology_keys == list(DEFAULT_TOPOLOGY_KEYS)
     with pytest.raises(ValueError, match=r"gang\.webhookPorts: unknown setting"):
         ServiceConfig.from_mapping({"gang": {"webhookPorts": 1}})
-    updated = cfg.updated(gang_enabled=False, gang_webhook_port=1234)
+    updated = cfg.updated(gang_enabled=False, admission_port=1234)
     assert (
-        not updated.gang.enabled
-        and updated.gang.webhook_port == 1234
-        and updated.gang.topology_keys == ["rack"]
+        not updated.gang.enabled and updated.admission.port == 1234 and updated.gang.topology_keys == ["rack"]
     )
     result = CliRunner().invoke(allocator, ["--webhook-port", "70000"])
     assert result.exit_code == 2 and "70000" in result.output

@@ -8,9 +8,9 @@ from typing import Any
 from allocator.gang.holds import GANG_PLAN, PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.steering import HELD, GangSteering
-from allocator.gang.topology import Topology
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.topology import Topology
 from apis import keys
 from apis.annotations import DeviceAllocations
 from tests.gang.fakes import FakeGangCache

@@ -13,10 +13,10 @@ from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.plan_inputs import gang_view
 from allocator.gang.steering import GangSteering
-from allocator.gang.topology import Topology
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.gang_settings import GangSettings
+from allocator.runtime.topology import Topology
 from apis import keys
 from tests.gang.fakes import FakeGangCache
 from tests.support.allocator_harness import device, node, pod

@@ -68,8 +68,7 @@ def phase(fake: FakeApiServer, name: str) -> str:
 async def passed(run: Running) -> None:
     """The Reservation controller's next two passes completed (the second after any nudge the
     first woke), so what was not nudged by then is not going to be."""
-    assert run.service.reservations is not None
-    await run.service.reservations.runner.wait_passes(2)  # type: ignore[attr-defined]
+    await run.service.component("reservations").runner.wait_passes(2)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("how", ["expires", "deleted"])

@@ -214,7 +214,7 @@ async def test_a_gang_of_reservations_keeps_to_its_required_topology_level(
         "annotations": {"topoalloc.io/reservation-gang-size": "1", keys.REQUIRED_TOPOLOGY: "not a key"},
     }
     fake_api.put(reservation("b-0", gpus=1, **bad))
-    settings = GangSettings(enabled=gang_scheduling, webhook_host="127.0.0.1", webhook_port=0)
+    settings = GangSettings(enabled=gang_scheduling)
     async with running_allocator(fake_api, pki, gang=settings):
         await until(lambda: scheduled(fake_api, "g-1").get("reason") == "Unschedulable", timeout=10)
         why = scheduled(fake_api, "g-1")["message"]

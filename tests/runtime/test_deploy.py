@@ -13,8 +13,8 @@ import yaml
 
 from allocator.extender.app import HEALTH_PATHS, VERBS
 from allocator.runtime import certs
+from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from allocator.runtime.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE, ServiceConfig
-from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from allocator.runtime.leader import LEADER_LABEL
 from apis import resources as rn
 
@@ -48,7 +48,7 @@ def test_configmap_is_a_valid_service_config_matching_the_mounts() -> None:
     assert cfg.in_cluster and cfg.leader_election.label_pod
     assert cfg.allowed_clients == [f"CN={certs.SCHEDULER_CLIENT_CN}"]
     ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
-    assert ports == {"https": cfg.port, "http-metrics": cfg.health_port, "webhook": cfg.gang.webhook_port}
+    assert ports == {"https": cfg.port, "http-metrics": cfg.health_port, "webhook": cfg.admission.port}
     env = {e["name"] for e in pod["containers"][0]["env"]}
     assert {"POD_NAME", "POD_NAMESPACE"} <= env  # the leader label and the Lease namespace
 

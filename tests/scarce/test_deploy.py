@@ -8,8 +8,8 @@ import celpy
 import pytest
 import yaml
 
+from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from allocator.runtime.config import ServiceConfig
-from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from allocator.runtime.scarce_settings import DEFAULT_NODE_LABELS
 from allocator.scarce.webhook import OPT_OUT, PATH
 from apis import keys

@@ -39,7 +39,7 @@ async def test_the_route_answers_over_tls(fake_api: FakeApiServer, tmp_path: Pat
     overrides: dict[str, Any] = {}
     if not others:
         overrides = {
-            "gang": GangSettings(enabled=False, webhook_host="127.0.0.1", webhook_port=0),
+            "gang": GangSettings(enabled=False),
             "dra": DraSettings(enabled=False),
         }
     async with running_allocator(fake_api, pki, **overrides) as run:

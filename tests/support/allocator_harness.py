@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 
 from allocator.assembly import Allocator, build_allocator
+from allocator.runtime.admission_settings import AdmissionSettings
 from allocator.runtime.config import LeaderElection, ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
-from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
 from apis import keys
 from tests.support.fakeapi import FakeApiServer
@@ -109,7 +109,7 @@ def service_config(pki: Pki, **overrides: Any) -> ServiceConfig:
         backoff_max=0.5,
         watch_timeout=30,
         event_window=1.0,
-        gang=GangSettings(webhook_host="127.0.0.1", webhook_port=0),
+        admission=AdmissionSettings(host="127.0.0.1", port=0),
     )
     for key, value in overrides.items():
         setattr(cfg, key, value)

@@ -155,10 +155,10 @@ def _unknown_component(name: str) -> str | None:
     default=None,
     help="Gang scheduling: admission webhook, gang controller (on by default; docs/gang.md).",
 )
-@click.option("--webhook-host", "gang_webhook_host", help="Admission webhook listen address.")
+@click.option("--webhook-host", "admission_host", help="Admission webhook listen address.")
 @click.option(
     "--webhook-port",
-    "gang_webhook_port",
+    "admission_port",
     type=click.IntRange(0, 65535),
     help="Admission webhook HTTPS port.  [default: 9443]",
 )

@@ -13,8 +13,8 @@ import click
 import yaml
 
 from allocator.runtime import certs as pki
+from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from allocator.runtime.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
-from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from topoalloc.errors import BadInput
 
 SERVER_SECRET = "topoalloc-allocator-tls"

@@ -20,6 +20,7 @@ add to kube-scheduler's own checks.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 from aiohttp import web
@@ -28,6 +29,8 @@ from allocator.extender.handlers.common import BadRequest, bad_request, json_rep
 from allocator.extender.handlers.service_view import ServiceView
 from allocator.runtime.coreadapter import FilterVerdicts, PodRequest
 from apis.extender import MAX_PRIORITY, ExtenderArgs
+
+JSON = dict[str, Any]
 
 # At most this many distinct reasons in one Event note.
 EVENT_REASONS = 3
@@ -40,11 +43,9 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
-    # A gang member's verdict comes from its gang's plan (the gang hooks, extender/gang_hooks.py),
-    # a room owner's from its room (extender/reservation_hooks.py).
-    steered = svc.gang.steer_filter(req, names) if svc.gang is not None else None
-    if steered is None and svc.reservations is not None and req.invalid is None:
-        steered = svc.reservations.steer_filter(args.pod, req, names)
+    # A gang member's verdict comes from its gang's plan, a room owner's from its room
+    # (the components' steering, allocator/runtime/steering.py).
+    steered = svc.steering.filter(args.pod, req, names)
     if req.invalid is not None:
         verdicts = FilterVerdicts([], unresolvable=dict.fromkeys(names, req.invalid.message))
         verdicts.codes[req.invalid.code] = len(names)
@@ -57,7 +58,7 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         result = "ok" if verdicts.passed else "no_fit"
     passed, failed, unresolvable = verdicts.passed, verdicts.failed, verdicts.unresolvable
     if svc.round_trips == 1 and result == "ok" and len(passed) > 1:
-        passed = best_only(svc, req, passed)
+        passed = best_only(svc, args.pod, req, passed)
     for code, count in verdicts.codes.items():
         svc.metrics.node_rejections.labels(code).inc(count)
     if not passed and names and steered is None:  # the gang controller explains a held member
@@ -79,11 +80,12 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
     return json_reply(request, payload, result)
 
 
-def best_only(svc: ServiceView, req: PodRequest, passed: list[str]) -> list[str]:
-    """The node prioritize would rank first among `passed`, alone: the gang's adjustment (planned
-    member, sibling affinity) where it has one, the core's ranking among its equals."""
+def best_only(svc: ServiceView, pod: JSON, req: PodRequest, passed: list[str]) -> list[str]:
+    """The node prioritize would rank first among `passed`, alone: the steering's scores (a gang's
+    planned member and sibling affinity, a room owner's first room) where it has them, the core's
+    ranking among their equals."""
     scores = svc.core.score_nodes(req, passed)
-    steered = svc.gang.steer_scores(req, passed, scores) if svc.gang is not None else None
+    steered = svc.steering.scores(pod, req, passed, scores)
     if steered is not None:
         scores = np.asarray(steered, np.int64) * (MAX_PRIORITY + 1) + scores
     return [passed[int(np.argmax(scores))]]

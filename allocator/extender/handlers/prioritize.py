@@ -34,12 +34,9 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         result = "invalid_request" if req.invalid is not None else "no_devices"
     else:
         scores = svc.core.score_nodes(req, names)
-        steered = svc.gang.steer_scores(req, names, scores) if svc.gang is not None else None
-        if steered is not None:  # planned members, siblings
-            scores = steered
-        elif svc.reservations is not None:  # a room's owner: its room's node first
-            roomed = svc.reservations.steer_scores(args.pod, req, names, scores)
-            scores = roomed if roomed is not None else scores
+        # planned members and siblings, a room's owner (its room's node first)
+        steered = svc.steering.scores(args.pod, req, names, scores)
+        scores = steered if steered is not None else scores
         result = "ok"
     return json_reply(request, host_priority_list(names, scores), result)
 

@@ -9,19 +9,17 @@ from typing import Protocol
 
 from allocator.extender.binder import Binder
 from allocator.extender.cache_view import ExtenderCache
-from allocator.extender.gang_hooks import GangHooks
-from allocator.extender.reservation_hooks import ReservationHooks
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventSink
 from allocator.runtime.metrics import Metrics
+from allocator.runtime.steering import Steering
 
 
 class ServiceView(Protocol):
     core: CoreAdapter
     cache: ExtenderCache
     binder: Binder
-    gang: GangHooks | None
-    reservations: ReservationHooks | None
+    steering: Steering  # the components' (gang plans, rooms' owners), in order
     events: EventSink
     metrics: Metrics
     round_trips: int  # 1: filter passes the best node alone; 2: prioritize ranks (config.py)

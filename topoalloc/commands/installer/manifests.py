@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import topoalloc
+from allocator.runtime.admission_settings import WEBHOOK_CONFIGURATION
 from allocator.runtime.config import DEFAULT_NAMESPACE
-from allocator.runtime.gang_settings import WEBHOOK_CONFIGURATION
 from topoalloc.commands.certs import secret_manifest
 from topoalloc.commands.installer.kustomize import Doc, Image, build, ident
 from topoalloc.commands.installer.tls import TlsFiles

@@ -16,8 +16,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from allocator.runtime import certs as pki
+from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from allocator.runtime.config import DEFAULT_NAMESPACE, DEFAULT_SERVICE
-from allocator.runtime.gang_settings import WEBHOOK_SERVICE
 from topoalloc.commands.certs import CLIENT_SECRET, SERVER_SECRET
 
 SECRETS = (SERVER_SECRET, CLIENT_SECRET)

@@ -1,10 +1,12 @@
-"""Defragmentation behind the allocator (docs/defragmentation.md): the migration controller on its
-runner, told of the watch cache's changes, started and stopped with the process. allocator/assembly.py
-builds `Defragmentation` when `defrag.enabled` (and Reservations are on: it reserves rooms)."""
+"""Defragmentation as a component of the allocator process (allocator/runtime/component.py): the
+migration controller on its runner (on the leader), told of the watch cache's changes (its own
+Reservations, the pods it moves). No route and no steering: its moves reach pods through
+Reservations, which the Reservations component steers. allocator/assembly.py builds it when
+`defrag.enabled` (and Reservations are on)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -12,15 +14,23 @@ from prometheus_client import CollectorRegistry
 from allocator.defrag.cache_view import DefragCache
 from allocator.defrag.controller import MigrationController
 from allocator.defrag.metrics import DefragMetrics
+from allocator.runtime.admission import Reviewer
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.defrag_settings import DefragSettings
 from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import ControllerMetrics
+from allocator.runtime.steering import Steering
 from allocator.runtime.tasks import Spawn
+
+JSON = dict[str, Any]
 
 
 class Defragmentation:
+    """A `Component`."""
+
+    name = "defrag"
+
     def __init__(
         self,
         settings: DefragSettings,
@@ -33,7 +43,7 @@ class Defragmentation:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         namespace: str,
-        budgets_read: Callable[[], bool],
+        budgets_read: Callable[[], bool] = lambda: True,
         controllers: ControllerMetrics | None = None,
     ) -> None:
         self.controller = MigrationController(
@@ -50,7 +60,13 @@ class Defragmentation:
             controller_metrics=controllers,
         )
 
-    def observe(self, kind: str, key: str, obj: dict[str, Any] | None) -> None:
+    def routes(self) -> Mapping[str, Reviewer]:
+        return {}
+
+    def steering(self) -> Sequence[Steering]:
+        return ()
+
+    def observe(self, kind: str, key: str, obj: JSON | None) -> None:
         self.controller.observe(kind, key, obj)
 
     def start(self, spawn: Spawn) -> None:

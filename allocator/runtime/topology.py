@@ -1,7 +1,7 @@
 """The allocator's topology profile and what a gang or an RL job group asks of it.
 
-`Topology` resolves the profile once per change of the Nodes (the gang hooks tell it of every Node
-event): `gang.topologyProfile` names a preset or `custom`, and `auto` detects the preset the
+`Topology` resolves the profile once per change of the Nodes (allocator/assembly.py tells it of
+every Node event): `gang.topologyProfile` names a preset or `custom`, and `auto` detects the preset the
 nodes' labels match (apis/topology_profile.py). `levels_for` turns a group's wish (apis/
 topology_constraint.py, read from its PodGroup and its members' annotations) into the levels the
 core's planner keeps to (allocator/core/gang/levels.py).
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from allocator.core.gang.levels import Levels, levels_of
 from allocator.core.gang.view import MemberPod
-from allocator.gang.cache_view import GangCache
+from allocator.runtime.cache.records import NodeFacts
 from allocator.runtime.gang_settings import DEFAULT_TOPOLOGY_KEYS, GangSettings
 from apis.errors import CodecError
 from apis.topology_constraint import group_topology
@@ -25,8 +25,16 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 
+class NodeSource(Protocol):
+    @property
+    def nodes(self) -> Mapping[str, NodeFacts]: ...
+
+
 class Topology:
-    def __init__(self, settings: GangSettings, cache: GangCache) -> None:
+    """The profile, resolved from the Nodes of `cache` and kept until `nodes_changed`; one per
+    process, shared by every component that keeps groups to topology levels."""
+
+    def __init__(self, settings: GangSettings, cache: NodeSource) -> None:
         self.settings = settings
         self.cache = cache
         self._detected: Detected | None = None
