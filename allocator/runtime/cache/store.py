@@ -66,6 +66,7 @@ from allocator.runtime.kube import (
 from allocator.runtime.ledger import ROOM_HOLDER, HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
+from apis.annotations import allocated_elsewhere
 from apis.errors import CodecError
 from apis.podgroup import gang_of, spec_priority
 from apis.resources import TERMINAL_POD_PHASES
@@ -267,9 +268,12 @@ class ClusterCache:
             self._sync_core(key)
             old = None
         spec = pod.get("spec") or {}
-        annotation = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
+        annotations = meta.get("annotations") or {}
+        annotation = annotations.get(keys.DEVICE_ALLOCATED)
         active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
         node = sys.intern(spec.get("nodeName") or "")  # one string per node, not one per pod
+        if node and allocated_elsewhere(annotations, node):
+            annotation = None  # made for another node: counts nothing here (core/request/usage.py)
         containers = containers_digest(spec)
         res = self.ledger.holds.get(key)
         usage: PodUsage | None = None
