@@ -6,6 +6,7 @@ and the field inside it; each `to_json` returns the byte-exact Go encoding.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +127,14 @@ def _allocation(value: Any, path: str) -> DeviceAllocation:
 
 def parse_device_allocated(text: str) -> DeviceAllocations:
     return DeviceAllocations.from_dict(gojson.loads(text, keys.DEVICE_ALLOCATED))
+
+
+def allocated_elsewhere(annotations: Mapping[str, Any], node: str) -> str:
+    """The other node a pod's device-allocated annotation was made for, when its `allocated-node`
+    annotation names one other than `node` (the node the pod is bound to); "" when the allocation
+    applies on `node` (no such annotation: made for the node the pod is bound to)."""
+    target = annotations.get(keys.ALLOCATED_NODE)
+    return target if isinstance(target, str) and target and target != node else ""
 
 
 # -- device-allocate-hint -----------------------------------------------------------------------

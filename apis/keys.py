@@ -38,6 +38,9 @@ TOPOALLOC = "topoalloc.io/"
 RL_JOB_GROUP = "rl-job-group"
 GANG_SCHEDULING_GATE = TOPOALLOC + "gang"
 GANG_PLANNED_NODE = TOPOALLOC + "gang-planned-node"  # set on a member released without its gate
+# Beside device-allocated: the node that allocation was made for (a pod may be bound elsewhere than
+# where it was placed). Absent: made for the node the pod is bound to (docs/compatibility.md).
+ALLOCATED_NODE = TOPOALLOC + "allocated-node"
 # On a member whose gang holds room while victims leave: the hold, so a new leader continues it.
 GANG_HOLD = TOPOALLOC + "gang-hold"
 # On a pod kube-scheduler holds as unschedulable, when room it fits was freed: why and when (the

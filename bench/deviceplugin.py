@@ -16,6 +16,8 @@ Scenarios:
   node's pod list grows to `--pods` entries (finished pods included), as on a busy node.
 - shared: 96 pods of `koordinator.sh/gpu-core: 8` held at once (12 per GPU): every call works on the
   800 gpu-core IDs.
+- chosen: as whole, without annotations: the node chooses each pod's GPU by topology (its use by
+  the journal, the interconnect matrix), the write of its annotation runs beside the calls.
 
 Each call includes kubelet's PodResources `List` (GetPreferredAllocation), the agent's view of the
 node's pods (its pod watch; a LIST only for a pod the watch has not shown yet), the annotation parse,
@@ -54,7 +56,7 @@ class Node(Protocol):
     def uuid(self, minor: int) -> str: ...
 
 
-def _put(node: Node, name: str, limits: dict[str, str], annotation: str) -> dict[str, Any]:
+def _put(node: Node, name: str, limits: dict[str, str], annotation: str | None) -> dict[str, Any]:
     return node.server.put(pod_doc(name, {"main": limits}, annotation))
 
 
@@ -76,6 +78,21 @@ def whole(node: Node, pods: int) -> dict[str, list[float]]:
     return dict(node.kubelet.latencies)
 
 
+def chosen(node: Node, pods: int) -> dict[str, list[float]]:
+    docs = [_put(node, f"c{i:04d}", {"nvidia.com/gpu": "1"}, None) for i in range(pods)]
+    for doc in docs:
+        got = node.kubelet.admit(doc)["main"]["nvidia.com/gpu"]
+        assert len(got.ids) == 1
+        _finish(node, doc["metadata"]["name"])
+    return dict(node.kubelet.latencies)
+
+
+def _scenario(node: Node, scenario: str, pods: int) -> dict[str, list[float]]:
+    if scenario == "shared":
+        return shared(node)
+    return chosen(node, pods) if scenario == "chosen" else whole(node, pods)
+
+
 def shared(node: Node) -> dict[str, list[float]]:
     limits = {"koordinator.sh/gpu-core": "8", "koordinator.sh/gpu-memory-ratio": "8"}
     docs = [_put(node, f"s{i:04d}", limits, allocated([gpu_entry(i % 8, core=8)])) for i in range(96)]
@@ -93,14 +110,14 @@ def run(scenario: str, pods: int, agent: str = "thread") -> dict[str, list[float
                 node.start_agent()
                 uuids = {m: node.uuid(m) for m in range(8)}  # read once: not part of the calls
                 node.uuid = uuids.__getitem__  # type: ignore[method-assign]
-                return whole(node, pods) if scenario == "whole" else shared(node)
+                return _scenario(node, scenario, pods)
             finally:
                 node.close()
         rig = Rig(server, client, "dgx-h100")
         try:
             rig.start_kubelet()
             rig.start_agent(wait_for=("nvidia.com/gpu", "koordinator.sh/gpu-core"))
-            return whole(rig, pods) if scenario == "whole" else shared(rig)  # type: ignore[arg-type]
+            return _scenario(rig, scenario, pods)  # type: ignore[arg-type]
         finally:
             rig.close()
 
@@ -118,7 +135,7 @@ def main() -> int:
     logging.basicConfig(level=logging.ERROR)
     rows = []
     for agent in ("thread", "process") if args.agent == "both" else (args.agent,):
-        for scenario in ("whole", "shared"):
+        for scenario in ("whole", "shared", "chosen"):
             runs = []
             for _ in range(args.runs):
                 started = time.perf_counter()

@@ -11,9 +11,15 @@ can drop that reservation and let the next pod be offered the same devices). The
 * GetPreferredAllocation steers kubelet to that container's annotated devices, taken from those
   kubelet still has available.
 * Allocate serves it when kubelet's IDs are exactly its annotated devices. Otherwise the call is
-  refused with the reason (missing or malformed annotation, devices this node lacks, or the
-  allocator chose different ones) and the pod gets a Warning Event; kubelet then fails the pod's
-  admission. Devices still held by a pod that was served earlier and is not finished are never
+  refused with the reason (malformed annotation, devices this node lacks, or the allocator chose
+  different ones) and the pod gets a Warning Event; kubelet then fails the pod's admission.
+* A pod without an allocation for this node (no annotation, or one whose `allocated-node` names
+  another node: on_node.py) gets devices the node chooses among its free ones by topology
+  (node_choice.py), offered in GetPreferredAllocation from those kubelet has available; Allocate
+  serves kubelet's IDs when the node can serve the pod with exactly those devices, and refuses
+  only when it cannot (nothing fits, or a device serves another pod). What the node chose is
+  journaled with the served IDs; node_writes.py writes it into the pod's annotation.
+* Devices still held by a pod that was served earlier and is not finished are never
   handed out again, through either GPU resource: a GPU served whole (`nvidia.com/gpu`) takes none of
   its `gpu-core` shares to another pod and the other way round (kubelet counts the two resources
   apart and would offer both).
@@ -23,7 +29,8 @@ journal: in the kernel before Allocate answers, so the agent dying cannot lose i
 milliseconds later), and a restarted agent also adopts what kubelet's PodResources says its pods
 hold (`adopt`) before its first answer.
 
-So a container's devices are its annotation's, or it does not start.
+So a container's devices are its annotation's, or the node's choice when it has none for this
+node, or it does not start.
 """
 
 from __future__ import annotations
@@ -33,10 +40,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from agent.deviceplugin.events import NO_EVENTS, REFUSALS, UNNAMED, EventSink
+from agent.deviceplugin.events import CHOSEN_ON_NODE, NO_EVENTS, REFUSALS, UNNAMED, EventSink
 from agent.deviceplugin.expectation import (
     ContainerExpectation,
     ExpectationError,
@@ -46,7 +52,16 @@ from agent.deviceplugin.expectation import (
 from agent.deviceplugin.grants import Grant, GrantBuilder
 from agent.deviceplugin.identity import Admitting, Unidentified, from_kubelet, pod_key, without_kubelet
 from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
+from agent.deviceplugin.node_choice import Offered
+from agent.deviceplugin.on_node import (
+    chosen_expectation,
+    node_use,
+    offered_units,
+    refusal,
+    why_node_chooses,
+)
 from agent.deviceplugin.podresources import KubeletPods, PodResourcesError
+from agent.deviceplugin.served import ServedPod
 from agent.parts import PodSnapshot, no_snapshot
 from apis import resources as rn
 
@@ -61,42 +76,6 @@ class Refused(Exception):
     def __init__(self, message: str, pod: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.pod = pod
-
-
-@dataclass
-class ServedPod:
-    namespace: str
-    name: str
-    # resource -> kubelet IDs per container requesting it, in container order ([] not served yet)
-    resources: dict[str, list[list[str]]] = field(default_factory=dict)
-
-    def served(self, resource: str, container: int) -> bool:
-        got = self.resources.get(resource, [])
-        return container < len(got) and bool(got[container])
-
-    def record(self, resource: str, container: int, ids: list[str]) -> None:
-        got = self.resources.setdefault(resource, [])
-        got.extend([] for _ in range(container + 1 - len(got)))
-        got[container] = list(ids)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "resources": self.resources}
-
-    @classmethod
-    def from_wire(cls, data: Any) -> ServedPod:
-        if not isinstance(data, dict):
-            raise ValueError("served pod entry is not a map")
-        res = data.get("resources") or {}
-        if not isinstance(res, dict) or not all(
-            isinstance(v, list) and all(isinstance(ids, list) for ids in v) for v in res.values()
-        ):
-            raise ValueError("served pod resources are not lists of ID lists")
-        return cls(
-            str(data.get("namespace", "")), str(data.get("name", "")), {str(k): v for k, v in res.items()}
-        )
-
-    def held(self, resource: str) -> set[str]:
-        return {i for ids in self.resources.get(resource, []) for i in ids}
 
 
 def _uid(pod: dict[str, Any]) -> str:
@@ -115,8 +94,13 @@ class Admission:
         record: Callable[[dict[str, Any]], None] = lambda _entry: None,
         pod_cache_seconds: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        node_name: str = "",
+        choose_on_node: bool = True,
     ) -> None:
         self.list_pods = list_pods
+        self.node_name = node_name
+        # pods without an allocation for this node: the node chooses their devices (else refused)
+        self.choose_on_node = choose_on_node
         self.kubelet_pods = kubelet_pods  # PodResources List; raises PodResourcesError
         self.grants = grants
         self.events = events
@@ -147,10 +131,7 @@ class Admission:
 
     def served_snapshot(self) -> dict[str, ServedPod]:
         """A copy of `served`; the caller holds `calls_held()`."""
-        return {
-            uid: ServedPod(s.namespace, s.name, {r: [list(ids) for ids in v] for r, v in s.resources.items()})
-            for uid, s in self.served.items()
-        }
+        return {uid: s.copy() for uid, s in self.served.items()}
 
     # -- pods -------------------------------------------------------------------------------
     def _pod_list(self, fresh: bool) -> list[dict[str, Any]]:
@@ -210,18 +191,38 @@ class Admission:
         assert last is not None
         raise Refused(str(last))
 
-    def _expectation(self, hit: Admitting, resource: str) -> ContainerExpectation:
+    def _expectation(
+        self, hit: Admitting, resource: str, offered: list[str] | None = None
+    ) -> ContainerExpectation:
+        """What the container must get: its annotated devices, or those the node chooses for a pod
+        without an allocation for this node (among `offered`, kubelet's IDs, when given)."""
         if hit.error:
             raise Refused(f"pod {pod_key(hit.pod)}: {hit.error}", hit.pod)
+        uid = _uid(hit.pod)
+        why = why_node_chooses(hit.pod, self.node_name, self.served.get(uid)) if self.choose_on_node else ""
         try:
-            return expectations(hit.pod, resource, self.inventory)[hit.container]
+            if not why:
+                return expectations(hit.pod, resource, self.inventory)[hit.container]
         except ExpectationError as exc:
             raise Refused(f"pod {pod_key(hit.pod)}: {exc}", hit.pod) from None
+        use = node_use(self.inventory, self.served, self._pod_list(False), self.node_name, uid)
+        where = (
+            None if offered is None else Offered(resource, hit.container, offered_units(resource, offered))
+        )
+        try:
+            return chosen_expectation(
+                hit.pod, resource, hit.container, why, self.inventory, use, self.served.get(uid), where
+            )
+        except ExpectationError as exc:
+            given = "" if offered is None else f" (kubelet offered {_summary(resource, offered)})"
+            raise Refused(f"pod {pod_key(hit.pod)}: {refusal(why, exc)}{given}", hit.pod) from None
 
-    def _identified(self, resource: str) -> tuple[Admitting, ContainerExpectation]:
+    def _identified(
+        self, resource: str, offered: list[str] | None = None
+    ) -> tuple[Admitting, ContainerExpectation]:
         """The container kubelet is admitting and what it must get. Raises Refused."""
         hit = self._admitting(resource)
-        return hit, self._expectation(hit, resource)
+        return hit, self._expectation(hit, resource, offered)
 
     # -- the two calls ----------------------------------------------------------------------
     def preferred(self, resource: str, available: list[str], must: list[str], size: int) -> list[str]:
@@ -230,7 +231,7 @@ class Admission:
         with self._lock:
             self._named.pop(resource, None)
             try:
-                hit, exp = self._identified(resource)
+                hit, exp = self._identified(resource, [*must, *available])
             except Refused as exc:
                 log.warning("GetPreferredAllocation %s: %s", resource, exc)
                 return []
@@ -255,11 +256,13 @@ class Admission:
         """Serve the container being admitted if `ids` are its annotated devices, or raise Refused."""
         try:
             with self._lock:
-                hit, exp = self._named_for(resource, ids) or self._identified(resource)
+                # a container the node chooses for: with kubelet's devices, if the node can serve them
+                hit, exp = self._named_for(resource, ids) or self._identified(resource, ids)
                 if not exp.accepts(resource, ids):
+                    chose = "the node can serve it with" if exp.why else "the allocator chose"
                     raise Refused(
                         f"pod {pod_key(hit.pod)}: kubelet asked for {resource} {sorted(ids)}, "
-                        f"the allocator chose {list(exp.bases)}",
+                        f"{chose} {list(exp.bases)}",
                         hit.pod,
                     )
                 return self._serve(resource, hit, exp, ids)
@@ -284,7 +287,7 @@ class Admission:
         except ExpectationError as exc:
             raise Refused(f"pod {pod_key(hit.pod)}: {exc}", hit.pod) from None
         meta = hit.pod.get("metadata") or {}
-        entry = {
+        entry: dict[str, Any] = {
             "uid": _uid(hit.pod),
             "namespace": str(meta.get("namespace", "")),
             "name": str(meta.get("name", "")),
@@ -292,6 +295,8 @@ class Admission:
             "container": hit.container,
             "ids": list(ids),
         }
+        if exp.why:  # the node chose: what it chose goes into the annotation (node_writes.py)
+            entry["entries"], entry["why"] = [e.to_dict() for e in exp.entries], exp.why
         try:
             self.record(entry)  # journaled before kubelet hears of it: dying now cannot forget it
         except (OSError, RuntimeError) as exc:
@@ -300,6 +305,8 @@ class Admission:
             ) from None
         self.restore(entry)
         log.info("%s %s -> pod %s container %s", resource, ids, pod_key(hit.pod), exp.container)
+        if exp.why:
+            CHOSEN_ON_NODE.labels(resource).inc()
         self.on_served()
         return grant
 
@@ -309,6 +316,10 @@ class Admission:
             str(entry["uid"]), ServedPod(str(entry.get("namespace", "")), str(entry.get("name", "")))
         )
         served.record(str(entry["resource"]), int(entry["container"]), [str(i) for i in entry["ids"]])
+        if "entries" in entry:
+            served.chose(
+                str(entry["resource"]), int(entry["container"]), list(entry["entries"]), str(entry["why"])
+            )
 
     def adopt(self, kubelet: KubeletPods) -> int:
         """Take in what kubelet's PodResources says this node's unfinished pods hold of the served
@@ -371,3 +382,8 @@ class Admission:
 
 def clash_text(clash: dict[str, str]) -> str:
     return "; ".join(sorted(set(clash.values())))
+
+
+def _summary(resource: str, ids: list[str]) -> str:
+    """kubelet's IDs, short: `<base> ×n` per base device."""
+    return ", ".join(f"{base} ×{n}" if n > 1 else base for base, n in offered_units(resource, ids).items())

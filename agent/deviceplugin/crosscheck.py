@@ -9,7 +9,10 @@ the VF, so the truth about the VF is not known here.
 
 Admission names the pod from the same list, so with topoalloc as the only plugin for these
 resources nothing should differ; this catches another plugin serving them, a kubelet that lost its
-state, and hand edits.
+state, and hand edits. A pod whose devices the node chose is compared with what the node chose
+(its annotation may not be written yet: node_writes.py); an annotation made for another node
+(`allocated-node`) is no allocation here. A rewritten annotation names this node as
+`allocated-node`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
 from agent.deviceplugin.podresources import PodResourcesClient, PodResourcesError
 from apis import keys
 from apis import resources as rn
-from apis.annotations import DeviceAllocation, DeviceAllocations, parse_device_allocated
+from apis.annotations import (
+    DeviceAllocation,
+    DeviceAllocations,
+    allocated_elsewhere,
+    parse_device_allocated,
+)
 from apis.errors import CodecError
 from apis.quantity import Format, Quantity
 
@@ -100,6 +108,7 @@ class CrossChecker:
         try:
             with self.admission.calls_held():
                 assigned = self.client.list()
+                chosen = {u: s.allocations() for u, s in self.admission.served.items() if s.chosen}
         except PodResourcesError as exc:
             self.error = str(exc)
             log.warning("%s", self.error)
@@ -113,6 +122,15 @@ class CrossChecker:
             held = assigned.get(pod_key(pod))
             if not held:
                 continue  # not admitted yet
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            mine = chosen.get(uid)
+            if mine is not None:  # judged by what the node chose, written or not
+                pod = copy.deepcopy(pod)
+                pod["metadata"]["annotations"] = {
+                    **(pod["metadata"].get("annotations") or {}),
+                    keys.DEVICE_ALLOCATED: mine.to_json(),
+                    keys.ALLOCATED_NODE: self.admission.node_name,
+                }
             found.extend(self._check_pod(pod, held, inv))
         self.mismatches = found
         return found
@@ -122,6 +140,7 @@ class CrossChecker:
     ) -> list[Mismatch]:
         found: list[Mismatch] = []
         truth: dict[str, list[str]] = {}
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
         for resource in SERVED_RESOURCES:
             try:
                 requests = container_requests(pod, resource)
@@ -135,6 +154,11 @@ class CrossChecker:
             if not kubelet:
                 continue
             try:
+                other = allocated_elsewhere(annotations, self.admission.node_name)
+                if other:
+                    raise ExpectationError(
+                        f"its {keys.DEVICE_ALLOCATED} annotation was made for node {other}"
+                    )
                 exps = {e.container: e for e in expectations(pod, resource, inv)}
                 bad = [
                     (n, "annotation differs")

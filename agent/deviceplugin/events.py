@@ -24,6 +24,11 @@ UNNAMED = Counter(
     "Device plugin calls whose pod was named without kubelet's PodResources (it did not answer)",
     ["resource"],
 )
+CHOSEN_ON_NODE = Counter(
+    "topoalloc_agent_containers_served_by_node_choice",
+    "Containers served with devices the node chose (their pod had no allocation for this node)",
+    ["resource"],
+)
 MISMATCHES = Counter(
     "topoalloc_agent_device_mismatches",
     "Containers whose kubelet-assigned devices (PodResources) differ from the pod annotation",
@@ -32,15 +37,22 @@ MISMATCHES = Counter(
 
 
 class EventSink(Protocol):
-    """Where the device plugins' Warning Events on pods go."""
+    """Where the device plugins' Events on pods go."""
 
     def warn(self, pod: dict[str, Any], reason: str, message: str) -> None: ...
+
+    def note(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        """A Normal Event."""
+        ...
 
 
 class NoEvents:
     """The sink of an agent without a cluster (`--print`): nowhere to post; the metrics still count."""
 
     def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        pass
+
+    def note(self, pod: dict[str, Any], reason: str, message: str) -> None:
         pass
 
 
@@ -55,6 +67,12 @@ class PodEvents:
         self.node = node
 
     def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        self._post(pod, "Warning", reason, message)
+
+    def note(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        self._post(pod, "Normal", reason, message)
+
+    def _post(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
         now = format_time()
@@ -72,7 +90,7 @@ class PodEvents:
             },
             "reason": reason,
             "message": message[:1024],
-            "type": "Warning",
+            "type": kind,
             "source": {"component": COMPONENT, "host": self.node},
             "reportingComponent": COMPONENT,
             "reportingInstance": self.node,

@@ -38,6 +38,7 @@ class ContainerExpectation:
     entries: tuple[DeviceAllocation, ...]  # the annotation entries it gets, in annotation order
     bases: tuple[str, ...]  # GPU UUIDs / PF addresses of those entries, same order
     counts: tuple[tuple[str, int], ...] | None  # exact IDs per base; None: any split over `bases`
+    why: str = ""  # set when the node chose these devices (on_node.py): why it did
 
     def accepts(self, resource: str, ids: list[str]) -> bool:
         """Whether kubelet's IDs are exactly the ones the allocator chose."""

@@ -15,14 +15,31 @@ Pure: Device in, plain data out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from apis import resources as rn
-from apis.device import Device
+from apis.device import Device, DeviceInfo
+from apis.interconnect import GpuPlace, Interconnect, build_interconnect, nvlink_gbps
 
 UNITS = 100  # share IDs per GPU (gpu-core) and per RDMA function (rdma)
 UNIT_SEP = "-u"
 SERVED_RESOURCES = (rn.NVIDIA_GPU, rn.GPU_CORE, rn.RDMA)
 UNIT_RESOURCES = (rn.GPU_CORE, rn.RDMA)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a device sits, for choosing devices on the node (node_choice.py); "" / -1: unknown."""
+
+    socket: int = -1
+    pcie_root: str = ""  # the root bus (`pcieID`)
+    pcie_switch: str = ""  # the outermost PCIe switch (`pcieSwitchID`)
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def pcie_scope(self) -> str:
+        """The tightest known PCIe scope: the switch when known, else the root bus."""
+        return self.pcie_switch or self.pcie_root
 
 
 @dataclass(frozen=True)
@@ -32,6 +49,14 @@ class GpuDev:
     numa: int
     healthy: bool
     memory: int  # bytes
+    place: Place = field(default_factory=Place)
+    nvlinks: tuple[tuple[int, int], ...] = ()  # (peer minor, live links)
+
+
+@dataclass(frozen=True)
+class VfGroup:
+    labels: dict[str, str] = field(compare=False)
+    vfs: tuple[str, ...]  # bus IDs
 
 
 @dataclass(frozen=True)
@@ -41,6 +66,8 @@ class NicDev:
     numa: int
     healthy: bool
     vfs: tuple[str, ...] = ()
+    place: Place = field(default_factory=Place)
+    vf_groups: tuple[VfGroup, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +81,23 @@ class PluginDevice:
 class Inventory:
     gpus: list[GpuDev] = field(default_factory=list)
     nics: list[NicDev] = field(default_factory=list)
+    gpu_model: str = ""
+
+    @cached_property
+    def interconnect(self) -> Interconnect:
+        """How well each GPU pair talks (apis/interconnect.py), the matrix the allocator uses."""
+        places = [
+            GpuPlace(
+                minor=g.minor,
+                numa=g.numa,
+                socket=g.place.socket,
+                pcie_root=g.place.pcie_root,
+                pcie_switch=g.place.pcie_switch,
+                nvlinks=dict(g.nvlinks),
+            )
+            for g in self.gpus
+        ]
+        return build_interconnect(places, nvlink_gbps(self.gpu_model))
 
     def gpu_by_minor(self, minor: int) -> GpuDev | None:
         return next((g for g in self.gpus if g.minor == minor), None)
@@ -91,18 +135,37 @@ def base_of(resource: str, device_id: str) -> str:
     return device_id
 
 
+def _place(dev: DeviceInfo) -> Place:
+    topo = dev.topology
+    if topo is None:
+        return Place(labels=dict(dev.labels))
+    return Place(topo.socket_id, topo.pcie_id, topo.pcie_switch_id, dict(dev.labels))
+
+
 def inventory_from_device(device: Device) -> Inventory:
-    inv = Inventory()
+    inv = Inventory(gpu_model=device.gpu_model)
     for dev in device.devices:
         numa = dev.topology.node_id if dev.topology is not None else -1
         if dev.type == rn.DeviceType.GPU and dev.id and dev.minor >= 0:
             memory = dev.resources.get(rn.GPU_MEMORY)
+            links = tuple((p.minor, p.links) for p in dev.nvlink.peers) if dev.nvlink is not None else ()
             inv.gpus.append(
-                GpuDev(dev.minor, dev.id, numa, dev.health, memory.value() if memory is not None else 0)
+                GpuDev(
+                    dev.minor,
+                    dev.id,
+                    numa,
+                    dev.health,
+                    memory.value() if memory is not None else 0,
+                    _place(dev),
+                    links,
+                )
             )
         elif dev.type == rn.DeviceType.RDMA and dev.id:
             vfs = tuple(vf.bus_id for group in dev.vf_groups for vf in group.vfs if vf.bus_id)
-            inv.nics.append(NicDev(dev.minor, dev.id, numa, dev.health, vfs))
+            groups = tuple(
+                VfGroup(dict(g.labels), tuple(vf.bus_id for vf in g.vfs if vf.bus_id)) for g in dev.vf_groups
+            )
+            inv.nics.append(NicDev(dev.minor, dev.id, numa, dev.health, vfs, _place(dev), groups))
     inv.gpus.sort(key=lambda g: g.minor)
     inv.nics.sort(key=lambda n: n.minor)
     return inv

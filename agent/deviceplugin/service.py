@@ -20,12 +20,13 @@ from typing import Any
 
 from agent import checkpoint
 from agent.checkpoint import DEFAULT_STATE_DIR
-from agent.deviceplugin.admission import Admission, Refused, ServedPod
+from agent.deviceplugin.admission import Admission, Refused
 from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
 from agent.deviceplugin.crosscheck import CrossChecker, CrossCheckLoop
 from agent.deviceplugin.events import NO_EVENTS, EventSink, PodEvents
 from agent.deviceplugin.grants import GrantBuilder
 from agent.deviceplugin.inventory import SERVED_RESOURCES, inventory_from_device
+from agent.deviceplugin.node_writes import NodeWrites
 from agent.deviceplugin.plugin import DeviceList
 from agent.deviceplugin.podresources import (
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -33,6 +34,7 @@ from agent.deviceplugin.podresources import (
     PodResourcesError,
 )
 from agent.deviceplugin.registration import Registrar
+from agent.deviceplugin.served import ServedPod
 from agent.discovery.device_health import HealthBook
 from agent.journal import Journal
 from agent.kube import TRANSPORT_ERRORS, Kube, short_error
@@ -58,6 +60,8 @@ class DevicePluginSettings:
     check_seconds: float = 1.0
     crosscheck_seconds: float = 30.0
     crosscheck_delay_seconds: float = 2.0
+    # a pod without an allocation for this node gets devices the node chooses (False: refused)
+    choose_on_node: bool = True
 
 
 class DevicePluginService:
@@ -90,6 +94,8 @@ class DevicePluginService:
             events=events,
             on_served=self._served,
             record=self.journal.append,
+            node_name=node_name,
+            choose_on_node=settings.choose_on_node,
         )
         self.lists = {r: DeviceList() for r in self.resources}
         self.registrar = Registrar(
@@ -105,6 +111,13 @@ class DevicePluginService:
             self.checker, interval=settings.crosscheck_seconds, delay=settings.crosscheck_delay_seconds
         )
         self.writer = _CheckpointWriter(self.save)
+        self.node_writes = NodeWrites(
+            node=node_name,
+            served=self._served_now,
+            pods=self._pods_now,
+            patch=self._patch_pod_annotations,
+            events=events,
+        )
         # the agent's, once attached (`attach`); until then nothing of them is kept
         self.mid: MidTierSource = NoMidTier()
         self.book = HealthBook(xid_hold_seconds=0.0)
@@ -177,6 +190,8 @@ class DevicePluginService:
         except OSError as exc:  # every Allocate will be refused with this reason until it opens
             log.warning("served journal in %s cannot be opened: %s", self.settings.state_dir, exc)
         self.writer.start()
+        if self.kube is not None:
+            self.node_writes.start()  # first: what an earlier agent chose and did not write yet
         self.registrar.start()
         self.crosscheck.start()
 
@@ -196,6 +211,7 @@ class DevicePluginService:
         if self._started:
             self.registrar.stop()
             self.crosscheck.stop()
+            self.node_writes.stop()
             self.writer.stop()
         self.pod_resources.close()
         self.save()
@@ -220,14 +236,34 @@ class DevicePluginService:
 
     def _served(self) -> None:
         self.writer.request()  # the checkpoint off the Allocate path (the journal holds it meanwhile)
+        self.node_writes.poke()
         self.crosscheck.poke()
 
-    def _patch_annotation(self, namespace: str, name: str, value: str) -> None:
-        assert self.kube is not None
+    def _served_now(self) -> dict[str, ServedPod]:
+        with self.admission.calls_held():
+            return self.admission.served_snapshot()
+
+    def _pods_now(self) -> list[dict[str, Any]] | None:
+        watched = self.admission.watched_pods()
+        if watched is not None:
+            return watched[1]
         try:
-            self.kube.patch_pod(
-                namespace, name, {"metadata": {"annotations": {keys.DEVICE_ALLOCATED: value}}}
-            )
+            return self.list_pods()
+        except Refused:
+            return None
+
+    def _patch_pod_annotations(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str]
+    ) -> None:
+        assert self.kube is not None
+        self.kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": annotations}})
+
+    def _patch_annotation(self, namespace: str, name: str, value: str) -> None:
+        """The cross-check's correction: kubelet's devices on this node."""
+        assert self.kube is not None
+        annotations = {keys.DEVICE_ALLOCATED: value, keys.ALLOCATED_NODE: self.node_name}
+        try:
+            self.kube.patch_pod(namespace, name, {"metadata": {"annotations": annotations}})
         except TRANSPORT_ERRORS as exc:
             log.warning("pod %s/%s: annotation not corrected: %s", namespace, name, short_error(exc))
 
@@ -239,6 +275,7 @@ class DevicePluginService:
             "refusals": self.admission.refusals,
             "mismatches": len(self.checker.mismatches),
             "namedWithoutPodResources": self.admission.unidentified_fallbacks,
+            "chosenOnNodeWritesPending": self.node_writes.pending(),
         }
 
 

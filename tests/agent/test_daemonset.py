@@ -319,6 +319,12 @@ def test_policy_limits_the_agent_to_the_device_annotation_of_its_own_pods() -> N
         "another annotation"
     )
     assert _admit(resource="pods", obj=_pod(annotations={key: "{}"}), old=old), "an annotation removed"
+    node_key = "topoalloc.io/allocated-node"
+    chosen = _pod(annotations={key: '{"gpu":[{"minor":5}]}', node_key: "a", "team": "x"})
+    assert _admit(resource="pods", obj=chosen, old=old) == [], "the node's own choice"
+    moved = _pod(annotations={key: "{}", node_key: "b", "team": "x"})
+    assert _admit(resource="pods", obj=chosen, old=moved) == [], "made for another node, now for this one"
+    assert _admit(resource="pods", obj=moved, old=old), "allocated-node naming another node"
     assert _admit(resource="pods", obj=_pod(labels={"x": "y"}), old=_pod()), "a label"
     assert _admit(resource="pods", obj=_pod(image="evil"), old=_pod()), "the spec"
 

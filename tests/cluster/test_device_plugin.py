@@ -1,9 +1,10 @@
 """Scenario: end to end from kube-scheduler to the container. kube-scheduler (with the topoalloc
 extender) places a 2-GPU pod and the allocator writes its annotation; the agent process (fixture
 mode, its node-bound ServiceAccount, device plugins on) serves the stand-in kubelet, which admits the
-pod and receives exactly the annotated GPUs. A pod bound around the scheduler without an annotation
-is refused with an Event, and a PodResources mismatch rewrites the annotation, both through the
-agent's real RBAC and admission policy."""
+pod and receives exactly the annotated GPUs. A pod bound around the scheduler with an annotation
+naming a GPU the node lacks is refused with an Event, and a PodResources mismatch rewrites the
+annotation, both through the agent's real RBAC and admission policy. (A pod without any annotation
+gets devices the node chooses: test_node_choice.py.)"""
 
 from __future__ import annotations
 
@@ -57,12 +58,14 @@ def test_refusal_event_and_annotation_fix_through_rbac_and_policy(
 ) -> None:
     kubelet = node.kubelet
     kubelet.forget()  # the earlier tests' pods are deleted: kubelet frees their devices
-    # bound around the scheduler, no annotation: refused, with an Event the agent may post
-    stray = gpu_pod("stray", gpus=1)
+    # bound around the scheduler, annotated with a GPU the node lacks: refused, with an Event the
+    # agent may post
+    bad = '{"gpu":[{"minor":9,"resources":{"koordinator.sh/gpu-core":"100"}}]}'
+    stray = gpu_pod("stray", gpus=1, annotations={ALLOCATED: bad})
     stray["spec"]["nodeName"] = NODE
     cluster.create_pod(ns, stray)
     pod = wait_until(lambda: cluster.pod(ns, "stray"), timeout=10, what="stray pod")
-    with pytest.raises(AdmissionError, match=f"pod {ns}/stray: no {ALLOCATED} annotation"):
+    with pytest.raises(AdmissionError, match=f"pod {ns}/stray: .*this node has no GPU with minor 9"):
         kubelet.admit(pod)
     event = wait_until(
         lambda: next((e for e in cluster.events(ns) if e["reason"] == "DeviceAllocationRefused"), None),

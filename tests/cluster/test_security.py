@@ -35,7 +35,10 @@ STATUS_RULE = (
     "on the Node's status the agent may only change koordinator.sh/ and kubernetes.io/mid- resources"
 )
 UNBOUND = "the agent's token is not bound to a node"
-POD_RULE = "on a pod the agent may only change the device-allocated annotation of a pod bound to its node"
+POD_RULE = (
+    "on a pod the agent may only change the device-allocated annotation (and allocated-node, to its node) "
+    "of a pod bound to its node"
+)
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
 

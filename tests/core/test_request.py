@@ -291,5 +291,17 @@ def test_pod_usage_of_bound_pods() -> None:
     assert broken.allocations is None and "invalid JSON" in broken.error
 
 
+def test_pod_usage_ignores_an_allocation_made_for_another_node() -> None:
+    allocated = '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}'
+    annotations = {keys.DEVICE_ALLOCATED: allocated, keys.ALLOCATED_NODE: "n2"}
+    p = pod({"cpu": "1", "nvidia.com/gpu": "1"}, node="n1", annotations=annotations)
+    u = pod_usage(p)
+    assert u.allocations is None and u.error == "" and u.cpu_milli == 1000
+    p["metadata"]["annotations"][keys.ALLOCATED_NODE] = "n1"
+    assert pod_usage(p).allocations.minors("gpu") == [1]  # type: ignore[union-attr]
+    p["metadata"]["annotations"][keys.ALLOCATED_NODE] = ""  # empty: as absent
+    assert pod_usage(p).allocations.minors("gpu") == [1]  # type: ignore[union-attr]
+
+
 def test_reason_codes_are_koordinator_strings() -> None:
     assert rs.INSUFFICIENT_DEVICES.format(type="gpu") == "Insufficient gpu devices"

@@ -98,6 +98,27 @@ def test_malformed_annotation_counts_without_devices() -> None:
     assert cache.pod("default", "odd").usage.error
 
 
+def test_an_annotation_made_for_another_node_counts_nothing_until_rewritten() -> None:
+    """kube-scheduler bound the pod elsewhere than it was placed: its devices are not taken on the
+    node it runs on until that node's agent writes what it chose (allocated-node names it)."""
+    cache = cache_with("gpu-1", "gpu-2")
+    p = bound("moved", "gpu-1", list(range(8)))
+    p["metadata"]["annotations"][keys.ALLOCATED_NODE] = "gpu-2"
+    cache.apply(PODS, "ADDED", p)
+    assert fits(cache, 8, "gpu-1") and fits(cache, 8, "gpu-2")
+    assert cache.pods["default/moved"].allocations is None
+    chosen = stamped(p)  # the agent on gpu-1 writes its own choice, naming its node
+    chosen["metadata"]["annotations"][keys.ALLOCATED_NODE] = "gpu-1"
+    cache.apply(PODS, "MODIFIED", chosen)
+    assert not fits(cache, 1, "gpu-1") and fits(cache, 8, "gpu-2")
+    assert cache.pods["default/moved"].allocations.minors("gpu") == list(range(8))  # type: ignore[union-attr]
+    # the same key naming the pod's own node, or no key at all: counted as before
+    plain = stamped(bound("plain", "gpu-2", [0, 1]))
+    cache.apply(PODS, "ADDED", plain)
+    assert not fits(cache, 8, "gpu-2") and fits(cache, 4, "gpu-2")
+    assert cache.pods["default/plain"].allocations.minors("gpu") == [0, 1]  # type: ignore[union-attr]
+
+
 def test_invalid_device_cr_is_a_reason_until_fixed() -> None:
     cache = cache_with("gpu-1")
     broken = stamped(device("gpu-1"))

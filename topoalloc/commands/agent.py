@@ -101,6 +101,14 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     "except with --fixture (no kubelet there unless a test brings one).",
 )
 @click.option(
+    "--node-choice/--no-node-choice",
+    default=True,
+    show_default=True,
+    help="A pod that reaches the node without an allocation for it (no device-allocated annotation, or "
+    "one made for another node) gets devices the agent chooses by topology, written into its "
+    "annotation; --no-node-choice refuses it at admission.",
+)
+@click.option(
     "--device-plugin-dir",
     default="/var/lib/kubelet/device-plugins",
     show_default=True,
@@ -177,6 +185,7 @@ def agent(
     no_hotplug: bool,
     health_port: int | None,
     device_plugin: bool | None,
+    node_choice: bool,
     device_plugin_dir: str,
     pod_resources_socket: str,
     cdi_roots: tuple[str, ...],
@@ -291,6 +300,7 @@ def agent(
             cdi_roots=cdi_roots or DEFAULT_CDI_ROOTS,
             dev_root=dev_root,
             state_dir=state_dir,
+            choose_on_node=node_choice,
         )
         plugins = DevicePluginService(settings, node_name=node_name, sysfs_root=root, kube=kube)
     runner = Agent(

@@ -9,7 +9,7 @@ from typing import Any
 
 from apis import keys
 from apis import resources as rn
-from apis.annotations import DeviceAllocations, parse_device_allocated
+from apis.annotations import DeviceAllocations, allocated_elsewhere, parse_device_allocated
 from apis.errors import CodecError
 from apis.podresources import resource_quantity
 from apis.quantity import NANO
@@ -157,8 +157,11 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
     except CodecError as exc:
         requests, nz_cpu, nz_mem, error = {}, 0, 0, str(exc)
     allocations = None
-    raw = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
-    if raw is not None:
+    annotations = meta.get("annotations") or {}
+    raw = annotations.get(keys.DEVICE_ALLOCATED)
+    # made for another node (the pod was bound elsewhere than placed): no devices here until the
+    # node's agent writes what it chose
+    if raw is not None and not allocated_elsewhere(annotations, node):
         try:
             allocations = parse_device_allocated(raw)
         except CodecError as exc:

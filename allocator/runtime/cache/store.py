@@ -42,9 +42,12 @@ from allocator.runtime.cache.records import (
     NodeFacts,
     PodEntry,
     containers_digest,
+    controller_ref,
+    is_ready,
     meta_of,
     node_facts,
     pod_key,
+    pod_outline,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
 from allocator.runtime.kube import (
@@ -63,6 +66,7 @@ from allocator.runtime.kube import (
 from allocator.runtime.ledger import ROOM_HOLDER, HoldLedger
 from allocator.runtime.metrics import Metrics
 from apis import keys
+from apis.annotations import allocated_elsewhere
 from apis.errors import CodecError
 from apis.podgroup import gang_of, spec_priority
 from apis.resources import TERMINAL_POD_PHASES
@@ -78,8 +82,12 @@ class ClusterCache:
         reservation_ttl: float = 120.0,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        outlines: bool = False,
     ) -> None:
         self.core = core
+        # Keep each bound pod's outline while it holds devices (records.pod_outline): what
+        # defragmentation needs to weigh and move it, read from here instead of a LIST per pass.
+        self.outlines = outlines
         # Of a Node only what the allocator reads: a real Node is mostly status that changes often.
         self.nodes: dict[str, NodeFacts] = {}
         # Of a Device its resourceVersion and itself as compressed JSON (2-3 KB instead of a
@@ -260,9 +268,12 @@ class ClusterCache:
             self._sync_core(key)
             old = None
         spec = pod.get("spec") or {}
-        annotation = (meta.get("annotations") or {}).get(keys.DEVICE_ALLOCATED)
+        annotations = meta.get("annotations") or {}
+        annotation = annotations.get(keys.DEVICE_ALLOCATED)
         active = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
         node = sys.intern(spec.get("nodeName") or "")  # one string per node, not one per pod
+        if node and allocated_elsewhere(annotations, node):
+            annotation = None  # made for another node: counts nothing here (core/request/usage.py)
         containers = containers_digest(spec)
         res = self.ledger.holds.get(key)
         usage: PodUsage | None = None
@@ -281,6 +292,10 @@ class ClusterCache:
                 usage = self.core.usage(pod)
                 if usage.error:
                     log.warning("pod %s: %s (counted without devices)", key, usage.error)
+        status = pod.get("status") or {}
+        outline = None
+        if self.outlines and usage is not None and usage.allocations is not None:
+            outline = pod_outline(pod)
         entry = PodEntry(
             key,
             uid,
@@ -294,6 +309,10 @@ class ClusterCache:
             gang=_gang_key(pod),
             deleting=bool(meta.get("deletionTimestamp")),
             labels=_labels(meta, old),
+            owner=sys.intern(controller_ref(meta)),
+            started=status.get("startTime") or "",
+            ready=is_ready(pod),
+            outline=outline,
         )
         self.pods[key] = entry
         if res is not None and (entry.holds or not entry.active or res.uid != uid):

@@ -112,8 +112,11 @@ class Rig:
         self.kubelet = StandInKubelet(self.plugin_dir, self.pr_socket).start()
         return self.kubelet
 
-    def start_agent(self, *, wait: bool = True, wait_for: tuple[str, ...] = SERVED_RESOURCES) -> Agent:
-        """Start the agent (it serves every resource); wait until kubelet has `wait_for` registered."""
+    def start_agent(
+        self, *, wait: bool = True, wait_for: tuple[str, ...] = SERVED_RESOURCES, choose_on_node: bool = True
+    ) -> Agent:
+        """Start the agent (it serves every resource); wait until kubelet has `wait_for` registered.
+        `choose_on_node` False: a pod without an allocation for this node is refused."""
         config = AgentConfig(resync_seconds=30)
         config.mid_tier.enabled = False
         config.kubelet.config_file = str(self.kubelet_config)  # kubelet's policies: none unless written
@@ -130,6 +133,7 @@ class Rig:
             check_seconds=0.1,
             crosscheck_seconds=3600,  # tests run the cross-check themselves
             crosscheck_delay_seconds=3600,  # nor after a served Allocate: a background pass would race them
+            choose_on_node=choose_on_node,
         )
         plugins = DevicePluginService(settings, node_name=NODE, sysfs_root=self.fx.sys_root, kube=kube)
         self.agent = Agent(
@@ -185,13 +189,13 @@ def exercise_device_plugins(server: FakeApiServer, api_client: Any) -> None:
     try:
         kubelet = rig.start_kubelet()
         rig.start_agent(wait_for=("nvidia.com/gpu",))
-        bad = rig.put_pod("rbac-bad", {"main": {"nvidia.com/gpu": "1"}}, None)
+        bad = rig.put_pod("rbac-bad", {"main": {"nvidia.com/gpu": "1"}}, allocated([gpu_entry(9)]))
         try:
             kubelet.admit(bad)
         except AdmissionError:
             pass
         else:
-            raise AssertionError("a pod without annotation was admitted")
+            raise AssertionError("a pod annotated with a GPU the node lacks was admitted")
         rig.server.remove("pods", "rbac-bad", "default")
         kubelet.allocations["default/rbac-moved"] = {"main": {"nvidia.com/gpu": [rig.uuid(1)]}}
         rig.put_pod("rbac-moved", {"main": {"nvidia.com/gpu": "1"}}, allocated([gpu_entry(0)]))

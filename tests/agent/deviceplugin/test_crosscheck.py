@@ -93,7 +93,7 @@ def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
     health = HealthServer("127.0.0.1", 0, rig.agent.health_state)
     health.start()
     try:
-        bad = rig.put_pod("no-annotation", {"main": {"nvidia.com/gpu": "1"}}, None)
+        bad = rig.put_pod("no-such-gpu", {"main": {"nvidia.com/gpu": "1"}}, allocated([gpu_entry(9)]))
         with contextlib.suppress(AdmissionError):
             kubelet.admit(bad)
         with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/metrics", timeout=5) as resp:
@@ -109,6 +109,7 @@ def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
             "refusals": 1,
             "mismatches": 0,
             "namedWithoutPodResources": 0,
+            "chosenOnNodeWritesPending": 0,
         }
     finally:
         health.stop()

@@ -226,7 +226,6 @@ def test_two_containers_split_the_annotation(make_rig) -> None:
 @pytest.mark.parametrize(
     ("annotation", "reason"),
     [
-        (None, "no scheduling.koordinator.sh/device-allocated annotation"),
         ("{not json", "malformed annotation"),
         ('{"gpu":[{"minor":"three"}]}', "malformed annotation"),
         (allocated([gpu_entry(9)]), "this node has no GPU with minor 9"),
@@ -240,9 +239,20 @@ def test_two_containers_split_the_annotation(make_rig) -> None:
     ],
 )
 def test_bad_annotation_is_refused_with_an_event(make_rig, annotation, reason) -> None:
+    _refused_with_an_event(make_rig, annotation, reason)
+
+
+def test_without_node_choice_a_pod_without_annotation_is_refused(make_rig) -> None:
+    """The node's own choice turned off (`--no-node-choice`): fail closed, as before it existed."""
+    _refused_with_an_event(
+        make_rig, None, "no scheduling.koordinator.sh/device-allocated annotation", choose_on_node=False
+    )
+
+
+def _refused_with_an_event(make_rig, annotation, reason, *, choose_on_node: bool = True) -> None:
     rig = make_rig("dgx-h100")
     kubelet = rig.start_kubelet()
-    rig.start_agent(wait_for=("nvidia.com/gpu",))
+    rig.start_agent(wait_for=("nvidia.com/gpu",), choose_on_node=choose_on_node)
     pod = rig.put_pod("bad", {"main": {"nvidia.com/gpu": "1"}}, annotation)
     with pytest.raises(AdmissionError) as err:
         kubelet.admit(pod)
