@@ -23,8 +23,6 @@ from aiohttp import web
 
 from allocator.claims.hooks import DraClaims
 from allocator.defrag.component import Defragmentation
-from allocator.defrag.controller import MigrationController
-from allocator.defrag.metrics import DefragMetrics
 from allocator.extender.app import extender_app, health_app
 from allocator.extender.binder import Binder
 from allocator.gang.hooks import GangScheduling
@@ -77,7 +75,12 @@ class Allocator:
         self.metrics = metrics or Metrics()
         self.round_trips = config.round_trips
         self.core = CoreAdapter(config.scoring)
-        self.cache = ClusterCache(self.core, reservation_ttl=config.reservation_ttl, metrics=self.metrics)
+        self.cache = ClusterCache(
+            self.core,
+            reservation_ttl=config.reservation_ttl,
+            metrics=self.metrics,
+            outlines=defrag_on(config),
+        )
         self.reflectors = [
             Reflector(
                 api,
@@ -294,7 +297,15 @@ def build_components(alloc: Allocator) -> list[Component]:
     parts: list[Component] = []
     if cfg.gang.enabled:
         registry = alloc.metrics.registry
-        parts.append(GangScheduling(cfg.gang, registry=registry, topology=alloc.topology, **common))
+        parts.append(
+            GangScheduling(
+                cfg.gang,
+                registry=registry,
+                topology=alloc.topology,
+                controllers=alloc.metrics.controllers,
+                **common,
+            )
+        )
     if cfg.reservations.enabled:
         parts.append(
             ReservationScheduling(
@@ -320,15 +331,24 @@ def build_components(alloc: Allocator) -> list[Component]:
                 **common,
             )
         )
-    if cfg.defrag.enabled and cfg.reservations.enabled:  # it moves pods through Reservations
-        controller = MigrationController(
-            settings=cfg.defrag,
-            metrics=DefragMetrics(alloc.metrics.registry),
-            namespace=cfg.leader_election.namespace,
-            **common,
+    if defrag_on(cfg):
+        pdbs = next(r for r in alloc.reflectors if r.kind is PDBS)
+        parts.append(
+            Defragmentation(
+                cfg.defrag,
+                registry=alloc.metrics.registry,
+                namespace=cfg.leader_election.namespace,
+                budgets_read=lambda: not pdbs.missing,  # unreadable budgets protect every pod
+                controllers=alloc.metrics.controllers,
+                **common,
+            )
         )
-        parts.append(Defragmentation(controller))
     return parts
+
+
+def defrag_on(cfg: ServiceConfig) -> bool:
+    """Defragmentation runs: it moves pods through Reservations, so they must be on too."""
+    return cfg.defrag.enabled and cfg.reservations.enabled
 
 
 def build_allocator(config: ServiceConfig, api: KubeApi, *, metrics: Metrics | None = None) -> Allocator:

@@ -32,9 +32,10 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from allocator.core.actions import Count
 from allocator.core.defrag.blocks import largest_block
 from allocator.core.defrag.inputs import DefragPlanSettings, PodFacts, Waiter
-from allocator.core.defrag.migration import Limits, Migration, Reserve, step
+from allocator.core.defrag.migration import CreateReservation, Limits, Migration, step
 from allocator.core.defrag.plan import Move, plan_defrag
 from allocator.core.gang.plan import GangPlan, plan_gang
 from simulator.cluster import SimCluster, SimRequest
@@ -200,9 +201,9 @@ class DefragReplay:
         self.history = [m for m in self.history if now - m.created < self.s.limits.window]
         started = []
         for action in step(self.history, plan, self.s.limits, now, dry_run=False):
-            if isinstance(action, Reserve):
+            if isinstance(action, CreateReservation):
                 started.append(action.move)
-            else:
+            elif isinstance(action, Count) and action.label == "held":
                 self.out.held += 1
         # A replacement may land where another mover of the same plan leaves: its room waits for
         # that pod to go (the controller's Reservation stays Pending until then), so the moves are
@@ -255,9 +256,11 @@ class DefragReplay:
         self.out.moves += 1
         self.out.gpu_hours_lost += move.gpu_hours
         self.out.booked_twice += self._overbooked(target)
+        # Done at once: the replacement runs on its room (bound and Ready).
         done = Migration(
-            key, move.key, move.uid, move.workload, move.source, move.target, "Succeeded", now, True, False
-        )
+            key, move.key, move.uid, move.workload, move.source, move.target, "Succeeded", now, True, False,
+            ready=True,
+        )  # fmt: skip
         self.history.append(done)
         return True
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.runtime.cache.budgets import DisruptionBudgets
 from allocator.runtime.cache.records import PodEntry
 
 JSON = dict[str, Any]
@@ -18,3 +19,6 @@ class DefragCache(Protocol):
 
     @property
     def reservations(self) -> Mapping[str, JSON]: ...
+
+    @property
+    def budgets(self) -> DisruptionBudgets: ...

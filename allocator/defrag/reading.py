@@ -1,20 +1,26 @@
-"""The migration controller's inputs read from the watch cache: the running pods' facts, the work
-waiting long enough (gangs by their members, GPU pods alone), and the moves in flight read back
-from the Reservations the controller made (labelled `topoalloc.io/defrag`)."""
+"""The migration controller's inputs read from the watch cache, no LIST: the running pods' facts
+(their outlines, owners, start times and the budgets selecting them), the work waiting long
+enough (gangs by their members, GPU pods alone), the moves in flight read back from the
+Reservations the controller made (labelled `topoalloc.io/defrag`), and each workload's pods
+available now."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from allocator.core.defrag.inputs import PodFacts, Waiter
 from allocator.core.defrag.migration import Migration
 from allocator.core.gang.priority import by_priority, gang_priority
 from allocator.defrag.cache_view import DefragCache
+from allocator.runtime.cache.records import PodEntry, outline_pod
 from allocator.runtime.coreadapter import CoreAdapter
 from apis import keys
 from apis import resources as rn
-from apis.selector import LabelSelector
+from apis.errors import CodecError
+from apis.reservation import Reservation
 from apis.timestamps import parse_time
 
 JSON = dict[str, Any]
@@ -29,55 +35,41 @@ EVICTED = keys.TOPOALLOC + "defrag-evicted"
 CLOSED = keys.TOPOALLOC + "defrag-closed"
 
 
-def controller_of(raw: Mapping[str, Any]) -> tuple[str, str]:
+def workload_of(entry: PodEntry) -> tuple[str, str]:
     """(kind, "namespace/Kind/name") of the pod's controller; ("", "") for a bare pod."""
-    meta = raw.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            kind = str(ref.get("kind", ""))
-            return kind, f"{meta.get('namespace') or 'default'}/{kind}/{ref.get('name', '')}"
-    return "", ""
+    if not entry.owner:
+        return "", ""
+    kind = entry.owner.partition("/")[0]
+    return kind, f"{entry.key.partition('/')[0]}/{entry.owner}"
 
 
-def protected_keys(pods: Mapping[str, JSON], budgets: Iterable[JSON]) -> set[str]:
-    """Pods (by key, their objects) a PodDisruptionBudget allowing no disruption now selects."""
-    out: set[str] = set()
-    for pdb in budgets:
-        if (pdb.get("status") or {}).get("disruptionsAllowed", 0) > 0:
-            continue
-        namespace = (pdb.get("metadata") or {}).get("namespace") or "default"
-        try:
-            selector = LabelSelector.from_dict((pdb.get("spec") or {}).get("selector") or {}, "selector")
-        except ValueError:
-            continue
-        for key, raw in pods.items():
-            meta = raw.get("metadata") or {}
-            if key.startswith(namespace + "/") and selector.matches(meta.get("labels") or {}):
-                out.add(key)
-    return out
+def budgets_of(cache: DefragCache, entry: PodEntry) -> tuple[tuple[str, int], ...]:
+    """(budget, disruptions it allows now) of every PodDisruptionBudget selecting the pod."""
+    return cache.budgets.selecting(entry.key.partition("/")[0], entry.labels)
 
 
 def pod_facts(
-    cache: DefragCache, core: CoreAdapter, running: Mapping[str, JSON], protected: set[str], now: float
+    cache: DefragCache, core: CoreAdapter, now: float, *, budgets_read: bool = True
 ) -> list[PodFacts]:
-    """`running`: the bound pods' objects by key, listed from the API (the cache keeps only what a
-    bound pod holds, not its owners, labels or start time). A pod not started yet (no
-    `status.startTime`) has no work to lose."""
+    """Every bound pod holding GPUs, as the planner weighs it. A pod not started yet (no
+    `status.startTime`) has no work to lose; one a budget allowing no disruption selects is
+    protected (every pod is, when the budgets could not be read: a move must never break one)."""
     out = []
     for key, e in cache.pods.items():
-        raw = running.get(key)
-        if not e.holds or e.deleting or raw is None or e.usage is None or raw["metadata"].get("uid") != e.uid:
+        if not e.holds or e.deleting or e.usage is None:
             continue
         allocations = e.usage.allocations
         gpus = len(allocations.minors(rn.DeviceType.GPU)) if allocations is not None else 0
-        if not gpus:
+        pod = outline_pod(e) if gpus else None
+        if pod is None:
             continue
-        kind, workload = controller_of(raw)
-        started = parse_time((raw.get("status") or {}).get("startTime")) or now
+        kind, workload = workload_of(e)
+        started = parse_time(e.started) or now
+        protected = not budgets_read or any(n <= 0 for _, n in budgets_of(cache, e))
         out.append(
             PodFacts(
-                key, e.node, e.priority, core.request(raw), gpus, kind, workload, e.gang,
-                key in protected, started, e.uid,
+                key, e.node, e.priority, core.request(pod), gpus, kind, workload, e.gang, protected,
+                started, e.uid,
             )
         )  # fmt: skip
     return out
@@ -116,8 +108,19 @@ def waiters(
     return [w for w, _ in ordered]
 
 
-def migrations(cache: DefragCache) -> list[tuple[Migration, str, str]]:
-    """(the move in flight, its Reservation's uid, the waiter it unblocks) per Reservation made."""
+@dataclass(frozen=True)
+class InFlight:
+    """A move as its Reservation tells it: the move, the Reservation's uid, the waiter it
+    unblocks, and the pods that took its room (`currentOwners`: its replacement)."""
+
+    migration: Migration
+    uid: str
+    waiter: str
+    replacements: tuple[str, ...] = ()
+
+
+def migrations(cache: DefragCache) -> list[InFlight]:
+    """Every move the controller made, read back from its Reservation."""
     out = []
     for name, raw in cache.reservations.items():
         meta = raw.get("metadata") or {}
@@ -127,11 +130,57 @@ def migrations(cache: DefragCache) -> list[tuple[Migration, str, str]]:
         key, uid = notes.get(POD, ""), notes.get(POD_UID, "")
         entry = cache.pods.get(key)
         present = entry is not None and entry.uid == uid and entry.active and not entry.deleting
+        status = raw.get("status") or {}
+        owners = _owners(status)
+        room = str(status.get("nodeName") or notes.get(TARGET, ""))
         m = Migration(
             name, key, uid, notes.get(WORKLOAD, ""), notes.get(SOURCE, ""), notes.get(TARGET, ""),
-            str((raw.get("status") or {}).get("phase") or ""),
-            parse_time(meta.get("creationTimestamp")) or 0.0,
+            str(status.get("phase") or ""), parse_time(meta.get("creationTimestamp")) or 0.0,
             notes.get(EVICTED) == "true", present, bool(notes.get(CLOSED)),
+            ready=_running_ready(cache, owners, room), expires=_expires(raw),
         )  # fmt: skip
-        out.append((m, str(meta.get("uid", "")), notes.get(UNBLOCKS, "")))
+        out.append(
+            InFlight(m, str(meta.get("uid", "")), notes.get(UNBLOCKS, ""), tuple(k for k, _ in owners))
+        )
     return out
+
+
+def ready_pods(cache: DefragCache, workloads: Iterable[str]) -> dict[str, int]:
+    """Per workload, its pods available now: bound, Ready and not on their way out."""
+    wanted = set(workloads)
+    out: Counter[str] = Counter()
+    if not wanted:
+        return {}
+    for e in cache.pods.values():
+        if e.owner and e.holds and e.ready and not e.deleting:
+            _, workload = workload_of(e)
+            if workload in wanted:
+                out[workload] += 1
+    return dict(out)
+
+
+def _owners(status: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, uid) of each pod the room went to."""
+    refs = status.get("currentOwners") or []
+    return [
+        (f"{r.get('namespace') or 'default'}/{r.get('name', '')}", str(r.get("uid") or ""))
+        for r in refs
+        if isinstance(r, dict)
+    ]
+
+
+def _running_ready(cache: DefragCache, owners: list[tuple[str, str]], node: str) -> bool:
+    """Some pod that took the room is that pod still, bound on the room's node and Ready."""
+    for key, uid in owners:
+        e = cache.pods.get(key)
+        if e is not None and (not uid or e.uid == uid) and e.holds and e.node == node and e.ready:
+            return True
+    return False
+
+
+def _expires(raw: JSON) -> float:
+    """When the room expires (spec.expires, else creation + ttl); never, when it says nothing."""
+    try:
+        return Reservation.from_dict(raw).expiry()
+    except (CodecError, ValueError, TypeError):
+        return float("inf")

@@ -1,14 +1,15 @@
 """The gang controller (leader only): runs the core's gang lifecycle and carries out what it decides.
 
 The decisions are the core's (allocator/core/gang/lifecycle.py: plan each gang as a whole, let its
-members go only then, preempt, time out, report); this module only acts. Every pass (woken by the
-watch cache, batched, and at least every `resyncPeriod`, or by the next deadline the lifecycle
-named) it builds each gang's view from the member index and the watch cache (gang/plan_inputs.py),
-steps through the gangs in the lifecycle's queue order with the cluster behind a planner
-(gang/planner.py: the core's decisions through CoreAdapter, the ledger's holds applied at once), and
-applies each step's actions in the order given: Events and metrics at once, API writes (gate
-removals, planned-node annotations, evictions, PodGroup status, hold records) together at the end
-of the pass. What those writes answer goes back to the gang's next step (`Outcomes`).
+members go only then, preempt, time out, report); this module only acts, on the controller runner
+(allocator/runtime/runner.py: woken by the watch cache, batched, at least every `resyncPeriod`, and
+by the deadlines the lifecycle names with `Requeue`). Each pass is whole: it builds every gang's
+view from the member index and the watch cache (gang/plan_inputs.py), steps through the gangs in
+the lifecycle's queue order with the cluster behind a planner (gang/planner.py: the core's
+decisions through CoreAdapter, the ledger's holds applied at once), and applies each step's actions
+in the order given: Events and metrics at once, API writes (gate removals, planned-node
+annotations, evictions, PodGroup status, hold records) together at the end of the pass. What those
+writes answer goes back to the gang's next step (`Outcomes`, by the action's `owner`).
 
 Plans live in this process only (here and as the ledger's holds, gang/holds.py). A new leader, or
 a restarted allocator, starts without them: gated members are planned afresh (or a hold recorded
@@ -18,30 +19,23 @@ until planned again, bound members count as placed. No member is bound against a
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.core.gang.actions import (
-    Action,
-    ClearHold,
+from allocator.core.actions import (
     Count,
-    Duration,
-    EventTarget,
+    Event,
     Evict,
     Nudge,
-    PassGauges,
-    RecordHold,
-    Report,
-    TellMembers,
+    ObjectRef,
+    Observe,
+    Requeue,
     Ungate,
-    WakeAt,
     WriteStatus,
 )
+from allocator.core.gang.actions import Action, ClearHold, RecordHold, TellMembers
 from allocator.core.gang.gang_pass import GangPass
 from allocator.core.gang.gang_state import GangState
 from allocator.core.gang.lifecycle import release_all
@@ -68,10 +62,9 @@ from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
+from allocator.runtime.runner import Batch, ControllerMetrics, Runner, RunnerSettings
 from allocator.runtime.topology import Topology
 from apis.podgroup import GangRef
-
-log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 Effect = Awaitable[None]
@@ -90,6 +83,8 @@ class _Answers:
 
 
 class GangController:
+    """The runner's `Reconciler` for gangs; `runner` runs it."""
+
     def __init__(
         self,
         *,
@@ -105,6 +100,7 @@ class GangController:
         synced: Callable[[], bool],
         plan_settings: GangPlanSettings,
         topology: Topology | None = None,
+        controller_metrics: ControllerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -114,8 +110,6 @@ class GangController:
         self.settings = settings
         self.metrics = metrics
         self.events = events
-        self.is_leader = is_leader
-        self.synced = synced
         self.clock = clock
         self.wall = wall
         self.topology = topology or Topology(settings, cache)
@@ -123,37 +117,13 @@ class GangController:
         self.member_events = MemberEvents(events, clock)
         self.states: dict[str, GangState] = {}
         self._refs: dict[str, GangRef] = {}  # gang key -> how its members named it, while it has a state
-        self.passes = 0
-        self._wake = asyncio.Event()
-        self._next_deadline = math.inf  # wall clock: the next timeout or bind deadline to look at
         self._answers: dict[str, _Answers] = {}  # gang key -> its writes' answers, for its next step
+        self._members: dict[str, MemberPod] = {}  # the members as this pass's views show them
         self._evicting: set[str] = set()  # victims whose eviction is in flight
-        self._leading = False
-
-    # -- loop ------------------------------------------------------------------------------------
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    async def run(self) -> None:
-        while True:
-            wait = min(self.settings.resync_period, max(0.0, self._next_deadline - self.wall()))
-            try:
-                async with asyncio.timeout(wait):
-                    await self._wake.wait()
-                await asyncio.sleep(self.settings.batch_delay)  # let a burst of events land
-            except TimeoutError:
-                pass
-            self._wake.clear()
-            if not (self.is_leader() and self.synced()):
-                if self._leading:
-                    self.step_down()
-                continue
-            self._leading = True
-            try:
-                await self.reconcile_all()
-            except Exception:  # a bug in one pass must not stop gang scheduling for good
-                log.exception("gang controller pass failed")
+        runner_settings = RunnerSettings(resync=settings.resync_period, batch_delay=settings.batch_delay)
+        self.runner = Runner(
+            "gang", self, runner_settings, is_leader=is_leader, synced=synced, metrics=controller_metrics
+        )
 
     def making_room(self, gang: str) -> bool:
         """The gang holds room its victims (or the pods finishing there) still occupy: its members
@@ -166,14 +136,12 @@ class GangController:
         self.planner.release(release_all(self.states.values()))
         self.states.clear()
         self._answers.clear()
-        self._leading = False
 
     def _now(self) -> Clocks:
         return Clocks(self.clock(), self.wall())
 
-    async def reconcile_all(self) -> None:
-        self.passes += 1
-        self._next_deadline = math.inf
+    async def reconcile(self, batch: Batch) -> None:
+        """Every gang, woken or not: the queue order and the starvation head are the whole queue's."""
         answers, self._answers = self._answers, {}
         gangs = []
         for key in sorted(set(self.index.by_gang) | set(self.states)):
@@ -185,53 +153,51 @@ class GangController:
             if (ref := self.index.ref(key)) is not None:
                 self._refs[key] = ref
             gangs.append(view)
+        self._members = {m.key: m for g in gangs for m in g.members}
         run = GangPass(gangs, self.states, self._now(), self.settings)
         effects: list[Effect] = []
         try:
             for gang in run.order:
                 for action in run.step(gang, self._now(), self.planner):
                     effects.extend(self._apply(action))
+            self.metrics.new_pass()
             for action in run.finish():
                 effects.extend(self._apply(action))
         finally:
             self.states = run.states  # the gangs stepped so far hold what the ledger holds for them
             self._refs = {k: ref for k, ref in self._refs.items() if k in self.states}
-        if effects:
-            await asyncio.gather(*effects)
+        await self.runner.gather(effects)
 
     # -- carrying actions out ----------------------------------------------------------------------
 
     def _apply(self, action: Action) -> list[Effect]:
         """Events and metrics now; API writes as effects the pass awaits together."""
         match action:
-            case Report(target, type_, reason, note):
+            case Event(target, type_, reason, note):
                 record_event(self.events, target, type_, reason, note)
             case TellMembers(gang, state):
                 self.member_events.tell(gang, state)
-            case Ungate(gang, member):
-                return [self._remove_gate(gang, member)]
-            case Nudge(member, node):
-                return [annotate_planned_node(self.api, member, node)]
-            case Evict(gang, victim) if victim.key not in self._evicting:
-                return [self._evict(gang, victim)]
-            case WriteStatus(gang, target, status):
+            case Ungate(pod, _, owner) if pod.key in self._members:
+                return [self._remove_gate(owner, self._members[pod.key])]
+            case Nudge(pod, node):
+                return [annotate_planned_node(self.api, pod, node)]
+            case Evict(pod, node, owner) if pod.key not in self._evicting:
+                return [self._evict(owner, Candidate(pod.key, node, 0, "", pod.uid))]
+            case WriteStatus(target, status, owner):
                 # Counted as refused until the API takes it: a pass that breaks off before (or
                 # while) writing must write it again, not trust the status it meant to write.
-                self._answers_of(gang).status_refused = True
-                return [self._patch_status(gang, target, status)]
+                self._answers_of(owner).status_refused = True
+                return [self._patch_status(owner, target, status)]
             case RecordHold(member, record):
                 return [annotate_hold(self.api, member, record.to_json())]
             case ClearHold(key, uid):
                 return [clear_hold(self.api, key, uid)]
             case Count(metric, label, by):
                 self.metrics.count(metric, label, by)
-            case Duration(seconds):
-                self.metrics.duration.observe(seconds)
-            case PassGauges(waiting_pods, reasons, held):
-                self.metrics.waiting.set(waiting_pods)
-                self.metrics.observe_pass(list(reasons), held)
-            case WakeAt(wall):
-                self._next_deadline = min(self._next_deadline, wall)
+            case Observe(metric, value, label):
+                self.metrics.observe(metric, value, label)
+            case Requeue(key, after):
+                self.runner.after(key, after)
         return []
 
     def _answers_of(self, gang: str) -> _Answers:
@@ -250,6 +216,6 @@ class GangController:
             self._evicting.discard(victim.key)
         self._answers_of(gang).evictions[victim.key] = why
 
-    async def _patch_status(self, gang: str, target: EventTarget, status: JSON) -> None:
+    async def _patch_status(self, gang: str, target: ObjectRef, status: JSON) -> None:
         if await patch_podgroup_status(self.api, target, status):
             self._answers_of(gang).status_refused = False  # else written again next pass

@@ -24,6 +24,7 @@ from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodReques
 from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.kube import KubeApi
+from allocator.runtime.runner import ControllerMetrics
 from allocator.runtime.steering import Steering
 from allocator.runtime.tasks import Spawn
 from allocator.runtime.topology import Topology
@@ -48,6 +49,7 @@ class GangScheduling:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         topology: Topology,
+        controllers: ControllerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.index = GangIndex()
@@ -73,6 +75,7 @@ class GangScheduling:
             synced=synced,
             plan_settings=plan_settings,
             topology=self.topology,
+            controller_metrics=controllers,
         )
 
     # -- Steering ---------------------------------------------------------------------------------
@@ -109,10 +112,10 @@ class GangScheduling:
 
     def observe(self, kind: str, key: str, obj: JSON | None) -> None:
         self.index.on_change(kind, key, obj)
-        self.controller.wake()
+        self.controller.runner.wake()
 
     def start(self, spawn: Spawn) -> None:
-        spawn("gang controller", self.controller.run())
+        spawn("gang controller", self.controller.runner.run())
 
     def stop(self) -> None:
-        self.controller.step_down()
+        self.controller.runner.stop()

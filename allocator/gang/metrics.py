@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from allocator.core.gang.actions import DURATION, HELD_DEVICES, WAITING_GANGS, WAITING_PODS
+
 # From the moment a gang has its minimum of members to the moment that many are bound: seconds
 # when the cluster has room, up to the gang's timeout when it waits for room.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -56,8 +58,8 @@ class GangMetrics:
             registry=registry,
         )
 
-    def count(self, metric: str, label: str = "", by: int = 1) -> None:
-        """One of the counters the gang lifecycle names (allocator/core/gang/actions.py `Count`)."""
+    def count(self, metric: str, label: str = "", by: float = 1) -> None:
+        """One of the counters the gang lifecycle names (allocator/core/gang/actions.py)."""
         counters = {
             "plans": self.plans,
             "timeouts": self.timeouts,
@@ -67,9 +69,17 @@ class GangMetrics:
         counter = counters[metric]
         (counter.labels(label) if label else counter).inc(by)
 
-    def observe_pass(self, waiting_reasons: list[str], held_devices: int) -> None:
-        """What one controller pass saw: why each waiting gang waits, devices held while preempting."""
+    def observe(self, metric: str, value: float, label: str = "") -> None:
+        """One of the observations the gang lifecycle names (allocator/core/gang/actions.py)."""
+        if metric == DURATION:
+            self.duration.observe(value)
+        elif metric == WAITING_PODS:
+            self.waiting.set(value)
+        elif metric == HELD_DEVICES:
+            self.held_devices.set(value)
+        elif metric == WAITING_GANGS:
+            self.waiting_gangs.labels(label).set(value)
+
+    def new_pass(self) -> None:
+        """A pass's gauges replace the last pass's: a reason no gang waits for any more goes."""
         self.waiting_gangs.clear()
-        for reason in set(waiting_reasons):
-            self.waiting_gangs.labels(reason).set(waiting_reasons.count(reason))
-        self.held_devices.set(held_devices)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from allocator.core.gang.actions import Release, Reserve
+from allocator.core.gang.actions import HoldPlan, ReleaseHolds
 from allocator.core.gang.levels import Levels
 from allocator.core.gang.min_resources import Shortage
 from allocator.core.gang.plan import GangPlan, GangPlanSettings, NoPlan
@@ -19,7 +19,7 @@ from allocator.gang.cache_view import GangCache
 from allocator.gang.holds import PlanHolds
 from allocator.gang.index import GangIndex
 from allocator.gang.plan_inputs import admitting_nodes, member_requests, sibling_nodes
-from allocator.runtime.cache.records import Hold
+from allocator.runtime.cache import records
 from allocator.runtime.cache.victims import all_candidates
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.topology import Topology
@@ -117,21 +117,21 @@ class ClusterPlanner:
 
     # -- the hold ledger -----------------------------------------------------------------------
 
-    def reserve(self, action: Reserve) -> bool:
+    def hold(self, plan: HoldPlan) -> bool:
         """Hold every placement, or none: a refused hold drops the ones made before it."""
         made = []
-        for hold in action.holds:
+        for hold in plan.holds:
             entry = self.cache.pods[hold.key]
             req = self.core.request(entry.raw or {})
-            got = self.holds.reserve(hold.key, hold.uid, hold.node, hold.devices, req, action.gang)
-            if not isinstance(got, Hold):
+            got = self.holds.reserve(hold.key, hold.uid, hold.node, hold.devices, req, plan.gang)
+            if not isinstance(got, records.Hold):
                 for key in made:
                     self.holds.release(key)
-                log.warning("gang %s: reserving %s failed: %s", action.gang, hold.key, got)
+                log.warning("gang %s: holding %s failed: %s", plan.gang, hold.key, got)
                 return False
             made.append(hold.key)
         return True
 
-    def release(self, action: Release) -> None:
+    def release(self, action: ReleaseHolds) -> None:
         for key in action.keys:
             self.holds.release(key, force=action.force)

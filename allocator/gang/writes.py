@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.core.gang.actions import EventTarget
+from allocator.core.actions import ObjectRef
 from allocator.core.gang.view import MemberPod
 from allocator.runtime import gates
 from allocator.runtime.events import EventSink, PodRef
@@ -26,12 +26,12 @@ async def remove_gate(api: KubeApi, m: MemberPod) -> bool:
     return await gates.remove_gate(api, m, keys.GANG_SCHEDULING_GATE)
 
 
-def _annotation(m: MemberPod, key: str, value: str | None) -> JSON:
+def _annotation(m: MemberPod | ObjectRef, key: str, value: str | None) -> JSON:
     """A merge patch of one annotation, with the member's uid as its precondition."""
     return {"metadata": {"uid": m.uid, "annotations": {key: value}}}
 
 
-async def annotate_planned_node(api: KubeApi, m: MemberPod, node: str) -> None:
+async def annotate_planned_node(api: KubeApi, m: ObjectRef, node: str) -> None:
     await api.patch(
         PODS.path(m.name, namespace=m.namespace),
         _annotation(m, keys.GANG_PLANNED_NODE, node),
@@ -39,7 +39,7 @@ async def annotate_planned_node(api: KubeApi, m: MemberPod, node: str) -> None:
     )
 
 
-def status_patch(target: EventTarget, status: JSON) -> tuple[str, JSON, str]:
+def status_patch(target: ObjectRef, status: JSON) -> tuple[str, JSON, str]:
     """The path, body and patch type that write the gang's status onto its PodGroup's status.
 
     A scheduler-plugins PodGroup takes it as a merge patch. A native PodGroup keeps conditions
@@ -52,19 +52,19 @@ def status_patch(target: EventTarget, status: JSON) -> tuple[str, JSON, str]:
     return path, {"status": status}, MERGE_PATCH
 
 
-async def patch_podgroup_status(api: KubeApi, target: EventTarget, status: JSON) -> bool:
+async def patch_podgroup_status(api: KubeApi, target: ObjectRef, status: JSON) -> bool:
     """Write the gang's status onto its PodGroup's status subresource. False when the API refused it."""
     path, body, kind = status_patch(target, status)
     what = f"updating the status of {target.kind} {target.namespace}/{target.name}"
     return bool(await api.patch(path, body, content_type=kind, what=what))
 
 
-def event_ref(target: EventTarget) -> PodRef:
+def event_ref(target: ObjectRef) -> PodRef:
     """The object an Event of the gang lifecycle is about: the gang's object, or a member pod."""
     return PodRef(target.namespace, target.name, target.uid, target.kind, target.api_version)
 
 
-def record_event(events: EventSink, target: EventTarget, type_: str, reason: str, note: str) -> None:
+def record_event(events: EventSink, target: ObjectRef, type_: str, reason: str, note: str) -> None:
     events.record(event_ref(target), type_, reason, "Scheduling", note)
 
 

@@ -5,10 +5,15 @@ allocator's webhook; gang preemption off, so only defragmentation makes room). A
 the plan and evicts nothing (and `topoalloc defrag` shows the same plan); enabled, it reserves the
 targets, evicts the fewest pods, the Deployment's replacements land on the reserved rooms and the
 gang binds, and an allocator killed mid-migration loses nothing and moves nothing twice; pods a
-budget protects and bare pods are never moved; a Deployment's maxUnavailable caps its moves.
+budget protects and bare pods are never moved; a Deployment's maxUnavailable caps its moves. It
+keeps its limits while replacements take seconds to be Ready and one cannot be scheduled at once:
+the Deployment never has fewer than replicas - maxUnavailable pods available, and never more moves
+are in flight than maxMigrating (both watched the whole time, every version).
 
-No kubelet runs: an evicted pod stays Terminating until the test, standing in for kubelet,
-deletes it with grace period 0 (`finish`)."""
+No kubelet runs: where a test needs one, `ReadyKubelet` (defrag_kubelet.py) reports pods Running
+and Ready once bound (replacements a few seconds later, as a real kubelet takes) and lets an
+evicted pod go at once; elsewhere an evicted pod stays Terminating until the test deletes it with
+grace period 0, and no pod is Ready."""
 
 from __future__ import annotations
 
@@ -24,7 +29,9 @@ import yaml
 
 from apis import keys
 from apis.reservation_pod import RESERVATION_ALLOCATED
-from tests.cluster.harness import ClusterEnv, gpu_pod, ready_nodes
+from tests.cluster.defrag_kubelet import Availability, MoveWatch, ReadyKubelet
+from tests.cluster.defrag_kubelet import close as close_all
+from tests.cluster.harness import ClusterEnv, gpu_pod, metrics, ready_nodes
 from tests.support.cluster_product import SYSTEM_NAMESPACE, topoalloc_argv
 from tests.support.controlplane import ApiStatus, wait_until
 
@@ -32,6 +39,8 @@ POOL = {"topoalloc.test/pool": "defrag"}
 NODES = ("df-0", "df-1", "df-2", "df-3")
 RESERVATIONS = "/apis/scheduling.koordinator.sh/v1alpha1/reservations"
 REPORT = "topoalloc-defrag-report"
+TRAIN_ONLY = "topoalloc.test/train-only"  # a taint the gangs tolerate, the Deployment's pods not
+REPLACEMENT_READY = 5.0  # seconds from a replacement's binding to its Ready, as a real kubelet takes
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,6 +63,15 @@ def cleanup(cluster: ClusterEnv, ns: str) -> Iterator[None]:
     for room in moves(cluster, ns):
         with contextlib.suppress(ApiStatus):
             cluster.cp.admin.delete(f"{RESERVATIONS}/{room['metadata']['name']}")
+
+
+@pytest.fixture
+def kubelet(cluster: ClusterEnv, ns: str) -> Iterator[ReadyKubelet]:
+    """Kubelet's part for the namespace's pods: Ready at once while the scene is set up (a test
+    sets `delay` for what binds next), evicted pods gone at once."""
+    stand_in = ReadyKubelet(cluster.cp, ns)
+    yield stand_in
+    stand_in.close()
 
 
 def restart_allocator(cluster: ClusterEnv, defrag: dict[str, Any] | None) -> None:
@@ -80,6 +98,11 @@ def priorities(cluster: ClusterEnv, ns: str) -> None:
         cluster.cp.admin.post(
             "/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": name}, "value": value}
         )
+
+
+def taint_for_training(cluster: ClusterEnv, node: str, on: bool) -> None:
+    taints = [{"key": TRAIN_ONLY, "value": "true", "effect": "NoSchedule"}] if on else None
+    cluster.cp.admin.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"taints": taints}})
 
 
 def cordon(cluster: ClusterEnv, *open_nodes: str) -> None:
@@ -133,25 +156,17 @@ def two_per_node(cluster: ClusterEnv, ns: str, **kwargs: Any) -> dict[str, str]:
     return placed
 
 
-def gang(cluster: ClusterEnv, ns: str) -> None:
-    """A PodGroup of one 8-GPU pod of the high priority: it waits (no node has 8 GPUs free)."""
-    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"}}
+def gang(cluster: ClusterEnv, ns: str, name: str = "train") -> None:
+    """A PodGroup of one 8-GPU pod (`name`-0) of the high priority: it waits (no node has 8 GPUs
+    free)."""
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name}}
     cluster.cp.admin.post(
         f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups", {**group, "spec": {"minMember": 1}}
     )
-    pod = gpu_pod("train-0", gpus=8, labels={keys.POD_GROUP_LABEL: "train"}, node_selector=POOL)
+    pod = gpu_pod(f"{name}-0", gpus=8, labels={keys.POD_GROUP_LABEL: name}, node_selector=POOL)
+    pod["spec"]["tolerations"] = [{"key": TRAIN_ONLY, "operator": "Exists", "effect": "NoSchedule"}]
     pod["spec"]["priorityClassName"] = f"{ns}-high"
     cluster.create_pod(ns, pod)
-
-
-def finish(cluster: ClusterEnv, ns: str, evicted: set[str]) -> None:
-    """Kubelet's part: a pod being deleted (evicted) goes, its containers stopped."""
-    for pod in web_pods(cluster, ns):
-        if pod["metadata"].get("deletionTimestamp"):
-            name = pod["metadata"]["name"]
-            evicted.add(name)
-            with contextlib.suppress(ApiStatus):
-                cluster.cp.admin.delete(f"/api/v1/namespaces/{ns}/pods/{name}", gracePeriodSeconds=0)
 
 
 def moves(cluster: ClusterEnv, ns: str) -> list[dict[str, Any]]:
@@ -219,9 +234,12 @@ def test_a_dry_run_reports_the_plan_and_evicts_nothing(cluster: ClusterEnv, ns: 
     assert not cluster.pod(ns, "train-0")["spec"].get("nodeName")
 
 
-def test_moves_reserve_then_evict_survive_a_restart_and_the_gang_binds(cluster: ClusterEnv, ns: str) -> None:
+def test_moves_reserve_then_evict_survive_a_restart_and_the_gang_binds(
+    cluster: ClusterEnv, ns: str, kubelet: ReadyKubelet
+) -> None:
     priorities(cluster, ns)
     placed = two_per_node(cluster, ns)
+    kubelet.delay = REPLACEMENT_READY
     restart_allocator(cluster, settings(dryRun=False))
     gang(cluster, ns)
     made = wait_until(lambda: len(m := moves(cluster, ns)) == 2 and m, timeout=90, what="two moves reserved")
@@ -235,18 +253,17 @@ def test_moves_reserve_then_evict_survive_a_restart_and_the_gang_binds(cluster: 
         return all((r.get("status") or {}).get("phase") == "Available" for r in got)
 
     wait_until(available, timeout=60, what="the two rooms Available")
-    # Mid-migration (the pods evicted or about to be, none gone yet): the allocator is killed.
+    # Mid-migration (the pods evicted or about to be, their replacements not Ready): the allocator
+    # is killed.
     restart_allocator(cluster, settings(dryRun=False))
-    evicted: set[str] = set()
 
     def gang_bound() -> bool:
-        finish(cluster, ns, evicted)
         return bool(cluster.pod(ns, "train-0")["spec"].get("nodeName"))
 
     wait_until(gang_bound, timeout=180, what="the gang bound on the freed node")
     [source] = sources
     assert cluster.pod(ns, "train-0")["spec"]["nodeName"] == source
-    assert evicted == {name for name, node in placed.items() if node == source}  # those two, no more
+    assert kubelet.evicted == {name for name, node in placed.items() if node == source}  # those two, no more
 
     # Nothing twice: still the two Reservations; the replacements landed on their rooms.
     def replaced() -> list[dict[str, Any]] | None:
@@ -331,9 +348,12 @@ def test_bare_pods_are_never_moved_unless_allowed(cluster: ClusterEnv, ns: str) 
     assert len(plan["moves"]) == 2 and all(m["pod"].startswith(f"{ns}/bare-") for m in plan["moves"])
 
 
-def test_a_deployments_max_unavailable_caps_its_moves(cluster: ClusterEnv, ns: str) -> None:
+def test_a_deployments_max_unavailable_caps_its_moves(
+    cluster: ClusterEnv, ns: str, kubelet: ReadyKubelet
+) -> None:
     priorities(cluster, ns)
     two_per_node(cluster, ns, max_unavailable=1)
+    kubelet.delay = REPLACEMENT_READY
     restart_allocator(cluster, settings(dryRun=False))  # the settings would allow two at once
     gang(cluster, ns)
     held = wait_until(
@@ -346,3 +366,99 @@ def test_a_deployments_max_unavailable_caps_its_moves(cluster: ClusterEnv, ns: s
         what="a move held by the Deployment's maxUnavailable",
     )
     assert held and len(moves(cluster, ns)) == 1
+
+
+def available(cluster: ClusterEnv, ns: str) -> dict[str, Any]:
+    """The Deployment, once all 8 of its pods are available."""
+    path = f"/apis/apps/v1/namespaces/{ns}/deployments/web"
+    return wait_until(
+        lambda: (d := cluster.cp.admin.get(path)).get("status", {}).get("availableReplicas") == 8 and d,
+        timeout=60,
+        what="the Deployment's 8 pods available",
+    )
+
+
+def defrag_passes(cluster: ClusterEnv) -> float:
+    return metrics(cluster.leader()).get('topoalloc_controller_passes_total{controller="defrag"}', 0.0)
+
+
+def test_moves_never_take_a_deployment_below_its_max_unavailable(
+    cluster: ClusterEnv, ns: str, kubelet: ReadyKubelet
+) -> None:
+    """Two gangs wait, four moves make their room; maxUnavailable 25% of 8 lets 2 pods be down
+    at once. A move ends when its replacement is Ready (seconds after binding), so the next two
+    start only then: availableReplicas never below 6, in every version the Deployment had."""
+    priorities(cluster, ns)
+    two_per_node(cluster, ns)
+    start = available(cluster, ns)["metadata"]["resourceVersion"]
+    kubelet.delay = REPLACEMENT_READY
+    seen = Availability(cluster.cp, ns, "web", start)
+    try:
+        # Only the Deployment's own limit holds the moves back (the settings would allow four).
+        four = {"maxMigrating": 4, "maxMigratingPerNamespace": 4, "maxMigratingPerWorkload": 4}
+        restart_allocator(cluster, settings(dryRun=False, **four))
+        gang(cluster, ns, "train-a")
+        gang(cluster, ns, "train-b")
+        for name in ("train-a-0", "train-b-0"):
+            cluster.wait_bound(ns, name, timeout=240)
+        wait_until(lambda: len(kubelet.evicted) >= 4 and seen.reported(), timeout=30, what="four pods moved")
+        wait_until(lambda: min(seen.reported()[-1:] or [0]) == 8, timeout=60, what="the replacements Ready")
+    finally:
+        close_all(seen)
+    assert len(kubelet.evicted) == 4 and len(moves(cluster, ns)) == 4
+    reported = seen.reported()
+    assert min(reported) >= 6, f"availableReplicas fell to {min(reported)} (versions: {reported})"
+
+
+def test_no_more_moves_in_flight_than_max_migrating_while_a_replacement_waits(
+    cluster: ClusterEnv, ns: str, kubelet: ReadyKubelet
+) -> None:
+    """maxMigrating 1. The rooms' nodes are cordoned and the node being cleared takes only the
+    gang (a taint it tolerates): the first replacement cannot be scheduled until the nodes are
+    opened again, and is Ready seconds after. The second move starts only then (a move is not over
+    when its pod is gone): never two in flight."""
+    priorities(cluster, ns)
+    # df-3's pods started last: the cheapest to move (fewest GPU-hours lost), so the gang goes there.
+    kubelet.age = {node: 3600.0 for node in NODES if node != "df-3"}
+    placed = two_per_node(cluster, ns)
+    available(cluster, ns)
+    kubelet.delay = REPLACEMENT_READY
+    cordon(cluster, "df-3")  # the rooms' nodes closed, and df-3 only for the gang: a replacement waits
+    taint_for_training(cluster, "df-3", True)
+    watch = MoveWatch(cluster.cp, ns)
+    try:
+        restart_allocator(cluster, settings(dryRun=False, maxMigrating=1))
+        gang(cluster, ns)
+        waiting = wait_until(
+            lambda: [
+                p
+                for p in web_pods(cluster, ns)
+                if p["metadata"]["name"] not in placed and not p["spec"].get("nodeName")
+            ],
+            timeout=90,
+            what="the first replacement waiting for its node",
+        )
+        # Two more passes of the controller while it waits: the second move stays held.
+        passes = defrag_passes(cluster)
+        wait_until(
+            lambda: watch.most() > 1 or defrag_passes(cluster) >= passes + 2,
+            timeout=30,
+            what="two more passes",
+        )
+        assert watch.most() == 1, f"{watch.most()} moves in flight at once"
+        assert watch.made() == 1 and len(kubelet.evicted) == 1
+        assert not cluster.pod(ns, waiting[0]["metadata"]["name"])["spec"].get("nodeName")
+        held = [
+            e
+            for e in reasons(cluster, ns, "DefragHeld")
+            if "maxMigrating 1" in e.get("note", e.get("message", ""))
+        ]
+        assert held
+        cordon(cluster, *NODES)  # open again: the replacement binds, is Ready, the second move goes
+        assert cluster.wait_bound(ns, "train-0", timeout=180)["spec"]["nodeName"] == "df-3"
+    finally:
+        cordon(cluster, *NODES)
+        taint_for_training(cluster, "df-3", False)
+        close_all(watch)
+    assert kubelet.evicted == {name for name, node in placed.items() if node == "df-3"}
+    assert watch.made() == 2 and watch.most() == 1

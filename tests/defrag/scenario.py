@@ -21,7 +21,8 @@ NODES = ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs", "uid": "rs-uid", "controller": True}
 
 
-def world(fake: FakeApiServer) -> None:
+def world(fake: FakeApiServer, *, waiting: bool = True) -> None:
+    """The nodes and the ReplicaSet's pods, and (`waiting`) the 8-GPU pod that waits."""
     seed_nodes(fake, NODES)
     for i, node in enumerate(NODES):
         for g in range(2):
@@ -33,6 +34,11 @@ def world(fake: FakeApiServer) -> None:
             }
             p["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
             fake.put(p)
+    if waiting:
+        waiter(fake)
+
+
+def waiter(fake: FakeApiServer) -> None:
     big = pod("big", gpus=8)
     big["spec"]["priority"] = 100
     fake.put(big)

@@ -115,7 +115,8 @@ async def test_equal_priority_is_never_preempted(fake_api: FakeApiServer, pki: P
         await w.admission.create_podgroup(podgroup("peer", 1))
         await w.admission.create_pod(high_member("peer0", "peer", 2))
         await until(lambda: w.podgroup_status("peer").get("phase") == "PreScheduling", 5)
-        await asyncio.sleep(1.2)  # at least one more controller pass
+        gang: Any = w.service.component("gang")
+        await gang.controller.runner.wait_passes(2)  # the controller looked again since
         assert terminating(w) == set() and gates_of(w.pods()["peer0"]) == [keys.GANG_SCHEDULING_GATE]
 
 
@@ -140,7 +141,8 @@ async def test_a_pdb_holds_the_eviction_and_the_held_room_is_not_taken(
             await w.admission.create_podgroup(podgroup("train", 1))
             await w.admission.create_pod(high_member("train0", "train", 8))
             await until(lambda: bool(w.gang_reservations()), 10)  # the room on n1 is held
-            await asyncio.sleep(1.2)
+            gang: Any = w.service.component("gang")
+            await gang.controller.runner.wait_passes(2)  # the controller looked again since
             assert gone == set() and not node_of(w.pods()["train0"])  # the budget allows nothing
             registry = w.service.metrics.registry
             assert registry.get_sample_value("topoalloc_gang_held_devices") == 8

@@ -26,7 +26,7 @@ def reasons(w: GangWorld, pod: str) -> list[str]:
 
 def passes(w: GangWorld) -> int:
     gang: Any = w.service.component("gang")
-    return int(gang.controller.passes)
+    return int(gang.controller.runner.passes)
 
 
 async def test_members_hear_each_decision_once(fake_api: FakeApiServer, pki: Pki) -> None:

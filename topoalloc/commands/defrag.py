@@ -1,6 +1,6 @@
 """`topoalloc defrag`: how fragmented a cluster's GPUs are, and the plan the migration controller
 would make now (docs/defragmentation.md). Read-only: it lists Nodes, Device CRs, Pods,
-Reservations and PodDisruptionBudgets (and GETs the owners of the pods it would move, for their
+Reservations and PodDisruptionBudgets once (and GETs the owners of the pods it would move, for their
 maxUnavailable) and writes nothing.
 
 It builds the allocator's own watch cache and core from those lists and runs the controller's
@@ -55,13 +55,14 @@ async def snapshot(api: Any, settings: Any, now: float) -> Snapshot:
     """Everything the command prints, read through `api` (an allocator.runtime.kube.KubeApi)."""
     from allocator.core.gang.plan import GangPlanSettings
     from allocator.defrag import planning
+    from allocator.defrag.workloads import Owners
     from allocator.runtime.cache.store import ClusterCache
     from allocator.runtime.coreadapter import CoreAdapter
-    from allocator.runtime.kube import DEVICES, NODES, PODS, RESERVATIONS, ApiError
+    from allocator.runtime.kube import DEVICES, NODES, PDBS, PODS, RESERVATIONS, ApiError
 
     core = CoreAdapter()
-    cache = ClusterCache(core)
-    for kind in (NODES, DEVICES, PODS, RESERVATIONS):
+    cache = ClusterCache(core, outlines=True)
+    for kind in (NODES, DEVICES, PODS, RESERVATIONS, PDBS):
         try:
             items, _ = await api.list(kind)
         except ApiError as exc:
@@ -71,7 +72,7 @@ async def snapshot(api: Any, settings: Any, now: float) -> Snapshot:
                 raise
         cache.replace(kind, items)
     rooms = _hold_rooms(cache, core)
-    got = await planning.plan_pass(api, cache, core, settings, GangPlanSettings(), now, strict=True)
+    got = await planning.plan_pass(cache, core, settings, GangPlanSettings(), now, Owners(api))
     return Snapshot(core.cluster.nodes, got, planning.limits_of(settings), settings, now, rooms)
 
 

@@ -9,13 +9,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.core.actions import Event, Evict
 from allocator.core.defrag.blocks import fragmentation, partitions_free
 from allocator.core.defrag.inputs import Waiter, why_immovable
-from allocator.core.defrag.migration import Evict, Finish, Hold, Limits, Migration, Reserve, step
+from allocator.core.defrag.migration import (
+    HELD,
+    CloseReservation,
+    CreateReservation,
+    Limits,
+    Migration,
+    held_why,
+    step,
+)
 from allocator.core.node.gpu_summary import GPUSummary
 from allocator.core.node.state import NodeState
-from allocator.defrag.controller import report
 from allocator.defrag.planning import Pass
+from allocator.defrag.report import report
 from allocator.runtime.defrag_settings import DefragSettings
 
 JSON = dict[str, Any]
@@ -52,17 +61,17 @@ def node_rows(nodes: Mapping[str, NodeState]) -> list[JSON]:
 def next_steps(snap: Snapshot) -> list[JSON]:
     """What the controller would do now if enabled and not a dry run (limits applied)."""
     got = snap.got
-    migrations = [m for m, _, _ in got.inflight]
     out: list[JSON] = []
-    for action in step(migrations, got.plan, snap.limits, snap.now, dry_run=False, caps=got.caps):
-        if isinstance(action, Reserve):
-            out.append({"step": "reserve", "pod": action.move.key, "on": action.move.target})
-        elif isinstance(action, Hold):
-            out.append({"step": "hold", "pod": action.move.key, "why": action.why})
-        elif isinstance(action, Evict):
-            out.append({"step": "evict", "pod": action.migration.pod, "room": action.migration.reservation})
-        elif isinstance(action, Finish):
-            out.append({"step": "close", "room": action.migration.reservation, "why": action.reason})
+    for action in step(got.migrations, got.plan, snap.limits, snap.now, dry_run=False, caps=got.caps):
+        match action:
+            case CreateReservation(move):
+                out.append({"step": "reserve", "pod": move.key, "on": move.target})
+            case Event(target, _, reason, note) if reason == HELD:
+                out.append({"step": "hold", "pod": target.key, "why": held_why(note)})
+            case Evict(pod, _, room):
+                out.append({"step": "evict", "pod": pod.key, "room": room})
+            case CloseReservation(migration, reason):
+                out.append({"step": "close", "room": migration.reservation, "why": reason})
     return out
 
 
@@ -116,7 +125,7 @@ def as_data(snap: Snapshot, *, explain_too: bool = False) -> JSON:
         },
         "nodes": node_rows(snap.nodes),
         "plan": report(snap.got.plan, snap.now),
-        "inFlight": [_in_flight(m, waiter) for m, _, waiter in snap.got.inflight],
+        "inFlight": [_in_flight(f.migration, f.waiter, snap.now) for f in snap.got.inflight],
         "next": next_steps(snap),
         "settings": {"dryRun": snap.settings.dry_run, "enabled": snap.settings.enabled},
     }
@@ -127,7 +136,7 @@ def as_data(snap: Snapshot, *, explain_too: bool = False) -> JSON:
     return data
 
 
-def _in_flight(m: Migration, waiter: str) -> JSON:
+def _in_flight(m: Migration, waiter: str, now: float) -> JSON:
     return {
         "pod": m.pod,
         "from": m.source,
@@ -135,7 +144,7 @@ def _in_flight(m: Migration, waiter: str) -> JSON:
         "room": m.reservation,
         "phase": m.phase,
         "evicted": m.evicted,
-        "finished": m.finished,
+        "finished": m.finished(now),
         "unblocks": waiter,
     }
 

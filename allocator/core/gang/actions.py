@@ -1,44 +1,56 @@
 """What the gang lifecycle step decides, as plain data the caller carries out (allocator/gang).
 
-Two actions change the hold ledger, and the plans made later in the same pass must see them: the
-step hands `Reserve` and `Release` to its planner (`Planner.reserve`, `Planner.release`), which
-applies them at once; `reserve` answers whether every hold was made (all of them, or none: a
-refused hold undoes the ones before it), and the step goes on from that answer. Every other action
-is returned, in the order decided, and applied after the step:
+The step speaks the shared vocabulary (allocator/core/actions.py) where the meaning is the same:
 
-  Report       an Event on the gang's PodGroup or on a member pod
-  TellMembers  the gang's latest decision told to its members (rate-limited by the caller)
-  Ungate       remove the gang's scheduling gate from a planned member
+  Event        an Event on the gang's object (a PodGroup of either API, a Workload) or a member
+  Ungate       remove the gang's scheduling gate from a planned member (`owner`: the gang)
   Nudge        annotate a released member with its planned node (kube-scheduler retries it)
-  Evict        evict a victim through the Eviction API
-  WriteStatus  merge the status of the gang's object (a PodGroup of either API)
-  RecordHold   record a held room on a member (hold_record.py); ClearHold removes the record
-  Count, Duration, PassGauges   metric observations
-  WakeAt       the latest wall-clock time the next pass must run by (a timeout or bind deadline)
+  Evict        evict a victim through the Eviction API (`owner`: the gang)
+  WriteStatus  merge the status of the gang's object (`owner`: the gang)
+  Count, Observe   metrics (allocator/gang/metrics.py names them)
+  Requeue      the latest time the gang must be looked at again (a timeout or bind deadline)
 
-Evictions, gate removals and status writes answer later: the caller reports what became of them
-in the gang's next view (`Outcomes`).
+and names the rest for itself:
+
+  TellMembers  the gang's latest decision told to its members (rate-limited by the caller)
+  RecordHold   record a held room on a member (hold_record.py); ClearHold removes the record
+
+Two actions change the hold ledger, and the plans made later in the same pass must see them: the
+step hands `HoldPlan` and `ReleaseHolds` to its planner (`Planner.hold`, `Planner.release`), which
+applies them at once; `hold` answers whether every hold was made (all of them, or none: a refused
+hold undoes the ones before it), and the step goes on from that answer. Every other action is
+returned, in the order decided, and applied after the step. Evictions, gate removals and status
+writes answer later: the caller reports what became of them in the gang's next view (`Outcomes`,
+keyed by the action's `owner`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
 
+from allocator.core.actions import (
+    Count,
+    Event,
+    Evict,
+    Nudge,
+    ObjectRef,
+    Observe,
+    Requeue,
+    Ungate,
+    WriteStatus,
+)
 from allocator.core.gang.gang_state import GangState
 from allocator.core.gang.hold_record import HoldRecord
-from allocator.core.gang.victims import Candidate
 from allocator.core.gang.view import Gang, MemberPod
 from apis.annotations import DeviceAllocations
-
-JSON = dict[str, Any]
-
 
 # -- the hold ledger, applied at once through the planner ----------------------------------------
 
 
 @dataclass(frozen=True)
 class Hold:
+    """One planned hold of the ledger: a member's devices on a node."""
+
     key: str
     uid: str
     node: str
@@ -46,7 +58,7 @@ class Hold:
 
 
 @dataclass(frozen=True)
-class Reserve:
+class HoldPlan:
     """Hold every placement of a plan for the gang, or none."""
 
     gang: str
@@ -54,7 +66,7 @@ class Reserve:
 
 
 @dataclass(frozen=True)
-class Release:
+class ReleaseHolds:
     """Drop the members' holds (`force`: even while a bind of one is under way)."""
 
     keys: tuple[str, ...]
@@ -64,37 +76,15 @@ class Release:
 # -- returned, applied after the step --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class EventTarget:
-    """The object an Event (or a status write) is about: a member pod, or the gang's own object
-    (a PodGroup of either API, a Workload)."""
-
-    namespace: str
-    name: str
-    uid: str = ""
-    kind: str = "Pod"
-    api_version: str = "v1"
-
-    @property
-    def is_pod(self) -> bool:
-        return self.kind == "Pod" and self.api_version == "v1"
-
-    @classmethod
-    def of_object(cls, gang: Gang) -> EventTarget:
-        """The gang's object (it must have one)."""
-        obj = gang.api_object
-        assert obj is not None
-        return cls(obj.namespace, obj.name, obj.uid, obj.kind, obj.api_version)
+def object_ref(gang: Gang) -> ObjectRef:
+    """The gang's object (it must have one): what its Events and status writes are about."""
+    obj = gang.api_object
+    assert obj is not None
+    return ObjectRef(obj.namespace, obj.name, obj.uid, obj.kind, obj.api_version)
 
 
-@dataclass(frozen=True)
-class Report:
-    """An Event (action "Scheduling")."""
-
-    target: EventTarget
-    type: str  # Normal or Warning
-    reason: str
-    note: str
+def member_ref(m: MemberPod) -> ObjectRef:
+    return ObjectRef(m.namespace, m.name, m.uid)
 
 
 @dataclass(frozen=True)
@@ -104,34 +94,6 @@ class TellMembers:
 
     gang: Gang
     state: GangState
-
-
-@dataclass(frozen=True)
-class Ungate:
-    gang: str
-    member: MemberPod
-
-
-@dataclass(frozen=True)
-class Nudge:
-    member: MemberPod
-    node: str
-
-
-@dataclass(frozen=True)
-class Evict:
-    gang: str
-    victim: Candidate
-
-
-@dataclass(frozen=True)
-class WriteStatus:
-    """The gang's status, in scheduler-plugins' terms (podgroup_status.py), onto its object; the
-    caller writes it in the object's own shape (a native PodGroup keeps conditions only)."""
-
-    gang: str
-    target: EventTarget
-    status: JSON
 
 
 @dataclass(frozen=True)
@@ -146,40 +108,18 @@ class ClearHold:
     uid: str
 
 
-# Counters of gang scheduling (allocator/gang/metrics.py names them).
-Counter = Literal["plans", "timeouts", "preemptions", "victims"]
-
-
-@dataclass(frozen=True)
-class Count:
-    metric: Counter
-    label: str = ""
-    by: int = 1
-
-
-@dataclass(frozen=True)
-class Duration:
-    """A gang got its minimum of members bound this long after it first had them."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class PassGauges:
-    """What one pass saw over every gang."""
-
-    waiting_pods: int  # members held back because their gang has no placement yet
-    waiting_reasons: tuple[str, ...]  # the Waiting reason of every waiting gang
-    held_devices: int  # devices held for gangs that preempt or hold room
-
-
-@dataclass(frozen=True)
-class WakeAt:
-    wall: float
-
+# Counters of gang scheduling (allocator/gang/metrics.py names them): plans, timeouts,
+# preemptions, victims. Observations: duration (a gang got its minimum of members bound this long
+# after it first had them), and what one pass saw over every gang: waiting_pods (members held back
+# because their gang has no placement yet), held_devices (held for gangs that preempt or hold
+# room), waiting_gangs by the reason of their Waiting condition.
+DURATION = "duration"
+WAITING_PODS = "waiting_pods"
+HELD_DEVICES = "held_devices"
+WAITING_GANGS = "waiting_gangs"
 
 Action = (
-    Report
+    Event
     | TellMembers
     | Ungate
     | Nudge
@@ -188,7 +128,6 @@ Action = (
     | RecordHold
     | ClearHold
     | Count
-    | Duration
-    | PassGauges
-    | WakeAt
+    | Observe
+    | Requeue
 )

@@ -4,9 +4,11 @@ lifecycle step (lifecycle.py), gangs without members forgotten, and the pass's g
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from allocator.core.gang.actions import Action, PassGauges
+from allocator.core.actions import Observe
+from allocator.core.gang.actions import HELD_DEVICES, WAITING_GANGS, WAITING_PODS, Action
 from allocator.core.gang.gang_state import GangState
 from allocator.core.gang.lifecycle import let_go, step
 from allocator.core.gang.planner import LifecycleSettings, Planner
@@ -41,11 +43,15 @@ class GangPass:
         return actions
 
     def finish(self) -> list[Action]:
-        reasons = tuple(s.wait_code or "Waiting" for s in self.states.values() if s.reason)
+        """The pass's gauges: they replace the last pass's (a reason no gang waits for any more
+        is not observed)."""
+        reasons = Counter(s.wait_code or "Waiting" for s in self.states.values() if s.reason)
         held = sum(
             planned.devices
             for s in self.states.values()
             if s.preempting is not None
             for planned in s.plan.values()
         )
-        return [PassGauges(self._waiting, reasons, held)]
+        out: list[Action] = [Observe(WAITING_PODS, self._waiting), Observe(HELD_DEVICES, held)]
+        out.extend(Observe(WAITING_GANGS, count, reason) for reason, count in sorted(reasons.items()))
+        return out

@@ -5,8 +5,8 @@
 `gang` is the view of one gang (view.py), `state` what the lifecycle remembers of it (None the
 first time), `now` the clocks' values, `planner` the door to the cluster (planner.py). The step
 never changes the state it is given and does no I/O: it returns the gang's new state and the
-actions to carry out (actions.py), having handed the hold ledger's changes to the planner as they
-happened. Per gang:
+actions to carry out (actions.py: the shared vocabulary and the gang's own), having handed the
+hold ledger's changes to the planner as they happened. Per gang:
 
 1. A plan whose member left before it was bound (deleted, re-created, finished) is released whole
    and made again; so is a plan whose members were not bound within `bind_timeout`.
@@ -31,21 +31,17 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from allocator.core.actions import Count, Event, Nudge, Observe, Requeue, Ungate, WriteStatus
 from allocator.core.gang.actions import (
+    DURATION,
     Action,
     ClearHold,
-    Count,
-    Duration,
-    EventTarget,
     Hold,
-    Nudge,
-    Release,
-    Report,
-    Reserve,
+    HoldPlan,
+    ReleaseHolds,
     TellMembers,
-    Ungate,
-    WakeAt,
-    WriteStatus,
+    member_ref,
+    object_ref,
 )
 from allocator.core.gang.gang_state import Decision, GangState, Planned
 from allocator.core.gang.making_room import RoomMaking, fold_evictions, shortage_code, starving
@@ -81,10 +77,10 @@ def step(
     return Step(turn.state, turn.actions, turn.queued)
 
 
-def release_all(states: Iterable[GangState]) -> Release:
+def release_all(states: Iterable[GangState]) -> ReleaseHolds:
     """Leadership lost: the next leader plans from scratch (or continues the recorded holds), so
     nothing stays held here."""
-    return Release(tuple(key for state in states for key in state.plan), force=True)
+    return ReleaseHolds(tuple(key for state in states for key in state.plan), force=True)
 
 
 def let_go(state: GangState, planner: Planner, actions: list[Action], *, force: bool = False) -> None:
@@ -93,7 +89,7 @@ def let_go(state: GangState, planner: Planner, actions: list[Action], *, force: 
         actions.extend(ClearHold(key, planned.uid) for key, planned in state.plan.items())
     state.record = ""
     if state.plan:
-        planner.release(Release(tuple(state.plan), force=force))
+        planner.release(ReleaseHolds(tuple(state.plan), force=force))
     state.plan = {}
     state.attempt = None
     state.preempting = None
@@ -154,17 +150,17 @@ class _Turn:
             else:
                 self._plan(bound, pending, start)
                 if gang.timeout and start is not None and not state.plan:
-                    self.actions.append(WakeAt(start + gang.timeout))
+                    self._requeue_at(start + gang.timeout)
         else:
             state.reason = ""
             self._plan_late(pending)
         if state.plan:
             left = state.planned_at + self.settings.bind_timeout - self.now.mono
-            self.actions.append(WakeAt(self.now.wall + max(0.0, left)))
+            self.actions.append(Requeue(gang.key, max(0.0, left)))
         if not state.done and scheduled >= gang.min_member:
             state.done = True
             if start is not None:
-                self.actions.append(Duration(max(0.0, self.now.wall - start)))
+                self.actions.append(Observe(DURATION, max(0.0, self.now.wall - start)))
             self._report("GangScheduled", f"{scheduled} of {len(gang.members)} members are bound", "Normal")
         elif state.reason and not failed:
             self._report("GangWaiting", state.reason)
@@ -218,6 +214,10 @@ class _Turn:
                 "planned again"
             )
             self._report("GangPlanReleased", note, force=True)
+
+    def _requeue_at(self, wall: float) -> None:
+        """Look at the gang again by the wall-clock time `wall` (a timeout)."""
+        self.actions.append(Requeue(self.gang.key, max(0.0, wall - self.now.wall)))
 
     def _release(self, *, force: bool = False) -> None:
         let_go(self.state, self.planner, self.actions, force=force)
@@ -334,14 +334,13 @@ class _Turn:
                 continue
             if isinstance(found, NoPlan) and m.key not in self.state.told:
                 self.state.told.add(m.key)
-                target = EventTarget(m.namespace, m.name, m.uid)
-                self.actions.append(Report(target, "Warning", "GangWaiting", found.message))
+                self.actions.append(Event(member_ref(m), "Warning", "GangWaiting", found.message))
 
     def _commit(self, plan: GangPlan, members: list[MemberPod]) -> bool:
         """Reserve every placement, or none (the planner applies it at once and answers)."""
         by_key = {m.key: m for m in members}
         holds = tuple(Hold(p.key, by_key[p.key].uid, p.node, p.allocation.devices) for p in plan.placements)
-        if not self.planner.reserve(Reserve(self.gang.key, holds)):
+        if not self.planner.hold(HoldPlan(self.gang.key, holds)):
             return False
         for p in plan.placements:
             devices = sum(len(entries) for entries in p.allocation.devices.by_type.values())
@@ -391,7 +390,7 @@ class _Turn:
             if m.gated:
                 if state.ungating.get(m.key) != m.uid:
                     state.ungating[m.key] = m.uid
-                    self.actions.append(Ungate(self.gang.key, m))
+                    self.actions.append(Ungate(member_ref(m), keys.GANG_SCHEDULING_GATE, self.gang.key))
             elif (
                 m.annotations.get(keys.GANG_PLANNED_NODE) != planned.node
                 and state.nudged.get(m.key) != planned.node
@@ -399,7 +398,7 @@ class _Turn:
                 # Released earlier (by us before a restart, or never gated): kube-scheduler parked
                 # it after our filter refused it; an update to the pod brings it back at once.
                 state.nudged[m.key] = planned.node
-                self.actions.append(Nudge(m, planned.node))
+                self.actions.append(Nudge(member_ref(m), planned.node, self.gang.key))
 
     def _write_status(self, failed: bool, start: float | None) -> None:
         gang, state = self.gang, self.state
@@ -407,7 +406,7 @@ class _Turn:
         if status is None:
             return
         state.status = {k: v for k, v in status.items() if v}
-        self.actions.append(WriteStatus(gang.key, EventTarget.of_object(gang), status))
+        self.actions.append(WriteStatus(object_ref(gang), status, gang.key))
 
     def _report(self, reason: str, note: str, type_: str = "Warning", *, force: bool = False) -> None:
         """An Event once per distinct note: on the gang's object (a PodGroup, a Workload), or on
@@ -421,9 +420,8 @@ class _Turn:
             return
         state.reported = note
         if gang.api_object is not None:
-            self.actions.append(Report(EventTarget.of_object(gang), type_, reason, note))
+            self.actions.append(Event(object_ref(gang), type_, reason, note))
             return
         for m in gang.active:
             if not m.node:
-                target = EventTarget(m.namespace, m.name, m.uid)
-                self.actions.append(Report(target, type_, reason, f"gang {gang.key}: {note}"))
+                self.actions.append(Event(member_ref(m), type_, reason, f"gang {gang.key}: {note}"))

@@ -22,7 +22,8 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from allocator.core.gang.actions import Action, ClearHold, Count, Evict, RecordHold
+from allocator.core.actions import Count, Evict, ObjectRef
+from allocator.core.gang.actions import Action, ClearHold, RecordHold
 from allocator.core.gang.gang_state import GangState, Preempting
 from allocator.core.gang.hold_record import HoldRecord, restorable, victims_of
 from allocator.core.gang.levels import Levels
@@ -30,11 +31,11 @@ from allocator.core.gang.plan import GangPlan
 from allocator.core.gang.planner import LifecycleSettings, Planner
 from allocator.core.gang.preemption import PreemptionPlan, whole_gpus_wanted
 from allocator.core.gang.priority import gang_priority
-from allocator.core.gang.victims import violations
+from allocator.core.gang.victims import Candidate, violations
 from allocator.core.gang.view import Clocks, MemberPod
 from allocator.core.request.pod_request import PodRequest
 
-Report = tuple[str, str, str]  # Event reason, note, type
+EventNote = tuple[str, str, str]  # Event reason, note, type
 LOWEST = -(2**31)  # a starvation hold waits for any pod, whatever its priority
 
 
@@ -93,7 +94,7 @@ class RoomMaking:
         siblings: dict[str, int],
         starving: bool,
         commit: Callable[[GangPlan], bool],
-    ) -> Report | None:
+    ) -> EventNote | None:
         """Preempt (when allowed and some victims help), else hold room for a starving gang; the
         Event to report once the plan is held and recorded on the members."""
         found = self.victims(requests, names, siblings) if self.settings.preemption else None
@@ -108,7 +109,7 @@ class RoomMaking:
 
     def restore(
         self, state: GangState, ready: list[MemberPod], commit: Callable[[GangPlan], bool]
-    ) -> Report | None:
+    ) -> EventNote | None:
         """Continue a hold an earlier leader recorded on these members (hold_record.py)."""
         found = restorable(ready)
         if found is None:
@@ -174,7 +175,7 @@ class RoomMaking:
         siblings: dict[str, int],
         seen: tuple[object, ...],
         swap: Callable[[GangPlan], bool],
-    ) -> Report | None:
+    ) -> EventNote | None:
         """Evictions were refused: a placement whose victims leave out every refused pod and break
         no PodDisruptionBudget replaces the hold (`swap` releases the old holds and reserves the
         new ones); None when there is none (the refused evictions are retried, and the search
@@ -233,7 +234,7 @@ class RoomMaking:
             f"for {len(found.plan.placements)} member(s); the freed devices are held for the gang"
         )
 
-    def advance(self, state: GangState, release: Callable[[], None]) -> Report | None:
+    def advance(self, state: GangState, release: Callable[[], None]) -> EventNote | None:
         """Evict what is due; once every victim is gone the members may go (the plan's bind timeout
         counts from then); past `preemption_timeout` the hold is given up (`release`)."""
         p = state.preempting
@@ -263,8 +264,14 @@ class RoomMaking:
             if p.replanned is not None:
                 state.reason += "; no placement around the refused pods keeps every budget: asking again"
             state.wait_code = "Preempting"
-        self.actions.extend(Evict(self.gang, v) for v in p.due(left))
+        self.actions.extend(victim_eviction(self.gang, v) for v in p.due(left))
         return None
+
+
+def victim_eviction(gang: str, victim: Candidate) -> Evict:
+    """Evict `victim` for `gang` (uid precondition: never a re-created pod of the name)."""
+    namespace, _, name = victim.key.partition("/")
+    return Evict(ObjectRef(namespace, name, victim.uid), victim.node, owner=gang)
 
 
 def fold_evictions(p: Preempting | None, evictions: Mapping[str, str]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from allocator.core.gang.actions import Release, Reserve
+from allocator.core.gang.actions import HoldPlan, ReleaseHolds
 from allocator.core.gang.levels import Levels
 from allocator.core.gang.min_resources import Shortage
 from allocator.core.gang.plan import GangPlan, NoPlan
@@ -82,11 +82,11 @@ class Planner(Protocol):
 
     # -- the hold ledger, at once ----------------------------------------------------------------
 
-    def reserve(self, action: Reserve) -> bool:
+    def hold(self, plan: HoldPlan) -> bool:
         """Hold every placement, or none; False when one was refused."""
         ...
 
-    def release(self, action: Release) -> None: ...
+    def release(self, action: ReleaseHolds) -> None: ...
 
 
 class LifecycleSettings(Protocol):

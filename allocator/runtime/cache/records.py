@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from allocator.runtime.coreadapter import PodRequest, PodUsage
+from apis import keys
 from apis.annotations import DeviceAllocations
 
 JSON = dict[str, Any]
@@ -47,6 +48,13 @@ class PodEntry:
     gang: str = ""  # "NS/NAME" of the gang it names ("" for none)
     deleting: bool = False  # a deletionTimestamp: already on its way out
     labels: Mapping[str, str] = field(default_factory=dict)  # PodDisruptionBudgets select by them
+    # For defragmentation, which weighs bound pods: its controller ("Kind/name", "" for a bare
+    # pod), status.startTime as written (parsed only by the planner), its Ready condition, and,
+    # where the cache keeps outlines, the pod as its replacement would ask (`outline`).
+    owner: str = ""
+    started: str = ""
+    ready: bool = False
+    outline: bytes | None = None
 
     @property
     def holds(self) -> bool:
@@ -93,6 +101,58 @@ def node_facts(node: JSON) -> NodeFacts:
         (node.get("status") or {}).get("allocatable") or {},
         node.get("spec") or {},
     )
+
+
+# What an outline keeps of a container: what the pod's request is computed from.
+_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+_LEFT_OUT = ("kubectl.kubernetes.io/last-applied-configuration", keys.DEVICE_ALLOCATED)
+
+
+def pod_outline(pod: JSON) -> bytes:
+    """The pod as its replacement would ask (orjson): metadata without managedFields, the
+    last-applied copy and the device allocation (the entry keeps that already), the
+    spec without volumes and with each container cut to its name, resources and restart policy;
+    no status. A request parsed from it is the one parsed from the pod (every field the parser
+    reads is kept), and a Reservation's template is built from it."""
+    meta = meta_of(pod)
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _LEFT_OUT}
+    keep_meta = {k: v for k, v in meta.items() if k not in ("managedFields", "annotations")}
+    keep_meta["annotations"] = notes
+    spec = dict(pod.get("spec") or {})
+    spec.pop("volumes", None)
+    for field_ in ("containers", "initContainers"):
+        if isinstance(spec.get(field_), list):
+            spec[field_] = [
+                {k: c[k] for k in _CONTAINER_FIELDS if k in c} if isinstance(c, dict) else c
+                for c in spec[field_]
+            ]
+    return orjson.dumps({"metadata": keep_meta, "spec": spec})
+
+
+def outline_pod(entry: PodEntry) -> JSON | None:
+    """The pod an entry's outline describes, its device allocation put back; None without one."""
+    if entry.outline is None:
+        return None
+    pod: JSON = orjson.loads(entry.outline)
+    if entry.annotation is not None:
+        pod["metadata"]["annotations"][keys.DEVICE_ALLOCATED] = entry.annotation
+    return pod
+
+
+def controller_ref(meta: JSON) -> str:
+    """ "Kind/name" of the object's controller, "" for none."""
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return f"{ref.get('kind', '')}/{ref.get('name', '')}"
+    return ""
+
+
+def is_ready(pod: JSON) -> bool:
+    """The pod's Ready condition is True."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
 
 
 def containers_digest(spec: JSON) -> bytes:

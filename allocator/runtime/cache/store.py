@@ -42,9 +42,12 @@ from allocator.runtime.cache.records import (
     NodeFacts,
     PodEntry,
     containers_digest,
+    controller_ref,
+    is_ready,
     meta_of,
     node_facts,
     pod_key,
+    pod_outline,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
 from allocator.runtime.kube import (
@@ -79,8 +82,12 @@ class ClusterCache:
         reservation_ttl: float = 120.0,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        outlines: bool = False,
     ) -> None:
         self.core = core
+        # Keep each bound pod's outline while it holds devices (records.pod_outline): what
+        # defragmentation needs to weigh and move it, read from here instead of a LIST per pass.
+        self.outlines = outlines
         # Of a Node only what the allocator reads: a real Node is mostly status that changes often.
         self.nodes: dict[str, NodeFacts] = {}
         # Of a Device its resourceVersion and itself as compressed JSON (2-3 KB instead of a
@@ -285,6 +292,10 @@ class ClusterCache:
                 usage = self.core.usage(pod)
                 if usage.error:
                     log.warning("pod %s: %s (counted without devices)", key, usage.error)
+        status = pod.get("status") or {}
+        outline = None
+        if self.outlines and usage is not None and usage.allocations is not None:
+            outline = pod_outline(pod)
         entry = PodEntry(
             key,
             uid,
@@ -298,6 +309,10 @@ class ClusterCache:
             gang=_gang_key(pod),
             deleting=bool(meta.get("deletionTimestamp")),
             labels=_labels(meta, old),
+            owner=sys.intern(controller_ref(meta)),
+            started=status.get("startTime") or "",
+            ready=is_ready(pod),
+            outline=outline,
         )
         self.pods[key] = entry
         if res is not None and (entry.holds or not entry.active or res.uid != uid):

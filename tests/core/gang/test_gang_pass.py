@@ -3,7 +3,8 @@ for the first gang that waits, gangs without members forgotten, and the pass's g
 
 from __future__ import annotations
 
-from allocator.core.gang.actions import PassGauges, Release
+from allocator.core.actions import Observe
+from allocator.core.gang.actions import HELD_DEVICES, WAITING_GANGS, WAITING_PODS, ReleaseHolds
 from allocator.core.gang.gang_pass import GangPass
 from allocator.core.gang.gang_state import GangState, Planned, Preempting
 from allocator.core.gang.lifecycle import release_all
@@ -43,12 +44,13 @@ def test_only_the_first_gang_waiting_for_a_placement_gets_the_starvation_hold() 
     assert asked == [0, LOWEST, 0]  # a: preemption, then the hold; b: preemption only
     assert run.states["ns/a"].wait_code == "HoldingRoom"
     assert run.states["ns/b"].wait_code == "InsufficientResources"
-    (gauges,) = run.finish()
-    assert gauges == PassGauges(
-        waiting_pods=2,  # a's member holds room (planned), b's and the short gang's wait
-        waiting_reasons=("WaitingForMembers", "HoldingRoom", "InsufficientResources"),
-        held_devices=1,
-    )
+    assert run.finish() == [
+        Observe(WAITING_PODS, 2),  # a's member holds room (planned), b's and the short gang's wait
+        Observe(HELD_DEVICES, 1),
+        Observe(WAITING_GANGS, 1, "HoldingRoom"),  # one waiting gang per reason
+        Observe(WAITING_GANGS, 1, "InsufficientResources"),
+        Observe(WAITING_GANGS, 1, "WaitingForMembers"),
+    ]
 
 
 def test_a_gang_whose_members_are_all_gone_is_forgotten_and_its_holds_released() -> None:
@@ -58,11 +60,11 @@ def test_a_gang_whose_members_are_all_gone_is_forgotten_and_its_holds_released()
     run = GangPass([gone], {"ns/gone": state}, NOW, Rules())
     run.step(gone, NOW, planner)
     assert run.states == {}
-    assert planner.released[-1] == Release(("ns/x",))
-    assert run.finish() == [PassGauges(0, (), 0)]
+    assert planner.released[-1] == ReleaseHolds(("ns/x",))
+    assert run.finish() == [Observe(WAITING_PODS, 0), Observe(HELD_DEVICES, 0)]
 
 
 def test_losing_leadership_releases_every_plan_by_force() -> None:
     held = GangState(plan={"ns/a": Planned("uid-a", "n1"), "ns/b": Planned("uid-b", "n2")})
     preempting = GangState(plan={"ns/c": Planned("uid-c", "n3")}, preempting=Preempting({}, 0.0, evict=False))
-    assert release_all([held, GangState(), preempting]) == Release(("ns/a", "ns/b", "ns/c"), force=True)
+    assert release_all([held, GangState(), preempting]) == ReleaseHolds(("ns/a", "ns/b", "ns/c"), force=True)

@@ -4,14 +4,27 @@ hold of the queue's head, and a hold continued from the records an earlier leade
 
 from __future__ import annotations
 
-from allocator.core.gang.actions import ClearHold, Count, Evict, RecordHold, Release, Ungate, WriteStatus
+from allocator.core.actions import Count, Evict, Ungate, WriteStatus
+from allocator.core.gang.actions import ClearHold, RecordHold, ReleaseHolds
 from allocator.core.gang.hold_record import HoldRecord
 from allocator.core.gang.making_room import LOWEST
 from allocator.core.gang.victims import Candidate
 from allocator.core.gang.view import Outcomes
 from apis import keys
 from apis.timestamps import format_time
-from tests.core.gang.world import NOW, FakePlanner, Rules, gang, gpus, kinds, later, member, reports, run
+from tests.core.gang.world import (
+    NOW,
+    FakePlanner,
+    Rules,
+    eviction,
+    gang,
+    gpus,
+    kinds,
+    later,
+    member,
+    reports,
+    run,
+)
 
 VICTIM = Candidate("ns/v1", "n1", 0, "", "uid-v1")
 PDB = "a PodDisruptionBudget allows no disruption now"
@@ -31,7 +44,7 @@ def test_a_gang_that_fits_nowhere_holds_the_room_of_its_victims_and_evicts_them(
     m0 = high("m0")
     got = run(gang(m0, min_member=1), planner)
     assert kinds(got.actions) == [
-        "Count", "Count", "RecordHold", "Report", "WakeAt", "Evict", "TellMembers", "WriteStatus"
+        "Count", "Count", "RecordHold", "Event", "Requeue", "Evict", "TellMembers", "WriteStatus"
     ]  # fmt: skip
     assert got.actions[0] == Count("preemptions", "started") and got.actions[1] == Count("victims", by=1)
     (record,) = [a for a in got.actions if isinstance(a, RecordHold)]
@@ -44,7 +57,7 @@ def test_a_gang_that_fits_nowhere_holds_the_room_of_its_victims_and_evicts_them(
     assert record.record.plan == got.state.record and len(got.state.record) == 12
     note = "preempting 1 lower-priority pod(s) on n1 for 1 member(s); the freed devices are held for the gang"
     assert reports(got.actions) == [("GangPreempting", note)]
-    assert Evict("ns/g", VICTIM) in got.actions
+    assert eviction("ns/g", VICTIM) in got.actions
     assert [h.key for r in planner.reserved for h in r.holds] == ["ns/m0"]  # held while the victims go
     assert not any(isinstance(a, Ungate) for a in got.actions)  # gated until the room is free
     status = next(a for a in got.actions if isinstance(a, WriteStatus)).status
@@ -66,7 +79,7 @@ def test_a_refused_eviction_is_retried_and_said_an_accepted_one_is_not_sent_agai
         first.state,
         later(NOW, 1),
     )
-    assert Evict("ns/g", VICTIM) in refused.actions
+    assert eviction("ns/g", VICTIM) in refused.actions
     # no other victims make room: the same eviction is asked again (re-planning: test_lifecycle_replan.py)
     again = "no placement around the refused pods keeps every budget: asking again"
     assert refused.state.reason == f"preempting: eviction refused: {PDB}; {again}"
@@ -87,11 +100,11 @@ def test_once_the_victims_are_gone_the_members_are_released_and_the_records_clea
     planner.present.clear()
     got = run(gang(high("m0"), min_member=1, holds={"ns/m0": "uid-m0"}), planner, first.state, later(NOW, 3))
     assert kinds(got.actions) == [
-        "WakeAt", "ClearHold", "Count", "Report", "Ungate", "TellMembers", "WriteStatus"
+        "Requeue", "ClearHold", "Count", "Event", "Ungate", "TellMembers", "WriteStatus"
     ]  # fmt: skip
     assert got.actions[1:3] == [ClearHold("ns/m0", "uid-m0"), Count("preemptions", "room_made")]
     assert reports(got.actions) == [("GangPlanned", "the victims are gone; releasing the members")]
-    assert [a.member.name for a in got.actions if isinstance(a, Ungate)] == ["m0"]
+    assert [a.pod.name for a in got.actions if isinstance(a, Ungate)] == ["m0"]
     assert got.state.preempting is None and got.state.record == ""
     assert got.state.planned_at == later(NOW, 3).mono  # the bind timeout counts from now
 
@@ -103,7 +116,7 @@ def test_victims_that_do_not_leave_in_time_give_the_room_up() -> None:
         high("m0"), min_member=1, holds={"ns/m0": "uid-m0"}, outcomes=Outcomes(evictions={"ns/v1": PDB})
     )
     got = run(view, planner, first.state, later(NOW, 301), rules=Rules(preemption_timeout=300))
-    assert planner.released == [Release(("ns/m0",), force=True)]
+    assert planner.released == [ReleaseHolds(("ns/m0",), force=True)]
     assert ClearHold("ns/m0", "uid-m0") in got.actions and Count("preemptions", "timed_out") in got.actions
     note = f"1 victim(s) did not leave within 300s ({PDB}): the held devices are released"
     assert ("GangPreemptionTimedOut", note) in reports(got.actions)
@@ -162,5 +175,5 @@ def test_a_new_leader_continues_the_hold_recorded_on_the_members() -> None:
         got.actions
     )
     assert got.state.record == "a1b2c3"
-    evicts = [a.victim for a in got.actions if isinstance(a, Evict)]
-    assert evicts == [Candidate("ns/v1", "n2", 0, "", "uid-v1")]  # the one gone is done
+    evicts = [a for a in got.actions if isinstance(a, Evict)]
+    assert evicts == [eviction("ns/g", Candidate("ns/v1", "n2", 0, "", "uid-v1"))]  # the one gone is done

@@ -5,10 +5,11 @@ repeated only when something changed."""
 
 from __future__ import annotations
 
-from allocator.core.gang.actions import ClearHold, Count, Evict, RecordHold, Release, WriteStatus
+from allocator.core.actions import Count, WriteStatus
+from allocator.core.gang.actions import ClearHold, RecordHold, ReleaseHolds
 from allocator.core.gang.victims import Candidate
 from allocator.core.gang.view import Outcomes
-from tests.core.gang.world import NOW, FakePlanner, condition, gang, later, member, reports, run
+from tests.core.gang.world import NOW, FakePlanner, condition, eviction, gang, later, member, reports, run
 
 PROTECTED = Candidate("ns/v1", "n1", 0, "", "uid-v1")
 OTHER = Candidate("ns/v2", "n2", 0, "", "uid-v2")
@@ -26,7 +27,7 @@ def started() -> tuple[FakePlanner, object]:
         free=0, victims={"ns/v1"}, running_pods=[PROTECTED, OTHER], present={"ns/v1", "ns/v2"}
     )
     first = run(gang(high("m0"), min_member=1), planner)  # type: ignore[arg-type]
-    assert Evict("ns/g", PROTECTED) in first.actions
+    assert eviction("ns/g", PROTECTED) in first.actions
     planner.victims = {"ns/v1", "ns/v2"}
     return planner, first.state
 
@@ -47,11 +48,11 @@ def test_a_refused_eviction_moves_the_hold_to_victims_that_can_go() -> None:
     got = refused(planner, state)
     asked = planner.called("plan_with_preemption")[-1]
     assert [key for key, _ in asked] == ["ns/v2"]  # the refused pod is no candidate any more
-    assert planner.released[-1] == Release(("ns/m0",), force=True)  # the old hold goes...
+    assert planner.released[-1] == ReleaseHolds(("ns/m0",), force=True)  # the old hold goes...
     assert [h.key for h in planner.reserved[-1].holds] == ["ns/m0"]  # ...and the new one is held
     p = got.state.preempting
     assert p is not None and set(p.victims) == {"ns/v2"} and p.refused == {"ns/v1"} and p.blocked == {}
-    assert Evict("ns/g", OTHER) in got.actions and Evict("ns/g", PROTECTED) not in got.actions
+    assert eviction("ns/g", OTHER) in got.actions and eviction("ns/g", PROTECTED) not in got.actions
     assert ClearHold("ns/m0", "uid-m0") in got.actions  # the old record, then the new one
     (record,) = [a for a in got.actions if isinstance(a, RecordHold)]
     assert record.record.victims == {"ns/v2": "uid-v2"} and record.record.plan == got.state.record
@@ -73,7 +74,7 @@ def test_victims_that_break_a_budget_are_no_way_around() -> None:
     planner.running_pods = [PROTECTED, protected_too]
     got = refused(planner, state)
     assert planner.released == [] and len(planner.reserved) == 1  # the hold stays
-    assert Evict("ns/g", PROTECTED) in got.actions  # asked again
+    assert eviction("ns/g", PROTECTED) in got.actions  # asked again
     p = got.state.preempting
     assert p is not None and set(p.victims) == {"ns/v1"} and p.refused == {"ns/v1"}
     assert got.state.wait_code == "Preempting"
@@ -98,7 +99,7 @@ def test_a_refused_pod_whose_budget_allows_again_is_asked_again_not_planned_arou
     planner.running_pods = [Candidate("ns/v1", "n1", 0, "", "uid-v1", budgets=(("ns/pdb", 1),)), OTHER]
     got = refused(planner, state)
     assert planner.released == []  # the hold stays where it is
-    assert Evict("ns/g", PROTECTED) in got.actions
+    assert eviction("ns/g", PROTECTED) in got.actions
     p = got.state.preempting
     assert p is not None and set(p.victims) == {"ns/v1"} and p.refused == frozenset()
 
@@ -107,7 +108,7 @@ def test_when_room_needs_no_victims_any_more_the_members_go() -> None:
     planner, state = started()
     planner.free = 1  # something finished elsewhere: the gang fits without preempting
     got = refused(planner, state)
-    assert planner.released[-1] == Release(("ns/m0",), force=True)
+    assert planner.released[-1] == ReleaseHolds(("ns/m0",), force=True)
     assert got.state.preempting is None and set(got.state.plan) == {"ns/m0"}
     assert Count("preemptions", "room_made") in got.actions
     assert any(type(a).__name__ == "Ungate" for a in got.actions)

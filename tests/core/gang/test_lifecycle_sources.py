@@ -4,20 +4,21 @@ Events on the Workload, the decisions remembered in the lifecycle's state)."""
 
 from __future__ import annotations
 
-from allocator.core.gang.actions import EventTarget, Report, TellMembers, WriteStatus
+from allocator.core.actions import Event, ObjectRef, WriteStatus
+from allocator.core.gang.actions import TellMembers
 from apis import podgroup as pg
 from apis.gang_object import native_conditions
 from tests.core.gang.world import NOW, FakePlanner, gang, kinds, later, member, run
 
-WORKLOAD = EventTarget("ns", "g", kind="Workload", api_version="scheduling.k8s.io/v1alpha1")
-NATIVE = EventTarget("ns", "g", kind="PodGroup", api_version="scheduling.k8s.io/v1alpha2")
+WORKLOAD = ObjectRef("ns", "g", kind="Workload", api_version="scheduling.k8s.io/v1alpha1")
+NATIVE = ObjectRef("ns", "g", kind="PodGroup", api_version="scheduling.k8s.io/v1alpha2")
 FAILED = "no placement for the whole gang within its 10s timeout: no placement found"
 
 
 def test_a_workload_gang_reports_on_the_workload_and_writes_no_status() -> None:
     got = run(gang(member("m0"), source=pg.WORKLOAD_SOURCE), FakePlanner(free=8))
-    assert kinds(got.actions) == ["Report", "TellMembers"]
-    assert got.actions[0] == Report(
+    assert kinds(got.actions) == ["Event", "TellMembers"]
+    assert got.actions[0] == Event(
         WORKLOAD, "Warning", "GangWaiting", "waiting for members: the gang needs at least 2"
     )
 
@@ -27,8 +28,8 @@ def test_a_workload_gang_times_out_once_counting_from_its_members() -> None:
     planner = FakePlanner(free=0)
     view = gang(member("m0"), member("m1"), timeout=10, source=pg.WORKLOAD_SOURCE)
     got = run(view, planner)
-    assert kinds(got.actions) == ["Count", "Report", "TellMembers"]
-    assert got.actions[1] == Report(WORKLOAD, "Warning", "GangFailed", FAILED)
+    assert kinds(got.actions) == ["Count", "Event", "TellMembers"]
+    assert got.actions[1] == Event(WORKLOAD, "Warning", "GangFailed", FAILED)
     again = run(view, planner, got.state, later(NOW, 5))
     assert planner.calls == [] and again.actions == [TellMembers(view, again.state)]
 
@@ -39,7 +40,7 @@ def test_a_native_podgroup_keeps_topoalloc_conditions_and_stays_failed_after_a_r
     got = run(view, planner)
     (write,) = [a for a in got.actions if isinstance(a, WriteStatus)]
     assert write.target == NATIVE
-    assert got.actions[1] == Report(NATIVE, "Warning", "GangFailed", FAILED)
+    assert got.actions[1] == Event(NATIVE, "Warning", "GangFailed", FAILED)
     assert [c["type"] for c in native_conditions(write.status)] == [
         "topoalloc.io/Scheduled", "topoalloc.io/Waiting", "topoalloc.io/Preempting", "topoalloc.io/TimedOut",
     ]  # fmt: skip
@@ -49,7 +50,7 @@ def test_a_native_podgroup_keeps_topoalloc_conditions_and_stays_failed_after_a_r
     assert restarted.api_object is not None and restarted.api_object.status.phase == "Failed"
     again = run(restarted, planner, None, later(NOW, 5))
     assert planner.calls == [] and "GangFailed" not in [
-        r.reason for r in again.actions if isinstance(r, Report)
+        r.reason for r in again.actions if isinstance(r, Event)
     ]
 
 
@@ -58,13 +59,13 @@ def test_a_native_gang_is_planned_and_ungated_like_any() -> None:
     got = run(gang(member("m0"), member("m1", gated=False), source=pg.NATIVE_SOURCE), planner)
     assert kinds(got.actions) == [
         "Count",
-        "Report",
-        "WakeAt",
+        "Event",
+        "Requeue",
         "Ungate",
         "Nudge",
         "TellMembers",
         "WriteStatus",
     ]
-    assert got.actions[1] == Report(
+    assert got.actions[1] == Event(
         NATIVE, "Normal", "GangPlanned", "planned 2 member(s) on n1; releasing them"
     )

@@ -7,25 +7,31 @@ import copy
 
 import pytest
 
-from allocator.core.gang.actions import (
-    EventTarget,
-    Nudge,
-    Release,
-    Report,
-    TellMembers,
-    Ungate,
-    WakeAt,
-    WriteStatus,
-)
+from allocator.core.actions import Event, Nudge, ObjectRef, Requeue, Ungate, WriteStatus
+from allocator.core.gang.actions import ReleaseHolds, TellMembers
 from allocator.core.gang.levels import Levels
 from allocator.core.gang.min_resources import CAPACITY, Shortage
 from allocator.core.gang.victims import Candidate
 from allocator.core.gang.view import Outcomes
 from apis import keys
 from apis.timestamps import format_time
-from tests.core.gang.world import NOW, FakePlanner, Rules, condition, gang, kinds, later, member, reports, run
+from tests.core.gang.world import (
+    NOW,
+    FakePlanner,
+    Rules,
+    condition,
+    gang,
+    kinds,
+    later,
+    member,
+    nudge,
+    reports,
+    run,
+    ungate,
+    wake_at,
+)
 
-PODGROUP = EventTarget("ns", "g", kind="PodGroup", api_version="scheduling.x-k8s.io/v1alpha1")
+PODGROUP = ObjectRef("ns", "g", kind="PodGroup", api_version="scheduling.x-k8s.io/v1alpha1")
 
 
 def status_of(actions: list[object]) -> dict[str, object]:
@@ -49,8 +55,8 @@ def test_a_gang_that_cannot_be_planned_yet_waits_without_asking_the_cluster(
 ) -> None:
     planner = FakePlanner(free=8)
     got = run(gang(*members), planner)
-    assert kinds(got.actions) == ["Report", "TellMembers", "WriteStatus"]
-    assert got.actions[0] == Report(PODGROUP, "Warning", "GangWaiting", reason)
+    assert kinds(got.actions) == ["Event", "TellMembers", "WriteStatus"]
+    assert got.actions[0] == Event(PODGROUP, "Warning", "GangWaiting", reason)
     waiting = condition(status_of(got.actions), "Waiting")
     assert (waiting["status"], waiting["reason"], waiting["message"]) == ("True", code, reason)
     assert planner.calls == [] and planner.reserved == []
@@ -71,7 +77,7 @@ def test_a_plan_found_is_reserved_whole_then_the_members_are_released() -> None:
     m0, m1 = member("m0"), member("m1", created=1)
     got = run(gang(m0, m1), planner)
     assert kinds(got.actions) == [
-        "Count", "Report", "WakeAt", "Ungate", "Ungate", "TellMembers", "WriteStatus"
+        "Count", "Event", "Requeue", "Ungate", "Ungate", "TellMembers", "WriteStatus"
     ]  # fmt: skip
     (reserve,) = planner.reserved
     assert [(h.key, h.uid, h.node) for h in reserve.holds] == [
@@ -79,11 +85,11 @@ def test_a_plan_found_is_reserved_whole_then_the_members_are_released() -> None:
         ("ns/m1", "uid-m1", "n1"),
     ]
     assert reserve.gang == "ns/g"
-    assert got.actions[1] == Report(
+    assert got.actions[1] == Event(
         PODGROUP, "Normal", "GangPlanned", "planned 2 member(s) on n1 (topoalloc.io/rack=r1); releasing them"
     )
-    assert got.actions[2] == WakeAt(NOW.wall + 120.0)  # the bind deadline
-    assert got.actions[3:5] == [Ungate("ns/g", m0), Ungate("ns/g", m1)]
+    assert got.actions[2] == Requeue("ns/g", 120.0)  # the bind deadline
+    assert got.actions[3:5] == [ungate(m0), ungate(m1)]
     assert status_of(got.actions)["phase"] == "Scheduling"
     assert {k: (p.uid, p.node, p.devices) for k, p in got.state.plan.items()} == {
         "ns/m0": ("uid-m0", "n1", 1),
@@ -93,14 +99,14 @@ def test_a_plan_found_is_reserved_whole_then_the_members_are_released() -> None:
 
     # The next pass, before the watch shows the gates gone: nothing is sent twice.
     again = run(gang(m0, m1, holds={"ns/m0": "uid-m0", "ns/m1": "uid-m1"}), planner, got.state, later(NOW, 1))
-    assert kinds(again.actions) == ["WakeAt", "TellMembers"]
+    assert kinds(again.actions) == ["Requeue", "TellMembers"]
     assert len(planner.called("plan_gang")) == 1
     # A refused gate removal is sent again.
     refused = Outcomes(gates_refused=frozenset({"ns/m1"}))
     retry = run(
         gang(m0, m1, holds={"ns/m0": "uid-m0", "ns/m1": "uid-m1"}, outcomes=refused), planner, again.state
     )
-    assert [a for a in retry.actions if isinstance(a, Ungate)] == [Ungate("ns/g", m1)]
+    assert [a for a in retry.actions if isinstance(a, Ungate)] == [ungate(m1)]
 
 
 def test_the_step_never_changes_the_state_it_is_given() -> None:
@@ -120,9 +126,9 @@ def test_no_room_waits_with_the_planner_reason_and_retries_only_when_something_c
     view = gang(member("m0"), member("m1"))
     got = run(view, planner)
     note = "no placement for 2 more member(s) at once: only 1 of 2 members fit at once"
-    assert kinds(got.actions) == ["Count", "Report", "TellMembers", "WriteStatus"]
+    assert kinds(got.actions) == ["Count", "Event", "TellMembers", "WriteStatus"]
     assert got.actions[0].metric == "plans" and got.actions[0].label == "no_room"  # type: ignore[union-attr]
-    assert got.actions[1] == Report(PODGROUP, "Warning", "GangWaiting", note)
+    assert got.actions[1] == Event(PODGROUP, "Warning", "GangWaiting", note)
     assert condition(status_of(got.actions), "Waiting")["reason"] == code
     assert status_of(got.actions)["phase"] == "PreScheduling"
     assert planner.reserved == [] and not any(isinstance(a, Ungate) for a in got.actions)
@@ -171,7 +177,7 @@ def test_a_member_that_left_releases_the_whole_plan_which_is_made_again_at_once(
     first = run(gang(m0, m1), planner)
     # m1 is deleted before it was bound; its replacement m2 arrives.
     got = run(gang(m0, m2, holds={"ns/m0": "uid-m0"}), planner, first.state, later(NOW, 1))
-    assert planner.released == [Release(("ns/m0", "ns/m1"))]
+    assert planner.released == [ReleaseHolds(("ns/m0", "ns/m1"))]
     note = (
         "member ns/m1 left before it was bound: the gang's reservations are released and it is planned again"
     )
@@ -187,10 +193,10 @@ def test_a_plan_not_bound_within_the_bind_timeout_is_released_and_made_again() -
     # Released without a gate (before a restart): the planned node is annotated instead.
     m0, m1 = member("m0", gated=False), member("m1", gated=False)
     first = run(gang(m0, m1), planner)
-    assert [a for a in first.actions if isinstance(a, Nudge)] == [Nudge(m0, "n1"), Nudge(m1, "n1")]
+    assert [a for a in first.actions if isinstance(a, Nudge)] == [nudge(m0, "n1"), nudge(m1, "n1")]
     holds = {"ns/m0": "uid-m0", "ns/m1": "uid-m1"}
     got = run(gang(m0, m1, holds=holds), planner, first.state, later(NOW, 121), rules=Rules(bind_timeout=120))
-    assert planner.released == [Release(("ns/m0", "ns/m1"), force=True)]
+    assert planner.released == [ReleaseHolds(("ns/m0", "ns/m1"), force=True)]
     assert reports(got.actions)[0] == (
         "GangPlanReleased",
         "planned members were not bound within 120s (is kube-scheduler calling the topoalloc extender "
@@ -206,23 +212,23 @@ def test_late_members_are_planned_one_at_a_time_each_plan_seeing_the_last() -> N
     got = run(view, planner)
     assert planner.called("plan_gang") == [("ns/m2",), ("ns/m3",)]
     assert [h.key for r in planner.reserved for h in r.holds] == ["ns/m2"]
-    m3 = EventTarget("ns", "m3", "uid-m3")
-    assert Report(m3, "Warning", "GangWaiting", "only 0 of 1 members fit at once") in got.actions
-    assert [a.member.name for a in got.actions if isinstance(a, Ungate)] == ["m2"]
+    m3 = ObjectRef("ns", "m3", "uid-m3")
+    assert Event(m3, "Warning", "GangWaiting", "only 0 of 1 members fit at once") in got.actions
+    assert [a.pod.name for a in got.actions if isinstance(a, Ungate)] == ["m2"]
     assert not any(r == "GangScheduled" for r, _ in reports(got.actions))  # done before it was looked at
     view = gang(*bound, member("m2"), member("m3", created=3), holds={"ns/m2": "uid-m2"}, generation=2)
     again = run(view, planner, got.state)
     assert planner.called("plan_gang")[-1] == ("ns/m3",)  # tried again: something changed
-    assert not any(isinstance(a, Report) for a in again.actions)  # m3 was told once
+    assert not any(isinstance(a, Event) for a in again.actions)  # m3 was told once
 
 
 def test_a_gang_gets_its_minimum_bound_scheduled_once_with_its_duration() -> None:
     planner = FakePlanner(free=4)
     first = run(gang(member("m0"), member("m1")), planner)
     got = run(gang(member("m0", node="n1"), member("m1", node="n1")), planner, first.state, later(NOW, 7))
-    assert kinds(got.actions) == ["Duration", "Report", "TellMembers", "WriteStatus"]
-    assert got.actions[0].seconds == pytest.approx(7.0)  # type: ignore[union-attr]
-    assert got.actions[1] == Report(PODGROUP, "Normal", "GangScheduled", "2 of 2 members are bound")
+    assert kinds(got.actions) == ["Observe", "Event", "TellMembers", "WriteStatus"]
+    assert got.actions[0].value == pytest.approx(7.0)  # type: ignore[union-attr]
+    assert got.actions[1] == Event(PODGROUP, "Normal", "GangScheduled", "2 of 2 members are bound")
     assert status_of(got.actions)["phase"] == "Running"
     assert got.state.plan == {}
 
@@ -232,10 +238,10 @@ def test_past_its_timeout_a_gang_fails_once_and_is_not_planned_again() -> None:
     started = {"scheduleStartTime": format_time(NOW.wall - 30)}
     view = gang(member("m0"), member("m1"), timeout=10, status=started)
     got = run(view, planner)
-    assert kinds(got.actions) == ["Count", "Report", "TellMembers", "WriteStatus"]
+    assert kinds(got.actions) == ["Count", "Event", "TellMembers", "WriteStatus"]
     assert got.actions[0].metric == "timeouts"  # type: ignore[union-attr]
     note = "no placement for the whole gang within its 10s timeout: no placement found"
-    assert got.actions[1] == Report(PODGROUP, "Warning", "GangFailed", note)
+    assert got.actions[1] == Event(PODGROUP, "Warning", "GangFailed", note)
     status = status_of(got.actions)
     assert status["phase"] == "Failed" and condition(status, "TimedOut")["status"] == "True"
     assert status["scheduleStartTime"] == started["scheduleStartTime"]
@@ -246,7 +252,7 @@ def test_past_its_timeout_a_gang_fails_once_and_is_not_planned_again() -> None:
 def test_a_waiting_gang_names_its_timeout_as_the_next_deadline() -> None:
     started = {"scheduleStartTime": format_time(NOW.wall - 30)}
     got = run(gang(member("m0"), member("m1"), timeout=100, status=started), FakePlanner(free=0))
-    assert WakeAt(NOW.wall - 30 + 100) in got.actions
+    assert wake_at("ns/g", NOW.wall - 30 + 100) in got.actions
 
 
 def test_min_resources_a_gang_cannot_have_wait_without_a_search() -> None:
@@ -282,7 +288,7 @@ def test_a_gang_without_a_podgroup_reports_on_its_waiting_members() -> None:
     )
     got = run(view, planner)
     note = "gang ns/g: waiting for members: the gang needs at least 3"
-    assert got.actions == [Report(EventTarget("ns", "m0", "uid-m0"), "Warning", "GangWaiting", note)]
+    assert got.actions == [Event(ObjectRef("ns", "m0", "uid-m0"), "Warning", "GangWaiting", note)]
 
 
 def test_a_gang_whose_members_all_left_after_failing_starts_afresh() -> None:

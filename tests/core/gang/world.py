@@ -13,8 +13,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocator.core.actions import Event, Evict, Nudge, ObjectRef, Requeue, Ungate
 from allocator.core.devices.allocate import Allocation
-from allocator.core.gang.actions import Action, Hold, Release, Report, Reserve
+from allocator.core.gang.actions import Action, Hold, HoldPlan, ReleaseHolds
 from allocator.core.gang.levels import Levels
 from allocator.core.gang.lifecycle import Step, step
 from allocator.core.gang.min_resources import Shortage
@@ -173,8 +174,8 @@ class FakePlanner:
     missing: set[str] = field(default_factory=set)  # members the cache has not caught up with
     held: dict[str, Hold] = field(default_factory=dict)
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
-    reserved: list[Reserve] = field(default_factory=list)
-    released: list[Release] = field(default_factory=list)
+    reserved: list[HoldPlan] = field(default_factory=list)
+    released: list[ReleaseHolds] = field(default_factory=list)
     levels_seen: list[Levels | None] = field(default_factory=list)  # what each plan was asked to keep to
 
     def called(self, name: str) -> list[tuple[Any, ...]]:
@@ -250,10 +251,10 @@ class FakePlanner:
     def whole_gpus_free(self, names: Iterable[str]) -> int:
         return self.gpus_free
 
-    def reserve(self, action: Reserve) -> bool:
-        self.reserved.append(action)
+    def hold(self, plan: HoldPlan) -> bool:
+        self.reserved.append(plan)
         made = []
-        for hold in action.holds:
+        for hold in plan.holds:
             if hold.key in self.refuse or hold.key in self.held:
                 for key in made:
                     del self.held[key]
@@ -264,7 +265,7 @@ class FakePlanner:
             made.append(hold.key)
         return True
 
-    def release(self, action: Release) -> None:
+    def release(self, action: ReleaseHolds) -> None:
         self.released.append(action)
         for key in action.keys:
             if self.held.pop(key, None) is not None:
@@ -288,7 +289,31 @@ def kinds(actions: Iterable[Action]) -> list[str]:
 
 
 def reports(actions: Iterable[Action]) -> list[tuple[str, str]]:
-    return [(a.reason, a.note) for a in actions if isinstance(a, Report)]
+    return [(a.reason, a.note) for a in actions if isinstance(a, Event)]
+
+
+def eviction(gang: str, victim: Candidate) -> Evict:
+    """The gang's Evict of `victim`."""
+    namespace, _, name = victim.key.partition("/")
+    return Evict(ObjectRef(namespace, name, victim.uid), victim.node, owner=gang)
+
+
+def pod_ref(m: MemberPod) -> ObjectRef:
+    return ObjectRef(m.namespace, m.name, m.uid)
+
+
+def ungate(m: MemberPod, gang: str = "ns/g") -> Ungate:
+    """The gang's removal of its gate from member `m`."""
+    return Ungate(pod_ref(m), keys.GANG_SCHEDULING_GATE, gang)
+
+
+def nudge(m: MemberPod, node: str, gang: str = "ns/g") -> Nudge:
+    return Nudge(pod_ref(m), node, gang)
+
+
+def wake_at(gang: str, wall: float, now: Clocks = NOW) -> Requeue:
+    """The Requeue that looks at `gang` again by the wall-clock time `wall`."""
+    return Requeue(gang, max(0.0, wall - now.wall))
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
