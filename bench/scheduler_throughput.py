@@ -13,27 +13,17 @@ Reported: median pods/s of each mode and its ratio to `none`, the allocator's CP
 scheduled pod (utime+stime from /proc/<pid>/stat, from just before the pods are created until the
 last binding and its watch events are in) and its RSS.
 
-Placement mode (docs/placement.md) is measured as users meet it: kube-scheduler (no extender, no
-topoalloc configuration) already running, the pods created through the API server's admission
-chain, pods/s from the first pod created to the last bound. `alone`: the same pods with
-kube-scheduler alone (no webhook, no allocator acting); `placement`: deploy/'s webhook
-configuration calling the allocator started with --placement, which places each pod and removes
-its gate. The ratio of the two is placement mode's cost to the cluster.
+Extra phases: `--burst N`: N pods at once under the extender, the allocator's bind latency p50/p99
+(its request duration histogram, interpolated in a bucket); `--failover`: a second replica's takeover
+after the leader is killed (SIGKILL: its Lease expires) and stopped (SIGTERM: released).
 
-Extra phases: `--burst N` creates N pods at once under the extender and reports the allocator's
-bind latency p50/p99 (from its own `topoalloc_extender_request_duration_seconds` histogram,
-interpolated within a bucket); `--failover` starts a second replica and times the takeover after
-the leader is killed (SIGKILL: the Lease must expire) and after it is stopped (SIGTERM: it
-releases the Lease).
-
-Run: `.venv/bin/python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--runs 3]`
-(needs ../shared/k8s, /usr/bin/etcd and /usr/bin/kubectl; exits 0 with a note when they are missing).
+Run: `.venv/bin/python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--runs 3]` (needs
+../shared/k8s, etcd and kubectl; exits 0 with a note without them). Placement: placement_throughput.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import json
 import os
@@ -181,53 +171,6 @@ def scheduler_settings(
     return config
 
 
-def created_run(
-    cp: ControlPlane, allocator_pid: int, namespace: str, pods: int, timeout: float
-) -> dict[str, float]:
-    """Pods created while kube-scheduler runs: pods/s from the first created to the last bound."""
-    cp.create_namespace(namespace)
-    watch = BindWatch(cp, namespace)
-    cpu0 = cpu_seconds(allocator_pid)
-    start = time.monotonic()
-    try:
-        parallel(
-            lambda i: cp.admin.post(f"/api/v1/namespaces/{namespace}/pods", bench_pod(f"p-{i:05d}")),
-            list(range(pods)),
-        )
-        wait_until(
-            lambda: len(watch.bound) >= pods, timeout=timeout, what=f"{pods} pods bound", interval=0.05
-        )
-        time.sleep(1.0)  # the allocator's last watch events of those pods
-        cpu1 = cpu_seconds(allocator_pid)
-    finally:
-        watch.close()
-    result = {
-        "pods_per_s": pods / (max(watch.bound.values()) - start),
-        "alloc_cpu_s": cpu1 - cpu0,
-        "alloc_rss_mib": rss_mib(allocator_pid),
-        "annotated": annotated(cp, namespace),
-    }
-    delete_pods(cp, namespace)
-    return result
-
-
-def placement_webhooks(cp: ControlPlane, replica: AllocatorReplica, certs: Path, on: bool) -> None:
-    """deploy/'s webhook configuration calling `replica` directly (on), or none (off)."""
-    from topoalloc.commands.installer.kustomize import build
-
-    name = "topoalloc-gang"
-    with contextlib.suppress(ApiStatus):
-        cp.admin.delete(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}")
-    if not on:
-        return
-    config = next(d for d in build(REPO / "deploy") if d["kind"] == "MutatingWebhookConfiguration")
-    ca = base64.b64encode((certs / "ca.crt").read_bytes()).decode()
-    for hook in config["webhooks"]:
-        path = hook["clientConfig"]["service"].get("path", "/")
-        hook["clientConfig"] = {"url": f"https://{HOST}:{replica.webhook_port}{path}", "caBundle": ca}
-    cp.admin.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", config)
-
-
 def one_run(
     cp: ControlPlane, allocator_pid: int, namespace: str, pods: int, config: dict[str, Any], timeout: float
 ) -> dict[str, float]:
@@ -352,7 +295,7 @@ def start_replica(
     identity: str,
     cprofile: str | None = None,
     round_trips: int | None = None,
-    extra_args: tuple[str, ...] = (),
+    extra_args: tuple[str, ...] = (),  # bench/placement_throughput.py: --placement
 ) -> AllocatorReplica:
     replica = AllocatorReplica(
         cp.admin_kubeconfig,
@@ -401,10 +344,7 @@ def median_row(results: list[dict[str, float]], key: str) -> float:
 
 # The extender modes (docs/service.md, "Round trips"): the allocator's --round-trips.
 ROUND_TRIPS = {"one-trip": 1, "two-trip": 2}
-# Pods created while kube-scheduler runs (`created_run`): kube-scheduler alone, placement mode.
-CREATED = ("alone", "placement")
-MODES = ("none", *ROUND_TRIPS, *CREATED)
-PLACEMENT = -1  # the Allocators key of the replica started with --placement
+MODES = ("none", *ROUND_TRIPS)
 
 
 class Allocators:
@@ -418,15 +358,12 @@ class Allocators:
         self.started: list[AllocatorReplica] = []
 
     def get(self, round_trips: int) -> AllocatorReplica:
-        """The replica of that extender mode (PLACEMENT: started with --placement)."""
         if self.current is not None and self.round_trips == round_trips:
             return self.current
         if self.current is not None:
             self.current.process.stop()
         identity = f"bench-{len(self.started)}"
-        trips = None if round_trips == PLACEMENT else round_trips
-        extra = ("--placement",) if round_trips == PLACEMENT else ()
-        replica = start_replica(self.cp, self.certs, self.workdir, identity, self.cprofile, trips, extra)
+        replica = start_replica(self.cp, self.certs, self.workdir, identity, self.cprofile, round_trips)
         self.started.append(replica)
         replica.wait_ready(timeout=600)
         wait_until(lambda: lease_holder(self.cp) == identity, timeout=60, what=f"{identity} leads")
@@ -442,7 +379,7 @@ class Allocators:
 
 def run(args: argparse.Namespace, workdir: Path) -> int:
     certs = make_certs(workdir / "extender-pki")
-    extenders = [m for m in args.modes if m in ROUND_TRIPS]
+    extenders = [m for m in args.modes if m != "none"]
     if (args.cprofile or args.py_spy) and len(extenders) != 1:
         raise SystemExit("--cprofile and --py-spy profile one allocator: name one extender mode in --modes")
     with ControlPlane(workdir / "k8s", scheduler=False, start_timeout=300) as cp:
@@ -452,9 +389,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
             t0 = time.monotonic()
             register_nodes(cp, args.nodes)
             print(f"{args.nodes} nodes + Devices registered in {time.monotonic() - t0:.0f} s", flush=True)
-            first = (
-                ROUND_TRIPS[extenders[0]] if extenders else (PLACEMENT if "placement" in args.modes else 1)
-            )
+            first = ROUND_TRIPS[extenders[0]] if extenders else 1
             replica = allocators.get(first)
             print(f"allocator ready, RSS {rss_mib(replica.process.pid):.0f} MiB", flush=True)
             url = f"https://{HOST}:{replica.port}"
@@ -462,29 +397,12 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
             profiler = profile(args.py_spy, replica.process.pid)
             for i in range(args.runs):
                 for mode in args.modes:
-                    trips = PLACEMENT if mode == "placement" else ROUND_TRIPS.get(mode)
+                    trips = ROUND_TRIPS.get(mode)
                     replica = allocators.get(trips) if trips else replica
                     url = f"https://{HOST}:{replica.port}"
+                    config = scheduler_settings(args.qps, url if trips else None, certs, trips)
                     load = load_average()
-                    if mode in CREATED:
-                        placement_webhooks(cp, replica, certs, mode == "placement")
-                        cp.start_scheduler(scheduler_settings(args.qps, None, certs))
-                        try:
-                            r = created_run(
-                                cp, replica.process.pid, f"run-{i}-{mode}", args.pods, args.timeout
-                            )
-                        finally:
-                            cp.stop_scheduler()
-                            placement_webhooks(cp, replica, certs, False)
-                        if mode == "placement" and r["annotated"] != args.pods:
-                            raise RuntimeError(
-                                f"{args.pods - r['annotated']:.0f} pods bound without {ALLOCATED}"
-                            )
-                    else:
-                        config = scheduler_settings(args.qps, url if trips else None, certs, trips)
-                        r = one_run(
-                            cp, replica.process.pid, f"run-{i}-{mode}", args.pods, config, args.timeout
-                        )
+                    r = one_run(cp, replica.process.pid, f"run-{i}-{mode}", args.pods, config, args.timeout)
                     results[mode].append(r)
                     per_pod = 1000 * r["alloc_cpu_s"] / args.pods
                     print(
@@ -498,10 +416,8 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(60)
             print("allocator requests (last process): " + request_counts(replica.health_port), flush=True)
-            if "none" in results and any(m in results for m in ROUND_TRIPS):
+            if "none" in results and extenders:
                 report(args, results)
-            if "alone" in results and "placement" in results:
-                report_placement(args, results)
             if args.burst:
                 trips = allocators.round_trips or first
                 config = scheduler_settings(args.qps, url, certs, trips)
@@ -545,21 +461,6 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, float]]])
               f"{cpu:>17.2f} {rss:>14.0f}")  # fmt: skip
     print("(pods/s: median over the runs; ratio: against kube-scheduler without the extender; alloc CPU "
           "ms/pod: median; for `none` the allocator only watched)")  # fmt: skip
-
-
-def report_placement(args: argparse.Namespace, results: dict[str, list[dict[str, float]]]) -> None:
-    alone = median_row(results["alone"], "pods_per_s")
-    ours = median_row(results["placement"], "pods_per_s")
-    cpu = 1000 * median_row(results["placement"], "alloc_cpu_s") / args.pods
-    rss = max(r["alloc_rss_mib"] for r in results["placement"])
-    print()
-    print(f"{'nodes':>6} {'pods':>6} {'runs':>4} {'mode':>9} {'pods/s':>8} {'ratio':>6} "
-          f"{'alloc CPU ms/pod':>17} {'alloc RSS MiB':>14}")  # fmt: skip
-    print(f"{args.nodes:>6} {args.pods:>6} {args.runs:>4} {'alone':>9} {alone:>8.1f} {1:>6.2f}")
-    print(f"{args.nodes:>6} {args.pods:>6} {args.runs:>4} {'placement':>9} {ours:>8.1f} {ours / alone:>6.2f} "
-          f"{cpu:>17.2f} {rss:>14.0f}")  # fmt: skip
-    print("(pods created while kube-scheduler runs; pods/s from the first created to the last bound, "
-          "median over the runs; ratio: against kube-scheduler alone)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

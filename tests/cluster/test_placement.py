@@ -65,11 +65,27 @@ def nodes(cluster: ClusterEnv) -> Iterator[dict[str, PluginNode]]:
         for node in started.values():
             cluster.wait_device(node.name)
             node.kubelet.wait_registered(PLUGIN_RESOURCES, timeout=60)
+            _kubelet_capacity(cluster, node)
         yield started
     finally:
         for node in started.values():
             stop_plugin_node(cluster, node)
         _placement_mode(cluster, False)
+
+
+def _kubelet_capacity(cluster: ClusterEnv, node: PluginNode) -> None:
+    """What kubelet writes into the Node's status for its device plugins: each resource's healthy
+    device count (the stand-in kubelet serves the plugins but writes no Node status)."""
+    counts = {
+        resource: str(sum(1 for health, _numa in plugin.devices.values() if health == "Healthy"))
+        for resource, plugin in node.kubelet.plugins.items()
+    }
+    path = f"/api/v1/nodes/{node.name}/status"
+    got = cluster.cp.admin.get(f"/api/v1/nodes/{node.name}")["status"]
+    body = {
+        "status": {"capacity": {**got["capacity"], **counts}, "allocatable": {**got["allocatable"], **counts}}
+    }
+    cluster.cp.admin.merge_patch(path, body)
 
 
 def _recorded(pod: dict[str, Any]) -> tuple[str, list[int]]:
