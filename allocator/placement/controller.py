@@ -19,6 +19,7 @@ from typing import Any
 from allocator.core.actions import Count, Event, Evict, Forget, ObjectRef, Requeue, Retry, WriteStatus
 from allocator.core.gang.victims import Candidate
 from allocator.core.placement.lifecycle import (
+    BindPlacement,
     ClearPlacement,
     PlacementLifecycle,
     PlacementLifecycleSettings,
@@ -33,7 +34,7 @@ from allocator.placement.pending import pending_pod, placement_pod
 from allocator.placement.writes import clear_placement, pin_of, write_condition, write_placement
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.evictions import evict
-from allocator.runtime.kube import KubeApi
+from allocator.runtime.kube import ApiError, KubeApi
 from allocator.runtime.placement_settings import PlacementSettings
 from allocator.runtime.runner import Batch, ControllerMetrics, Runner, RunnerSettings
 from allocator.runtime.workqueue import Backoff
@@ -61,6 +62,7 @@ class PlacementController:
     ) -> None:
         self.api, self.cache, self.door, self.events, self.metrics = api, cache, door, events, metrics
         self.pin = settings.pin
+        self.bind_for = tuple(settings.bind_for)
         self.lifecycle = PlacementLifecycle(door, PlacementLifecycleSettings(preemption=settings.preemption))
         self.runner = Runner(
             "placement",
@@ -84,7 +86,7 @@ class PlacementController:
 
     def observe(self, kind: str, key: str, obj: JSON | None) -> None:
         if kind == "Pod":
-            if placement_pod(obj):
+            if placement_pod(obj, self.bind_for):
                 self.pending.add(key)
                 self.runner.wake(key)
                 return
@@ -112,7 +114,7 @@ class PlacementController:
         pods = []
         for key in batch.select(self.pending):
             entry = self.cache.pods.get(key)
-            pod = pending_pod(entry) if entry is not None else None
+            pod = pending_pod(entry, self.bind_for) if entry is not None else None
             if pod is not None:
                 pods.append(pod)
         outcomes = {p.key: self._outcomes.pop(p.key) for p in pods if p.key in self._outcomes}
@@ -125,6 +127,8 @@ class PlacementController:
                 raw = self._raw(pod.key)
                 pin = pin_of(raw, self.pin)
                 self.runner.spawn([pod.key], self._write(raw, pod, node, annotations, ungate, pin))
+            case BindPlacement(pod, node, annotations):
+                self.runner.spawn([pod.key], self._bind(pod, node, annotations))
             case Replace(pod, _):
                 self.runner.spawn([pod.key], self._evict(pod, ""))
             case ClearPlacement(pod):
@@ -162,6 +166,14 @@ class PlacementController:
         self._outcomes[pod.key] = Outcome(written=bool(got), refused="" if got else str(got))
         if got:
             self.metrics.write_seconds.observe(time.perf_counter() - started)
+
+    async def _bind(self, pod: ObjectRef, node: str, annotations: dict[str, str]) -> None:
+        try:
+            await self.api.bind_pod(pod.namespace, pod.name, pod.uid, node, annotations=annotations)
+        except ApiError as exc:
+            self._outcomes[pod.key] = Outcome(refused=str(exc))
+            return
+        self._outcomes[pod.key] = Outcome(written=True)
 
     async def _clear(self, raw: JSON, pod: ObjectRef) -> None:
         await clear_placement(self.api, raw, pod, RECORDED)

@@ -4,6 +4,7 @@ the lifecycle of each (allocator/core/placement/view.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from allocator.core.actions import ObjectRef
@@ -17,8 +18,9 @@ JSON = dict[str, Any]
 UNSCHEDULABLE = ("PodScheduled", "False", "Unschedulable")
 
 
-def placement_pod(obj: JSON | None) -> bool:
-    """Whether placement looks after `obj`: pending, not finishing, gated by placement or placed."""
+def placement_pod(obj: JSON | None, bind_for: Collection[str] = ()) -> bool:
+    """Whether placement looks after `obj`: pending, not finishing, gated by placement or placed,
+    or of a scheduler topoalloc binds for."""
     if obj is None:
         return False
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
@@ -26,6 +28,8 @@ def placement_pod(obj: JSON | None) -> bool:
         return False
     if (obj.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
         return False
+    if spec.get("schedulerName") in bind_for:
+        return True
     return keys.PLACEMENT_GATE in gate_names(obj) or keys.ALLOCATED_NODE in (meta.get("annotations") or {})
 
 
@@ -34,10 +38,10 @@ def gate_names(obj: JSON) -> tuple[str, ...]:
     return tuple(g.get("name", "") for g in gates if isinstance(g, dict))
 
 
-def pending_pod(entry: PodEntry) -> PendingPod | None:
+def pending_pod(entry: PodEntry, bind_for: Collection[str] = ()) -> PendingPod | None:
     """What the lifecycle is shown of a pod (None: gone from placement's care meanwhile)."""
     pod = entry.raw
-    if pod is None or entry.node or entry.deleting or not placement_pod(pod):
+    if pod is None or entry.node or entry.deleting or not placement_pod(pod, bind_for):
         return None
     meta = pod.get("metadata") or {}
     refusal, since = "", ""
@@ -59,4 +63,5 @@ def pending_pod(entry: PodEntry) -> PendingPod | None:
         unschedulable_since=since,
         controller=controller_of(pod),
         pinned=pinned_to(pod, placed_on),
+        binds_here=(pod.get("spec") or {}).get("schedulerName") in bind_for,
     )

@@ -3,8 +3,9 @@
 topoalloc has chosen its node and devices (allocator/core/placement/lifecycle.py).
 
 Left alone: a pod created bound (`spec.nodeName`), of an excluded namespace, labelled
-`topoalloc.io/placement: "false"`, for a scheduler not served (when the settings name some), or
-asking for no managed resource. Never a denial: a pod this route cannot read is allowed unchanged
+`topoalloc.io/placement: "false"`, for a scheduler not served (when the settings name some), for a
+scheduler topoalloc binds for itself (`bindFor`: placed and bound without a gate), or asking for no
+managed resource. Never a denial: a pod this route cannot read is allowed unchanged
 (the API server judges it). The route reads the pod alone: no API call, no cache, one pass over its
 containers, so it costs next to nothing on every pod creation (the webhook configuration's
 `matchConditions` send it only pods that name such a resource anyway).
@@ -59,6 +60,8 @@ def gate_patch(pod: JSON, settings: PlacementSettings, namespace: str) -> list[J
     scheduler = spec.get("schedulerName") or "default-scheduler"
     if settings.scheduler_names and scheduler not in settings.scheduler_names:
         return None
+    if scheduler in settings.bind_for:
+        return None  # no such scheduler runs: the controller places and binds it ungated
     if not asks_for(pod, frozenset(settings.resources)):
         return None
     return add_gate(spec, keys.PLACEMENT_GATE)

@@ -26,6 +26,10 @@ class PlacementSettings:
     excluded_namespaces: list[str] = field(default_factory=lambda: ["kube-system"])
     # Only pods for these schedulers are gated; empty means every pod, whatever its scheduler.
     scheduler_names: list[str] = field(default_factory=list)
+    # Pods for these schedulers are placed and bound by topoalloc itself, not gated: no such
+    # scheduler runs in placement mode (the second scheduler of an install in secondary mode, whose
+    # pods keep their schedulerName through an upgrade).
+    bind_for: list[str] = field(default_factory=lambda: ["topoalloc-scheduler"])
     # A pod that fits nowhere evicts the cheapest lower-priority pods that make room (Eviction API,
     # so PodDisruptionBudgets hold).
     preemption: bool = True

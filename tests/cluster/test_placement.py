@@ -223,7 +223,10 @@ def test_a_pod_placed_where_kube_scheduler_refuses_it_still_runs(
     assert len(_recorded(written)[1]) == 2
 
     # A Deployment's pod is pinned by node affinity (one write): refused there, it is evicted and
-    # its ReplicaSet creates it anew, placed elsewhere.
+    # its ReplicaSet creates it anew, placed elsewhere. pl-b full first, so pl-a is where it goes.
+    for name, gpus in (("fill4", 4), ("fill2", 2)):
+        cluster.create_pod(ns, gpu_pod(name, gpus=gpus, node_selector={"kubernetes.io/hostname": "pl-b"}))
+        assert cluster.wait_bound(ns, name)["spec"]["nodeName"] == "pl-b"
     template = gpu_pod("x", gpus=2, labels={"app": "ported"})
     template["spec"]["containers"][0]["ports"] = [{"containerPort": 30124, "hostPort": 30124}]
     cluster.create_pod(ns, _on_node_with_port("porter2", "pl-a", 30124))
@@ -238,6 +241,10 @@ def test_a_pod_placed_where_kube_scheduler_refuses_it_still_runs(
         },
     }
     cluster.cp.admin.post(f"/apis/apps/v1/namespaces/{ns}/deployments", deployment)
+    wait_until(
+        lambda: any(e["reason"] == "Replacing" for e in cluster.events(ns)), timeout=60, what="Replacing"
+    )
+    cluster.cp.admin.delete(f"/api/v1/namespaces/{ns}/pods/fill2", gracePeriodSeconds=0)
 
     def running() -> dict[str, Any] | None:
         pods = cluster.cp.admin.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="app=ported")["items"]

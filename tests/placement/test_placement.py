@@ -131,3 +131,18 @@ async def test_a_controlled_pod_pinned_by_affinity_is_created_anew_when_its_node
         )  # the ReplicaSet
         await until(lambda: w.pod("rs-b")["spec"].get("nodeName"), what="rs-b bound")
         assert w.pod("rs-b")["spec"]["nodeName"] == allocated(w.pod("rs-b"))[0] != first
+
+
+async def test_a_pod_of_the_second_scheduler_of_an_earlier_install_is_placed_and_bound(
+    fake_api: FakeApiServer, pki: Pki
+) -> None:
+    """After an upgrade from secondary mode no topoalloc-scheduler runs: its pods keep their
+    schedulerName, and topoalloc places and binds them itself, with no gate."""
+    gpu_node(fake_api, "n1")
+    async with placement_world(fake_api, pki) as w:
+        w.scheduler.held.add("old")  # the stand-in is not topoalloc-scheduler: it never binds it
+        created = await w.admission.create_pod(gpu_pod("old", 2, schedulerName="topoalloc-scheduler"))
+        assert not created["spec"].get("schedulingGates")
+        await until(lambda: w.pod("old")["spec"].get("nodeName"), what="old bound by topoalloc")
+        pod = w.pod("old")
+        assert allocated(pod) == (pod["spec"]["nodeName"], allocated(pod)[1]) and len(allocated(pod)[1]) == 2

@@ -30,7 +30,7 @@ def answer(pod: Any, namespace: str = "default", settings: PlacementSettings = S
 
 
 def test_a_pod_asking_for_a_managed_resource_is_gated_whatever_its_scheduler() -> None:
-    for scheduler in (None, "default-scheduler", "volcano", "topoalloc-scheduler"):
+    for scheduler in (None, "default-scheduler", "volcano"):
         pod = gpu_pod("p", schedulerName=scheduler) if scheduler else gpu_pod("p")
         assert answer(pod) == [
             {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": keys.PLACEMENT_GATE}]}
@@ -51,8 +51,17 @@ def test_a_pod_asking_for_a_managed_resource_is_gated_whatever_its_scheduler() -
         (gpu_pod("own"), "topoalloc-system", SETTINGS),
         (gpu_pod("excluded"), "batch", PlacementSettings(enabled=True, excluded_namespaces=["batch"])),
         (gpu_pod("other"), "default", PlacementSettings(enabled=True, scheduler_names=["volcano"])),
+        (gpu_pod("old", schedulerName="topoalloc-scheduler"), "default", SETTINGS),
     ],
-    ids=["bound", "opted-out", "kube-system", "own-namespace", "excluded", "other-scheduler"],
+    ids=[
+        "bound",
+        "opted-out",
+        "kube-system",
+        "own-namespace",
+        "excluded",
+        "other-scheduler",
+        "bound-by-topoalloc",
+    ],
 )
 def test_pods_left_alone(pod: Any, namespace: str, settings: PlacementSettings) -> None:
     assert answer(pod, namespace, settings) is None

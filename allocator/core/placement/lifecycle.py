@@ -26,6 +26,8 @@ oldest:
    left out, once per new reason, and with no node left its recorded allocation is cleared
    (`ClearPlacement`), so wherever kube-scheduler binds it the node's agent chooses its devices.
 4. A write that failed comes back (`Outcome`): the hold goes, an Event says why, it is retried.
+5. A pod whose scheduler does not run (`binds_here`: the second scheduler of an earlier install in
+   secondary mode): placed as in 1 and bound by topoalloc itself (`BindPlacement`).
 """
 
 from __future__ import annotations
@@ -99,6 +101,16 @@ class WritePlacement:
 
 
 @dataclass(frozen=True)
+class BindPlacement:
+    """Bind the pod to `node` with its recorded allocation in the same write (no scheduler of its
+    runs to bind it)."""
+
+    pod: ObjectRef
+    node: str
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Replace:
     """Evict a pod pinned to a node kube-scheduler refuses (its node affinity cannot change), so its
     controller creates it anew and the new pod is placed elsewhere."""
@@ -147,7 +159,7 @@ class PlacementLifecycle:
             outcome = view.outcomes.get(pod.key)
             if outcome is not None and outcome.refused:
                 out += self._write_refused(pod, outcome.refused)
-            elif keys.PLACEMENT_GATE in pod.gates:
+            elif keys.PLACEMENT_GATE in pod.gates or (pod.binds_here and not pod.placed_on):
                 out += self._gated(pod)
             elif pod.placed_on:
                 out += self._placed(pod)
@@ -165,8 +177,13 @@ class PlacementLifecycle:
         if isinstance(got, Placed):
             mem.written[pod.key] = pod.ref.uid
             mem.said.pop(pod.key, None)
+            write: Action = (
+                BindPlacement(pod.ref, got.node, got.annotations)
+                if pod.binds_here
+                else WritePlacement(pod.ref, got.node, got.annotations)
+            )
             return [
-                WritePlacement(pod.ref, got.node, got.annotations),
+                write,
                 Forget(pod.key),
                 Count("placements", "placed"),
             ]

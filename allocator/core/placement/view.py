@@ -21,6 +21,7 @@ class PendingPod:
     unschedulable_since: str = ""  # that condition's lastTransitionTime
     controller: str = ""  # the uid of its controller (ownerReferences with controller: true)
     pinned: bool = False  # its placement is pinned by a required node affinity term (immutable)
+    binds_here: bool = False  # its scheduler does not run: topoalloc binds it (`placement.bindFor`)
 
     @property
     def key(self) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from allocator.core.actions import Count, Event, Evict, Forget, ObjectRef, Requeue, Retry, WriteStatus
 from allocator.core.placement.lifecycle import (
     CONDITION,
+    BindPlacement,
     ClearPlacement,
     NoRoom,
     Placed,
@@ -160,6 +161,13 @@ def test_a_refused_write_releases_the_hold_and_retries() -> None:
     assert any(isinstance(a, Event) and "409 Conflict" in a.note for a in actions)
     # Tried again on its next look.
     assert isinstance(life.step(PlacementView([pod("a")]), 2)[0], WritePlacement)
+
+
+def test_a_pod_whose_scheduler_does_not_run_is_placed_and_bound_here() -> None:
+    door = Door({"ns/old": [ON_N1]})
+    old = PendingPod(ObjectRef("ns", "old", "uid-old"), 0, "t", (), "", "", binds_here=True)
+    actions = PlacementLifecycle(door).step(PlacementView([old]), 0)
+    assert actions[0] == BindPlacement(old.ref, "n1", ON_N1.annotations)
 
 
 def test_queue_order_is_priority_then_age() -> None:
