@@ -392,3 +392,9 @@ def bound_elsewhere(api: FakeApiServer, name: str, node: str, minors: list[int],
 def condition(status: JSON, type_: str) -> JSON:
     """The PodGroup status condition of `type_` ({} when there is none)."""
     return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def gang_runner(w: GangWorld) -> Any:
+    """The gang controller's runner: a test waits for its next passes before it checks that
+    nothing happened."""
+    return w.service.component("gang").controller.runner

@@ -3,7 +3,6 @@ being placed, the allocator restarted half-way through releasing a gang."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from apis import keys
 from tests.gang.harness import (
     allocator_front,
     bound_elsewhere,
+    gang_runner,
     gang_settings,
     gang_world,
     gates_of,
@@ -48,7 +48,7 @@ async def test_a_gang_larger_than_the_cluster_times_out_cleanly(fake_api: FakeAp
         # Nothing is held: an ordinary pod gets all 8 GPUs.
         await w.admission.create_pod(member("whole-node", gpus=8))
         await until(lambda: node_of(w.pods()["whole-node"]) == "n1", 5)
-        await asyncio.sleep(0.3)
+        await gang_runner(w).wait_passes(2)
         assert w.podgroup_status("big").get("phase") == "Failed"  # and it stays failed
         for i in range(3):  # until its members are gone: the next ones start afresh
             await w.admission.delete_pod(f"big{i}")
@@ -80,7 +80,7 @@ async def test_a_member_deleted_in_flight_releases_the_plan_which_is_made_again(
         await until(
             lambda: w.scheduler.attempts["default/m1"] > 0 and w.scheduler.attempts["default/m3"] > 0, 5
         )
-        await asyncio.sleep(0.3)
+        await gang_runner(w).wait_passes(2)
         pods = w.pods()
         assert not node_of(pods["m1"]) and not node_of(pods["m3"])
         assert "held for gang default/job" in next(iter(w.scheduler.filtered_out["default/m1"].values()))

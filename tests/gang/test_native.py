@@ -6,10 +6,8 @@ tests/cluster/test_native_gangs.py."""
 
 from __future__ import annotations
 
-import asyncio
-
 from apis import keys
-from tests.gang.harness import gang_world, gates_of, gpu_node, member, node_of
+from tests.gang.harness import gang_runner, gang_world, gates_of, gpu_node, member, node_of
 from tests.gang.native import (
     PODGROUPS_V1ALPHA2,
     WORKLOADS_V1ALPHA1,
@@ -111,7 +109,7 @@ async def test_without_kube_schedulers_gang_plugin_native_members_are_gated(
         for name in ("w0", "w1"):
             created = await w.admission.create_pod(joined(member(name, gpus=4), "pair"))
             assert gates_of(created) == [keys.GANG_SCHEDULING_GATE]
-        await asyncio.sleep(0.3)
+        await gang_runner(w).wait_passes(2)
         assert all(not node_of(p) for p in w.pods().values())  # no PodGroup yet: it waits
         await w.admission.create(PODGROUPS_V1ALPHA2, native_podgroup("pair", 2))
         await until(lambda: all(node_of(p) == "n1" for p in w.pods().values()), 5)
@@ -125,7 +123,8 @@ async def test_a_1_35_workload_pod_group_binds_whole(fake_api: FakeApiServer, pk
         await w.admission.create(WORKLOADS_V1ALPHA1, workload_v1alpha1("train", {"workers": 2, "ps": 1}))
         first = await w.admission.create_pod(joined(member("w0", gpus=4), "workers", workload="train"))
         assert gates_of(first) == []
-        await asyncio.sleep(0.3)
+        await until(lambda: w.scheduler.attempts["default/w0"] > 0, 5)
+        await gang_runner(w).wait_passes(2)
         assert not node_of(w.pods()["w0"])  # held for its gang: 1 of 2
         await w.admission.create_pod(joined(member("w1", gpus=4), "workers", workload="train"))
         await w.admission.create_pod(joined(member("ps", gpus=0), "ps", workload="train"))
