@@ -53,8 +53,11 @@ def _placement_mode(cluster: ClusterEnv, on: bool) -> None:
         )
     _webhooks(cluster, on)
     args = ("--placement",) if on else ()
-    for identity in sorted(i for i, r in cluster.replicas.items() if r.process.alive()) or ["alloc-a"]:
+    live = sorted(i for i, r in cluster.replicas.items() if r.process.alive())
+    for identity in sorted(set(live) | {"alloc-a"}):
         cluster.start_allocator(identity, extra_args=args).wait_ready()
+    if not on:
+        cluster.replicas["alloc-a"].wait_ready("/readyz")  # leading again, as the tier expects
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,10 @@ def nodes(cluster: ClusterEnv) -> Iterator[dict[str, PluginNode]]:
     finally:
         for node in started.values():
             stop_plugin_node(cluster, node)
+        # The tier's state back: alloc-a alone (a standby this module started stops), leading.
+        for identity, replica in cluster.replicas.items():
+            if identity != "alloc-a":
+                replica.process.stop()
         _placement_mode(cluster, False)
 
 
@@ -186,8 +193,12 @@ def test_opted_out_and_excluded_pods_are_not_gated(
     created = cluster.create_pod(ns, out)
     assert not created["spec"].get("schedulingGates")
     cluster.cp.create_namespace(f"{ns}-off", labels={"topoalloc.io/placement": "false"})
-    created = cluster.create_pod(f"{ns}-off", gpu_pod("off", gpus=1))
-    assert not created["spec"].get("schedulingGates")
+    try:
+        created = cluster.create_pod(f"{ns}-off", gpu_pod("off", gpus=1))
+        assert not created["spec"].get("schedulingGates")
+    finally:  # the `ns` fixture cleans its own namespace only
+        cluster.delete_pods(f"{ns}-off")
+        cluster.cp.admin.delete(f"/api/v1/namespaces/{ns}-off")
 
 
 def _on_node_with_port(name: str, node: str, port: int) -> dict[str, Any]:
