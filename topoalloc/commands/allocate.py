@@ -31,7 +31,7 @@ from allocator.core.request.usage import pod_usage
 from allocator.core.reservation.on_node import Outcome, allocate_pod, hold_rooms
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
 from apis import keys
-from apis.documents import load_documents, single_object
+from apis.documents import load_documents, object_of_kind, single_object
 from apis.errors import CodecError, InputError
 from apis.quantity import Format, Quantity
 from apis.reservation import Reservation
@@ -57,6 +57,15 @@ def _load(path: Path, what: str) -> list[Any]:
 def _object(docs: list[Any], path: Path, what: str, kind: str) -> dict[str, Any]:
     try:
         return single_object(docs, what, str(path), kind)
+    except InputError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _pod(docs: list[Any], path: Path) -> dict[str, Any]:
+    """The Pod to place: the file's one object, or its one Pod among others (a DRA example's
+    template beside it)."""
+    try:
+        return object_of_kind(docs, "pod file", str(path), "Pod")
     except InputError as exc:
         raise BadInput(str(exc)) from None
 
@@ -99,7 +108,13 @@ def build_state(
 @click.option(
     "--device", "device_path", type=click.Path(path_type=Path), required=True, help="Device CR (YAML/JSON)."
 )
-@click.option("--pod", "pod_path", type=click.Path(path_type=Path), required=True, help="The Pod to place.")
+@click.option(
+    "--pod",
+    "pod_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The Pod to place (a file may hold it beside its claims or templates: the one Pod is taken).",
+)
 @click.option(
     "--assigned",
     "assigned_path",
@@ -183,7 +198,7 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     try:
         device = _object(_load(device_path, "device file"), device_path, "device file", "Device")
-        pod = _object(_load(pod_path, "pod file"), pod_path, "pod file", "Pod")
+        pod = _pod(_load(pod_path, "pod file"), pod_path)
         node = _object(_load(node_path, "node file"), node_path, "node file", "Node") if node_path else None
         assigned = _pods(_load(assigned_path, "assigned pods"), assigned_path) if assigned_path else []
         state, warnings = build_state(device, node, assigned)
