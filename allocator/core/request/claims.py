@@ -42,7 +42,6 @@ CLAIM_MIXED: Final = "topoalloc: devices asked both ways"
 PCIE_SWITCH: Final = dra.qualified(dra.ATTR_PCIE_SWITCH)
 SOCKET: Final = dra.qualified(dra.ATTR_SOCKET)
 NVLINK_DOMAIN: Final = dra.qualified(dra.ATTR_NVLINK_DOMAIN)
-PARTITION_PREFIX: Final = dra.qualified(dra.partition_attribute(0)).removesuffix("0")
 # Attributes a GPU and a NIC share a value of when they sit together: a constraint on one of them
 # across GPU and NIC requests is the joint allocation.
 LOCALITY: Final = (PCIE_SWITCH, dra.PCIE_ROOT, dra.NUMA_NODE, SOCKET)
@@ -204,7 +203,9 @@ def _core_request(
             attr = whole.attribute
             if attr in GPU_SCOPES:
                 hints[GPU] = DeviceHint(required_topology_scope=GPU_SCOPES[attr])
-            elif attr == f"{PARTITION_PREFIX}{gpus}":
+            elif attr.startswith(f"{dra.DRIVER}/") and (dra.partition_of(attr) or (0,))[0] == gpus:
+                # One partition of N GPUs of the node's table (NVLink or PCIe: which ones carry the
+                # attribute bounds the candidates).
                 spec = GPUPartitionSpec("Restricted")
             else:
                 regroup = whole
