@@ -6,7 +6,7 @@ import click
 
 from apis.documents import load_documents
 from apis.errors import InputError
-from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
+from topoalloc.commands.kube_access import DEFAULT_IN_A_POD, config_error, in_a_pod, require_kubeconfig
 from topoalloc.errors import BadInput, Failure
 from topoalloc.output import dump, output_option
 
@@ -18,7 +18,7 @@ from topoalloc.output import dump, output_option
 @click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
-    help="Kubeconfig for --node (default: in-cluster).",
+    help=f"kubeconfig file for --node ({DEFAULT_IN_A_POD}).",
 )
 def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: str | None) -> None:
     """Print a Device CR as the `nvidia-smi topo -m` matrix (GPU x GPU, GPU x NIC) with NUMA."""

@@ -22,7 +22,7 @@ from apis import resources as rn
 from apis.documents import load_documents
 from apis.errors import InputError
 from apis.topology_profile import AUTO, CUSTOM, GENERIC, PROFILE_NAMES, Detected, resolve
-from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
+from topoalloc.commands.kube_access import DEFAULT_IN_A_POD, config_error, in_a_pod, require_kubeconfig
 from topoalloc.errors import BadInput, Failure
 from topoalloc.output import dump, output_option
 
@@ -197,7 +197,7 @@ def _from_cluster(kubeconfig: str | None) -> tuple[list[JSON], list[JSON]]:
 @click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
-    help="Read the Nodes and Pods from this cluster (without NODES_FILE: $KUBECONFIG, ~/.kube/config).",
+    help=f"kubeconfig file of the cluster to read the Nodes and Pods from ({DEFAULT_IN_A_POD}).",
 )
 @click.option(
     "--profile",
