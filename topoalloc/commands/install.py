@@ -261,6 +261,8 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
         raise BadInput("--kube-version", kube_version, str(exc)) from None
     if (why := versions.server_refusal(server)) is not None:
         raise BadInput("--kube-version", kube_version, why)
+    if (note := versions.server_warning(server)) is not None:  # as an install on such a cluster says
+        click.echo(f"warning: {note}", err=True)
     options = lifecycle.pin_scheduler(options, server, options.scheduler_version)
     facts = ClusterFacts(tls=tls.issue_secrets() if options.certs == "generate" else None)
     docs = _guarded(lambda: render(options, facts, root))
