@@ -203,9 +203,9 @@ def _core_request(
             attr = whole.attribute
             if attr in GPU_SCOPES:
                 hints[GPU] = DeviceHint(required_topology_scope=GPU_SCOPES[attr])
-            elif attr.startswith(f"{dra.DRIVER}/") and (dra.partition_of(attr) or (0,))[0] == gpus:
-                # One partition of N GPUs of the node's table (NVLink or PCIe: which ones carry the
-                # attribute bounds the candidates).
+            elif _partition_size(attr) == gpus:
+                # One partition of N GPUs of the node's table (NVLink or PCIe: the GPUs that carry
+                # the attribute bound the candidates).
                 spec = GPUPartitionSpec("Restricted")
             else:
                 regroup = whole
@@ -225,3 +225,9 @@ def _core_request(
         fields["joint_same_pcie"] = any(c.attribute == PCIE_SWITCH for c in pairs)
     core = with_signature(replace(pod, devices=tuple(devices), hints=hints, **fields))  # type: ignore[arg-type]
     return ClaimsRequest(core, slots, constraints, keys, regroup, pairs)
+
+
+def _partition_size(attribute: str) -> int:
+    """N of `topoalloc.io/nvlinkPartition<N>` or `topoalloc.io/pciePartition<N>`; 0 for any other."""
+    found = dra.partition_of(attribute) if attribute.startswith(f"{dra.DRIVER}/") else None
+    return 0 if found is None else found[0]
