@@ -15,6 +15,7 @@ from apis import gojson, keys
 from apis.errors import CodecError
 from apis.gojson import sorted_map
 from apis.quantity import Quantity
+from apis.resources import DeviceType
 from apis.selector import LabelSelector
 
 # -- device-allocated ---------------------------------------------------------------------------
@@ -141,6 +142,7 @@ def allocated_elsewhere(annotations: Mapping[str, Any], node: str) -> str:
 
 ALLOCATE_STRATEGIES = ("ApplyForAll", "RequestsAsCount")
 TOPOLOGY_SCOPES = {"Device": 4, "PCIe": 3, "NUMANode": 2, "Node": 1}
+DEVICE_TYPES = tuple(t.value for t in DeviceType)  # the keys of a hint, the types of a joint allocation
 # "PCIExpressLevel" is the name of Koordinator's Go constant; users write it, so accept it as PCIeLevel.
 EXCLUSIVE_POLICIES = ("DeviceLevel", "PCIeLevel", "PCIExpressLevel")
 
@@ -195,6 +197,8 @@ def parse_device_allocate_hint(text: str) -> DeviceAllocateHints:
     hints: dict[str, DeviceHint | None] = {}
     for dtype, value in data.items():
         hpath = d.join(path, dtype)
+        # A hint for a misspelt type ("nic") would be ignored without a word: refused.
+        d.one_of(dtype, DEVICE_TYPES, path + " key")
         if value is None:
             hints[dtype] = None
             continue
@@ -251,6 +255,9 @@ def parse_device_joint_allocate(text: str) -> DeviceJointAllocate:
     for i, t in enumerate(types):
         if not isinstance(t, str) or not t:
             raise CodecError(d.join(d.join(path, "deviceTypes"), i), "expected a device type name", t)
+        # Koordinator drops a type the pod does not request, so a misspelt one ("nic") would be
+        # dropped without a word and the devices chosen apart: refused, like a misspelt scope.
+        d.one_of(t, DEVICE_TYPES, d.join(d.join(path, "deviceTypes"), i))
     scope = d.string(data, "requiredScope", path)
     if scope:
         d.one_of(scope, JOINT_SCOPES, d.join(path, "requiredScope"))

@@ -110,6 +110,24 @@ def single_object(docs: list[Any], what: str, where: str, kind: str | None = Non
     return obj
 
 
+def object_of_kind(docs: list[Any], what: str, where: str, kind: str) -> dict[str, Any]:
+    """The one `kind` object of a file that may hold others beside it (a DRA example holds its
+    ResourceClaimTemplate and its Pod): a file of one document is read as `single_object` reads it;
+    among several, exactly one must be a `kind` (or have no `kind`), else the file is refused as
+    ambiguous or as holding none."""
+    if len(docs) <= 1:
+        return single_object(docs, what, where, kind)
+    found = [i for i, d in enumerate(docs) if isinstance(d, dict) and d.get("kind", kind) == kind]
+    if len(found) == 1:
+        return docs[found[0]]
+    many = f"holds {len(docs)} YAML documents"
+    if not found:
+        kinds = ", ".join(str(d.get("kind")) if isinstance(d, dict) else _kind_of(d) for d in docs)
+        raise InputError(what, where, f"{many} ({kinds}) and no {kind}")
+    listed = ", ".join(str(i + 1) for i in found)
+    raise InputError(what, where, f"{many}: expected one {kind}, found {len(found)} (documents {listed})")
+
+
 def load_object(path: str | os.PathLike[str], what: str, kind: str | None = None) -> dict[str, Any]:
     """Read a file that must hold one object (of `kind`)."""
     return single_object(load_documents(path, what), what, str(path), kind)

@@ -63,14 +63,30 @@ ATTR_SPEED_GBPS: Final = "speedGbps"
 CAPACITY_MEMORY: Final = "memory"
 
 
+# A GPU's partition of N GPUs in the node's partition table, named for how its GPUs reach each
+# other: `nvlinkPartition<N>` only when every one of them is NVLink (the table's gpuLinkType, and one
+# NVLink domain in the Device), `pciePartition<N>` otherwise. An attribute named NVLink means NVLink.
 PARTITION_PREFIX: Final = "nvlinkPartition"
+PCIE_PARTITION_PREFIX: Final = "pciePartition"
+PARTITION_PREFIXES: Final = (PARTITION_PREFIX, PCIE_PARTITION_PREFIX)
 
 
-def partition_attribute(size: int) -> str:
-    """`nvlinkPartition4`: on a GPU, the id of the partition of `size` GPUs it belongs to in the
-    node's partition table, so `matchAttribute: topoalloc.io/nvlinkPartition4` keeps a 4-GPU
-    claim inside one NVLink partition."""
-    return f"{PARTITION_PREFIX}{size}"
+def partition_attribute(size: int, *, nvlink: bool = True) -> str:
+    """`nvlinkPartition4`: on a GPU, the id of the NVLink partition of `size` GPUs it belongs to in
+    the node's partition table, so `matchAttribute: topoalloc.io/nvlinkPartition4` keeps a 4-GPU
+    claim inside one NVLink partition; `pciePartition4` (nvlink=False) for a partition whose GPUs
+    are not all NVLink-connected."""
+    return f"{PARTITION_PREFIX if nvlink else PCIE_PARTITION_PREFIX}{size}"
+
+
+def partition_of(attribute: str) -> tuple[int, bool] | None:
+    """(size, nvlink) of a partition attribute (its bare or qualified name); None for any other."""
+    name = attribute.removeprefix(f"{DRIVER}/")
+    for prefix in PARTITION_PREFIXES:
+        rest = name.removeprefix(prefix)
+        if rest != name and rest.isdigit() and not rest.startswith("0"):
+            return int(rest), prefix == PARTITION_PREFIX
+    return None
 
 
 def qualified(name: str) -> str:

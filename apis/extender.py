@@ -149,12 +149,16 @@ class ExtenderBindingArgs:
     @classmethod
     def from_dict(cls, value: Any, path: str = "ExtenderBindingArgs") -> ExtenderBindingArgs:
         data = d.struct(value, path, ("PodName", "PodNamespace", "PodUID", "Node"))
-        return cls(
+        out = cls(
             d.string(data, "PodName", path, required=True),
             d.string(data, "PodNamespace", path, required=True),
             d.string(data, "PodUID", path),
             d.string(data, "Node", path, required=True),
         )
+        for key, got in (("PodName", out.pod_name), ("PodNamespace", out.pod_namespace), ("Node", out.node)):
+            if not got:  # kube-scheduler always names them: an empty one names no object
+                raise CodecError(d.join(path, key), "must not be empty", got)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {

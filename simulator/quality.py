@@ -31,6 +31,7 @@ GPU, RDMA = rn.DeviceType.GPU, rn.DeviceType.RDMA
 
 CROSS, SOCKET, NUMA, PCIE, NVLINK = range(5)
 LEVEL_NAMES = ("cross", "socket", "numa", "pcie", "nvlink")
+NOT_PLACED, NO_TOPOLOGY = -1, -2  # what an arrived multi-GPU pod got besides a level
 LOAD_BINS = tuple(range(10, 140, 10))  # arrived % upper edges: (0, 10], (10, 20], ..., (120, 130]
 
 
@@ -165,6 +166,8 @@ class QualityStats:
     load_at_best: list[int] = field(default_factory=lambda: [0] * len(LOAD_BINS))
     load_nvlink: list[int] = field(default_factory=lambda: [0] * len(LOAD_BINS))
     load_arrived: list[int] = field(default_factory=lambda: [0] * len(LOAD_BINS))
+    # every arrived multi-GPU pod: (load when it arrived, its level, NOT_PLACED or NO_TOPOLOGY)
+    arrivals: list[tuple[float, int]] = field(default_factory=list)
 
     def add(self, p: Placement) -> None:
         if p.gpus >= 2:
@@ -234,6 +237,7 @@ class QualityStats:
             setattr(
                 self, name, [a + b for a, b in zip(getattr(self, name), getattr(other, name), strict=True)]
             )
+        self.arrivals.extend(other.arrivals)
 
     def load_curve(self, *, nvlink: bool = False, of_arrived: bool = False) -> list[float]:
         """Per load bin: % of the multi-GPU pods placed then (or arrived then) that got their best
@@ -270,10 +274,13 @@ def record(stats: QualityStats, req: SimRequest, placed: Placed | None, arrived_
     against the facts of the node it was counted on."""
     if not wants_quality(req):
         return
-    if req.gpu_count >= 2 and not req.sharing:
+    multi = req.gpu_count >= 2 and not req.sharing
+    if multi:
         stats.arrived[req.gpu_count] = stats.arrived.get(req.gpu_count, 0) + 1
         stats.load_arrived[load_bin(arrived_pct)] += 1
     if placed is None or not placed.allocation.devices.by_type:
+        if multi:
+            stats.arrivals.append((arrived_pct, NOT_PLACED if placed is None else NO_TOPOLOGY))
         return
     allocations = placed.allocation.devices
     nics = allocations.minors(RDMA) if joint_gpu_nic(req) else []
@@ -281,3 +288,35 @@ def record(stats: QualityStats, req: SimRequest, placed: Placed | None, arrived_
     placement = placement_quality(inventory, allocations.minors(GPU), nics, whole=not req.sharing)
     placement.arrived_pct = arrived_pct
     stats.add(placement)
+    if multi:
+        stats.arrivals.append((arrived_pct, NO_TOPOLOGY if placement.level is None else placement.level))
+
+
+def equal_count_edges(loads: Sequence[float], *, at_least: int = 15, most: int = 10) -> list[float]:
+    """Edges of load bins that each hold about as many of `loads` (at least `at_least`, so no
+    share is a percentage of two pods; at most `most` bins): the first edge below the lowest load,
+    each inner edge halfway between the last load of one bin and the first of the next."""
+    ordered = sorted(loads)
+    if not ordered:
+        return []
+    bins = max(1, min(most, len(ordered) // at_least))
+    cuts = [round(i * len(ordered) / bins) for i in range(1, bins)]
+    inner = [(ordered[c - 1] + ordered[c]) / 2 for c in cuts if ordered[c - 1] < ordered[c]]
+    return [min(0.0, ordered[0]), *inner, max(ordered[-1], 100.0)]
+
+
+def binned_share(
+    arrivals: Sequence[tuple[float, int]], edges: Sequence[float], *, of_arrived: bool
+) -> tuple[list[float], list[int]]:
+    """Per bin of `edges`: the % in one NVLink domain of the multi-GPU pods that arrived then and
+    were placed with a known level (or, `of_arrived`, of all that arrived then, a pod never placed
+    counting as not in one; pods placed where no level is known are left out), and how many
+    pods that % is of."""
+    hits, whole = [0] * (len(edges) - 1), [0] * (len(edges) - 1)
+    for load, level in arrivals:
+        if level == NO_TOPOLOGY or (level == NOT_PLACED and not of_arrived):
+            continue
+        i = next((j for j in range(len(edges) - 1) if load <= edges[j + 1]), len(edges) - 2)
+        whole[i] += 1
+        hits[i] += level == NVLINK
+    return [_pct(h, n) for h, n in zip(hits, whole, strict=True)], whole

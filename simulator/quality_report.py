@@ -5,12 +5,14 @@ topology level against load (`bench/quality.py`, `topoalloc simulate --workload 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from simulator.engine import RunResult
-from simulator.quality import LOAD_BINS, NUMA, NVLINK, PCIE, QualityStats
+from simulator.quality import NO_TOPOLOGY, NUMA, NVLINK, PCIE, QualityStats, binned_share, equal_count_edges
 from simulator.runner import REPORT_AT, TraceRuns, mean_sd
 
 TOPOLOGY_WORKLOAD = Path(__file__).resolve().parent / "data" / "topology-workload.yaml"
@@ -25,8 +27,14 @@ SIZES = (2, 4, 8)
 #: A per-size table (and the demo's NVLink column) needs this many pods of that size over all
 #: seeds: a percentage of fewer ("66.7 ± 51.6" from 0.7 pods a seed) says nothing.
 HANDFUL = 10
+FEW = 5  # the plot's points: a share of fewer placed pods is left out (the count still shows)
 
 Metric = Callable[[RunResult], float]
+BEST_LINK = (
+    "multi-GPU on node's best link: the placed multi-GPU pods whose GPUs share the best link the node "
+    "they landed on offers that many GPUs (NVLink on a DGX, PCIe or less on an L40S); the NVLink % "
+    "below (and the short table's multi-GPU on NVLink) counts one NVLink domain only."
+)
 
 
 def _q(run: RunResult) -> QualityStats:
@@ -39,7 +47,7 @@ def packing_metrics() -> list[tuple[str, str, Metric]]:
         ("unallocated_pct", "idle GPU % at 100%", lambda r: r.unallocated_at(REPORT_AT)),
         ("pods_failed", "pods not placed", lambda r: float(r.failed)),
         ("gangs_never_placed", "gangs not placed", lambda r: float(r.failed_gangs)),
-        ("multi_at_best_pct", "multi-GPU pods on best link %", lambda r: _q(r).at_best_pct()),
+        ("multi_at_best_pct", "multi-GPU on node's best link %", lambda r: _q(r).at_best_pct()),
         ("nic_same_pcie_pct", "NIC on GPU's switch %", lambda r: _q(r).nic_pct(PCIE)),
         ("nic_same_pcie_possible_pct", "…where the node had one %", lambda r: _q(r).nic_possible_pct()),
     ]
@@ -123,6 +131,7 @@ def format_quality_table(runs: TraceRuns) -> str:
     and NIC pairing, then one table per multi-GPU pod size with a handful of pods or more."""
     seeds = f"mean ± SD over {len(runs.seeds)} seed(s) {runs.seeds[0]}..{runs.seeds[-1]}"
     lines = _text_table(runs, f"{runs.trace}: packing, gangs, NIC pairing ({seeds})", packing_metrics())
+    lines += textwrap.wrap(BEST_LINK, 100)
     for size in SIZES:
         lines.append("")
         arrived = arrived_total(runs, size)
@@ -167,35 +176,68 @@ def pooled(results: Sequence[RunResult]) -> QualityStats:
 
 
 def plot_quality(runs: TraceRuns, out_dir: Path) -> Path:
-    """topology-vs-load.png: per policy and load bin (arrived GPU demand, % of capacity), the share
-    of the multi-GPU pods placed then that got one NVLink domain, and the same share of the
-    multi-GPU pods that arrived then (a pod never placed counts as not in one); pods pooled over
-    seeds."""
+    """topology-vs-load.png: per policy, the share of the multi-GPU pods that got one NVLink domain,
+    by the load when they arrived (arrived GPU demand, % of capacity), pods pooled over seeds.
+    The bins hold about equally many arrived pods (the same pods for every policy: the workload is
+    the policies' common input), at least 15 each, so no point is a percentage of two pods; each
+    bin is one step of the x axis, labelled with the loads it spans and its pod count. Left: of the
+    pods placed (their count per policy; a share of fewer than FEW is left out); right: of the pods
+    that arrived (a pod never placed counts as not in one)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    xs = [edge - 5 for edge in LOAD_BINS]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    first = pooled(next(iter(runs.runs.values()), []))
+    edges = equal_count_edges([load for load, level in first.arrivals if level != NO_TOPOLOGY], most=8)
+    bins = max(0, len(edges) - 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    placed_counts: list[list[int]] = []
+    arrived_counts: list[int] = [0] * bins
+    policies = len(runs.runs)
     for i, (policy, results) in enumerate(runs.runs.items()):
         stats = pooled(results)
         color = plt.get_cmap("tab10")(i % 10)
-        left.plot(xs, stats.load_curve(nvlink=True), marker="o", label=policy, color=color)
-        right.plot(xs, stats.load_curve(nvlink=True, of_arrived=True), marker="o", label=policy, color=color)
+        dodge = (i - (policies - 1) / 2) * 0.05  # lines that agree stay visible side by side
+        xs = [b + dodge for b in range(bins)]
+        for axis, of_arrived in ((left, False), (right, True)):
+            shares, counts = binned_share(stats.arrivals, edges, of_arrived=of_arrived) if bins else ([], [])
+            # a policy that placed a handful of a bin's pods has no share worth a point there
+            shares = [math.nan if n < FEW else v for v, n in zip(shares, counts, strict=True)]
+            axis.plot(xs, shares, marker="o", color=color, label=policy)
+            if of_arrived:
+                arrived_counts = counts
+            else:
+                placed_counts.append(counts)
+    spans = [f"{a:.0f}-{b:.0f}" for a, b in pairwise(edges)]
+    for axis, counts in ((left, _ranges(placed_counts)), (right, [str(n) for n in arrived_counts])):
+        axis.set_xticks(
+            range(bins), [f"{span}\nn={n}" for span, n in zip(spans, counts, strict=True)], fontsize=8
+        )
+        axis.set_xlim(-0.5, bins - 0.5)
+        axis.set_ylim(-3, 103)
+        axis.set_xlabel("load when the pod arrived (GPU demand, % of capacity)")
+        axis.grid(alpha=0.3)
     left.set_title("placed multi-GPU pods in one NVLink domain (%)")
     right.set_title("arrived multi-GPU pods placed in one NVLink domain (%)")
-    for axis in (left, right):
-        axis.set_xlabel("load when placed: arrived GPU demand (% of capacity)")
-        axis.set_xlim(0, 110)
-        axis.set_ylim(-3, 103)
-        axis.grid(alpha=0.3)
-    left.set_ylabel("% of the multi-GPU pods of that 10% load bin")
-    left.legend(fontsize=8)
-    fig.suptitle(f"{runs.trace}: topology level vs load ({len(runs.seeds)} seeds pooled)")
+    left.set_ylabel("% of the bin's pods (n: pods in the bin)")
+    right.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.suptitle(
+        f"{runs.trace}: NVLink vs load, {sum(arrived_counts)} arrived multi-GPU pods "
+        f"({len(runs.seeds)} seeds pooled) in {bins} bins of about equal count"
+    )
     path = out_dir / "topology-vs-load.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _ranges(per_policy: list[list[int]]) -> list[str]:
+    """Per bin, the placed pods' count over the policies ("41" or "38-41")."""
+    out = []
+    for counts in zip(*per_policy, strict=True) if per_policy else ():
+        low, high = min(counts), max(counts)
+        out.append(str(low) if low == high else f"{low}-{high}")
+    return out

@@ -64,6 +64,7 @@ from agent.deviceplugin.podresources import KubeletPods, PodResourcesError
 from agent.deviceplugin.served import ServedPod
 from agent.parts import PodSnapshot, no_snapshot
 from apis import resources as rn
+from apis.pod_checks import EVENT_REASON, pod_warnings
 
 log = logging.getLogger(__name__)
 
@@ -303,10 +304,14 @@ class Admission:
             raise Refused(
                 f"pod {pod_key(hit.pod)}: cannot record the served devices: {exc}", hit.pod
             ) from None
+        first = entry["uid"] not in self.served
         self.restore(entry)
         log.info("%s %s -> pod %s container %s", resource, ids, pod_key(hit.pod), exp.container)
         if exp.why:
             CHOSEN_ON_NODE.labels(resource).inc()
+        warnings = pod_warnings(hit.pod) if first else []
+        if warnings:  # what the pod says that topoalloc ignored, once per pod this node serves
+            self.events.warn(hit.pod, EVENT_REASON, "; ".join(warnings))
         self.on_served()
         return grant
 

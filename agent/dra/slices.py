@@ -6,7 +6,10 @@ facts. The ones a claim aligns devices by (`pcieSwitch`, `socket`, the standard 
 `numaNode`) carry the same value on a GPU and on the NIC and VFs behind the same switch; a VF has
 its PF's place in the PCIe tree. `pcieSwitch` is the Device's pcieSwitchID, else the root bus, so it
 is never empty where the topology is known. `nvlinkPartition<N>` is the index of the GPU's partition
-of N GPUs in the node's partition table; a GPU in no partition of that size has none.
+of N GPUs in the node's partition table when that partition is NVLink (its gpuLinkType says NVLink,
+or says nothing, and its GPUs share one NVLink domain in the Device); a partition that is not (a
+PCIe ring, an L40S pair) is `pciePartition<N>`, so a claim matching on an NVLink attribute never
+gets GPUs that reach each other over PCIe only. A GPU in no partition of that size has neither.
 
 Unhealthy devices (and the VFs of an unhealthy NIC) are left out: device taints are alpha in 1.35
 and silently dropped. At most `max_vfs` VFs per NIC are published (the first ones in Device order).
@@ -21,7 +24,7 @@ from typing import Any
 
 from apis import dra, keys
 from apis.device import Device, DeviceInfo
-from apis.partitions import parse_gpu_partitions
+from apis.partitions import GPUPartition, parse_gpu_partitions
 from apis.resources import GPU_MEMORY, DeviceType
 
 log = logging.getLogger(__name__)
@@ -38,23 +41,39 @@ def _int(value: int) -> dict[str, Any]:
     return {"int": value}
 
 
-def partition_ids(device: Device) -> dict[int, dict[int, int]]:
-    """minor -> {size: index of its partition of that size} from the Device's partition table; {}
-    when the Device has none or it cannot be read."""
+def partition_ids(device: Device) -> dict[int, dict[int, tuple[int, bool]]]:
+    """minor -> {size: (index of its partition of that size, whether that partition is NVLink)}
+    from the Device's partition table; {} when the Device has none or it cannot be read."""
     raw = device.annotations.get(keys.GPU_PARTITIONS)
     if not raw:
         return {}
     try:
         table = parse_gpu_partitions(raw)
     except ValueError as exc:
-        log.warning("partition table of %s unreadable, no nvlinkPartition attributes: %s", device.name, exc)
+        log.warning("partition table of %s unreadable, no partition attributes: %s", device.name, exc)
         return {}
-    out: dict[int, dict[int, int]] = {}
+    domains = {
+        d.minor: d.nvlink.domain if d.nvlink is not None else ""
+        for d in device.devices
+        if d.type == DeviceType.GPU
+    }
+    out: dict[int, dict[int, tuple[int, bool]]] = {}
     for size, parts in sorted(table.by_size.items()):
         for index, part in enumerate(parts):
+            nvlink = _nvlink(part, domains)
             for minor in part.minors:
-                out.setdefault(minor, {}).setdefault(size, index)
+                out.setdefault(minor, {}).setdefault(size, (index, nvlink))
     return out
+
+
+def _nvlink(part: GPUPartition, domains: dict[int, str]) -> bool:
+    """Whether every GPU of the partition reaches the others over NVLink: the table does not say
+    PCIe, and the Device puts them all in one NVLink domain (a table written by hand may say
+    nothing, or claim NVLink for cards that have none)."""
+    if part.gpu_link_type not in ("", "NVLink"):
+        return False
+    found = {domains.get(m, "") for m in part.minors}
+    return len(found) == 1 and "" not in found
 
 
 def _place(info: DeviceInfo, bus_id: str) -> dict[str, Any]:
@@ -76,7 +95,7 @@ def _place(info: DeviceInfo, bus_id: str) -> dict[str, Any]:
     return attrs
 
 
-def _gpu(info: DeviceInfo, product: str, partitions: dict[int, int]) -> dict[str, Any]:
+def _gpu(info: DeviceInfo, product: str, partitions: dict[int, tuple[int, bool]]) -> dict[str, Any]:
     attrs: dict[str, Any] = {dra.ATTR_TYPE: _string(dra.TYPE_GPU), dra.ATTR_MINOR: _int(info.minor)}
     if info.id:
         attrs[dra.ATTR_UUID] = _string(info.id)
@@ -84,8 +103,8 @@ def _gpu(info: DeviceInfo, product: str, partitions: dict[int, int]) -> dict[str
         attrs[dra.ATTR_PRODUCT] = _string(product[:64])
     if info.nvlink is not None and info.nvlink.domain:
         attrs[dra.ATTR_NVLINK_DOMAIN] = _string(info.nvlink.domain)
-    for size, index in sorted(partitions.items()):
-        attrs[dra.partition_attribute(size)] = _int(index)
+    for size, (index, nvlink) in sorted(partitions.items()):
+        attrs[dra.partition_attribute(size, nvlink=nvlink)] = _int(index)
     attrs.update(_place(info, info.topology.bus_id if info.topology else ""))
     out: dict[str, Any] = {"name": str(dra.DeviceName(dra.TYPE_GPU, info.minor)), "attributes": attrs}
     memory = info.resources.get(GPU_MEMORY)
@@ -128,7 +147,8 @@ def _vfs(info: DeviceInfo, max_vfs: int) -> list[dict[str, Any]]:
 
 
 def _size(partition_attribute: str) -> int:
-    return int(partition_attribute.removeprefix(dra.PARTITION_PREFIX))
+    found = dra.partition_of(partition_attribute)
+    return 0 if found is None else found[0]
 
 
 def _within_limit(dev: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +157,7 @@ def _within_limit(dev: dict[str, Any]) -> dict[str, Any]:
     attrs, capacity = dev["attributes"], dev.get("capacity", {})
     extra = len(attrs) + len(capacity) - dra.MAX_ATTRIBUTES_PER_DEVICE
     if extra > 0:
-        sizes = sorted((k for k in attrs if k.startswith(dra.PARTITION_PREFIX)), key=_size, reverse=True)
+        sizes = sorted((k for k in attrs if dra.partition_of(k) is not None), key=_size, reverse=True)
         for key in sizes[:extra]:
             del attrs[key]
         log.warning("device %s: %d attributes over the API's limit left out", dev["name"], extra)

@@ -10,6 +10,7 @@ from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from allocator.extender.handlers import bind, common, filter, preempt, prioritize
+from allocator.extender.handlers.notices import NOTICES, PodNotices
 from allocator.extender.handlers.service_view import ServiceView
 from allocator.runtime.tls import ClientAllowlist, client_auth_middleware
 
@@ -76,6 +77,7 @@ def extender_app(svc: ServiceView, allowlist: ClientAllowlist) -> web.Applicatio
         client_max_size=MAX_BODY,
         middlewares=[client_auth_middleware(allowlist, lambda _reason: svc.metrics.client_rejections.inc())],
     )
+    app[NOTICES] = PodNotices()
     for verb, handler in VERBS.items():
         # kube-scheduler POSTs to <urlPrefix>/<verb>; any path prefix is accepted.
         app.router.add_post(r"/{prefix:(?:.*/)?}" + verb, _verb_handler(svc, verb, handler), name=verb)

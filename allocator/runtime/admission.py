@@ -5,7 +5,9 @@ kube-apiserver POSTs an `admission.k8s.io/v1` AdmissionReview for every object t
 MutatingWebhookConfiguration selects (deploy/allocator/webhook.yaml) and applies the JSON patch we
 answer with. Each route is a `Reviewer`: the parsed request in, the AdmissionResponse out. A body
 that is not an AdmissionReview gets HTTP 400 with the decoding error (the API server then applies
-the webhook's failurePolicy); never a 500.
+the webhook's failurePolicy); never a 500. Every route's answer to a pod creation carries the pod's
+`warnings` (apis/pod_checks.py: unknown annotation keys, near-miss resource names), which kubectl
+prints to whoever created it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+
+from apis.pod_checks import pod_warnings
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +116,11 @@ def _handler(reviewer: Reviewer) -> Callable[[web.Request], Any]:
         except (ValueError, UnicodeDecodeError) as exc:  # BadReview is a ValueError
             log.warning("admission review refused: %s", exc)
             return web.Response(status=400, text=f"not an AdmissionReview: {exc}\n")
-        body = {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": reviewer(review)}
+        response = reviewer(review)
+        warnings = pod_warnings(pod_create(review))
+        if warnings:
+            response = {**response, "warnings": warnings}
+        body = {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
         return web.json_response(body)
 
     return mutate

@@ -10,7 +10,7 @@ import pytest
 
 from allocator.core.request.parse import pod_request
 from apis.device import Device
-from apis.documents import load_documents, load_object, single_object
+from apis.documents import load_documents, load_object, object_of_kind, single_object
 from apis.errors import CodecError, InputError
 from apis.podresources import device_quantity, is_extended_resource, resource_quantity
 from apis.quantity import Quantity
@@ -140,6 +140,32 @@ def test_one_object_of_the_right_kind(tmp_path: Path, text: str, why: str) -> No
     with pytest.raises(InputError) as err:
         load_object(path, "pod file", "Pod")
     assert err.value.why == why and err.value.where == str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("kind: Pod\n---\nkind: Pod\n", "holds 2 YAML documents: expected one Pod, found 2 (documents 1, 2)"),
+        ("kind: ResourceClaim\n---\n[1]\n", "holds 2 YAML documents (ResourceClaim, a list) and no Pod"),
+        ("", "is empty: expected one Pod"),
+        ("kind: Node\n", "is a Node, not a Pod"),
+    ],
+)
+def test_the_one_object_of_a_kind_among_several_or_a_clear_refusal(
+    tmp_path: Path, text: str, why: str
+) -> None:
+    path = tmp_path / "pod.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        object_of_kind(load_documents(path, "pod file"), "pod file", str(path), "Pod")
+    assert err.value.why == why
+
+
+def test_the_pod_beside_its_template_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / "example.yaml"
+    path.write_text("kind: ResourceClaimTemplate\nmetadata: {name: t}\n---\nkind: Pod\nmetadata: {name: p}\n")
+    got = object_of_kind(load_documents(path, "pod file"), "pod file", str(path), "Pod")
+    assert got["metadata"]["name"] == "p"
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import yaml
 
 from agent.dra.slices import pool_devices, pool_slices
 from apis.device import Device
-from tests.cli.conftest import REPO, Ran
+from tests.cli.conftest import DGX_DEVICE, REPO, Ran
 
 DGX1 = REPO / "hw-fixtures" / "dgx1-v100" / "expected-device.yaml"
 EXAMPLES = REPO / "examples" / "dra"
@@ -153,3 +153,35 @@ def test_the_slices_given_bound_the_choice(topoalloc: Topoalloc, tmp_path: Path)
     assert ran.code == 0, ran.stdout
     got = {r["device"] for r in yaml.safe_load(ran.stdout)["c"]["devices"]["results"]}
     assert not got & {"gpu-0", "gpu-3"} and len(got) == 6
+
+
+def test_each_example_file_is_its_own_pod_and_claim(topoalloc: Topoalloc) -> None:
+    """Every DRA example holds its template and its pod: `--pod F --claim F` takes the Pod for
+    --pod and the template for --claim from the one file."""
+    examples = sorted(EXAMPLES.glob("*.yaml"))
+    assert len(examples) >= 5
+    for example in examples:
+        ran = topoalloc(
+            "allocate", "--device", DGX_DEVICE, "--pod", example, "--claim", example, "-o", "json"
+        )
+        assert ran.code == 0, (example.name, ran.stderr)
+        [template] = [d for d in yaml.safe_load_all(example.read_text()) if d["kind"] != "Pod"]
+        assert list(yaml.safe_load(ran.stdout)["claims"]) == [template["metadata"]["name"]]
+
+
+def test_a_pod_file_with_two_pods_or_none_is_refused_as_ambiguous(
+    topoalloc: Topoalloc, tmp_path: Path
+) -> None:
+    example = yaml.safe_load_all((EXAMPLES / "gpu.yaml").read_text())
+    template, example_pod = sorted(example, key=lambda d: d["kind"] == "Pod")
+    other = {**example_pod, "metadata": {"name": "other"}}
+    two = write(tmp_path, "two.yaml", template, example_pod, other)
+    ran = topoalloc("allocate", "--device", DGX1, "--pod", two, "--claim", two)
+    assert ran.code == 2 and ran.clean_error
+    assert ran.stderr.strip() == (
+        f"error: pod file ({two}): holds 3 YAML documents: expected one Pod, found 2 (documents 2, 3)"
+    )
+    none = write(tmp_path, "none.yaml", template, template)
+    ran = topoalloc("allocate", "--device", DGX1, "--pod", none, "--claim", none)
+    assert ran.code == 2 and ran.clean_error
+    assert "holds 2 YAML documents (ResourceClaimTemplate, ResourceClaimTemplate) and no Pod" in ran.stderr

@@ -13,6 +13,9 @@ import yaml
 
 from allocator.runtime import certs as pki
 from tests.cli.conftest import DGX, DGX_DEVICE, REPO, Ran
+from tests.cli.test_defrag_cli import kubeconfig
+from tests.support.allocator_harness import device, node
+from tests.support.fakeapi import FakeApiServer
 
 Run = Callable[..., Ran]
 L40S_DEVICE = REPO / "hw-fixtures" / "l40s-8x-pcie" / "expected-device.yaml"
@@ -146,3 +149,24 @@ def test_private_keys_in_a_work_tree_are_ignored_or_warned_about(topoalloc: Run,
     # The README's own folder is ignored in this repository.
     if _git("rev-parse", "--show-toplevel", cwd=REPO).returncode == 0:
         assert _git("check-ignore", "-q", "certs/ca.key", cwd=REPO).returncode == 0
+
+
+def test_inspect_node_tells_a_missing_node_from_a_node_without_a_device(
+    topoalloc: Run, fake_api_thread: FakeApiServer, tmp_path: Path
+) -> None:
+    fake_api_thread.put(node("cpu-1", gpus=0))
+    fake_api_thread.put(node("gpu-1"))
+    fake_api_thread.put(device("gpu-1"))
+    config = kubeconfig(tmp_path, fake_api_thread.url)
+    assert topoalloc("inspect", "--node", "gpu-1", "--kubeconfig", config).code == 0
+    missing = topoalloc("inspect", "--node", "nope", "--kubeconfig", config)
+    assert missing.code == 2 and missing.clean_error
+    assert (
+        missing.stderr.strip()
+        == "error: --node (nope): no Node of that name in the cluster (kubectl get nodes)"
+    )
+    bare = topoalloc("inspect", "--node", "cpu-1", "--kubeconfig", config)
+    assert bare.code == 1 and bare.clean_error
+    assert bare.stderr.startswith(
+        "error: Device (cpu-1): the Node exists but has no Device: no topoalloc agent has published one"
+    )

@@ -74,6 +74,16 @@ def test_gitops_render_without_a_cluster(topoalloc: Run) -> None:
     assert yaml.safe_load(json_ran.stdout)["kind"] == "List"
 
 
+def test_gitops_render_for_a_release_newer_than_tested_says_so(topoalloc: Run) -> None:
+    ran = topoalloc("install", "--dry-run", "--kube-version", "v1.40.0", "--certs", "cert-manager")
+    assert ran.code == 0, ran
+    assert ran.stderr == (
+        "warning: Kubernetes v1.40.0 is newer than the newest release topoalloc is tested on (1.36); "
+        "it is expected to work (the APIs used are GA), but it is not tested\n"
+    )
+    assert "registry.k8s.io/kube-scheduler:v1.40.0" in ran.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "why"),
     [

@@ -11,8 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.publish.device_builder import node_resources
+from apis.device import Device
 from apis.topology_profile import PRESETS
 from tests.cli.conftest import Ran
+from tests.cli.test_defrag_cli import kubeconfig
+from tests.defrag.scenario import NODES, world
+from tests.support.fakeapi import FakeApiServer
+from tests.support.machines import machine_device
 
 Run = Callable[..., Ran]
 
@@ -116,3 +122,26 @@ def test_a_file_without_nodes_is_refused_in_one_line(topoalloc: Run, tmp_path: P
     got = topoalloc("topology", write(tmp_path, [bound("a", "n0", 1)]))
     assert got.code == 2 and got.clean_error
     assert got.stderr.strip().endswith("holds no Node (kubectl get nodes -o yaml writes them)")
+
+
+def test_a_node_with_kubelets_and_the_agents_gpu_resources_counts_each_gpu_once(
+    topoalloc: Run, fake_api_thread: FakeApiServer, tmp_path: Path
+) -> None:
+    """The device plugin announces `nvidia.com/gpu: 8`, the agent the same cards as
+    `koordinator.sh/gpu: 800`: `topology` and `defrag` show the same 8 GPUs per node (and the
+    same free ones), not 16."""
+    world(fake_api_thread)
+    for name in NODES:
+        published = node_resources(Device.from_dict(machine_device("dgx-h100", name)))
+        obj = fake_api_thread.get("nodes", name)
+        assert obj is not None
+        obj["status"]["allocatable"].update({k: v for k, v in published.items() if v is not None})
+        fake_api_thread.put(obj)
+    config = kubeconfig(tmp_path, fake_api_thread.url)
+    tree = topoalloc("topology", "--kubeconfig", config, "-o", "json")
+    defrag = topoalloc("defrag", "--kubeconfig", config, "--min-wait", "0", "-o", "json")
+    assert tree.code == 0 and defrag.code == 0, tree.stderr + defrag.stderr
+    [domain] = json.loads(tree.stdout)["domains"]
+    counted = {n["name"]: (n["gpus"], n["freeGPUs"]) for n in domain["nodeList"]}
+    assert counted == {n["node"]: (n["gpus"], n["freeGPUs"]) for n in json.loads(defrag.stdout)["nodes"]}
+    assert set(counted.values()) == {(8, 6)}

@@ -125,6 +125,33 @@ def test_a_two_gpu_claim_gets_an_nvlink_pair_without_asking() -> None:
     assert attr(node, got[0], PAIR2) == attr(node, got[1], PAIR2)
 
 
+GPU_FIXTURES = sorted(
+    p.parent.name
+    for p in (REPO / "hw-fixtures").glob("*/expected-device.yaml")
+    if any(d["type"] == "gpu" for d in (yaml.safe_load(p.read_text()).get("spec") or {}).get("devices") or [])
+)
+
+
+@pytest.mark.parametrize("fixture", GPU_FIXTURES)
+def test_the_nvlink_pair_example_never_gets_two_gpus_that_only_share_pcie(fixture: str) -> None:
+    """examples/dra/nvlink-pair.yaml promises "never two GPUs that only reach each other over PCIe":
+    on every recorded machine its claim gets two NVLink peers, or is refused with the reason."""
+    node = Node(fixture)
+    device = Device.from_dict(node.device)
+    peers = {
+        d.minor: {p.minor for p in d.nvlink.peers} for d in device.devices if d.type == "gpu" and d.nvlink
+    }
+    got = node.solve(example("nvlink-pair"))
+    if any(peers.values()):
+        a, b = sorted(int(name.removeprefix("gpu-")) for name in handed(got))
+        assert b in peers[a], (fixture, a, b)
+    else:
+        assert isinstance(got, Rejection), (fixture, got)
+        assert got.message == (
+            "no published GPUs carry topoalloc.io/nvlinkPartition2: the node has no NVLink partition of 2 GPUs"
+        )
+
+
 def test_pairs_stay_intact_where_first_fit_would_break_them() -> None:
     node = Node("dgx1-v100")
     node.take(node.solve(gpus(1)))  # one GPU of some pair is taken

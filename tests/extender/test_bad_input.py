@@ -29,6 +29,12 @@ CASES: list[tuple[str, Any, str]] = [
     ("bind", {"PodName": "p", "PodNamespace": "default"}, "Node: is required"),
     ("bind", {"PodName": 1, "PodNamespace": "default", "Node": "n"}, "PodName"),
     ("bind", {"podname": "p", "podnamespace": None, "node": "n"}, "PodNamespace"),
+    (
+        "bind",
+        {"PodName": "0", "PodNamespace": "", "PodUID": "u", "Node": "n"},
+        "PodNamespace: must not be empty",
+    ),
+    ("bind", {"PodName": "p", "PodNamespace": "default", "Node": ""}, "Node: must not be empty"),
 ]
 
 

@@ -42,7 +42,7 @@ def test_the_default_table_is_short_and_plain(outputs: dict[str, str]) -> None:
 
 def test_the_full_tables_keep_only_what_says_something(outputs: dict[str, str]) -> None:
     full = outputs["full"]
-    assert "multi at best" not in full and "multi-GPU pods on best link %" in full
+    assert "multi at best" not in full and "multi-GPU on node's best link %" in full
     # The 4-GPU pods of three seeds are a pod or two: said, not turned into percentages.
     assert re.search(r"4-GPU pods: \d arrived over 3 seed\(s\), too few to compare", full)
     assert "8-GPU pods: interconnect of the GPU set" not in full or "8-GPU pods: 9 arrived" not in full

@@ -3,6 +3,7 @@ allows, GPU-to-NIC pairing, and the per-run counts read back from the simulated 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -20,12 +21,16 @@ from simulator.openb import OpenbNode
 from simulator.policies import RandomPolicy
 from simulator.quality import (
     CROSS,
+    NO_TOPOLOGY,
+    NOT_PLACED,
     NUMA,
     NVLINK,
     PCIE,
     SOCKET,
     QualityStats,
     best_level,
+    binned_share,
+    equal_count_edges,
     gpu_set_level,
     nic_level,
     placement_quality,
@@ -191,6 +196,7 @@ def test_record_reads_placements_back_from_the_cluster() -> None:
     assert stats.nic_possible_pct() == 50.0
     assert stats.load_multi[5] == 3 and stats.load_nvlink[5] == 2  # the (50, 60] load bin
     assert stats.load_arrived[5] == 4 and stats.load_curve(nvlink=True, of_arrived=True)[5] == 50.0
+    assert sorted(stats.arrivals) == [(55.0, CROSS), (55.0, NVLINK), (55.0, NVLINK), (60.0, NOT_PLACED)]
     assert math.isnan(stats.at_best_pct(4))
 
 
@@ -226,3 +232,24 @@ def test_pods_on_nodes_without_topology_are_left_out() -> None:
     record(stats, pod, Placed(pod, 0, allocation, cluster.states[0]), arrived_pct=10.0)
     assert stats.arrived == {2: 1} and stats.multi_no_topology == {2: 1} and stats.multi == {}
     assert math.isnan(stats.arrived_level_pct(CROSS, 2)) and math.isnan(stats.level_pct(CROSS, 2))
+
+
+def test_load_bins_hold_about_equally_many_pods_and_never_a_handful() -> None:
+    """The topology-vs-load plot's bins: about equally many arrived pods each, at least 15, so a
+    point is never a percentage of two pods (the 10% bins of ~70 pods jumped between 0 and 100)."""
+    rng = random.Random(7)
+    loads = [rng.uniform(0, 130) for _ in range(70)]
+    edges = equal_count_edges(loads)
+    assert len(edges) == 5 and edges[0] == 0.0 and edges[-1] >= max(loads)
+    counts = [sum(a < x <= b for x in loads) for a, b in itertools.pairwise(edges)]
+    assert sum(counts) == 70 and min(counts) >= 15 and max(counts) - min(counts) <= 1
+    assert equal_count_edges(loads[:20]) == [0.0, max(100.0, max(loads[:20]))]  # one bin, not 2
+    assert equal_count_edges([]) == []
+
+
+def test_binned_share_counts_each_pod_once_and_says_of_how_many() -> None:
+    arrivals = [(10.0, NVLINK), (20.0, PCIE), (30.0, NOT_PLACED), (70.0, NVLINK), (80.0, NO_TOPOLOGY)]
+    edges = [0.0, 50.0, 100.0]
+    assert binned_share(arrivals, edges, of_arrived=False) == ([50.0, 100.0], [2, 1])
+    shares, counts = binned_share(arrivals, edges, of_arrived=True)
+    assert counts == [3, 1] and shares[0] == pytest.approx(100 / 3)

@@ -16,7 +16,7 @@ import yaml
 
 from agent.config import ConfigError, load_config
 from apis.errors import InputError
-from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
+from topoalloc.commands.kube_access import DEFAULT_IN_A_POD, config_error, in_a_pod, require_kubeconfig
 from topoalloc.commands.record_fixture import record_fixture
 from topoalloc.errors import BadInput
 from topoalloc.output import dump
@@ -61,7 +61,9 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     "--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="Agent config YAML."
 )
 @click.option(
-    "--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="Kubeconfig (default: in-cluster)."
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help=f"kubeconfig file ({DEFAULT_IN_A_POD}).",
 )
 @click.option(
     "--sysfs-root",

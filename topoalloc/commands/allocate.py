@@ -1,7 +1,8 @@
 """`topoalloc allocate`: run the allocator core on files, without a cluster.
 
 Exit status: 0 and the `device-allocated` annotation on stdout when the pod fits; 1 and the reason
-on stdout when it does not; 2 when an input cannot be read or decoded. `--explain` writes the
+on stdout when it does not; 2 when an input cannot be read or decoded (or, with `--strict`, when
+anything about it was warned: docs/cli.md, "Silent mistakes"). `--explain` writes the
 candidate devices, their scores and the allocator's choices to stderr. `--reservation FILE` (any
 number) counts Reservations' rooms on the node (placing those not placed yet) and places the pod
 as bind would: from a room it owns, else beside them; --explain says which room was used or why
@@ -11,7 +12,6 @@ none was. `--claim FILE` (any number) prints the pod's DRA claims' allocations i
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,9 @@ from allocator.core.request.usage import pod_usage
 from allocator.core.reservation.on_node import Outcome, allocate_pod, hold_rooms
 from allocator.core.scoring.device import STRATEGIES, DeviceScoring
 from apis import keys
-from apis.documents import load_documents, single_object
+from apis.documents import load_documents, object_of_kind, single_object
 from apis.errors import CodecError, InputError
+from apis.pod_checks import annotation_warnings, near_miss, resource_names, resource_warnings
 from apis.quantity import Format, Quantity
 from apis.reservation import Reservation
 from apis.reservation_pod import RESERVATION_ALLOCATED, ReservationAllocated
@@ -57,6 +58,15 @@ def _load(path: Path, what: str) -> list[Any]:
 def _object(docs: list[Any], path: Path, what: str, kind: str) -> dict[str, Any]:
     try:
         return single_object(docs, what, str(path), kind)
+    except InputError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _pod(docs: list[Any], path: Path) -> dict[str, Any]:
+    """The Pod to place: the file's one object, or its one Pod among others (a DRA example's
+    template beside it)."""
+    try:
+        return object_of_kind(docs, "pod file", str(path), "Pod")
     except InputError as exc:
         raise BadInput(str(exc)) from None
 
@@ -99,7 +109,13 @@ def build_state(
 @click.option(
     "--device", "device_path", type=click.Path(path_type=Path), required=True, help="Device CR (YAML/JSON)."
 )
-@click.option("--pod", "pod_path", type=click.Path(path_type=Path), required=True, help="The Pod to place.")
+@click.option(
+    "--pod",
+    "pod_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The Pod to place (a file may hold it beside its claims or templates: the one Pod is taken).",
+)
 @click.option(
     "--assigned",
     "assigned_path",
@@ -149,6 +165,12 @@ def build_state(
     help="The node's ResourceSlices (default: what its agent publishes in dra mode from DEVICE).",
 )
 @click.option("--explain", is_flag=True, help="Show the candidates, their scores and the choices on stderr.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Any warning about the inputs (an unknown annotation key, a resource topoalloc does not "
+    "allocate, claims not given, an unusable assigned pod) is an error: exit 2.",
+)
 @output_option("annotation", "the device-allocated annotation, or with --claim each claim's allocation")
 @click.pass_context
 def allocate(
@@ -163,12 +185,14 @@ def allocate(
     class_paths: tuple[Path, ...],
     slices_path: Path | None,
     explain: bool,
+    strict: bool,
     output: str,
 ) -> None:
     """Choose the GPUs and RDMA VFs for POD on the node of DEVICE, Koordinator-compatible.
 
     Prints the scheduling.koordinator.sh/device-allocated annotation and exits 0, or prints why
-    the pod does not fit and exits 1; exits 2 when an input cannot be read. With --claim, the
+    the pod does not fit and exits 1; exits 2 when an input cannot be read (with --strict, also
+    when anything about it was warned). With --claim, the
     devices for the pod's DRA claims instead: each claim's status.allocation as topoalloc would
     write it.
     """
@@ -183,7 +207,7 @@ def allocate(
         ctx.exit(EXIT_BAD_INPUT)
     try:
         device = _object(_load(device_path, "device file"), device_path, "device file", "Device")
-        pod = _object(_load(pod_path, "pod file"), pod_path, "pod file", "Pod")
+        pod = _pod(_load(pod_path, "pod file"), pod_path)
         node = _object(_load(node_path, "node file"), node_path, "node file", "Node") if node_path else None
         assigned = _pods(_load(assigned_path, "assigned pods"), assigned_path) if assigned_path else []
         state, warnings = build_state(device, node, assigned)
@@ -191,14 +215,11 @@ def allocate(
     except BadInput as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(EXIT_BAD_INPUT)
-    for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
-    typos, unknown = resource_typos(pod)
+    typos, about_pod = pod_file_checks(pod, bool(claim_paths))
     if typos:
         click.echo(f"error: pod file ({pod_path}): {'; '.join(typos)}", err=True)
         ctx.exit(EXIT_BAD_INPUT)
-    for name in unknown:
-        click.echo(f"warning: pod file ({pod_path}): {name} is not a resource topoalloc allocates", err=True)
+    _warn(ctx, strict, [*warnings, *(f"pod file ({pod_path}): {w}" for w in about_pod)])
     if claim_paths:
         files = claims_mod.ClaimFiles(claim_paths, class_paths, slices_path)
         ctx.exit(claims_mod.run(state, pod, device, files, DeviceScoring(device_scoring), explain, output))
@@ -211,8 +232,7 @@ def allocate(
     notes: list[str] = []
     if reservations:
         rooms, room_warnings = hold_rooms(state, reservations, assigned, scoring=scoring)
-        for warning in room_warnings:
-            click.echo(f"warning: {warning}", err=True)
+        _warn(ctx, strict, room_warnings)
         outcome = allocate_pod(state, pod, req, rooms, scoring=scoring)
         notes = outcome.notes
     else:
@@ -238,36 +258,44 @@ def _reservation(path: Path) -> Reservation:
         raise BadInput(f"reservation file ({path}): {exc}") from None
 
 
-# Domains of device resources: a name there that topoalloc does not know is most likely a typo of
-# one it does (`nvidia.com/gpus`), which kube-scheduler would leave to a device plugin that does not
-# exist and topoalloc would allocate nothing for.
+# Domains of device resources: a name there that topoalloc does not know and that is no near miss
+# of one it does is most likely another plugin's real resource (`nvidia.com/mig-1g.10gb`).
 DEVICE_DOMAINS = ("nvidia.com/", "amd.com/", "dcu.com/", "huawei.com/", KOORD)
 
 
-def resource_typos(pod: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(sentences about names that look like a typo of a device resource, other unknown names in
-    a device domain). The extender leaves such names to kube-scheduler as before; only the CLI,
-    where a person typed the file, refuses a near miss (`nvidia.com/mig-1g.10gb` is a real NVIDIA
-    resource topoalloc does not allocate: a warning, not an error)."""
+def pod_file_checks(pod: dict[str, Any], with_claims: bool) -> tuple[list[str], list[str]]:
+    """(sentences about resource names that are near misses of a device resource: refused, the pod
+    would get nothing for them; warnings: other unknown names in a device domain, unknown annotation
+    keys, claims the pod names but that are not given). The sentences are the extender's and the
+    webhooks' (apis/pod_checks.py); only here, where a person typed the file, is a near miss an
+    error rather than a warning."""
+    names = resource_names(pod)
+    typos = resource_warnings(names)
+    unknown = [
+        f"{name} is not a resource topoalloc allocates"
+        for name in sorted(names)
+        if name not in RESOURCE_DEVICE_TYPE and name.startswith(DEVICE_DOMAINS) and near_miss(name) is None
+    ]
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    warnings = [*unknown, *annotation_warnings(annotations)]
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    names: set[str] = set()
-    for field in ("containers", "initContainers"):
-        for container in spec.get(field) or []:
-            resources = container.get("resources") if isinstance(container, dict) else None
-            for part in ("limits", "requests"):
-                table = (resources or {}).get(part) if isinstance(resources, dict) else None
-                names.update(str(n) for n in table or {} if isinstance(table, dict))
-    typos, unknown = [], []
-    known = list(RESOURCE_DEVICE_TYPE)
-    for name in sorted(names):
-        if name in RESOURCE_DEVICE_TYPE or not name.startswith(DEVICE_DOMAINS):
-            continue
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
-        if close:
-            typos.append(f"unknown resource {name} (did you mean {close[0]}?)")
-        else:
-            unknown.append(name)
-    return typos, unknown
+    claims = [c.get("name", "") for c in spec.get("resourceClaims") or [] if isinstance(c, dict)]
+    if claims and not with_claims:
+        warnings.append(
+            f"the pod's DRA claims ({', '.join(claims)}) are not given: placed without them; "
+            "--claim FILE allocates them (the example's own file holds its template)"
+        )
+    return typos, warnings
+
+
+def _warn(ctx: click.Context, strict: bool, warnings: list[str]) -> None:
+    """Say each warning on stderr; with --strict, any of them ends the command (exit 2)."""
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if strict and warnings:
+        click.echo(f"error: --strict: {len(warnings)} warning(s) about the inputs, above", err=True)
+        ctx.exit(EXIT_BAD_INPUT)
 
 
 def _result_data(

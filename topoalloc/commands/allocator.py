@@ -16,7 +16,7 @@ from allocator.runtime.config import ServiceConfig
 from apis.documents import load_mapping
 from apis.errors import InputError
 from apis.topology_profile import PROFILE_NAMES
-from topoalloc.commands.kube_access import config_error, require_kubeconfig
+from topoalloc.commands.kube_access import DEFAULT_WITH_FLAG, config_error, require_kubeconfig
 from topoalloc.errors import BadInput
 
 
@@ -60,7 +60,7 @@ def _unknown_component(name: str) -> str | None:
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, exists=True),
-    help="kubeconfig file (default: ~/.kube/config).",
+    help=f"kubeconfig file ({DEFAULT_WITH_FLAG}).",
 )
 @click.option("--context", help="kubeconfig context.")
 @click.option("--in-cluster/--no-in-cluster", default=None, help="Use the pod's service account.")

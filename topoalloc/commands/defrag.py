@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from topoalloc.commands.defrag_view import Snapshot, as_data, render
-from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
+from topoalloc.commands.kube_access import DEFAULT_IN_A_POD, config_error, in_a_pod, require_kubeconfig
 from topoalloc.errors import BadInput, Failure
 from topoalloc.output import dump, output_option
 
@@ -125,7 +125,7 @@ async def _run(kubeconfig: str | None, context: str | None, in_cluster: bool, se
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False),
-    help="The cluster to read (default: $KUBECONFIG, ~/.kube/config, or the pod's service account).",
+    help=f"kubeconfig file of the cluster to read ({DEFAULT_IN_A_POD}).",
 )
 @click.option("--context", help="kubeconfig context.")
 @click.option(

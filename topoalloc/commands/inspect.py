@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from apis.documents import load_documents
 from apis.errors import InputError
-from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
+from topoalloc.commands.kube_access import DEFAULT_IN_A_POD, config_error, in_a_pod, require_kubeconfig
 from topoalloc.errors import BadInput, Failure
 from topoalloc.output import dump, output_option
 
@@ -18,7 +20,7 @@ from topoalloc.output import dump, output_option
 @click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
-    help="Kubeconfig for --node (default: in-cluster).",
+    help=f"kubeconfig file for --node ({DEFAULT_IN_A_POD}).",
 )
 def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: str | None) -> None:
     """Print a Device CR as the `nvidia-smi topo -m` matrix (GPU x GPU, GPU x NIC) with NUMA."""
@@ -44,10 +46,7 @@ def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: 
             client = api_client(kubeconfig)
         except ConfigException as exc:
             raise config_error(kubeconfig, exc, in_cluster=not kubeconfig) from None
-        try:
-            raw = Kube(client).get_device(node)
-        except TRANSPORT_ERRORS as exc:
-            raise Failure("Device", node or "", short_error(exc)) from None
+        raw = _device_of_node(Kube(client), node or "", TRANSPORT_ERRORS, short_error)
     try:
         device = Device.from_dict(raw)
     except ValueError as exc:
@@ -56,6 +55,30 @@ def inspect(device_file: str | None, node: str | None, output: str, kubeconfig: 
         click.echo(render(device), nl=False)
     else:
         click.echo(dump(matrix_data(device), output), nl=False)
+
+
+def _device_of_node(kube: Any, node: str, transport_errors: Any, short_error: Any) -> dict:
+    """The node's Device from the cluster. A 404 says which is missing: the Node (a name the
+    cluster does not have: bad input) or only its Device (no agent has published one there)."""
+    try:
+        return dict(kube.get_device(node))
+    except transport_errors as exc:
+        if getattr(exc, "status", None) != 404:
+            raise Failure("Device", node, short_error(exc)) from None
+    try:
+        kube.get_node(node)
+    except transport_errors as exc:
+        if getattr(exc, "status", None) == 404:
+            raise BadInput(
+                "--node", node, "no Node of that name in the cluster (kubectl get nodes)"
+            ) from None
+        raise Failure("Node", node, short_error(exc)) from None
+    raise Failure(
+        "Device",
+        node,
+        "the Node exists but has no Device: no topoalloc agent has published one for it (is the agent "
+        "running there? kubectl get pods -A -o wide --field-selector spec.nodeName=" + node + ")",
+    )
 
 
 def _device_document(docs: list[dict], path: str) -> dict:

@@ -22,6 +22,7 @@ from topoalloc.commands.installer.manifests import (
     repo_root,
 )
 from topoalloc.commands.installer.report import Report
+from topoalloc.commands.kube_access import DEFAULT_WITH_FLAG
 from topoalloc.errors import BadInput, Failure
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,7 +36,7 @@ def cluster_options(func: F) -> F:
     """--kubeconfig, --context, --in-cluster, --manifests: the same on the three commands."""
     for option in reversed(
         [
-            click.option("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."),
+            click.option("--kubeconfig", help=f"kubeconfig file ({DEFAULT_WITH_FLAG})."),
             click.option("--context", help="kubeconfig context (default: its current context)."),
             click.option("--in-cluster", is_flag=True, help="Use the pod's service account."),
             click.option(
@@ -264,6 +265,8 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
         raise BadInput("--kube-version", kube_version, str(exc)) from None
     if (why := versions.server_refusal(server)) is not None:
         raise BadInput("--kube-version", kube_version, why)
+    if (note := versions.server_warning(server)) is not None:  # as an install on such a cluster says
+        click.echo(f"warning: {note}", err=True)
     options = lifecycle.pin_scheduler(options, server, options.scheduler_version)
     facts = ClusterFacts(tls=tls.issue_secrets() if options.certs == "generate" else None)
     docs = _guarded(lambda: render(options, facts, root))

@@ -1,7 +1,8 @@
 """Which cluster a command talks to, said the same way by every command that needs one (`agent`,
-`allocator`, `inspect --node`, `install`, `uninstall`, `upgrade`): the --kubeconfig flag, else
-$KUBECONFIG (a list of files, as kubectl reads it), else ~/.kube/config, unless the command runs
-in a pod (--in-cluster, or the service-account environment where the command defaults to it).
+`allocator`, `inspect --node`, `defrag`, `topology`, `install`, `uninstall`, `upgrade`): the
+--kubeconfig flag, else $KUBECONFIG (a list of files, as kubectl reads it), else ~/.kube/config,
+unless the command runs in a pod (--in-cluster, or the service-account environment where the
+command defaults to it).
 
 A kubeconfig that is not there is the user's to fix: `error: kubeconfig (<file>): not found`,
 exit 2, before any client library gets to log or raise about it.
@@ -15,6 +16,11 @@ from pathlib import Path
 from topoalloc.errors import BadInput
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
+# What each command's --help says of its --kubeconfig default, in the words of docs/cli.md ("The
+# cluster a command talks to"): commands that find a pod's service account by themselves, and
+# commands that are told to use it.
+DEFAULT_IN_A_POD = "default: $KUBECONFIG, else ~/.kube/config; in a pod, its service account"
+DEFAULT_WITH_FLAG = "default: $KUBECONFIG, else ~/.kube/config; --in-cluster: the pod's service account"
 HINT = "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a service account"
 
 

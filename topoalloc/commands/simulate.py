@@ -116,7 +116,8 @@ def format_demo_summary(runs: TraceRuns, arrived: int = REPORT_AT) -> str:
     if sizes:
         notes.append(
             f"Multi-GPU on NVLink: the placed {'- and '.join(str(s) for s in sizes)}-GPU pods whose GPUs "
-            f"share one NVLink domain, over {len(runs.seeds)} seeds."
+            f"share one NVLink domain, over {len(runs.seeds)} seeds; -v's \"on node's best link\" counts "
+            "a pod whose GPUs share the best link its node has (PCIe on an L40S) as well, so it is higher."
         )
     notes.append("The full tables (fragmentation, interconnect per pod size, NIC pairing): topoalloc demo -v")
     return "\n".join(lines + [part for note in notes for part in textwrap.wrap(note, 100)])

@@ -4,8 +4,9 @@ Read-only: the Nodes (and the Pods bound to them) from a file (`kubectl get node
 yaml` writes one) or from the cluster through a kubeconfig. The levels are the allocator's
 topology profile (docs/topology.md): detected from the nodes' labels, or named with --profile
 (`custom` with --key). A node's GPUs are its allocatable whole GPUs (nvidia.com/gpu,
-amd.com/gpu, dcu.com/gpu, or koordinator.sh/gpu in hundreds); a GPU any bound, active pod asks
-for (even a share of it) counts as used.
+amd.com/gpu, dcu.com/gpu, or koordinator.sh/gpu in hundreds: the same cards, counted once, by
+`apis.resources.node_gpus`); a GPU any bound, active pod asks for (even a share of it) counts as
+used.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from apis import resources as rn
 from apis.documents import load_documents
 from apis.errors import InputError
 from apis.topology_profile import AUTO, CUSTOM, GENERIC, PROFILE_NAMES, Detected, resolve
-from topoalloc.commands.kube_access import config_error, in_a_pod, require_kubeconfig
+from topoalloc.commands.kube_access import DEFAULT_IN_A_POD, config_error, in_a_pod, require_kubeconfig
 from topoalloc.errors import BadInput, Failure
 from topoalloc.output import dump, output_option
 
@@ -63,33 +64,17 @@ def node_gpus(nodes: Iterable[JSON], pods: Iterable[JSON]) -> list[NodeGPUs]:
     for node in nodes:
         meta = node.get("metadata") or {}
         alloc = (node.get("status") or {}).get("allocatable") or {}
-        out[meta.get("name", "")] = NodeGPUs(meta.get("name", ""), meta.get("labels") or {}, _gpus(alloc))
+        out[meta.get("name", "")] = NodeGPUs(
+            meta.get("name", ""), meta.get("labels") or {}, rn.node_gpus(alloc)
+        )
     for pod in pods:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         where = out.get(spec.get("nodeName") or "")
         if where is None or status.get("phase") in rn.TERMINAL_POD_PHASES:
             continue
         for c in spec.get("containers") or []:
-            where.used += _gpus(((c or {}).get("resources") or {}).get("requests") or {}, shares=True)
+            where.used += rn.pod_gpus(((c or {}).get("resources") or {}).get("requests") or {})
     return sorted(out.values(), key=lambda n: n.name)
-
-
-def _gpus(resources: Mapping[str, Any], *, shares: bool = False) -> int:
-    count = 0
-    for name in rn.WHOLE_GPU_RESOURCES:
-        count += _int(resources.get(name))
-    koord = _int(resources.get(rn.GPU))
-    count += -(-koord // 100) if shares else koord // 100
-    if shares and not count and _int(resources.get(rn.GPU_CORE)):
-        count = 1  # a share of one GPU
-    return count
-
-
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(str(value))) if value is not None else 0
-    except ValueError:
-        return 0
 
 
 def domain_tree(detected: Detected, nodes: Sequence[NodeGPUs]) -> list[Domain]:
@@ -212,7 +197,7 @@ def _from_cluster(kubeconfig: str | None) -> tuple[list[JSON], list[JSON]]:
 @click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
-    help="Read the Nodes and Pods from this cluster (without NODES_FILE: $KUBECONFIG, ~/.kube/config).",
+    help=f"kubeconfig file of the cluster to read the Nodes and Pods from ({DEFAULT_IN_A_POD}).",
 )
 @click.option(
     "--profile",

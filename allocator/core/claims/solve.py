@@ -77,6 +77,9 @@ def solve(
         cands = _candidates(creq, published.devices, state)
     except SelectorError as exc:
         return Rejection(CLAIM_SELECTOR, str(exc), True)
+    missing = _missing_attribute(creq, published.devices)
+    if missing is not None:
+        return missing
     for kind, noun in _NOUN.items():
         need = creq.count(kind)
         have = len(frozenset().union(*(c for c, s in zip(cands, creq.slots, strict=True) if s.kind == kind)))
@@ -144,6 +147,27 @@ def _candidates(
             )
         )
     return out
+
+
+def _missing_attribute(creq: ClaimsRequest, devices: Mapping[str, PublishedDevice]) -> Rejection | None:
+    """A constraint's attribute that no published device of a request's kind carries: said as such
+    (the node has no NVLink partition of that size, say) rather than as too few devices."""
+    kinds: dict[str, list[PublishedDevice]] = {}
+    for dev in devices.values():
+        name = dra.parse_device_name(dev.name)
+        if name is not None:
+            kinds.setdefault(name.type, []).append(dev)
+    for c in creq.constraints:
+        for kind in sorted({creq.slots[i].kind for i in c.slots}):
+            if any(d.attribute(c.attribute) is not None for d in kinds.get(kind, ())):
+                continue
+            partition = dra.partition_of(c.attribute)
+            why = ""
+            if partition is not None:
+                link = "NVLink" if partition[1] else "PCIe"
+                why = f": the node has no {link} partition of {partition[0]} GPUs"
+            return Rejection(NO_CANDIDATES, f"no published {_NOUN[kind]} carry {c.attribute}{why}")
+    return None
 
 
 def _minors(names: frozenset[str] | set[str]) -> set[int]:

@@ -7,9 +7,9 @@ and the gang waits with `InsufficientResources` instead of searching.
 
 Only resources that can be measured without guessing are checked: `cpu`, `memory` and whole GPUs
 (`nvidia.com/gpu`, `amd.com/gpu`, `dcu.com/gpu`, counted as healthy cards of the node's
-inventory, else its allocatable). Any other name is ignored. Every estimate errs on the side of
-room (a running gang's member counts as removable on its own), so the check never refuses a gang
-the planner could place.
+inventory, else as its allocatable's GPUs, `apis.resources.node_gpus`). Any other name is
+ignored. Every estimate errs on the side of room (a running gang's member counts as removable on
+its own), so the check never refuses a gang the planner could place.
 """
 
 from __future__ import annotations
@@ -63,10 +63,10 @@ def wanted_amounts(min_resources: Mapping[str, Quantity]) -> dict[str, int]:
     return out
 
 
-def _gpu_capacity(state: NodeState, resource: str) -> int:
+def _gpu_capacity(state: NodeState) -> int:
     if state.inventory is not None:
         return GPUSummary.of(state).healthy_count
-    return state.allocatable.get(resource, 0)
+    return rn.node_gpus(state.allocatable)
 
 
 def _capacity(state: NodeState, resource: str) -> int:
@@ -74,7 +74,7 @@ def _capacity(state: NodeState, resource: str) -> int:
         return state.allocatable_cpu_milli
     if resource == rn.MEMORY:
         return state.allocatable_memory
-    return _gpu_capacity(state, resource)
+    return _gpu_capacity(state)
 
 
 def _staying(state: NodeState, resource: str, removable: Collection[str]) -> int:

@@ -42,7 +42,6 @@ CLAIM_MIXED: Final = "topoalloc: devices asked both ways"
 PCIE_SWITCH: Final = dra.qualified(dra.ATTR_PCIE_SWITCH)
 SOCKET: Final = dra.qualified(dra.ATTR_SOCKET)
 NVLINK_DOMAIN: Final = dra.qualified(dra.ATTR_NVLINK_DOMAIN)
-PARTITION_PREFIX: Final = dra.qualified(dra.partition_attribute(0)).removesuffix("0")
 # Attributes a GPU and a NIC share a value of when they sit together: a constraint on one of them
 # across GPU and NIC requests is the joint allocation.
 LOCALITY: Final = (PCIE_SWITCH, dra.PCIE_ROOT, dra.NUMA_NODE, SOCKET)
@@ -204,7 +203,9 @@ def _core_request(
             attr = whole.attribute
             if attr in GPU_SCOPES:
                 hints[GPU] = DeviceHint(required_topology_scope=GPU_SCOPES[attr])
-            elif attr == f"{PARTITION_PREFIX}{gpus}":
+            elif _partition_size(attr) == gpus:
+                # One partition of N GPUs of the node's table (NVLink or PCIe: the GPUs that carry
+                # the attribute bound the candidates).
                 spec = GPUPartitionSpec("Restricted")
             else:
                 regroup = whole
@@ -224,3 +225,9 @@ def _core_request(
         fields["joint_same_pcie"] = any(c.attribute == PCIE_SWITCH for c in pairs)
     core = with_signature(replace(pod, devices=tuple(devices), hints=hints, **fields))  # type: ignore[arg-type]
     return ClaimsRequest(core, slots, constraints, keys, regroup, pairs)
+
+
+def _partition_size(attribute: str) -> int:
+    """N of `topoalloc.io/nvlinkPartition<N>` or `topoalloc.io/pciePartition<N>`; 0 for any other."""
+    found = dra.partition_of(attribute) if attribute.startswith(f"{dra.DRIVER}/") else None
+    return 0 if found is None else found[0]

@@ -37,6 +37,7 @@ from apis.annotations import (
     parse_numa_topology_spec,
 )
 from apis.errors import CodecError
+from apis.pod_checks import annotation_warnings, resource_warnings
 from apis.podgroup import gang_of, spec_priority
 from apis.quantity import NANO
 
@@ -119,6 +120,7 @@ def _parse(pod: Any, meta: dict[str, Any]) -> dict[str, Any]:
     out["nonzero_memory"] = nonzero_mem
     out["exclusive_cpus"] = exclusive_cpus(spec)
     out["scalars"] = {k: -(-v // NANO) for k, v in sorted(requests.items()) if v > 0}
+    out["warnings"] = (*annotation_warnings(annotations), *resource_warnings(out["scalars"]))
 
     devices = _device_requests(out["scalars"])
     out["devices"] = devices

@@ -93,6 +93,9 @@ class PodRequest:
     gang_error: str = ""
     rl_job_group: str = ""
     priority: int = 0  # spec.priority: the PriorityClass value the API server resolved (not in signature)
+    # What the pod says that topoalloc ignores (apis/pod_checks.py: unknown keys, near-miss
+    # resource names), for one Warning Event; not in the signature.
+    warnings: tuple[str, ...] = ()
     signature: tuple[Any, ...] = ()
 
     # -- convenience -------------------------------------------------------------------------

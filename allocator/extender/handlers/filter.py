@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from allocator.extender.handlers.common import BadRequest, bad_request, json_reply, parse_body
+from allocator.extender.handlers.notices import NOTICES
 from allocator.extender.handlers.service_view import ServiceView
 from allocator.runtime.coreadapter import PodRequest
 from allocator.runtime.decide import best_of, verdicts_for, why_not
@@ -39,6 +40,9 @@ async def handle(request: web.Request, svc: ServiceView) -> web.Response:
         return bad_request(request, str(exc))
     names = args.names()
     req = svc.core.request(args.pod)
+    notices = request.app.get(NOTICES)
+    if req.warnings and notices is not None:
+        notices.tell(svc.events, args.pod, req)
     # A gang member's verdict comes from its gang's plan, a room owner's from its room (the
     # components' steering), else the core's (allocator/runtime/decide.py).
     decision = verdicts_for(svc.core, svc.steering, args.pod, req, names)

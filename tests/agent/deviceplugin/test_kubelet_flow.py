@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.agent.deviceplugin.rig import CONTROL, allocated, gpu_entry, rdma_entry
+from tests.agent.deviceplugin.rig import CONTROL, allocated, gpu_entry, pod_doc, rdma_entry
 from tests.agent.support import wait_for as _wait  # also imported from here by sibling tests
 from tests.support.kubelet import AdmissionError
 
@@ -327,3 +327,26 @@ def test_lost_gpu_and_nic_port_down_stream_as_unhealthy(make_rig, tmp_path) -> N
     state.write_text("4: ACTIVE\n")
     agent.request_resync()
     kubelet.wait_devices("koordinator.sh/rdma", lambda d: d["0000:18:00.0-u00"][0] == "Healthy", 10)
+
+
+def test_a_pod_with_an_unknown_annotation_key_gets_one_warning_event(make_rig) -> None:
+    """The agent serves the pod as annotated and tells, once for the whole pod, what it says that
+    topoalloc ignores (the same sentence as the extender's and the webhooks')."""
+    rig = make_rig("dgx-h100")
+    kubelet = rig.start_kubelet()
+    rig.start_agent()
+    doc = pod_doc(
+        "typo",
+        {"a": {"nvidia.com/gpu": "1"}, "b": {"nvidia.com/gpu": "1"}},
+        allocated([gpu_entry(0, H100[0]), gpu_entry(1, H100[1])]),
+    )
+    doc["metadata"]["annotations"]["topoalloc.io/requred-topology"] = "topology.kubernetes.io/zone"
+    got = kubelet.admit(rig.server.put(doc))
+    assert got["a"]["nvidia.com/gpu"].ids == [H100[0]] and got["b"]["nvidia.com/gpu"].ids == [H100[1]]
+    (event,) = rig.events("IgnoredPodSettings")
+    assert event["type"] == "Warning" and event["involvedObject"]["name"] == "typo"
+    assert event["message"] == (
+        "unknown annotation topoalloc.io/requred-topology (did you mean topoalloc.io/required-topology?): "
+        "topoalloc ignores it"
+    )
+    assert rig.events("DeviceAllocationRefused") == []

@@ -96,9 +96,10 @@ def test_nvlink_partition_attributes_follow_the_partition_table() -> None:
     pairs: dict[int, set[int]] = {}
     for dev in gpus:
         minor = value(dev, dra.ATTR_MINOR)
-        assert {k for k in dev["attributes"] if k.startswith("nvlinkPartition")} == {
+        assert {k for k in dev["attributes"] if dra.partition_of(k) is not None} == {
             dra.partition_attribute(size) for size in table[minor]
         }
+        assert all(nvlink for _, nvlink in table[minor].values())  # an NVSwitch machine
         pairs.setdefault(value(dev, dra.partition_attribute(2)), set()).add(minor)
     # the values group the GPUs exactly as the table's pairs do
     listed = parse_gpu_partitions(result.device.annotations["scheduling.koordinator.sh/gpu-partitions"])
@@ -108,11 +109,49 @@ def test_nvlink_partition_attributes_follow_the_partition_table() -> None:
 def test_a_gpu_in_no_partition_of_a_size_has_no_attribute_of_that_size() -> None:
     result = dra_pass("l20-4x-vm-numa-unknown")
     device = copy.deepcopy(result.device)
-    # a table with one pair only: GPUs 2 and 3 belong to no pair
+    # a table with one pair only: GPUs 2 and 3 belong to no pair (L20s have no NVLink: a PCIe pair)
     device.metadata["annotations"]["scheduling.koordinator.sh/gpu-partitions"] = '{"2":[{"minors":[0,1]}]}'
     devices = by_name(pool_devices(device, max_vfs=8))
-    assert value(devices["gpu-0"], "nvlinkPartition2") == value(devices["gpu-1"], "nvlinkPartition2") == 0
-    assert "nvlinkPartition2" not in devices["gpu-2"]["attributes"]
+    assert value(devices["gpu-0"], "pciePartition2") == value(devices["gpu-1"], "pciePartition2") == 0
+    assert not {"pciePartition2", "nvlinkPartition2"} & set(devices["gpu-2"]["attributes"])
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_NAMES)
+def test_an_nvlink_partition_attribute_groups_only_gpus_that_share_nvlink(fixture: str) -> None:
+    """On every recorded machine: the GPUs sharing a value of `nvlinkPartition<N>` share one NVLink
+    domain in the Device; a partition whose GPUs do not (a PCIe ring) is `pciePartition<N>`."""
+    result = dra_pass(fixture)
+    domain = {d.minor: d.nvlink.domain if d.nvlink else "" for d in result.device.devices if d.type == "gpu"}
+    groups: dict[tuple[str, int], set[int]] = {}
+    for dev in result.pool:
+        for name, val in dev["attributes"].items():
+            if dra.partition_of(name) is not None:
+                groups.setdefault((name, next(iter(val.values()))), set()).add(value(dev, dra.ATTR_MINOR))
+    for (name, _), minors in groups.items():
+        _, nvlink = dra.partition_of(name) or (0, False)
+        if nvlink:
+            assert len({domain[m] for m in minors}) == 1 and domain[min(minors)], (name, minors)
+    if not any(domain.values()):  # no NVLink at all (the L40S, the L20s, the PCIe A100s)
+        assert not [k for k, _ in groups if k.startswith(dra.PARTITION_PREFIX)], fixture
+
+
+def test_a_pcie_machine_publishes_its_partition_table_under_pcie_names() -> None:
+    devices = by_name(dra_pass("l40s-8x-pcie").pool)
+    gpu0 = devices["gpu-0"]["attributes"]
+    assert {k for k in gpu0 if dra.partition_of(k)} == {f"pciePartition{n}" for n in (1, 2, 4, 8)}
+    assert value(devices["gpu-0"], "pciePartition2") == value(devices["gpu-1"], "pciePartition2")
+
+
+def test_a_table_that_says_nvlink_for_cards_without_it_is_published_as_pcie() -> None:
+    """A table written by hand (a config rule) may claim NVLink: the Device's NVLink facts decide."""
+    result = dra_pass("l40s-8x-pcie")
+    device = copy.deepcopy(result.device)
+    device.metadata["annotations"]["scheduling.koordinator.sh/gpu-partitions"] = (
+        '{"2":[{"minors":[0,1],"gpuLinkType":"NVLink"}]}'
+    )
+    devices = by_name(pool_devices(device, max_vfs=8))
+    assert "nvlinkPartition2" not in devices["gpu-0"]["attributes"]
+    assert value(devices["gpu-0"], "pciePartition2") == 0
 
 
 def test_unknown_numa_and_socket_are_left_out_not_guessed() -> None:

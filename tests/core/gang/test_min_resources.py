@@ -83,3 +83,16 @@ def test_cpu_held_by_staying_pods_is_not_available() -> None:
     got = min_resources_shortage(c, q({"cpu": "33"}), ["n0"])
     assert got is not None and (got.resource, got.have, got.scope) == ("cpu", 32000, AVAILABLE)
     assert min_resources_shortage(c, q({"cpu": "36"}), ["n0"], {"p/n0-0"}) is None
+
+
+def test_a_node_without_its_device_counts_its_gpus_once_from_its_allocatable() -> None:
+    """No Device CR yet: the node's GPUs are its allocatable's, whichever name announces them
+    (the agent's `koordinator.sh/gpu` in hundreds), and the device plugin's `nvidia.com/gpu` for
+    the same cards does not double them."""
+    c = ClusterState()
+    both = {"cpu": "64", "nvidia.com/gpu": "8", "koordinator.sh/gpu": "800"}
+    c.upsert_node({"metadata": {"name": "both"}, "status": {"allocatable": both}})
+    c.upsert_node({"metadata": {"name": "agent"}, "status": {"allocatable": {"koordinator.sh/gpu": "800"}}})
+    assert min_resources_shortage(c, q({"nvidia.com/gpu": "16"}), ["both", "agent"]) is None
+    got = min_resources_shortage(c, q({"nvidia.com/gpu": "9"}), ["both"])
+    assert got is not None and (got.have, got.scope) == (8, CAPACITY)
