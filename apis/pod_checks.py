@@ -54,6 +54,8 @@ KNOWN_KEYS = frozenset(
         keys.SCARCE_AVOIDANCE,
         keys.ALLOCATED_NODE,
         keys.NUDGED,
+        keys.PLACEMENT_GATE,  # also the opt-out label's key (keys.PLACEMENT)
+        keys.TOPOALLOC + "Placed",  # placement's pod condition type
         keys.REQUIRED_TOPOLOGY,
         keys.PREFERRED_TOPOLOGY,
         dra.SCHEDULING_GATE,

@@ -41,7 +41,7 @@ from allocator.core.placement.view import PendingPod, PlacementView
 from apis import keys
 
 ACTION = "Placing"  # the Events' action
-CONDITION = "topoalloc.io/Placed"  # the pod condition that says why a gated pod waits
+CONDITION = keys.TOPOALLOC + "Placed"  # the pod condition that says why a gated pod waits
 
 
 @dataclass(frozen=True)
