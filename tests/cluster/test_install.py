@@ -1,15 +1,20 @@
 """`topoalloc install`, `upgrade` and `uninstall` on a bare control plane of each release (issue 31).
 
 The module starts its own control plane (the session's has the harness's manifests applied; an
-installer must start from an empty cluster): etcd, kube-apiserver, the default kube-scheduler and
-kube-controller-manager, whose DaemonSet and Deployment controllers create the installed pods.
-No kubelet runs them, so tests/support/installed.py runs what each pod would run, with the
-credentials, Secrets and ConfigMaps the installation put there. Three nodes: gpu-a labelled by GPU
-Feature Discovery (a DGX H100), gpu-b with GPUs but no label (4x A100, NVLink pairs), cpu-1.
+installer must start from an empty cluster): etcd, kube-apiserver, the default kube-scheduler with
+no configuration of topoalloc's (placement mode needs none) and kube-controller-manager, whose
+DaemonSet and Deployment controllers create the installed pods. No kubelet runs them, so
+tests/support/installed.py runs what each pod would run, with the credentials, Secrets and
+ConfigMaps the installation put there, and stands in for the Services' endpoints that
+kube-apiserver calls the installed webhooks through (kube-proxy and pod IPs on a cluster). Three
+nodes: gpu-a labelled by GPU Feature Discovery (a DGX H100), gpu-b with GPUs but no label (4x A100,
+NVLink pairs), cpu-1.
 
-The steps build on each other, in order: README's Deploy commands on the empty cluster, the GPU
-node label and a device plugin conflict, a gang created while no allocator runs, an upgrade with
-running allocations, kubeadm mode, uninstall, --purge (with a Koordinator-owned CRD).
+The steps build on each other, in order: README's Deploy commands on the empty cluster (placement
+mode: the GPU pod gated at admission, placed by the allocator, bound by the control plane's own
+kube-scheduler), the GPU node label and a device plugin conflict, a gang whose members are refused
+while no allocator runs and bind whole once it does, an upgrade with running allocations, secondary
+mode (a second kube-scheduler), kubeadm mode, uninstall, --purge (with a Koordinator-owned CRD).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from tests.cluster.harness import allocated, gpu_minors
 from tests.deploy.test_readme import DEPLOY, README, _commands, section
 from tests.support.cluster_product import topoalloc_argv
 from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, wait_until
-from tests.support.installed import NAMESPACE, Installed, finish_terminating, pods
+from tests.support.installed import NAMESPACE, ClusterNetwork, Installed, finish_terminating, pods
 from tests.support.kube_releases import KubeRelease
 
 NODES = {"gpu-a": "dgx-h100", "gpu-b": "a100-pcie-4x-nvlink-pairs", "cpu-1": "cpu-only"}
@@ -40,7 +45,10 @@ PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
 DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
 UPGRADE_TO = "0.1.1"
+GANG_GATE = "topoalloc.io/gang"
+ALLOCATED_NODE = "topoalloc.io/allocated-node"
 
 
 @dataclass
@@ -100,8 +108,11 @@ class World:
 def world(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     require_shared(release.missing_parts())
     workdir = tmp_path_factory.mktemp(f"install-{release.minor}")
-    cp = ControlPlane(workdir / "k8s", controller_manager=True, release=release)
-    installed = Installed(cp, workdir, dict(NODES))
+    network = ClusterNetwork(workdir / "network")  # kube-apiserver reaches the webhooks' Services through it
+    cp = ControlPlane(
+        workdir / "k8s", controller_manager=True, release=release, apiserver_args=(network.egress_flag(),)
+    )
+    installed = Installed(cp, workdir, dict(NODES), network=network)
     try:
         cp.start()
         for name in NODES:
@@ -113,6 +124,7 @@ def world(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Ite
     finally:
         installed.stop()
         cp.stop()
+        network.close()
 
 
 def _readme_step(world: World, command: str) -> subprocess.CompletedProcess[str] | None:
@@ -130,13 +142,29 @@ def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world
     server = world.cp.admin.get("/version")["gitVersion"]
     major, minor = (int(x) for x in server.lstrip("v").split(".")[:2])
 
+    def rendered(*flags: str) -> list[dict[str, Any]]:
+        return list(yaml.safe_load_all(world.topoalloc("install", "--dry-run", *flags).stdout))
+
     def image(*flags: str) -> str:
-        docs = list(yaml.safe_load_all(world.topoalloc("install", "--dry-run", *flags).stdout))
+        docs = rendered("--mode", "secondary", *flags)
         scheduler = next(
             d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "topoalloc-scheduler"
         )
         return str(scheduler["spec"]["template"]["spec"]["containers"][0]["image"])
 
+    # Placement mode, the default, runs no scheduler of its own and configures none: no pin.
+    docs = rendered()
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"] == ["topoalloc-allocator"]
+    images = {
+        c["image"]
+        for d in docs
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {"topoalloc:0.1.0"}, images
+    ran = world.topoalloc("install", "--dry-run", "--scheduler-version", server, check=False)
+    assert ran.returncode == 2 and "--mode secondary" in ran.stderr, ran.stderr
+    # Secondary mode's second scheduler is pinned to the server's version, within the skew policy.
     assert image() == f"registry.k8s.io/kube-scheduler:{server}"
     assert (
         image("--scheduler-version", f"v{major}.{minor - 1}.4")
@@ -146,7 +174,9 @@ def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world
         (f"v{major}.{minor + 1}.0", "newer than kube-apiserver"),
         (f"v{major}.{minor - 2}.0", "at most one"),
     ):
-        ran = world.topoalloc("install", "--dry-run", "--scheduler-version", version, check=False)
+        ran = world.topoalloc(
+            "install", "--dry-run", "--mode", "secondary", "--scheduler-version", version, check=False
+        )
         assert ran.returncode == 2 and why in ran.stderr, ran.stderr
     # A dry run changes nothing.
     with pytest.raises(ApiStatus):
@@ -160,7 +190,9 @@ def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world
 
 def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> None:
     """Exactly README's Deploy commands; between `install` and the pod, the installed pods'
-    processes start (what kubelet would do)."""
+    processes start (what kubelet would do). Placement mode: the pod, of the default scheduler, is
+    gated at admission, placed by the allocator and bound by the control plane's own kube-scheduler,
+    of which nothing was configured."""
     block = _commands(section("Deploy", README).split("Upgrade and removal")[0])
     assert [c.split()[0] for c in block] == [
         "make",
@@ -180,14 +212,36 @@ def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> Non
     assert install is not None
     assert "agent: on 1 of 3 nodes: gpu-a (nvidia.com/gpu.present)" in install.stdout, install.stdout
     assert "nodes advertising nvidia.com/gpu without a GPU label (no agent there): gpu-b" in install.stderr
+    assert "scheduler: the cluster's own kube-scheduler, unchanged" in install.stdout, install.stdout
+    assert "gang webhook: failurePolicy Fail" in install.stdout, install.stdout
     # The DaemonSet controller put agent pods exactly where the report said.
     ds = world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/topoalloc-agent")
     assert ds["status"]["desiredNumberScheduled"] == 1 and world.agent_nodes() == {"gpu-a"}
+    # No second scheduler: the allocator is the only Deployment, started in placement mode.
+    deployments = world.cp.admin.get(DEPLOYMENTS)["items"]
+    assert [d["metadata"]["name"] for d in deployments] == ["topoalloc-allocator"]
     pod = world.bound["default/gpu-pod"]
     assert pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2
+    # Placed at admission (the allocator's pin, the node its devices were chosen on), whatever its
+    # scheduler, and bound by the control plane's own kube-scheduler.
+    assert pod["spec"].get("schedulerName") == "default-scheduler"
+    assert pod["metadata"]["annotations"][ALLOCATED_NODE] == "gpu-a"
+    assert _bound_by(world, "default", "gpu-pod") == "default-scheduler"
     shown = outputs["kubectl get pod gpu-pod -o wide"]
     assert shown is not None and "gpu-a" in shown.stdout
     world.done.add("deploy")
+
+
+def _bound_by(world: World, ns: str, name: str) -> str:
+    """The scheduler whose Scheduled Event says it bound the pod."""
+
+    def scheduled() -> str | None:
+        events = world.cp.admin.get(
+            f"/api/v1/namespaces/{ns}/events", fieldSelector=f"involvedObject.name={name},reason=Scheduled"
+        )["items"]
+        return next((e.get("reportingComponent") or e["source"]["component"] for e in events), None)
+
+    return str(world.wait(scheduled, f"the Scheduled Event of {ns}/{name}"))
 
 
 def _start_installed(world: World) -> None:
@@ -199,8 +253,6 @@ def _start_installed(world: World) -> None:
             lambda n=node: world.cp.admin.get(f"{DEVICES}/{n}").get("status") or None, f"Device {node}"
         )
     world.installed.start_allocator()
-    if world.installed.scheduler is None:
-        world.installed.start_scheduler()
 
 
 def test_gpu_nodes_get_the_agent_and_a_device_plugin_is_reported(world: World) -> None:
@@ -249,7 +301,6 @@ def _member(name: str, gpus: int) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": "trainers"}},
         "spec": {
-            "schedulerName": "topoalloc-scheduler",
             "containers": [
                 {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
             ],
@@ -257,10 +308,10 @@ def _member(name: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def test_a_gang_created_while_no_allocator_runs_binds_whole_once_it_starts(world: World) -> None:
+def test_gang_members_are_refused_while_no_allocator_runs_and_bind_whole_once_it_does(world: World) -> None:
     world.need("gpu-nodes")
     hooks = world.cp.admin.get(f"{WEBHOOKS}/topoalloc-gang")["webhooks"]
-    assert {h["name"]: h["failurePolicy"] for h in hooks}["podgroup.gang.topoalloc.io"] == "Ignore"
+    assert {h["name"]: h["failurePolicy"] for h in hooks}["podgroup.gang.topoalloc.io"] == "Fail"
     world.installed.stop_allocator()
     world.cp.create_namespace("train")
     world.cp.admin.post(
@@ -272,21 +323,18 @@ def test_a_gang_created_while_no_allocator_runs_binds_whole_once_it_starts(world
             "spec": {"minMember": 2},
         },
     )
-    for name in ("m0", "m1"):  # admitted: the webhook fails open while nothing answers it
-        world.cp.admin.post("/api/v1/namespaces/train/pods", _member(name, 4))
-    # kube-scheduler tries them (no gate) and the extender is down: nothing binds, in part or whole.
-    world.wait(
-        lambda: all(
-            any(
-                c.get("type") == "PodScheduled" and c.get("status") == "False"
-                for c in (world.pod("train", n).get("status") or {}).get("conditions") or []
-            )
-            for n in ("m0", "m1")
-        ),
-        "both members tried and refused",
-    )
-    assert not any(world.pod("train", n)["spec"].get("nodeName") for n in ("m0", "m1"))
+    # Nothing answers the gang webhook, which fails closed: the member is refused, not created
+    # ungated, so no gang binds in part.
+    with pytest.raises(ApiStatus) as refused:
+        world.cp.admin.post("/api/v1/namespaces/train/pods", _member("m0", 4))
+    assert "podgroup.gang.topoalloc.io" in refused.value.message, refused.value.message
+    with pytest.raises(ApiStatus):
+        world.pod("train", "m0")
     world.installed.start_allocator()
+    # Created again (what a Job's controller does), each member is gated until its gang is placed.
+    for name in ("m0", "m1"):
+        created = world.cp.admin.post("/api/v1/namespaces/train/pods", _member(name, 4))
+        assert GANG_GATE in [g["name"] for g in created["spec"].get("schedulingGates") or []], created["spec"]
     members = [world.wait_bound("train", n) for n in ("m0", "m1")]
     assert sorted(m["spec"]["nodeName"] for m in members) == ["gpu-a", "gpu-b"]
     used = [
@@ -334,7 +382,7 @@ def test_upgrade_rolls_the_agent_and_allocator_and_keeps_allocations(world: Worl
     world.done.add("upgrade")
 
 
-def _solo(name: str, gpus: int, scheduler: str = "topoalloc-scheduler") -> dict[str, Any]:
+def _solo(name: str, gpus: int, scheduler: str = "default-scheduler") -> dict[str, Any]:
     return {
         "metadata": {"name": name},
         "spec": {
@@ -350,10 +398,51 @@ def _volume(ds: dict[str, Any], name: str) -> dict[str, Any]:
     return next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
 
 
-def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
+def _webhook_policies(world: World) -> dict[str, str]:
+    return {
+        h["name"]: h["failurePolicy"] for h in world.cp.admin.get(f"{WEBHOOKS}/topoalloc-gang")["webhooks"]
+    }
+
+
+def test_secondary_mode_runs_a_second_scheduler_for_the_pods_that_name_it(world: World) -> None:
     world.need("upgrade")
     world.cp.admin.delete("/api/v1/namespaces/train/pods/after-upgrade", gracePeriodSeconds=0)
     world.bound.pop("train/after-upgrade")
+    server = world.cp.admin.get("/version")["gitVersion"]
+    ran = world.topoalloc("install", "--mode", "secondary", "--version", UPGRADE_TO)
+    assert f"scheduler: a second kube-scheduler registry.k8s.io/kube-scheduler:{server}" in ran.stdout
+    # The extender variant: no placement webhook, the gang webhooks fail open, the allocator's pods
+    # roll to --no-placement.
+    hooks = _webhook_policies(world)
+    assert "placement.topoalloc.io" not in hooks and hooks["podgroup.gang.topoalloc.io"] == "Ignore"
+    scheduler = world.cp.admin.get(f"{DEPLOYMENTS}/topoalloc-scheduler")
+    assert scheduler["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        f"registry.k8s.io/kube-scheduler:{server}"
+    )
+    world.installed.start_allocator()
+    assert "--no-placement" in world.installed.current_pod()["spec"]["containers"][0]["args"]
+    world.installed.start_scheduler()
+    world.cp.admin.post(
+        "/api/v1/namespaces/train/pods", _solo("secondary-pod", 2, scheduler="topoalloc-scheduler")
+    )
+    pod = world.wait_bound("train", "secondary-pod")
+    taken = {
+        g
+        for key, p in world.bound.items()
+        if key != "train/secondary-pod" and p["spec"]["nodeName"] == "gpu-a"
+        for g in gpu_minors(p)
+    }
+    assert (
+        pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2 and not set(gpu_minors(pod)) & taken
+    )
+    assert _bound_by(world, "train", "secondary-pod") == "topoalloc-scheduler"
+    world.done.add("secondary")
+
+
+def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
+    world.need("secondary")
+    world.cp.admin.delete("/api/v1/namespaces/train/pods/secondary-pod", gracePeriodSeconds=0)
+    world.bound.pop("train/secondary-pod")
     folder = world.workdir / "kubeadm"
     ran = world.topoalloc(
         "install", "--mode", "kubeadm", "--version", UPGRADE_TO, "--kubeadm-dir", str(folder)
@@ -363,7 +452,9 @@ def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
     assert f"allocator Service ClusterIP: {cluster_ip}" in ran.stdout
     assert "Deployment topoalloc-system/topoalloc-scheduler" in ran.stdout  # pruned: no second scheduler
     with pytest.raises(ApiStatus):
-        world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-scheduler")
+        world.cp.admin.get(f"{DEPLOYMENTS}/topoalloc-scheduler")
+    hooks = _webhook_policies(world)  # extender mode: as in secondary mode
+    assert "placement.topoalloc.io" not in hooks and hooks["podgroup.gang.topoalloc.io"] == "Ignore"
     # A plain re-run keeps the recorded mode (and version), not the defaults.
     again = world.topoalloc("install", "--version", UPGRADE_TO, "--kubeadm-dir", str(folder))
     assert "allocator Service ClusterIP" in again.stdout and "removed" not in again.stdout
@@ -385,6 +476,7 @@ def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
     )
     pod = world.wait_bound("train", "kubeadm-pod")
     assert pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2
+    assert ALLOCATED_NODE not in pod["metadata"]["annotations"]  # the extender bound it, not placement
     world.done.add("kubeadm")
 
 
