@@ -87,8 +87,11 @@ class ClusterNetwork:
     its `cluster` connections to, a webhook's Service included. `CONNECT <ClusterIP>:<port>` is
     answered by connecting to `endpoint(ip, port)`, the loopback port of the process playing one of
     the Service's pods (None: the Service has no endpoint, and kube-apiserver's call fails as it
-    would on a cluster). Make it before the control plane (`egress_flag`); `endpoint` may be set
-    later."""
+    would on a cluster). So the installed webhook configuration is called as it is: pointing it at
+    a loopback URL instead would fail TLS, the installed certificate naming the Services only, and
+    would bypass the caBundle the allocator keeps. A unix socket: kube-apiserver's TCP transport to
+    a proxy requires TLS with a client certificate. Make it before the control plane
+    (`egress_flag`); `endpoint` may be set later."""
 
     def __init__(self, folder: Path, endpoint: Callable[[str, int], int | None] | None = None) -> None:
         self.endpoint = endpoint
