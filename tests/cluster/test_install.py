@@ -1,24 +1,26 @@
 """`topoalloc install`, `upgrade` and `uninstall` on a bare control plane of each release (issue 31).
 
 The module starts its own control plane (the session's has the harness's manifests applied; an
-installer must start from an empty cluster): etcd, kube-apiserver, the default kube-scheduler and
-kube-controller-manager, whose DaemonSet and Deployment controllers create the installed pods.
-No kubelet runs them, so tests/support/installed.py runs what each pod would run, with the
-credentials, Secrets and ConfigMaps the installation put there. Three nodes: gpu-a labelled by GPU
-Feature Discovery (a DGX H100), gpu-b with GPUs but no label (4x A100, NVLink pairs), cpu-1.
+installer must start from an empty cluster): etcd, kube-apiserver, the default kube-scheduler with
+no configuration of topoalloc's (placement mode needs none) and kube-controller-manager, whose
+DaemonSet and Deployment controllers create the installed pods. No kubelet runs them, so
+tests/support/installed.py runs what each pod would run, with the credentials, Secrets and
+ConfigMaps the installation put there, and stands in for the Services' endpoints that
+kube-apiserver calls the installed webhooks through (kube-proxy and pod IPs on a cluster). Three
+nodes: gpu-a labelled by GPU Feature Discovery (a DGX H100), gpu-b with GPUs but no label (4x A100,
+NVLink pairs), cpu-1.
 
-The steps build on each other, in order: README's Deploy commands on the empty cluster, the GPU
-node label and a device plugin conflict, a gang created while no allocator runs, an upgrade with
-running allocations, kubeadm mode, uninstall, --purge (with a Koordinator-owned CRD).
+The steps build on each other, in order: README's Deploy commands on the empty cluster (placement
+mode: the GPU pod gated at admission, placed by the allocator, bound by the control plane's own
+kube-scheduler), the GPU node label and a device plugin conflict, a gang whose members are refused
+while no allocator runs and bind whole once it does, an upgrade with running allocations, secondary
+mode (a second kube-scheduler), kubeadm mode, uninstall, --purge (with a Koordinator-owned CRD).
 """
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,116 +29,61 @@ import yaml
 
 from tests.apis.paths import require_shared
 from tests.cluster.harness import allocated, gpu_minors
+from tests.cluster.install_world import (
+    ALLOCATED_NODE,
+    CRDS,
+    DEPLOYMENTS,
+    DEVICES,
+    PODGROUPS,
+    WEBHOOKS,
+    World,
+    member,
+    open_world,
+    solo,
+)
 from tests.deploy.test_readme import DEPLOY, README, _commands, section
-from tests.support.cluster_product import topoalloc_argv
-from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, wait_until
-from tests.support.installed import NAMESPACE, Installed, finish_terminating, pods
+from tests.support.controlplane import REPO, ApiStatus
+from tests.support.installed import NAMESPACE, finish_terminating
 from tests.support.kube_releases import KubeRelease
 
-NODES = {"gpu-a": "dgx-h100", "gpu-b": "a100-pcie-4x-nvlink-pairs", "cpu-1": "cpu-only"}
-GPUS = {"gpu-a": 8, "gpu-b": 4, "cpu-1": 0}
-MANAGED = "app.kubernetes.io/managed-by=topoalloc"
-PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
-DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 UPGRADE_TO = "0.1.1"
-
-
-@dataclass
-class World:
-    cp: ControlPlane
-    workdir: Path
-    installed: Installed
-    done: set[str] = field(default_factory=set)  # the steps that passed
-    bound: dict[str, dict[str, Any]] = field(default_factory=dict)  # ns/name -> pod when bound
-
-    def topoalloc(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KUBECONFIG": str(self.cp.admin_kubeconfig)}
-        env.pop("TOPOALLOC_DEBUG", None)
-        ran = subprocess.run(
-            topoalloc_argv(*args), capture_output=True, text=True, timeout=300, env=env, cwd=self.workdir
-        )
-        if check:
-            assert ran.returncode == 0, (
-                f"topoalloc {' '.join(args)}: {ran.returncode}\n{ran.stdout}\n{ran.stderr}"
-            )
-        return ran
-
-    def need(self, *steps: str) -> None:
-        missing = [s for s in steps if s not in self.done]
-        if missing:
-            pytest.skip(f"an earlier step failed: {', '.join(missing)}")
-
-    def wait(self, check: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
-        try:
-            return wait_until(check, timeout=timeout, what=what)
-        except ControlPlaneError as exc:
-            raise AssertionError(f"{exc}\n{self.installed.logs()}\n{self.cp.logs(20)}") from None
-
-    def pod(self, ns: str, name: str) -> dict[str, Any]:
-        return self.cp.admin.get(f"/api/v1/namespaces/{ns}/pods/{name}")
-
-    def wait_bound(self, ns: str, name: str) -> dict[str, Any]:
-        pod = self.wait(lambda: (p := self.pod(ns, name))["spec"].get("nodeName") and p, f"{ns}/{name} bound")
-        self.bound[f"{ns}/{name}"] = pod
-        return pod
-
-    def agent_nodes(self) -> set[str]:
-        return {p["spec"].get("nodeName") for p in pods(self.cp, "topoalloc-agent")}
-
-    def ours(self) -> list[str]:
-        """Every object carrying the installer's label (the kinds it makes)."""
-        out = []
-        for kind in ("crd", "ns", "all", "cm", "secret", "sa", "role", "rolebinding", "clusterrole",
-                     "clusterrolebinding", "validatingadmissionpolicy", "validatingadmissionpolicybinding",
-                     "mutatingwebhookconfiguration", "pdb"):  # fmt: skip
-            got = self.cp.kubectl("get", kind, "-A", "-l", MANAGED, "-o", "name").stdout.split()
-            out += got
-        return sorted(set(out))
+GANG_GATE = "topoalloc.io/gang"
 
 
 @pytest.fixture(scope="module")
 def world(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     require_shared(release.missing_parts())
-    workdir = tmp_path_factory.mktemp(f"install-{release.minor}")
-    cp = ControlPlane(workdir / "k8s", controller_manager=True, release=release)
-    installed = Installed(cp, workdir, dict(NODES))
-    try:
-        cp.start()
-        for name in NODES:
-            labels = {"nvidia.com/gpu.present": "true"} if name == "gpu-a" else {}
-            cp.create_node(
-                name, capacity={"nvidia.com/gpu": str(GPUS[name])} if GPUS[name] else {}, labels=labels
-            )
-        yield World(cp, workdir, installed)
-    finally:
-        installed.stop()
-        cp.stop()
-
-
-def _readme_step(world: World, command: str) -> subprocess.CompletedProcess[str] | None:
-    words = shlex.split(command)
-    if words[0] == "make":
-        return None  # `make image`: no container runtime runs the image here (no kubelet)
-    if words[0] == ".venv/bin/topoalloc":
-        return world.topoalloc(*words[1:])
-    assert words[0] == "kubectl", command
-    args = [str(REPO / w) if w.startswith("examples/") else w for w in words[1:]]
-    return world.cp.kubectl(*args)
+    with open_world(release, tmp_path_factory.mktemp(f"install-{release.minor}")) as opened:
+        yield opened
 
 
 def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world: World) -> None:
     server = world.cp.admin.get("/version")["gitVersion"]
     major, minor = (int(x) for x in server.lstrip("v").split(".")[:2])
 
+    def rendered(*flags: str) -> list[dict[str, Any]]:
+        return list(yaml.safe_load_all(world.topoalloc("install", "--dry-run", *flags).stdout))
+
     def image(*flags: str) -> str:
-        docs = list(yaml.safe_load_all(world.topoalloc("install", "--dry-run", *flags).stdout))
+        docs = rendered("--mode", "secondary", *flags)
         scheduler = next(
             d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "topoalloc-scheduler"
         )
         return str(scheduler["spec"]["template"]["spec"]["containers"][0]["image"])
 
+    # Placement mode, the default, runs no scheduler of its own and configures none: no pin.
+    docs = rendered()
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"] == ["topoalloc-allocator"]
+    images = {
+        c["image"]
+        for d in docs
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {"topoalloc:0.1.0"}, images
+    ran = world.topoalloc("install", "--dry-run", "--scheduler-version", server, check=False)
+    assert ran.returncode == 2 and "--mode secondary" in ran.stderr, ran.stderr
+    # Secondary mode's second scheduler is pinned to the server's version, within the skew policy.
     assert image() == f"registry.k8s.io/kube-scheduler:{server}"
     assert (
         image("--scheduler-version", f"v{major}.{minor - 1}.4")
@@ -146,7 +93,9 @@ def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world
         (f"v{major}.{minor + 1}.0", "newer than kube-apiserver"),
         (f"v{major}.{minor - 2}.0", "at most one"),
     ):
-        ran = world.topoalloc("install", "--dry-run", "--scheduler-version", version, check=False)
+        ran = world.topoalloc(
+            "install", "--dry-run", "--mode", "secondary", "--scheduler-version", version, check=False
+        )
         assert ran.returncode == 2 and why in ran.stderr, ran.stderr
     # A dry run changes nothing.
     with pytest.raises(ApiStatus):
@@ -160,7 +109,9 @@ def test_the_scheduler_pin_follows_the_servers_version_and_the_skew_policy(world
 
 def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> None:
     """Exactly README's Deploy commands; between `install` and the pod, the installed pods'
-    processes start (what kubelet would do)."""
+    processes start (what kubelet would do). Placement mode: the pod, of the default scheduler, is
+    gated at admission, placed by the allocator and bound by the control plane's own kube-scheduler,
+    of which nothing was configured."""
     block = _commands(section("Deploy", README).split("Upgrade and removal")[0])
     assert [c.split()[0] for c in block] == [
         "make",
@@ -173,34 +124,31 @@ def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> Non
     for command in block:
         if command.startswith("kubectl get"):
             world.wait_bound("default", "gpu-pod")
-        outputs[command] = _readme_step(world, command)
+        outputs[command] = world.readme_step(command)
         if command == ".venv/bin/topoalloc install":
-            _start_installed(world)
+            world.start_installed()
     install = outputs[".venv/bin/topoalloc install"]
     assert install is not None
     assert "agent: on 1 of 3 nodes: gpu-a (nvidia.com/gpu.present)" in install.stdout, install.stdout
     assert "nodes advertising nvidia.com/gpu without a GPU label (no agent there): gpu-b" in install.stderr
+    assert "scheduler: the cluster's own kube-scheduler, unchanged" in install.stdout, install.stdout
+    assert "gang webhook: failurePolicy Fail" in install.stdout, install.stdout
     # The DaemonSet controller put agent pods exactly where the report said.
     ds = world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/topoalloc-agent")
     assert ds["status"]["desiredNumberScheduled"] == 1 and world.agent_nodes() == {"gpu-a"}
+    # No second scheduler: the allocator is the only Deployment, started in placement mode.
+    deployments = world.cp.admin.get(DEPLOYMENTS)["items"]
+    assert [d["metadata"]["name"] for d in deployments] == ["topoalloc-allocator"]
     pod = world.bound["default/gpu-pod"]
     assert pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2
+    # Placed at admission (the allocator's pin, the node its devices were chosen on), whatever its
+    # scheduler, and bound by the control plane's own kube-scheduler.
+    assert pod["spec"].get("schedulerName") == "default-scheduler"
+    assert pod["metadata"]["annotations"][ALLOCATED_NODE] == "gpu-a"
+    assert world.bound_by("default", "gpu-pod") == "default-scheduler"
     shown = outputs["kubectl get pod gpu-pod -o wide"]
     assert shown is not None and "gpu-a" in shown.stdout
     world.done.add("deploy")
-
-
-def _start_installed(world: World) -> None:
-    world.wait(lambda: world.agent_nodes() and None not in world.agent_nodes(), "agent pods bound")
-    world.wait(lambda: pods(world.cp, "topoalloc-allocator"), "allocator pods")
-    world.installed.start_agents()
-    for node in world.installed.agents:
-        world.wait(
-            lambda n=node: world.cp.admin.get(f"{DEVICES}/{n}").get("status") or None, f"Device {node}"
-        )
-    world.installed.start_allocator()
-    if world.installed.scheduler is None:
-        world.installed.start_scheduler()
 
 
 def test_gpu_nodes_get_the_agent_and_a_device_plugin_is_reported(world: World) -> None:
@@ -245,22 +193,10 @@ def test_gpu_nodes_get_the_agent_and_a_device_plugin_is_reported(world: World) -
     world.done.add("gpu-nodes")
 
 
-def _member(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": "trainers"}},
-        "spec": {
-            "schedulerName": "topoalloc-scheduler",
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-            ],
-        },
-    }
-
-
-def test_a_gang_created_while_no_allocator_runs_binds_whole_once_it_starts(world: World) -> None:
+def test_gang_members_are_refused_while_no_allocator_runs_and_bind_whole_once_it_does(world: World) -> None:
     world.need("gpu-nodes")
     hooks = world.cp.admin.get(f"{WEBHOOKS}/topoalloc-gang")["webhooks"]
-    assert {h["name"]: h["failurePolicy"] for h in hooks}["podgroup.gang.topoalloc.io"] == "Ignore"
+    assert {h["name"]: h["failurePolicy"] for h in hooks}["podgroup.gang.topoalloc.io"] == "Fail"
     world.installed.stop_allocator()
     world.cp.create_namespace("train")
     world.cp.admin.post(
@@ -272,21 +208,18 @@ def test_a_gang_created_while_no_allocator_runs_binds_whole_once_it_starts(world
             "spec": {"minMember": 2},
         },
     )
-    for name in ("m0", "m1"):  # admitted: the webhook fails open while nothing answers it
-        world.cp.admin.post("/api/v1/namespaces/train/pods", _member(name, 4))
-    # kube-scheduler tries them (no gate) and the extender is down: nothing binds, in part or whole.
-    world.wait(
-        lambda: all(
-            any(
-                c.get("type") == "PodScheduled" and c.get("status") == "False"
-                for c in (world.pod("train", n).get("status") or {}).get("conditions") or []
-            )
-            for n in ("m0", "m1")
-        ),
-        "both members tried and refused",
-    )
-    assert not any(world.pod("train", n)["spec"].get("nodeName") for n in ("m0", "m1"))
+    # Nothing answers the gang webhook, which fails closed: the member is refused, not created
+    # ungated, so no gang binds in part.
+    with pytest.raises(ApiStatus) as refused:
+        world.cp.admin.post("/api/v1/namespaces/train/pods", member("m0", 4))
+    assert "podgroup.gang.topoalloc.io" in refused.value.message, refused.value.message
+    with pytest.raises(ApiStatus):
+        world.pod("train", "m0")
     world.installed.start_allocator()
+    # Created again (what a Job's controller does), each member is gated until its gang is placed.
+    for name in ("m0", "m1"):
+        created = world.cp.admin.post("/api/v1/namespaces/train/pods", member(name, 4))
+        assert GANG_GATE in [g["name"] for g in created["spec"].get("schedulingGates") or []], created["spec"]
     members = [world.wait_bound("train", n) for n in ("m0", "m1")]
     assert sorted(m["spec"]["nodeName"] for m in members) == ["gpu-a", "gpu-b"]
     used = [
@@ -322,7 +255,7 @@ def test_upgrade_rolls_the_agent_and_allocator_and_keeps_allocations(world: Worl
     after = {key: allocated(world.pod(*key.split("/"))) for key in world.bound}
     assert after == before
     # The new allocator counts them as used: the 2 GPUs still free on gpu-a, no GPU twice.
-    world.cp.admin.post("/api/v1/namespaces/train/pods", _solo("after-upgrade", 2))
+    world.cp.admin.post("/api/v1/namespaces/train/pods", solo("after-upgrade", 2))
     pod = world.wait_bound("train", "after-upgrade")
     taken = {
         g
@@ -334,26 +267,49 @@ def test_upgrade_rolls_the_agent_and_allocator_and_keeps_allocations(world: Worl
     world.done.add("upgrade")
 
 
-def _solo(name: str, gpus: int, scheduler: str = "topoalloc-scheduler") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "schedulerName": scheduler,
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-            ],
-        },
-    }
-
-
 def _volume(ds: dict[str, Any], name: str) -> dict[str, Any]:
     return next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
 
 
-def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
+def test_secondary_mode_runs_a_second_scheduler_for_the_pods_that_name_it(world: World) -> None:
     world.need("upgrade")
     world.cp.admin.delete("/api/v1/namespaces/train/pods/after-upgrade", gracePeriodSeconds=0)
     world.bound.pop("train/after-upgrade")
+    server = world.cp.admin.get("/version")["gitVersion"]
+    ran = world.topoalloc("install", "--mode", "secondary", "--version", UPGRADE_TO)
+    assert f"scheduler: a second kube-scheduler registry.k8s.io/kube-scheduler:{server}" in ran.stdout
+    # The extender variant: no placement webhook, the gang webhooks fail open, the allocator's pods
+    # roll to --no-placement.
+    hooks = world.webhook_policies()
+    assert "placement.topoalloc.io" not in hooks and hooks["podgroup.gang.topoalloc.io"] == "Ignore"
+    scheduler = world.cp.admin.get(f"{DEPLOYMENTS}/topoalloc-scheduler")
+    assert scheduler["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        f"registry.k8s.io/kube-scheduler:{server}"
+    )
+    world.installed.start_allocator()
+    assert "--no-placement" in world.installed.current_pod()["spec"]["containers"][0]["args"]
+    world.installed.start_scheduler()
+    world.cp.admin.post(
+        "/api/v1/namespaces/train/pods", solo("secondary-pod", 2, scheduler="topoalloc-scheduler")
+    )
+    pod = world.wait_bound("train", "secondary-pod")
+    taken = {
+        g
+        for key, p in world.bound.items()
+        if key != "train/secondary-pod" and p["spec"]["nodeName"] == "gpu-a"
+        for g in gpu_minors(p)
+    }
+    assert (
+        pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2 and not set(gpu_minors(pod)) & taken
+    )
+    assert world.bound_by("train", "secondary-pod") == "topoalloc-scheduler"
+    world.done.add("secondary")
+
+
+def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
+    world.need("secondary")
+    world.cp.admin.delete("/api/v1/namespaces/train/pods/secondary-pod", gracePeriodSeconds=0)
+    world.bound.pop("train/secondary-pod")
     folder = world.workdir / "kubeadm"
     ran = world.topoalloc(
         "install", "--mode", "kubeadm", "--version", UPGRADE_TO, "--kubeadm-dir", str(folder)
@@ -363,7 +319,9 @@ def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
     assert f"allocator Service ClusterIP: {cluster_ip}" in ran.stdout
     assert "Deployment topoalloc-system/topoalloc-scheduler" in ran.stdout  # pruned: no second scheduler
     with pytest.raises(ApiStatus):
-        world.cp.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-scheduler")
+        world.cp.admin.get(f"{DEPLOYMENTS}/topoalloc-scheduler")
+    hooks = world.webhook_policies()  # extender mode: as in secondary mode
+    assert "placement.topoalloc.io" not in hooks and hooks["podgroup.gang.topoalloc.io"] == "Ignore"
     # A plain re-run keeps the recorded mode (and version), not the defaults.
     again = world.topoalloc("install", "--version", UPGRADE_TO, "--kubeadm-dir", str(folder))
     assert "allocator Service ClusterIP" in again.stdout and "removed" not in again.stdout
@@ -381,10 +339,11 @@ def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
     config.pop("clientConnection")
     world.cp.start_scheduler(config)
     world.cp.admin.post(
-        "/api/v1/namespaces/train/pods", _solo("kubeadm-pod", 2, scheduler="default-scheduler")
+        "/api/v1/namespaces/train/pods", solo("kubeadm-pod", 2, scheduler="default-scheduler")
     )
     pod = world.wait_bound("train", "kubeadm-pod")
     assert pod["spec"]["nodeName"] == "gpu-a" and len(gpu_minors(pod)) == 2
+    assert ALLOCATED_NODE not in pod["metadata"]["annotations"]  # the extender bound it, not placement
     world.done.add("kubeadm")
 
 
@@ -402,9 +361,9 @@ def test_uninstall_keeps_crds_devices_and_podgroups_and_leaves_no_webhook(world:
     if "gang" in world.done:
         assert world.cp.admin.get(f"{PODGROUPS.format(ns='train')}/trainers")["spec"]["minMember"] == 2
     # Pods are created without any webhook in the way, and the namespace goes with its pods.
-    world.cp.admin.post("/api/v1/namespaces/train/pods", _member("late", 1))
+    world.cp.admin.post("/api/v1/namespaces/train/pods", member("late", 1))
     world.wait(
-        lambda: finish_terminating(world.cp) >= 0 and _gone(world, f"/api/v1/namespaces/{NAMESPACE}"),
+        lambda: finish_terminating(world.cp) >= 0 and world.gone(f"/api/v1/namespaces/{NAMESPACE}"),
         "namespace gone",
     )
     assert world.ours() == [
@@ -416,14 +375,6 @@ def test_uninstall_keeps_crds_devices_and_podgroups_and_leaves_no_webhook(world:
         )
     ]
     world.done.add("uninstall")
-
-
-def _gone(world: World, path: str) -> bool:
-    try:
-        world.cp.admin.get(path)
-    except ApiStatus as exc:
-        return exc.status == 404
-    return False
 
 
 def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> None:
@@ -440,7 +391,7 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
         "podgroups.scheduling.x-k8s.io",
         "reservations.scheduling.koordinator.sh",
     ):
-        world.wait(lambda c=crd: _gone(world, f"{CRDS}/{c}"), f"CRD {crd} gone")
+        world.wait(lambda c=crd: world.gone(f"{CRDS}/{c}"), f"CRD {crd} gone")
     assert world.ours() == []
     assert "topoalloc.io/gpu-node" not in world.cp.admin.get("/api/v1/nodes/gpu-b")["metadata"]["labels"]
     world.cp.admin.get("/api/v1/namespaces/default/configmaps/not-ours")
@@ -451,7 +402,7 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
     koordinator = yaml.safe_load(path.read_text())
     koordinator["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "koordinator"}
     world.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(koordinator))
-    world.wait(lambda: _established(world, "devices.scheduling.koordinator.sh"), "Koordinator's CRD")
+    world.wait(lambda: world.established("devices.scheduling.koordinator.sh"), "Koordinator's CRD")
     world.cp.create_namespace(NAMESPACE, labels={"team": "platform"})
     ran = world.topoalloc("install")
     for kind, name in (
@@ -463,14 +414,9 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
     assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
     world.topoalloc(*shlex.split(purge)[1:])
     for crd in ("podgroups.scheduling.x-k8s.io", "reservations.scheduling.koordinator.sh"):
-        world.wait(lambda c=crd: _gone(world, f"{CRDS}/{c}"), f"CRD {crd} gone")
+        world.wait(lambda c=crd: world.gone(f"{CRDS}/{c}"), f"CRD {crd} gone")
     assert world.ours() == []
     crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
     assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
     namespace = world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}")
     assert namespace["status"]["phase"] == "Active" and namespace["metadata"]["labels"]["team"] == "platform"
-
-
-def _established(world: World, name: str) -> bool:
-    conditions = (world.cp.admin.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)

@@ -84,6 +84,28 @@ def scheduler_config(extender_url: str, certs: Path, round_trips: int | None = N
     return config
 
 
+def relay(client: socket.socket, upstream: socket.socket) -> None:
+    """Bytes both ways until each side has closed, then both sockets closed."""
+    upstream.settimeout(None)
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    t = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+    t.start()
+    pump(client, upstream)
+    t.join(60)
+    client.close()
+    upstream.close()
+
+
 class Forwarder:
     """A loopback TCP port that forwards each new connection to `target()` (a port, or None to
     refuse): what a Kubernetes Service does for the allocator's pods."""
@@ -116,24 +138,7 @@ class Forwarder:
         except OSError:
             client.close()
             return
-        upstream.settimeout(None)
-
-        def pump(src: socket.socket, dst: socket.socket) -> None:
-            try:
-                while data := src.recv(65536):
-                    dst.sendall(data)
-            except OSError:
-                pass
-            finally:
-                with contextlib.suppress(OSError):
-                    dst.shutdown(socket.SHUT_WR)
-
-        t = threading.Thread(target=pump, args=(upstream, client), daemon=True)
-        t.start()
-        pump(client, upstream)
-        t.join(60)
-        client.close()
-        upstream.close()
+        relay(client, upstream)
 
     def close(self) -> None:
         self._stop.set()

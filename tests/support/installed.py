@@ -3,11 +3,18 @@ the process the pod would run, with what the installation put in the cluster (th
 tokens its RBAC governs, the TLS Secrets, the ConfigMaps), so a test of the installer exercises
 exactly what it installed. No pytest here.
 
-* the allocator: `topoalloc allocator --config <ConfigMap topoalloc-allocator>` as the pod named
-  by the Deployment (POD_NAME: the leader labels that pod, the Service selects it);
+* the allocator: `topoalloc allocator` with the arguments of the Deployment's current pod and the
+  ConfigMap topoalloc-allocator as its `--config`, as the pod named by the Deployment (POD_NAME:
+  the leader labels that pod, the Service selects it);
 * an agent per DaemonSet pod: `topoalloc agent --fixture` with a token bound to that pod (it
   carries the node name the admission policy checks);
-* the secondary scheduler: the kube-scheduler binary of the release with the ConfigMap
+* the Services' endpoints (ClusterNetwork): kube-apiserver calls the installed webhook
+  configuration as installed (`clientConfig.service`, the caBundle the allocator keeps): it resolves
+  the Service to its ClusterIP and, where kube-proxy and pod IPs would carry the connection on a
+  cluster, goes through a loopback HTTP CONNECT proxy (its egress selector's `cluster` network, as
+  with Konnectivity) that connects to the allocator process, the Service's endpoint;
+* the secondary scheduler (`--mode secondary` only; in placement mode the control plane's own
+  kube-scheduler binds): the kube-scheduler binary of the release with the ConfigMap
   topoalloc-scheduler's configuration and the topoalloc-scheduler ServiceAccount, calling the
   allocator through a loopback forwarder that plays the Service (TLS still checks the Service's
   DNS name).
@@ -18,7 +25,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-from collections.abc import Iterator
+import socket
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +38,7 @@ import yaml
 from tests.support.cluster_product import (
     AgentProcess,
     Forwarder,
+    relay,
     service_account_token,
     topoalloc_argv,
 )
@@ -71,6 +81,82 @@ def finish_terminating(cp: ControlPlane, namespace: str = NAMESPACE) -> int:
     return done
 
 
+class ClusterNetwork:
+    """kube-apiserver's way into the cluster's network: an HTTP CONNECT proxy on a unix socket (what
+    a Konnectivity server is to a real control plane) that kube-apiserver's egress selector sends
+    its `cluster` connections to, a webhook's Service included. `CONNECT <ClusterIP>:<port>` is
+    answered by connecting to `endpoint(ip, port)`, the loopback port of the process playing one of
+    the Service's pods (None: the Service has no endpoint, and kube-apiserver's call fails as it
+    would on a cluster). So the installed webhook configuration is called as it is: pointing it at
+    a loopback URL instead would fail TLS, the installed certificate naming the Services only, and
+    would bypass the caBundle the allocator keeps. A unix socket: kube-apiserver's TCP transport to
+    a proxy requires TLS with a client certificate. Make it before the control plane
+    (`egress_flag`); `endpoint` may be set later."""
+
+    def __init__(self, folder: Path, endpoint: Callable[[str, int], int | None] | None = None) -> None:
+        self.endpoint = endpoint
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.path = folder / "proxy.sock"
+        self.path.unlink(missing_ok=True)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(self.path))
+        self.sock.listen(64)
+        self._thread = threading.Thread(target=self._accept, name="cluster-network", daemon=True)
+        self._thread.start()
+
+    def egress_flag(self) -> str:
+        """kube-apiserver's flag for an EgressSelectorConfiguration naming this proxy."""
+        config = {
+            "apiVersion": "apiserver.k8s.io/v1beta1",
+            "kind": "EgressSelectorConfiguration",
+            "egressSelections": [
+                {
+                    "name": "cluster",
+                    "connection": {
+                        "proxyProtocol": "HTTPConnect",
+                        "transport": {"uds": {"udsName": str(self.path)}},
+                    },
+                }
+            ],
+        }
+        path = self.folder / "egress-selector.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return f"--egress-selector-config-file={path}"
+
+    def close(self) -> None:
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        head = b""
+        with contextlib.suppress(OSError):
+            while b"\r\n\r\n" not in head and len(head) < 65536 and (chunk := client.recv(4096)):
+                head += chunk
+        method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
+        host, _, port = rest.partition(" ")[0].rpartition(":")
+        upstream = None
+        with contextlib.suppress(Exception):
+            found = self.endpoint(host, int(port)) if method == "CONNECT" and self.endpoint else None
+            if found is not None:
+                upstream = socket.create_connection((HOST, found), timeout=5)
+        if upstream is None:
+            with contextlib.suppress(OSError):
+                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            client.close()
+            return
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        relay(client, upstream)
+
+
 @dataclass
 class Installed:
     """The processes standing in for the installed pods."""
@@ -83,6 +169,11 @@ class Installed:
     scheduler: Process | None = None
     agents: dict[str, AgentProcess] = field(default_factory=dict)
     forwarder: Forwarder | None = None
+    network: ClusterNetwork | None = None  # kube-apiserver's egress proxy, given the Services' endpoints
+
+    def __post_init__(self) -> None:
+        if self.network is not None:
+            self.network.endpoint = self._service_endpoint
 
     def processes(self) -> Iterator[Process]:
         for proc in (self.allocator, self.scheduler, *(a.process for a in self.agents.values())):
@@ -101,13 +192,31 @@ class Installed:
             self.forwarder.close()
             self.forwarder = None
 
+    def _service_endpoint(self, ip: str, port: int) -> int | None:
+        """The loopback port of the process behind the installed Service at ClusterIP `ip`:`port`:
+        the allocator (every replica serves the webhook; the extender's Service selects the leader,
+        and the one allocator here leads). None while it is not running."""
+        services = self.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}/services")["items"]
+        for service in services:
+            spec = service["spec"]
+            if spec.get("clusterIP") == ip and any(p["port"] == port for p in spec.get("ports") or []):
+                role = {"topoalloc-webhook": "webhook", "topoalloc-allocator": "port"}.get(
+                    service["metadata"]["name"]
+                )
+                alive = self.allocator is not None and self.allocator.alive()
+                return self.allocator_ports.get(role) if role and alive else None
+        return None
+
     # -- the allocator Deployment -------------------------------------------------------------------
 
     def start_allocator(self) -> Process:
-        """The allocator as its Deployment's first pod runs it, until its cache is synced and it leads."""
+        """The allocator as its Deployment's first pod of the current template runs it (its
+        arguments), until its cache is synced and it leads."""
         self.stop_allocator()
-        pod = sorted(pods(self.cp, "topoalloc-allocator"), key=lambda p: p["metadata"]["name"])[0]
+        pod = self.current_pod()
         name = pod["metadata"]["name"]
+        args = list(pod["spec"]["containers"][0]["args"])
+        assert args[0] == "allocator" and "--config" in args, args
         tls = secret_files(self.cp, "topoalloc-allocator-tls", self.workdir / "allocator-tls")
         config = self.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/topoalloc-allocator")
         config_file = self.workdir / "allocator.yaml"
@@ -115,12 +224,12 @@ class Installed:
         token = service_account_token(self.cp, NAMESPACE, "topoalloc-allocator")
         kubeconfig = self.cp.write_kubeconfig("installed-allocator", token=token)
         ports = {"port": free_port(), "health": free_port(), "webhook": free_port()}
-        # The installed config as is; only what differs outside a pod is given by flags: the API
-        # server (no in-cluster service account), the TLS files' paths, loopback ports.
+        # The pod's arguments and the installed config as they are; only what differs outside a
+        # pod is given by flags: the config's and the TLS files' paths, the API server (no
+        # in-cluster service account), loopback ports.
+        args[args.index("--config") + 1] = str(config_file)
         argv = topoalloc_argv(
-            "allocator",
-            "--config",
-            str(config_file),
+            *args,
             "--no-in-cluster",
             "--kubeconfig",
             str(kubeconfig),
@@ -161,6 +270,24 @@ class Installed:
             process=proc,
         )
         return proc
+
+    def current_pod(self) -> dict[str, Any]:
+        """The allocator Deployment's first live pod of its current template (after a rollout,
+        once kubelet's part is done: the old pods removed)."""
+        path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-allocator"
+
+        def found() -> dict[str, Any] | None:
+            finish_terminating(self.cp)
+            (wanted,) = self.cp.admin.get(path)["spec"]["template"]["spec"]["containers"]
+            current = [
+                p
+                for p in pods(self.cp, "topoalloc-allocator")
+                if (c := p["spec"]["containers"][0])["args"] == wanted["args"]
+                and c["image"] == wanted["image"]
+            ]
+            return min(current, key=lambda p: p["metadata"]["name"]) if current else None
+
+        return wait_until(found, timeout=120, what="an allocator pod of the Deployment's current template")
 
     def stop_allocator(self) -> None:
         if self.allocator is not None:
