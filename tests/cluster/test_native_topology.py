@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from allocator.runtime.cache.records import NodeFacts
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.topology import Topology
 from apis.topology_constraint import TopologyWish, native_topology
@@ -62,7 +63,7 @@ def test_the_served_constraint_is_the_required_level_read(gated: ControlPlane) -
     )
     # The allocator's view: the native PodGroup's own field, resolved in the detected profile.
     cache = FakeGangCache()
-    cache.nodes["n1"] = ({LEAF: "L1"}, {}, {})
+    cache.nodes["n1"] = NodeFacts({LEAF: "L1"}, {}, {})
     levels = Topology(GangSettings(), cache).levels_for([], stored, "team/pair")
     assert levels is not None and levels.required and levels.top == LEAF and levels.names[-1] == "leaf"
 
