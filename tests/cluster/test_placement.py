@@ -19,85 +19,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.cluster.burst import PLUGIN_RESOURCES, PluginNode, gpu_uuids, start_plugin_node, stop_plugin_node
-from tests.cluster.harness import ClusterEnv, allocated, gpu_pod, webhook_configuration
-from tests.support.cluster_product import scheduler_config
+from tests.cluster.burst import PluginNode, gpu_uuids
+from tests.cluster.harness import ClusterEnv, allocated, gpu_pod
+from tests.cluster.placement_mode import GATE, placement_mode, recorded
 from tests.support.controlplane import wait_until
 
 NODES = ("pl-a", "pl-b")
-GATE = "topoalloc.io/placement"
-ALLOCATED_NODE = "topoalloc.io/allocated-node"
 PG = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
-
-
-def _webhooks(cluster: ClusterEnv, placement: bool) -> None:
-    config = webhook_configuration(
-        f"https://127.0.0.1:{cluster.webhook.port}",
-        (cluster.certs / "ca.crt").read_bytes(),
-        placement=placement,
-    )
-    cluster.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(config))
-
-
-def _placement_mode(cluster: ClusterEnv, on: bool) -> None:
-    """Every replica, kube-scheduler and the webhooks in placement mode (or back to the tier's)."""
-    if on:
-        cluster.cp.start_scheduler(
-            {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
-        )
-    else:
-        cluster.cp.start_scheduler(
-            scheduler_config(f"https://127.0.0.1:{cluster.extender.port}", cluster.certs)
-        )
-    _webhooks(cluster, on)
-    args = ("--placement",) if on else ()
-    live = sorted(i for i, r in cluster.replicas.items() if r.process.alive())
-    for identity in sorted(set(live) | {"alloc-a"}):
-        cluster.start_allocator(identity, extra_args=args).wait_ready()
-    if not on:
-        cluster.replicas["alloc-a"].wait_ready("/readyz")  # leading again, as the tier expects
 
 
 @pytest.fixture(scope="module")
 def nodes(cluster: ClusterEnv) -> Iterator[dict[str, PluginNode]]:
-    _placement_mode(cluster, True)
-    started = {name: start_plugin_node(cluster, name, labels={}) for name in NODES}
-    try:
-        for node in started.values():
-            cluster.wait_device(node.name)
-            node.kubelet.wait_registered(PLUGIN_RESOURCES, timeout=60)
-            _kubelet_capacity(cluster, node)
+    with placement_mode(cluster, NODES) as started:
         yield started
-    finally:
-        for node in started.values():
-            stop_plugin_node(cluster, node)
-        # The tier's state back: alloc-a alone (a standby this module started stops), leading.
-        for identity, replica in cluster.replicas.items():
-            if identity != "alloc-a":
-                replica.process.stop()
-        _placement_mode(cluster, False)
-
-
-def _kubelet_capacity(cluster: ClusterEnv, node: PluginNode) -> None:
-    """What kubelet writes into the Node's status for its device plugins: each resource's healthy
-    device count (the stand-in kubelet serves the plugins but writes no Node status)."""
-    counts = {
-        resource: str(sum(1 for health, _numa in plugin.devices.values() if health == "Healthy"))
-        for resource, plugin in node.kubelet.plugins.items()
-    }
-    path = f"/api/v1/nodes/{node.name}/status"
-    got = cluster.cp.admin.get(f"/api/v1/nodes/{node.name}")["status"]
-    body = {
-        "status": {"capacity": {**got["capacity"], **counts}, "allocatable": {**got["allocatable"], **counts}}
-    }
-    cluster.cp.admin.merge_patch(path, body)
-
-
-def _recorded(pod: dict[str, Any]) -> tuple[str, list[int]]:
-    annotations = pod["metadata"].get("annotations") or {}
-    return annotations.get(ALLOCATED_NODE, ""), sorted(e["minor"] for e in allocated(pod).get("gpu", []))
 
 
 def _admit(nodes: dict[str, PluginNode], cluster: ClusterEnv, pod: dict[str, Any]) -> list[str]:
@@ -115,7 +50,7 @@ def test_gpu_pods_of_the_default_scheduler_are_placed_and_get_exactly_their_devi
     created = cluster.create_pod(ns, gpu_pod("pair", gpus=2))
     assert [g["name"] for g in created["spec"]["schedulingGates"]] == [GATE]  # whatever its scheduler
     pod = cluster.wait_bound(ns, "pair")
-    node, minors = _recorded(pod)
+    node, minors = recorded(pod)
     assert pod["spec"]["nodeName"] == node and pod["spec"].get("schedulerName") == "default-scheduler"
     assert len(minors) == 2 and minors[1] - minors[0] == 1 and minors[0] % 2 == 0  # a pair on one switch
     uuid = gpu_uuids(cluster, node)
@@ -124,7 +59,7 @@ def test_gpu_pods_of_the_default_scheduler_are_placed_and_get_exactly_their_devi
     # a second one packs onto the same node, never onto the same GPUs
     cluster.create_pod(ns, gpu_pod("four", gpus=4))
     four = cluster.wait_bound(ns, "four")
-    node4, minors4 = _recorded(four)
+    node4, minors4 = recorded(four)
     assert node4 == node and not set(minors4) & set(minors)
     assert _admit(nodes, cluster, four) == sorted(uuid[m] for m in minors4)
 
@@ -183,7 +118,7 @@ def test_a_gang_binds_whole_also_when_the_webhook_was_down_for_some_members(
     bound = {name: cluster.wait_bound(ns, name)["spec"]["nodeName"] for name in ("w0", "w1")}
     assert sorted(bound.values()) == sorted(NODES)
     for name, node in bound.items():
-        assert _recorded(cluster.pod(ns, name)) == (node, list(range(8)))
+        assert recorded(cluster.pod(ns, name)) == (node, list(range(8)))
 
 
 def test_opted_out_and_excluded_pods_are_not_gated(
@@ -227,11 +162,11 @@ def test_a_pod_placed_where_kube_scheduler_refuses_it_still_runs(
     assert pod["spec"]["nodeName"] == "pl-b" and pod["status"].get("nominatedNodeName") in ("pl-a", None)
     assert len(_admit(nodes, cluster, pod)) == 2  # served on pl-b, chosen there
     written = wait_until(
-        lambda: _recorded(cluster.pod(ns, "bare"))[0] == "pl-b" and cluster.pod(ns, "bare"),
+        lambda: recorded(cluster.pod(ns, "bare"))[0] == "pl-b" and cluster.pod(ns, "bare"),
         timeout=30,
         what="bare's devices written by pl-b's agent",
     )
-    assert len(_recorded(written)[1]) == 2
+    assert len(recorded(written)[1]) == 2
 
     # A Deployment's pod is pinned by node affinity (one write): refused there, it is evicted and
     # its ReplicaSet creates it anew, placed elsewhere. pl-b full first, so pl-a is where it goes.
@@ -265,7 +200,7 @@ def test_a_pod_placed_where_kube_scheduler_refuses_it_still_runs(
         )
 
     pod = wait_until(running, timeout=90, what="the Deployment's pod bound")
-    assert pod["spec"]["nodeName"] == "pl-b" and _recorded(pod)[0] == "pl-b"
+    assert pod["spec"]["nodeName"] == "pl-b" and recorded(pod)[0] == "pl-b"
     events = [e for e in cluster.events(ns) if e["reason"] == "Replacing"]
     assert events and "pl-a" in events[0]["message"]
 
@@ -280,6 +215,6 @@ def test_the_leader_killed_mid_burst_loses_nothing_and_doubles_nothing(
         if i == 5:
             cluster.leader().process.kill()
     bound = [cluster.wait_bound(ns, f"b{i:02d}", timeout=120) for i in range(16)]
-    used = [(p["spec"]["nodeName"], m) for p in bound for m in _recorded(p)[1]]
+    used = [(p["spec"]["nodeName"], m) for p in bound for m in recorded(p)[1]]
     assert len(used) == len(set(used)) == 16
-    assert all(_recorded(p)[0] == p["spec"]["nodeName"] for p in bound)
+    assert all(recorded(p)[0] == p["spec"]["nodeName"] for p in bound)

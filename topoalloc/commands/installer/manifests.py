@@ -43,13 +43,13 @@ MODES = ("placement", "secondary", "kubeadm")
 BASES = {"placement": "", "secondary": "secondary-scheduler", "kubeadm": "extender"}
 CERTS = ("generate", "cert-manager")
 FAILURE_POLICIES = ("Ignore", "Fail")
-# The gang webhooks of deploy/allocator/webhook.yaml (each selects members only: a label, or the
-# annotation of a Koordinator gang).
+# The gang webhooks of deploy/allocator/webhook.yaml (each selects members only: a label, or a
+# Koordinator gang's annotation or a native gang's pod field).
 GANG_WEBHOOKS = (
     "podgroup.gang.topoalloc.io",
     "legacy-podgroup.gang.topoalloc.io",
     "koordinator-label.gang.topoalloc.io",
-    "koordinator-annotation.gang.topoalloc.io",
+    "unlabelled.gang.topoalloc.io",
 )
 # Apply order: what others refer to first, the admission webhook last (kustomize's order).
 KIND_ORDER = (
