@@ -258,6 +258,13 @@ class RoomBook:
         self.pending[name][key] = (allocations, req.cpu_milli, req.memory)
         self._recount(name)
 
+    def moved(self, old_key: str, entry: Hold) -> None:
+        """A hold made ahead (at admission) became its pod's: what it took is the pod's now."""
+        pending = self.pending.get(entry.room) if entry.room else None
+        if pending is not None and pending.pop(old_key, None) is not None:
+            pending[entry.key] = (entry.allocations, entry.request.cpu_milli, entry.request.memory)
+            self._recount(entry.room)
+
     def dropped(self, entry: Hold) -> None:
         """The ledger let go of a bind that took from a room (bound, failed or expired)."""
         if entry.room and self.pending.get(entry.room, {}).pop(entry.key, None) is not None:

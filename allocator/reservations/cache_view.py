@@ -27,6 +27,7 @@ class RoomLedger(Protocol):
 
     placer: Placer
     on_drop: list[Callable[[Hold], None]]
+    on_move: list[Callable[[str, Hold], None]]
 
     @property
     def holds(self) -> Mapping[str, Hold]: ...

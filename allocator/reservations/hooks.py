@@ -71,6 +71,7 @@ class ReservationScheduling:
         # Owners' binds take from their rooms; a bind the ledger lets go of gives back.
         cache.ledger.placer = self.steer.place
         cache.ledger.on_drop.append(self.book.dropped)
+        cache.ledger.on_move.append(self.book.moved)
 
     # -- Steering ---------------------------------------------------------------------------------
 

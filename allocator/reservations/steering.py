@@ -171,7 +171,8 @@ class RoomSteering:
 
     # -- bind (the hold ledger's placer) ----------------------------------------------------------------
 
-    def place(self, pod: JSON, req: PodRequest, node: str) -> Placed | Rejection | None:
+    def place(self, pod: JSON, req: PodRequest, node: str, key: str) -> Placed | Rejection | None:
+        """`key`: the hold's (the pod's, or a hold ahead's when placed at admission)."""
         book = self.book
         if not book.entries and not _asks_for_one(pod):
             return None
@@ -194,7 +195,7 @@ class RoomSteering:
             if isinstance(got, Rejection):
                 first = first or got
                 continue
-            book.take(entry.name, side.key, req, got)
+            book.take(entry.name, key, req, got)
             allocated = ReservationAllocated(entry.name, entry.res.uid).to_json()
             return Placed(got, entry.name, {RESERVATION_ALLOCATED: allocated, **entry.extra})
         if side.required or side.error:

@@ -17,6 +17,11 @@ keeps everything else that takes devices, per pod key, as a `Hold` (its `holds`)
     ResourceClaim (key `claim:<namespace>/<name>`) while it writes the claim's allocation, until the
     watch shows the claim allocated (the cache drops the hold then: the claim's own entry counts)
     or the controller drops it (the write failed).
+  * a *hold ahead* (`reserve_ahead`) holds what was chosen for a pod not created yet (placement
+    decides at admission, when the pod has no uid and often no name yet): keyed by a token of
+    its own (`admission:<n>`), until the pod shows up in the watch carrying that allocation
+    (`adopt`: the hold becomes the pod's, under its key) or its TTL passes (the creation was
+    refused after admission).
 
 Every change of an entry is handed to `settle(key)` (the cache's: it makes the core count the
 pod's hold, else its own entry). All methods are synchronous and the process runs one
@@ -27,6 +32,7 @@ core's `allocate()`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -52,6 +58,7 @@ Allocate = Callable[[PodRequest, str], "DeviceAllocations | Rejection"]
 # Why a pod must not be bound to a node now (None: go ahead); gang scheduling's `bind_refusal`.
 BindGuard = Callable[[PodRequest, str], "Rejection | None"]
 ROOM_HOLDER = "reservation"  # the holder of every room entry
+AHEAD = "admission:"  # the key prefix of holds ahead (no pod's key: a pod name has no colon)
 
 
 @dataclass(frozen=True)
@@ -63,11 +70,12 @@ class Placed:
     annotations: Mapping[str, str] = field(default_factory=dict)  # written beside device-allocated
 
 
-# The devices of a pod on a node when it owns a room there; None: the plain choice decides.
-Placer = Callable[[JSON, PodRequest, str], "Placed | Rejection | None"]
+# The devices of a pod on a node when it owns a room there; None: the plain choice decides. The
+# last argument is the key the hold will have (the pod's, or a hold ahead's).
+Placer = Callable[[JSON, PodRequest, str, str], "Placed | Rejection | None"]
 
 
-def no_placer(pod: JSON, req: PodRequest, node: str) -> Placed | Rejection | None:
+def no_placer(pod: JSON, req: PodRequest, node: str, key: str) -> Placed | Rejection | None:
     """The placer without Reservations: every bind takes the core's plain choice."""
     return None
 
@@ -104,6 +112,10 @@ class HoldLedger:
         self.placer: Placer = no_placer
         # Told of every entry that goes (Reservations recount the room a failed bind took from).
         self.on_drop: list[Callable[[Hold], None]] = []
+        # Told of every hold ahead adopted by its pod (the old key, the hold under the pod's key).
+        self.on_move: list[Callable[[str, Hold], None]] = []
+        # Holds ahead by (node, device-allocated JSON): how an arriving pod finds its own.
+        self.ahead: dict[tuple[str, str], list[str]] = {}
         self._tokens = itertools.count(1)
 
     # -- the bind path ---------------------------------------------------------------------------
@@ -130,10 +142,25 @@ class HoldLedger:
         entry = self.pods.get(key)
         if entry is not None and entry.holds:
             return Rejection("topoalloc: already bound", f"pod is already bound to {entry.node}", True)
+        return self._choose(pod, req, node, key, meta.get("uid") or "", holder, math.inf if holder else None)
+
+    def reserve_ahead(
+        self, pod: JSON, req: PodRequest, node: str, *, holder: str, ttl: float
+    ) -> Hold | Rejection:
+        """Choose devices on `node` for a pod being admitted (no uid, maybe no name) and hold them
+        under a key of their own until the pod shows up carrying them (`adopt`) or `ttl` passes."""
+        if node not in self.nodes:
+            return NOT_IN_CACHE
+        key = f"{AHEAD}{next(self._tokens)}"
+        return self._choose(pod, req, node, key, "", holder, self.clock() + ttl)
+
+    def _choose(
+        self, pod: JSON, req: PodRequest, node: str, key: str, uid: str, holder: str, until: float | None
+    ) -> Hold | Rejection:
         refusal = self.guard(req, node)
         if refusal is not None:
             return refusal
-        placed = self.placer(pod, req, node)
+        placed = self.placer(pod, req, node, key)
         if isinstance(placed, Rejection):
             return placed
         chosen = self.allocate(req, node) if placed is None else placed.allocations
@@ -142,18 +169,40 @@ class HoldLedger:
         res = Hold(
             token=next(self._tokens),
             key=key,
-            uid=meta.get("uid") or "",
+            uid=uid,
             node=node,
             allocations=chosen,
             annotation=chosen.to_json(),
             request=req,
-            expires=math.inf if holder else self.clock() + self.ttl,
+            expires=self.clock() + self.ttl if until is None else until,
             holder=holder,
             room=placed.room if placed is not None else "",
             extra=placed.annotations if placed is not None else {},
         )
         self._add(res)
         return res
+
+    def adopt(
+        self, key: str, uid: str, node: str, annotation: str, request: Callable[[], PodRequest]
+    ) -> Hold | None:
+        """The pod `key` arrived carrying an allocation for `node` made ahead (`reserve_ahead`): the
+        hold ahead becomes the pod's, under its key, with the pod's own request (`request`: a later
+        webhook may have changed it), so it counts as any placed pod's hold. Holds ahead are found
+        by node and allocation: no two hold the same device, except shares of one GPU, whose holds
+        are told apart by their requests' cpu and memory. None: no hold ahead carries it."""
+        found = self.ahead.get((node, annotation))
+        if not found or key in self.holds:
+            return None
+        req = request()
+        olds = [self.holds[k] for k in found]
+        old = next((h for h in olds if _same_size(h.request, req)), olds[0])
+        new = dataclasses.replace(old, key=key, uid=uid, request=req, expires=math.inf)
+        self.drop(old.key, quiet=True)
+        self.settle(old.key)
+        self._add(new)
+        for listener in self.on_move:
+            listener(old.key, new)
+        return new
 
     def release(self, res: Hold) -> bool:
         """Roll back `res` if it is still the pod's current hold. A planned one stays held
@@ -258,26 +307,46 @@ class HoldLedger:
         now = self.clock()
         expired = [r for r in self.holds.values() if r.expires <= now]
         for res in expired:
+            if res.key.startswith(AHEAD):
+                # Its creation was refused after admission (a later webhook, quota, validation).
+                log.info("hold ahead on %s expired: no pod showed up carrying it", res.node)
+                self.drop(res.key)
+                self.settle(res.key)
+                continue
             log.warning("bind hold of %s on %s expired: the pod never showed up bound", res.key, res.node)
             self.release(res)
         if expired and self.metrics:
             self.metrics.reservations_expired.inc(len(expired))
         return len(expired)
 
-    def drop(self, key: str) -> None:
+    def drop(self, key: str, *, quiet: bool = False) -> None:
         """Forget the pod's entry without settling it: the cache does, once it has taken in the
-        change that ended it (the pod bound, finished, deleted or replaced)."""
+        change that ended it (the pod bound, finished, deleted or replaced). `quiet`: the entry
+        lives on under another key (`adopt`), so `on_drop` is not told."""
         res = self.holds.pop(key, None)
         if res is not None:
+            if key.startswith(AHEAD):
+                found = self.ahead.get((res.node, res.annotation), [])
+                if key in found:
+                    found.remove(key)
+                if not found:
+                    self.ahead.pop((res.node, res.annotation), None)
             self._gauge()
-            for listener in self.on_drop:
-                listener(res)
+            if not quiet:
+                for listener in self.on_drop:
+                    listener(res)
 
     def _add(self, res: Hold) -> None:
         self.holds[res.key] = res
+        if res.key.startswith(AHEAD):
+            self.ahead.setdefault((res.node, res.annotation), []).append(res.key)
         self.settle(res.key)
         self._gauge()
 
     def _gauge(self) -> None:
         if self.metrics:
             self.metrics.reservations.set(len(self.holds))
+
+
+def _same_size(a: PodRequest, b: PodRequest) -> bool:
+    return (a.cpu_milli, a.memory) == (b.cpu_milli, b.memory)

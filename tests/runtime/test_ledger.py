@@ -108,7 +108,7 @@ def test_a_hold_is_refused_for_a_pod_that_is_gone_or_bound() -> None:
 
 def test_a_placer_chooses_an_owners_devices_and_the_binding_carries_its_room() -> None:
     rig = Rig()
-    rig.ledger.placer = lambda pod, req, node: Placed(GPUS, "train", {"extra": "yes"})
+    rig.ledger.placer = lambda pod, req, node, key: Placed(GPUS, "train", {"extra": "yes"})
     dropped: list[str] = []
     rig.ledger.on_drop.append(lambda res: dropped.append(f"{res.key}:{res.room}"))
     p, req = rig.pending("owner")
@@ -117,7 +117,7 @@ def test_a_placer_chooses_an_owners_devices_and_the_binding_carries_its_room() -
     assert rig.chosen == [] and (res.room, dict(res.extra)) == ("train", {"extra": "yes"})
     assert rig.ledger.release(res) and dropped == ["default/owner:train"]
     refusal = Rejection("Reservation(s) none", "Reservation(s) none")
-    rig.ledger.placer = lambda pod, req, node: refusal
+    rig.ledger.placer = lambda pod, req, node, key: refusal
     assert rig.ledger.reserve(p, req, "gpu-1") is refusal
 
 
@@ -134,3 +134,80 @@ def test_a_room_is_held_without_a_pod_and_replaced_only_when_it_changes() -> Non
     assert rig.ledger.expire() == 0  # a room has no TTL
     assert rig.ledger.drop_room("reservation:r") and "reservation:r" not in rig.ledger.holds
     assert not rig.ledger.drop_room("default/nobody")
+
+
+def admitted(cpu: str = "1") -> dict[str, Any]:
+    """A pod as its creation is admitted: no uid, no name yet (its controller's generateName)."""
+    p = pod("", gpus=1, requests={"cpu": cpu})
+    p["metadata"] = {"generateName": "job-", "namespace": "default"}
+    return p
+
+
+def test_a_hold_ahead_becomes_its_pods_when_the_pod_shows_up() -> None:
+    rig = Rig()
+    moved: list[tuple[str, str]] = []
+    dropped: list[str] = []
+    rig.ledger.on_move.append(lambda old, res: moved.append((old, res.key)))
+    rig.ledger.on_drop.append(lambda res: dropped.append(res.key))
+    keys_seen: list[str] = []
+    rig.ledger.placer = lambda pod, req, node, key: keys_seen.append(key)
+    p = admitted()
+    ahead = rig.ledger.reserve_ahead(p, CoreAdapter().request(p), "gpu-1", holder="placement", ttl=60.0)
+    assert not isinstance(ahead, Rejection)
+    assert ahead.key.startswith("admission:") and ahead.key == keys_seen[0]  # the placer keys by it
+    assert (ahead.uid, ahead.holder, ahead.expires) == ("", "placement", 160.0)
+    assert rig.ledger.ahead == {("gpu-1", GPUS.to_json()): [ahead.key]} and rig.settled == [ahead.key]
+    gone = rig.ledger.reserve_ahead(p, CoreAdapter().request(p), "gone", holder="placement", ttl=60.0)
+    assert isinstance(gone, Rejection)
+    # The pod shows up with another node's allocation, or none that was held ahead: not its hold.
+    _, req = rig.pending("job-x")
+    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-2", GPUS.to_json(), lambda: req) is None
+    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", "{}", lambda: req) is None
+    got = rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", GPUS.to_json(), lambda: req)
+    assert got is not None and rig.ledger.holds == {"default/job-x": got}
+    assert (got.key, got.uid, got.token, got.request, got.expires) == (
+        "default/job-x",
+        "uid-job-x",
+        ahead.token,
+        req,
+        float("inf"),
+    )
+    assert rig.ledger.ahead == {} and moved == [(ahead.key, "default/job-x")] and dropped == []
+    assert rig.settled == [ahead.key, ahead.key, "default/job-x"]
+    rig.now = 10**9
+    assert rig.ledger.expire() == 0  # the pod's now: its placement drops it (bound, gone)
+    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", GPUS.to_json(), lambda: req) is None
+
+
+def test_a_hold_ahead_nobody_takes_up_goes_at_its_ttl() -> None:
+    rig = Rig()
+    dropped: list[str] = []
+    rig.ledger.on_drop.append(lambda res: dropped.append(res.key))
+    p = admitted()
+    ahead = rig.ledger.reserve_ahead(p, CoreAdapter().request(p), "gpu-1", holder="placement", ttl=60.0)
+    assert not isinstance(ahead, Rejection)
+    rig.now = 159.0
+    assert rig.ledger.expire() == 0 and ahead.key in rig.ledger.holds
+    rig.now = 160.0
+    assert rig.ledger.expire() == 1  # its creation was refused after admission
+    assert rig.ledger.holds == {} and rig.ledger.ahead == {} and dropped == [ahead.key]
+    assert rig.settled == [ahead.key, ahead.key]
+
+
+def test_holds_ahead_of_shares_of_one_gpu_are_told_apart_by_their_requests() -> None:
+    """Two pods may hold the same share of one GPU (the same allocation JSON on the same node):
+    each arriving pod takes the hold made for its size, so its cpu and memory count as asked."""
+    rig = Rig()
+    small, big = admitted("1"), admitted("8")
+    for p in (small, big):
+        assert not isinstance(
+            rig.ledger.reserve_ahead(p, CoreAdapter().request(p), "gpu-1", holder="p", ttl=60.0), Rejection
+        )
+    assert len(rig.ledger.ahead[("gpu-1", GPUS.to_json())]) == 2
+    shown = pod("job-big", gpus=1, requests={"cpu": "8"})
+    shown["metadata"]["uid"] = "uid-big"
+    req = CoreAdapter().request(shown)
+    got = rig.ledger.adopt("default/job-big", "uid-big", "gpu-1", GPUS.to_json(), lambda: req)
+    assert got is not None and got.request.cpu_milli == 8000
+    (left,) = rig.ledger.ahead[("gpu-1", GPUS.to_json())]
+    assert rig.ledger.holds[left].request.cpu_milli == 1000

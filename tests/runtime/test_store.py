@@ -171,3 +171,41 @@ def test_reservation_holds_until_the_pod_shows_up_bound() -> None:
     assert not cache.ledger.holds and not fits(cache, 1, "gpu-1")
     assert cache.ledger.release(res) is False  # a late rollback of a confirmed bind does nothing
     assert not fits(cache, 1, "gpu-1")
+
+
+def test_a_hold_ahead_becomes_the_pods_when_it_shows_up_pending_or_already_bound() -> None:
+    """Devices chosen at admission (no uid, no name yet) stay used until the pod shows up carrying
+    them; then they are the pod's, counted once, whether the watch shows it pending first or (a
+    relist) already bound."""
+    cache = cache_with("gpu-1")
+    for shown_bound in (False, True):
+        admitted = pod("", gpus=8)
+        admitted["metadata"] = {"generateName": "job-", "namespace": "default"}
+        ahead = cache.ledger.reserve_ahead(
+            admitted, cache.core.request(admitted), "gpu-1", holder="placement", ttl=60
+        )
+        assert not isinstance(ahead, type(None)) and ahead.key.startswith("admission:")
+        assert not fits(cache, 1, "gpu-1")
+        created = stamped(pod(f"job-{int(shown_bound)}", gpus=8, node_name="gpu-1" if shown_bound else None))
+        created["metadata"]["annotations"] = {
+            keys.DEVICE_ALLOCATED: ahead.annotation,
+            keys.ALLOCATED_NODE: "gpu-1",
+        }
+        cache.apply(PODS, "ADDED", created)
+        assert ahead.key not in cache.ledger.holds and not cache.ledger.ahead
+        assert not fits(cache, 1, "gpu-1")  # still used: by the pod now
+        key = f"default/{created['metadata']['name']}"
+        if not shown_bound:
+            hold = cache.ledger.holds[key]
+            assert (hold.uid, hold.node, hold.annotation) == (
+                created["metadata"]["uid"],
+                "gpu-1",
+                ahead.annotation,
+            )
+            bound_pod = stamped(created)
+            bound_pod["spec"]["nodeName"] = "gpu-1"
+            cache.apply(PODS, "MODIFIED", bound_pod)
+        assert key not in cache.ledger.holds and cache.pods[key].allocations is not None
+        assert not fits(cache, 1, "gpu-1")
+        cache.apply(PODS, "DELETED", created)
+        assert fits(cache, 8, "gpu-1")  # counted once: its deletion frees all of them

@@ -12,6 +12,8 @@ Who holds devices:
     and takes precedence over the pod's own entry until the pod shows up bound;
   * a Reservation's room (a ledger entry of its own, kept by allocator/reservations) holds what
     its owners have not taken yet;
+  * what placement chose at admission for a pod not created yet is held ahead (a ledger entry
+    under a key of its own) until the pod shows up carrying it: then that hold becomes the pod's;
   * an allocated ResourceClaim holds its devices under `claim:<namespace>/<name>` (a claim hold
     of the ledger while topoalloc writes the allocation).
 A pod that carries the annotation but is not bound holds nothing: the annotation was written by a
@@ -275,6 +277,12 @@ class ClusterCache:
         if node and allocated_elsewhere(annotations, node):
             annotation = None  # made for another node: counts nothing here (core/request/usage.py)
         containers = containers_digest(spec)
+        recorded = annotations.get(keys.ALLOCATED_NODE)
+        if self.ledger.ahead and recorded and isinstance(annotations.get(keys.DEVICE_ALLOCATED), str):
+            # Placed at admission: the hold made ahead for it becomes its own.
+            self.ledger.adopt(
+                key, uid, recorded, annotations[keys.DEVICE_ALLOCATED], lambda: self.core.request(pod)
+            )
         res = self.ledger.holds.get(key)
         usage: PodUsage | None = None
         if node and active:  # pending and finished pods hold nothing: no need to read them
