@@ -23,6 +23,10 @@ class PlacementLedger(Protocol):
 
     def reserve(self, pod: JSON, req: PodRequest, node: str, *, holder: str = "") -> Hold | Rejection: ...
 
+    def reserve_ahead(
+        self, pod: JSON, req: PodRequest, node: str, *, holder: str, ttl: float
+    ) -> Hold | Rejection: ...
+
     def hold(
         self, key: str, uid: str, node: str, allocations: DeviceAllocations, req: PodRequest, holder: str
     ) -> Hold | str: ...

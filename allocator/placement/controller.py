@@ -80,6 +80,10 @@ class PlacementController:
         )
         self.pending: set[str] = set()  # pod keys placement looks after
         self.unplaced: set[str] = set()  # those that fit nowhere at their last look
+        # Placed pods whose devices this process does not hold yet (placed by another leader, or
+        # before a restart): no decision at admission until a pass has held them again.
+        self.unheld: set[str] = set()
+        self.clock = clock
         self._outcomes: dict[str, Outcome] = {}
 
     # -- what the cache tells ----------------------------------------------------------------------
@@ -88,10 +92,12 @@ class PlacementController:
         if kind == "Pod":
             if placement_pod(obj, self.bind_for):
                 self.pending.add(key)
+                self._unheld(key, obj)
                 self.runner.wake(key)
                 return
             if key in self.pending:
                 self.pending.discard(key)
+                self.unheld.discard(key)
                 self.unplaced.discard(key)
                 self.runner.queue.remove(key)
                 self.lifecycle.forget([key])
@@ -103,6 +109,23 @@ class PlacementController:
             if kind == "Node":
                 self.door.nodes_changed()
             self._room_may_have_freed()
+
+    def _unheld(self, key: str, obj: JSON | None) -> None:
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        if keys.ALLOCATED_NODE in annotations and not self.door.held(key):
+            self.unheld.add(key)
+        else:
+            self.unheld.discard(key)
+
+    def admitting(self) -> bool:
+        """Whether a pod may be placed at admission now: this process leads, its cache is synced
+        and every placed pod's devices are held here (a new leader holds them again first)."""
+        runner = self.runner
+        return runner.leading and runner.is_leader() and runner.synced() and not self.unheld
+
+    def refused_by(self, controller: str) -> frozenset[str]:
+        """The nodes a pod of `controller` (uid) keeps off (kube-scheduler refused its siblings)."""
+        return self.lifecycle.refused_by(controller, self.clock())
 
     def _room_may_have_freed(self) -> None:
         if self.unplaced:
@@ -120,6 +143,9 @@ class PlacementController:
         outcomes = {p.key: self._outcomes.pop(p.key) for p in pods if p.key in self._outcomes}
         for action in self.lifecycle.step(PlacementView(pods, outcomes, batch.full), batch.now):
             self._apply(action)
+        for pod in pods:
+            if pod.key in self.unheld:
+                self._unheld(pod.key, self._raw(pod.key))
 
     def _apply(self, action: Any) -> None:
         match action:
@@ -197,4 +223,6 @@ class PlacementController:
         self.lifecycle = PlacementLifecycle(self.door, self.lifecycle.settings)
         self._outcomes.clear()
         self.unplaced.clear()
+        for key in self.pending:
+            self._unheld(key, self._raw(key))
         self.runner.wake_all(self.pending)

@@ -3,12 +3,14 @@ watch cache, the components' steering and the runtime's CoreAdapter: a pending p
 the extender would choose it (allocator/runtime/decide.py) among the nodes kube-scheduler would let
 it onto at all (taints and cordons, nodeSelector and required node affinity, cpu, memory and the pod
 count), its devices chosen and held in the hold ledger at once (a room's owner from its room, a
-gang member its plan's), or why not, with the victims whose eviction would make room."""
+gang member its plan's), or why not, with the victims whose eviction would make room. The same
+decision for a pod being admitted (`place_ahead`: allocator/placement/admit.py), its devices held
+ahead until it shows up."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from allocator.core.actions import ObjectRef
@@ -17,7 +19,7 @@ from allocator.core.placement.lifecycle import NoRoom, Placed
 from allocator.placement.cache_view import PlacementCache
 from allocator.runtime.cache.records import Hold
 from allocator.runtime.cache.victims import all_candidates
-from allocator.runtime.coreadapter import CoreAdapter, PodRequest
+from allocator.runtime.coreadapter import CoreAdapter, PodRequest, Rejection
 from allocator.runtime.decide import best_of, verdicts_for, why_not
 from allocator.runtime.steering import Steering
 from allocator.runtime.taints import admits, tolerations_of
@@ -50,7 +52,38 @@ class ClusterDoor:
         pod = entry.raw if entry is not None else None
         if pod is None or entry is None or entry.node:
             return NoRoom("the pod is gone or bound")
+        ledger = self.cache.ledger
+        return self.decide(pod, refused, lambda req, node: ledger.reserve(pod, req, node, holder=HOLDER))
+
+    def place_ahead(self, pod: JSON, refused: frozenset[str], ttl: float) -> Placed | str:
+        """Place a pod being admitted (`pod` as the admission request has it, its namespace set;
+        no uid, maybe no name): its devices held ahead (`HoldLedger.reserve_ahead`) for `ttl`
+        seconds or until it shows up carrying them. Else why not, for the metrics: the gated path
+        then decides, explains and preempts ("no_room"), or waits for what the pod belongs to (a
+        gang's plan, an RL job group's domain: "group"; a recorded allocation: "recorded")."""
         req = self.core.request(pod)
+        if req.gang is not None or req.gang_error or req.rl_job_group:
+            return "group"
+        if req.designated is not None:
+            return "recorded"
+        ledger = self.cache.ledger
+        got = self.decide(
+            pod,
+            refused,
+            lambda req, node: ledger.reserve_ahead(pod, req, node, holder=HOLDER, ttl=ttl),
+            req=req,
+            explain=False,
+        )
+        return got if isinstance(got, Placed) else "no_room"
+
+    def decide(
+        self, pod: JSON, refused: frozenset[str], hold: Callable[[PodRequest, str], Hold | Rejection], *,
+        req: PodRequest | None = None, explain: bool = True,
+    ) -> Placed | NoRoom:  # fmt: skip
+        """The pod's node (not one of `refused`) and devices, held by `hold`; or why not (with
+        `explain`: kube-scheduler's way, and the victims whose eviction would make room). `req`:
+        the pod's request when already parsed."""
+        req = req if req is not None else self.core.request(pod)
         if req.invalid is not None:
             return NoRoom(req.invalid.message)
         names = [n for n in self._admitting(pod) if n not in refused]
@@ -59,12 +92,14 @@ class ClusterDoor:
         passed = decision.verdicts.passed
         if passed:
             node = best_of(self.core, self.steering, pod, req, passed)
-            held = self.cache.ledger.reserve(pod, req, node, holder=HOLDER)
+            held = hold(req, node)
             if isinstance(held, Hold):
                 return Placed(
                     node, {**held.extra, keys.DEVICE_ALLOCATED: held.annotation, keys.ALLOCATED_NODE: node}
                 )
             short[node] = held.message
+        if not explain:
+            return NoRoom("")
         rejected = {**short, **decision.verdicts.failed, **decision.verdicts.unresolvable}
         why = why_not(self.core, req, rejected) if rejected else "no node admits the pod (taints, selectors)"
         victims = self._victims(req, names) if self.preemption and not decision.steered else ()

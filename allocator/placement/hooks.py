@@ -1,5 +1,6 @@
 """Placement mode as a component of the allocator process (allocator/runtime/component.py): the
-admission route that gates GPU pods at creation and the controller that places them. It steers
+admission route that places GPU pods at creation or gates them, and the controller that places
+the gated ones. It steers
 nothing of its own: it asks the components' steering (gangs' plans, rooms' owners) as the extender
 does. allocator/assembly.py builds `Placement`."""
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from allocator.placement.admit import AdmissionPlacement
 from allocator.placement.cache_view import PlacementCache
 from allocator.placement.controller import PlacementController
 from allocator.placement.door import ClusterDoor
@@ -52,21 +54,29 @@ class Placement:
         self.settings = settings
         self.own_namespace = own_namespace
         self.door = ClusterDoor(cache, core, _Late(steering), preemption=settings.preemption)
+        placement_metrics = PlacementMetrics(registry)
         self.controller = PlacementController(
             api=api,
             cache=cache,
             door=self.door,
             settings=settings,
             events=events,
-            metrics=PlacementMetrics(registry),
+            metrics=placement_metrics,
             is_leader=is_leader,
             synced=synced,
             controller_metrics=metrics,
         )
         self.runner = self.controller.runner
+        self.admission = AdmissionPlacement(
+            self.door,
+            settings,
+            placement_metrics,
+            admitting=self.controller.admitting,
+            refused_by=self.controller.refused_by,
+        )
 
     def routes(self) -> Mapping[str, Reviewer]:
-        return {PATH: reviewer(self.settings, self.own_namespace)}
+        return {PATH: reviewer(self.settings, self.own_namespace, self.admission.patch)}
 
     def steering(self) -> Sequence[Steering]:
         return ()

@@ -15,6 +15,13 @@ class PlacementMetrics:
             ["result"],
             registry=registry,
         )
+        self.admissions = Counter(
+            "topoalloc_placement_admissions",
+            "Pods the placement route answered, by result: decided (placed at admission, no gate) or "
+            "gated (placed later by the controller), and why it was not decided there.",
+            ["result", "reason"],
+            registry=registry,
+        )
         self.write_seconds = Histogram(
             "topoalloc_placement_write_duration_seconds",
             "Time of a placement's writes (nomination, then the recorded allocation and the gate).",

@@ -1,26 +1,34 @@
-"""Placement's admission route: a pod asking for a device resource topoalloc manages gets the gate
-`topoalloc.io/placement` at creation, whatever its scheduler, so kube-scheduler sees it only once
-topoalloc has chosen its node and devices (allocator/core/placement/lifecycle.py).
+"""Placement's admission route: a pod asking for a device resource topoalloc manages is placed
+before kube-scheduler sees it, whatever its scheduler. On the leader, a pod that has a controller is
+placed here and now (admit.py: created pinned to its node, its devices recorded, no gate); any other
+gets the gate `topoalloc.io/placement`, and the placement controller places it
+(allocator/core/placement/lifecycle.py).
 
 Left alone: a pod created bound (`spec.nodeName`), of an excluded namespace, labelled
 `topoalloc.io/placement: "false"`, for a scheduler not served (when the settings name some), for a
-scheduler topoalloc binds for itself (`bindFor`: placed and bound without a gate), or asking for no
-managed resource. Never a denial: a pod this route cannot read is allowed unchanged
-(the API server judges it). The route reads the pod alone: no API call, no cache, one pass over its
-containers, so it costs next to nothing on every pod creation (the webhook configuration's
-`matchConditions` send it only pods that name such a resource anyway).
+scheduler topoalloc binds for itself (`bindFor`: placed and bound without a gate), asking for no
+managed resource, or already placed (its recorded allocation and the node affinity pinning it
+there: the route called again after a later webhook changed the pod). Never a denial: a pod this
+route cannot read is allowed unchanged (the API server judges it). Gating reads the pod alone: no
+API call, no cache, one pass over its containers (the webhook configuration's `matchConditions`
+send it only pods that name such a resource anyway); placing adds one decode and the core's columns.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from allocator.placement.writes import pinned_to
 from allocator.runtime.admission import BadReview, add_gate, patched, pod_create
 from allocator.runtime.placement_settings import PlacementSettings
 from apis import keys
 
+log = logging.getLogger(__name__)
 JSON = dict[str, Any]
+# The pod as created and its namespace -> the JSON patch placing it now (None: gate it).
+Admit = Callable[[JSON, JSON, str], "list[JSON] | None"]
 PATH = "/mutate-pods-placement"
 OPT_OUT = "false"
 SYSTEM_NAMESPACES = ("kube-system",)
@@ -64,11 +72,23 @@ def gate_patch(pod: JSON, settings: PlacementSettings, namespace: str) -> list[J
         return None  # no such scheduler runs: the controller places and binds it ungated
     if not asks_for(pod, frozenset(settings.resources)):
         return None
+    if placed(pod):
+        return None
     return add_gate(spec, keys.PLACEMENT_GATE)
 
 
-def reviewer(settings: PlacementSettings, own_namespace: str = "") -> Callable[[JSON], JSON]:
-    """The route's reviewer; pods of `own_namespace` (the allocator's) are never gated."""
+def placed(pod: JSON) -> bool:
+    """Whether the pod is placed already: its recorded allocation, pinned to that node."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    node = annotations.get(keys.ALLOCATED_NODE)
+    return isinstance(node, str) and keys.DEVICE_ALLOCATED in annotations and pinned_to(pod, node)
+
+
+def reviewer(
+    settings: PlacementSettings, own_namespace: str = "", admit: Admit | None = None
+) -> Callable[[JSON], JSON]:
+    """The route's reviewer; pods of `own_namespace` (the allocator's) are never gated. `admit`:
+    placing a pod that would be gated at once instead (admit.py), where it can."""
 
     def review(request: JSON) -> JSON:
         pod = pod_create(request)
@@ -78,8 +98,20 @@ def reviewer(settings: PlacementSettings, own_namespace: str = "") -> Callable[[
         if own_namespace and namespace == own_namespace:
             return patched(request["uid"], None)
         try:
-            return patched(request["uid"], gate_patch(pod, settings, namespace))
+            gate = gate_patch(pod, settings, namespace)
+            now = None
+            if gate is not None and admit is not None:
+                try:
+                    now = admit(request, pod, namespace)
+                except Exception:  # a bug here must not let the pod through unplaced: gate it
+                    log.exception("placing %s/%s at admission", namespace, _name(pod))
+            return patched(request["uid"], now if now is not None else gate)
         except BadReview:
             return patched(request["uid"], None)  # the API server judges a malformed pod
 
     return review
+
+
+def _name(pod: JSON) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName") or "")

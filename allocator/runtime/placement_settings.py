@@ -30,6 +30,15 @@ class PlacementSettings:
     # scheduler runs in placement mode (the second scheduler of an install in secondary mode, whose
     # pods keep their schedulerName through an upgrade).
     bind_for: list[str] = field(default_factory=lambda: ["topoalloc-scheduler"])
+    # On the leader, place a pod that has a controller (pinned by node affinity) while its creation
+    # is admitted: created pinned, its devices recorded, no gate (allocator/placement/admit.py).
+    decide_at_admission: bool = True
+    # How long devices chosen at admission stay held for a pod that has not shown up in the watch.
+    # It shows up within a second of our answer, unless its creation was refused after it (a later
+    # webhook, a quota, validation): then the hold keeps its devices from everyone until this
+    # passes. Generous, because a hold let go before its pod shows up could give those devices to
+    # another pod (a slow watch on a loaded API server); a minute is far beyond any watch delay.
+    admission_hold_ttl: float = 60.0
     # A pod that fits nowhere evicts the cheapest lower-priority pods that make room (Eviction API,
     # so PodDisruptionBudgets hold).
     preemption: bool = True
@@ -46,3 +55,7 @@ class PlacementSettings:
     def __post_init__(self) -> None:
         if self.pin not in ("auto", "affinity", "nominate"):
             raise ValueError(f"placement.pin: expected auto, affinity or nominate, got {self.pin!r}")
+        if not self.admission_hold_ttl > 0:
+            raise ValueError(
+                f"placement.admissionHoldTtl: expected seconds > 0, got {self.admission_hold_ttl!r}"
+            )

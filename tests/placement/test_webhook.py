@@ -74,3 +74,36 @@ def test_a_cpu_pod_and_a_malformed_one_pass_unchanged() -> None:
     for bad in ({}, {"metadata": "x"}, {"metadata": {}, "spec": {"containers": "no"}},
                 {"metadata": {}, "spec": {"containers": [{"resources": {"limits": {keys.PLACEMENT_GATE: 1}}}], "schedulingGates": "x"}}):  # fmt: skip
         assert answer(bad) is None
+
+
+def test_a_placed_pod_is_left_alone_and_a_failing_decision_gates() -> None:
+    """Called again for a pod it placed (a later webhook changed it): nothing more. And should the
+    decision at admission fail, the pod is gated, never let through unplaced."""
+    placed = gpu_pod("p")
+    placed["metadata"]["annotations"] = {
+        keys.ALLOCATED_NODE: "n1",
+        keys.DEVICE_ALLOCATED: '{"gpu":[{"minor":0}]}',
+    }
+    placed["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}  # fmt: skip
+    assert answer(placed) is None
+    unpinned = gpu_pod("q")
+    unpinned["metadata"]["annotations"] = dict(placed["metadata"]["annotations"])
+    assert answer(unpinned) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": keys.PLACEMENT_GATE}]}
+    ]
+
+    def broken(request: Any, pod: Any, namespace: str) -> None:
+        raise RuntimeError("a bug")
+
+    request = {
+        "uid": "u",
+        "kind": {"kind": "Pod"},
+        "operation": "CREATE",
+        "namespace": "default",
+        "object": gpu_pod("r"),
+    }
+    got = reviewer(SETTINGS, "topoalloc-system", broken)(request)
+    assert json.loads(base64.b64decode(got["patch"])) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": keys.PLACEMENT_GATE}]}
+    ]

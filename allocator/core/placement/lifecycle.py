@@ -255,13 +255,17 @@ class PlacementLifecycle:
 
     def _refused_for(self, pod: PendingPod) -> frozenset[str]:
         got = self.memory.by_controller.get(pod.controller) if pod.controller else None
-        if got is None:
-            return frozenset()
-        nodes, until = got
-        if until <= self.now:
+        if got is not None and got[1] <= self.now:
             del self.memory.by_controller[pod.controller]
+        return self.refused_by(pod.controller, self.now)
+
+    def refused_by(self, controller: str, now: float) -> frozenset[str]:
+        """The nodes kube-scheduler lately refused a pod of `controller` (uid) on, as of `now`: its
+        next pods keep off them, also when placed at admission."""
+        got = self.memory.by_controller.get(controller) if controller else None
+        if got is None or got[1] <= now:
             return frozenset()
-        return frozenset(nodes)
+        return frozenset(got[0])
 
     # -- 4. refused writes ---------------------------------------------------------------------------
 

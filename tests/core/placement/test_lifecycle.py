@@ -207,3 +207,20 @@ def test_what_a_gone_pod_left_is_forgotten() -> None:
     assert isinstance(life.step(PlacementView([pod("a")]), 4)[0], WritePlacement)  # re-created
     life.forget(["ns/a"])  # or the caller says it left
     assert isinstance(life.step(PlacementView([pod("a")]), 5)[0], WritePlacement)
+
+
+def test_a_controllers_pod_refused_by_kube_scheduler_keeps_its_siblings_off_that_node_for_a_while() -> None:
+    """Pinned by node affinity and refused there, the pod is created anew by its controller: its
+    next pods keep off the refused node (asked by the admission route too: `refused_by`)."""
+    door = Door({"ns/a": []}, held_keys={"ns/a"})
+    life = PlacementLifecycle(door, PlacementLifecycleSettings(refused_memory=600.0))
+    refused = PendingPod(
+        ObjectRef("ns", "a", "uid-a"), 0, "", (), "n1", "0/2 nodes are available: 1 node(s) had host port conflicts",
+        "t1", controller="rs-uid", pinned=True,
+    )  # fmt: skip
+    assert life.refused_by("rs-uid", 10.0) == frozenset()
+    actions = life.step(PlacementView([refused]), 10.0)
+    assert any(type(a).__name__ == "Replace" for a in actions)
+    assert life.refused_by("rs-uid", 10.0) == {"n1"} and life.refused_by("other", 10.0) == frozenset()
+    assert life.refused_by("rs-uid", 609.0) == {"n1"} and life.refused_by("rs-uid", 610.0) == frozenset()
+    assert life.refused_by("", 10.0) == frozenset()
