@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from allocator.runtime.admission import Reviewer, admission_app
-from allocator.runtime.admission_settings import WEBHOOK_SERVICE, AdmissionSettings
+from allocator.runtime.admission_settings import LEADER_SERVICE, WEBHOOK_SERVICE, AdmissionSettings
 from allocator.runtime.cabundle import CaBundleInjector
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.tasks import Spawn
@@ -40,7 +40,7 @@ class AdmissionServer:
         self.is_leader = is_leader
         self.reload_interval = reload_interval
         self.ca_bundle = CaBundleInjector(
-            api, settings.webhook_configuration, WEBHOOK_SERVICE, tls_files.client_ca
+            api, settings.webhook_configuration, (WEBHOOK_SERVICE, LEADER_SERVICE), tls_files.client_ca
         )
         self.port = 0  # the bound port, once started (the settings may say 0)
         self._runner: web.AppRunner | None = None

@@ -22,10 +22,11 @@ JSON = dict[str, Any]
 
 
 class CaBundleInjector:
-    def __init__(self, api: KubeApi, configuration: str, service: str, ca_file: Path) -> None:
+    def __init__(self, api: KubeApi, configuration: str, services: tuple[str, ...], ca_file: Path) -> None:
+        """`services`: the webhooks calling one of these Services get the CA."""
         self.api = api
         self.configuration = configuration
-        self.service = service
+        self.services = services
         self.ca_file = ca_file
         self._complained = ""
 
@@ -59,7 +60,9 @@ class CaBundleInjector:
         ops: list[JSON] = []
         for i, hook in enumerate(config.get("webhooks") or []):
             client = hook.get("clientConfig") or {}
-            if (client.get("service") or {}).get("name") != self.service or client.get("caBundle") == bundle:
+            if (client.get("service") or {}).get("name") not in self.services or client.get(
+                "caBundle"
+            ) == bundle:
                 continue
             # The test guards against the list having changed since we read it.
             ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook.get("name")})

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from allocator.runtime.admission_settings import LEADER_SERVICE
 from tests.support.cluster_product import (
     SYSTEM_NAMESPACE,
     AgentProcess,
@@ -35,15 +36,20 @@ ALLOCATOR_SA = "topoalloc-allocator"
 DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
 
 
-def webhook_configuration(url: str, ca_pem: bytes, *, placement: bool = False) -> dict[str, Any]:
+def webhook_configuration(
+    url: str, ca_pem: bytes, *, placement: bool = False, leader_url: str = ""
+) -> dict[str, Any]:
     """The MutatingWebhookConfiguration of deploy/ (placement mode) or deploy/extender (the tier's
     extender mode) as kustomize renders it, calling `url` (the forwarder in front of the replicas)
-    instead of the in-cluster Service."""
+    instead of the in-cluster Service, and `leader_url` (the forwarder in front of the leader alone)
+    instead of the leader-only Service (the placement webhook's)."""
     docs = build(REPO / "deploy" / ("" if placement else "extender"))
     config = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
     for hook in config["webhooks"]:
-        path = hook["clientConfig"]["service"].get("path", "/")
-        hook["clientConfig"] = {"url": url + path, "caBundle": base64.b64encode(ca_pem).decode()}
+        service = hook["clientConfig"]["service"]
+        path = service.get("path", "/")
+        base = leader_url if leader_url and service["name"] == LEADER_SERVICE else url
+        hook["clientConfig"] = {"url": base + path, "caBundle": base64.b64encode(ca_pem).decode()}
     return config
 
 
@@ -71,6 +77,7 @@ class ClusterEnv:
         # admission webhook any live replica.
         self.extender = Forwarder(self._leader_port)
         self.webhook = Forwarder(self._any_webhook_port)
+        self.leader_webhook = Forwarder(self._leader_webhook_port)  # the leader-only Service's
         self.cp = ControlPlane(
             self.workdir / "k8s",
             scheduler_config=scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs),
@@ -96,6 +103,11 @@ class ClusterEnv:
         replica = self.replicas.get(holder or "")
         return replica.port if replica and replica.process.alive() else None
 
+    def _leader_webhook_port(self) -> int | None:
+        holder = lease_holder(self.cp)
+        replica = self.replicas.get(holder or "")
+        return replica.webhook_port if replica and replica.process.alive() else None
+
     def _any_webhook_port(self) -> int | None:
         for replica in self.replicas.values():
             if replica.process.alive():
@@ -112,7 +124,9 @@ class ClusterEnv:
         for path in ("namespace.yaml", "rbac.yaml"):
             kubectl("apply", "-f", str(REPO / "deploy" / "allocator" / path))
         config = webhook_configuration(
-            f"https://127.0.0.1:{self.webhook.port}", (self.certs / "ca.crt").read_bytes()
+            f"https://127.0.0.1:{self.webhook.port}",
+            (self.certs / "ca.crt").read_bytes(),
+            leader_url=f"https://127.0.0.1:{self.leader_webhook.port}",
         )
         kubectl("apply", "-f", "-", input=yaml.safe_dump(config))
 
@@ -186,6 +200,7 @@ class ClusterEnv:
         with contextlib.suppress(AttributeError):
             self.extender.close()
             self.webhook.close()
+            self.leader_webhook.close()
         with contextlib.suppress(AttributeError):
             self.cp.stop()
 

@@ -24,6 +24,7 @@ def _webhooks(cluster: ClusterEnv, placement: bool) -> None:
         f"https://127.0.0.1:{cluster.webhook.port}",
         (cluster.certs / "ca.crt").read_bytes(),
         placement=placement,
+        leader_url=f"https://127.0.0.1:{cluster.leader_webhook.port}",
     )
     cluster.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(config))
 

@@ -1,6 +1,8 @@
-"""The placement webhook of deploy/allocator/webhook.yaml agrees with the allocator: the route, the
-resource names its matchConditions send (the same as `placement.resources`), failing open, the
-opt-outs; the shipped config turns placement on and RBAC lets it write what it writes."""
+"""The placement webhook of deploy/allocator/webhook.yaml agrees with the allocator: the route, called
+through the leader-only Service on the webhook port (the leader places pods at admission), the
+certificate naming that Service, the resource names its matchConditions send (the same as
+`placement.resources`), failing open, the opt-outs; the shipped config turns placement on and RBAC
+lets it write what it writes."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ import celpy
 import yaml
 
 from allocator.placement.webhook import PATH
-from allocator.runtime.config import ServiceConfig
+from allocator.runtime import certs
+from allocator.runtime.admission_settings import LEADER_SERVICE
+from allocator.runtime.config import DEFAULT_NAMESPACE, ServiceConfig
 from allocator.runtime.placement_settings import PlacementSettings
 from apis import keys
 from tests.placement.harness import gpu_pod
+from tests.runtime.test_deploy import allocator_config, one
 
 DEPLOY = __import__("pathlib").Path(__file__).resolve().parents[2] / "deploy" / "allocator"
 _ENV = celpy.Environment()
@@ -78,3 +83,28 @@ def test_the_shipped_config_places_and_rbac_allows_the_writes() -> None:
     )["rules"]
     granted = {(r, v) for rule in rules for r in rule["resources"] for v in rule["verbs"]}
     assert {("pods", "patch"), ("pods/status", "patch"), ("pods/eviction", "create")} <= granted
+
+
+def test_the_route_reaches_the_leader_alone_on_its_webhook_port() -> None:
+    """Pods are placed at admission by the leader: the route is called through the extender's
+    Service, which selects the pod labelled leader; its webhook port reaches the admission server."""
+    service = _hook()["clientConfig"]["service"]
+    assert service["name"] == LEADER_SERVICE and service["namespace"] == DEFAULT_NAMESPACE
+    svc = one(DEPLOY / "service.yaml", "Service", LEADER_SERVICE)
+    assert svc["spec"]["selector"]["topoalloc.io/leader"] == "true"
+    (port,) = [p for p in svc["spec"]["ports"] if p["port"] == service["port"]]
+    dep = one(DEPLOY / "deployment.yaml", "Deployment")
+    container = {
+        p["name"]: p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
+    assert container[port["targetPort"]] == allocator_config().admission.port
+    # Its certificate names the Service, whoever issues it (`topoalloc certs`, cert-manager).
+    names = certs.service_dns_names(LEADER_SERVICE, DEFAULT_NAMESPACE)
+    server = one(
+        DEPLOY.parent / "components" / "cert-manager" / "certificates.yaml",
+        "Certificate",
+        "topoalloc-allocator-tls",
+    )
+    assert set(names) <= set(server["spec"]["dnsNames"])
+    # Devices are held for the pod being created, none for a dry run.
+    assert _hook()["sideEffects"] == "NoneOnDryRun" and _hook()["reinvocationPolicy"] == "IfNeeded"

@@ -194,17 +194,19 @@ class Installed:
 
     def _service_endpoint(self, ip: str, port: int) -> int | None:
         """The loopback port of the process behind the installed Service at ClusterIP `ip`:`port`:
-        the allocator (every replica serves the webhook; the extender's Service selects the leader,
-        and the one allocator here leads). None while it is not running."""
+        the allocator's port the Service port targets (every replica serves the webhook; the
+        extender's Service selects the leader, and the one allocator here leads). None while it is
+        not running."""
         services = self.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}/services")["items"]
         for service in services:
             spec = service["spec"]
-            if spec.get("clusterIP") == ip and any(p["port"] == port for p in spec.get("ports") or []):
-                role = {"topoalloc-webhook": "webhook", "topoalloc-allocator": "port"}.get(
-                    service["metadata"]["name"]
-                )
-                alive = self.allocator is not None and self.allocator.alive()
-                return self.allocator_ports.get(role) if role and alive else None
+            if spec.get("clusterIP") != ip or not service["metadata"]["name"].startswith("topoalloc-"):
+                continue
+            for entry in spec.get("ports") or []:
+                if entry["port"] == port:
+                    role = {"webhook": "webhook", "https": "port"}.get(str(entry.get("targetPort")))
+                    alive = self.allocator is not None and self.allocator.alive()
+                    return self.allocator_ports.get(role) if role and alive else None
         return None
 
     # -- the allocator Deployment -------------------------------------------------------------------
