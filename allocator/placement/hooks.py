@@ -16,7 +16,7 @@ from allocator.placement.cache_view import PlacementCache
 from allocator.placement.controller import PlacementController
 from allocator.placement.door import ClusterDoor
 from allocator.placement.metrics import PlacementMetrics
-from allocator.placement.webhook import PATH, reviewer
+from allocator.placement.webhook import GATE_PATH, PATH, reviewer
 from allocator.runtime.admission import Reviewer
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventSink
@@ -76,7 +76,10 @@ class Placement:
         )
 
     def routes(self) -> Mapping[str, Reviewer]:
-        return {PATH: reviewer(self.settings, self.own_namespace, self.admission.patch)}
+        return {
+            PATH: reviewer(self.settings, self.own_namespace, self.admission.patch),
+            GATE_PATH: reviewer(self.settings, self.own_namespace),
+        }
 
     def steering(self) -> Sequence[Steering]:
         return ()

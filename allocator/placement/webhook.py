@@ -30,6 +30,8 @@ JSON = dict[str, Any]
 # The pod as created and its namespace -> the JSON patch placing it now (None: gate it).
 Admit = Callable[[JSON, JSON, str], "list[JSON] | None"]
 PATH = "/mutate-pods-placement"
+# The fallback entry's route (any replica, while the leader does not answer): it only gates.
+GATE_PATH = "/mutate-pods-placement-gate"
 OPT_OUT = "false"
 SYSTEM_NAMESPACES = ("kube-system",)
 

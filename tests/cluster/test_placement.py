@@ -218,3 +218,80 @@ def test_the_leader_killed_mid_burst_loses_nothing_and_doubles_nothing(
     used = [(p["spec"]["nodeName"], m) for p in bound for m in recorded(p)[1]]
     assert len(used) == len(set(used)) == 16
     assert all(recorded(p)[0] == p["spec"]["nodeName"] for p in bound)
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def test_a_jobs_pod_is_created_pinned_and_bound_where_placed_with_exactly_its_devices(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    """Placed at admission: the Job controller's pod is created pinned to its node with its
+    devices recorded and no gate; kube-scheduler binds it there; nobody else writes to it."""
+    for node in nodes.values():
+        node.kubelet.forget()
+    template = gpu_pod("x", gpus=2, labels={"app": "fast"})["spec"]
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "fast"},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": "fast"}},
+                "spec": {**template, "restartPolicy": "Never"},
+            },
+        },
+    }
+    cluster.cp.admin.post(f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    try:
+
+        def bound() -> dict[str, Any] | None:
+            pods = cluster.cp.admin.get(f"/api/v1/namespaces/{ns}/pods", labelSelector="app=fast")["items"]
+            return next((p for p in pods if p["spec"].get("nodeName")), None)
+
+        pod = wait_until(bound, timeout=60, what="the Job's pod bound")
+        node, minors = recorded(pod)
+        assert pod["spec"]["nodeName"] == node and len(minors) == 2 and minors[1] - minors[0] == 1
+        terms = pod["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+        assert not pod["spec"].get("schedulingGates")
+        # Created so by the Job controller: no gate was removed, nothing of the pod written by the
+        # allocator; kube-scheduler only bound it and wrote its status.
+        writers = {m["manager"] for m in pod["metadata"]["managedFields"] if not m.get("subresource")}
+        assert writers == {"kube-controller-manager"}, pod["metadata"]["managedFields"]
+        uuid = gpu_uuids(cluster, node)
+        assert _admit(nodes, cluster, pod) == sorted(uuid[m] for m in minors)
+    finally:
+        cluster.cp.admin.request(
+            "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/fast", query={"propagationPolicy": "Background"}
+        )
+
+
+def test_the_leader_killed_mid_burst_of_a_jobs_pods_loses_nothing_and_doubles_nothing(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    """Pods placed at admission by the leader, then (killed) gated by the standby through the
+    fallback entry and placed by it once it leads: it holds first what the placed ones record."""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "burst"},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
+                                                           "containers": [{"name": "c", "image": "x"}]}}}}  # fmt: skip
+    uid = cluster.cp.admin.post(f"/apis/batch/v1/namespaces/{ns}/jobs", job)["metadata"]["uid"]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "burst", "uid": uid, "controller": True}
+    standby = cluster.start_allocator("alloc-c", extra_args=("--placement",))
+    standby.wait_ready("/syncz")
+    gated = []
+    for i in range(16):
+        pod = gpu_pod(f"j{i:02d}", gpus=1)
+        pod["metadata"]["ownerReferences"] = [owner]
+        created = cluster.create_pod(ns, pod)
+        gated.append(bool(created["spec"].get("schedulingGates")))
+        if i == 5:
+            cluster.leader().process.kill()
+    assert gated[:6] == [False] * 6 and gated[6]  # placed at admission, then gated by the standby
+    bound = [cluster.wait_bound(ns, f"j{i:02d}", timeout=120) for i in range(16)]
+    used = [(p["spec"]["nodeName"], m) for p in bound for m in recorded(p)[1]]
+    assert len(used) == len(set(used)) == 16
+    assert all(recorded(p)[0] == p["spec"]["nodeName"] for p in bound)

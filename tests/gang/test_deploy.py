@@ -48,7 +48,12 @@ def test_every_gang_member_is_reviewed_and_the_gang_webhooks_fail_closed_in_plac
     svc_port = one(WEBHOOK_YAML, "Service", WEBHOOK_SERVICE)["spec"]["ports"][0]["port"]
     selected = {}
     for hook in config["webhooks"]:
-        if hook["name"] in ("dra.topoalloc.io", "scarce-avoidance.topoalloc.io", "placement.topoalloc.io"):
+        if hook["name"] in (
+            "dra.topoalloc.io",
+            "scarce-avoidance.topoalloc.io",
+            "placement.topoalloc.io",
+            "placement-fallback.topoalloc.io",
+        ):
             continue  # served beside the gang's (tests/claims, tests/scarce, tests/placement test_deploy.py)
         service = hook["clientConfig"]["service"]
         assert service == {

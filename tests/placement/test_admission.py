@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonpatch
 
-from allocator.placement.webhook import PATH
+from allocator.placement.webhook import GATE_PATH, PATH
 from allocator.placement.writes import pinned_to
 from apis import keys
 from apis.reservation_pod import RESERVATION_ALLOCATED
@@ -37,10 +37,10 @@ def owned(gpus: int = 1, owner: JSON = JOB, name: str = "", **extra: Any) -> JSO
     return pod
 
 
-def review(w: PlacementWorld, pod: JSON, **request: Any) -> tuple[list[JSON], JSON]:
+def review(w: PlacementWorld, pod: JSON, path: str = PATH, **request: Any) -> tuple[list[JSON], JSON]:
     """The placement route's answer to the pod's creation (called in-process, as the admission
     server does): its patch and the pod as patched."""
-    route = w.run.service.component("placement").routes()[PATH]  # type: ignore[attr-defined]
+    route = w.run.service.component("placement").routes()[path]  # type: ignore[attr-defined]
     answer = route({"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
                     "namespace": "default", "operation": "CREATE", "object": pod, **request})  # fmt: skip
     assert answer["allowed"]
@@ -67,6 +67,7 @@ async def test_a_controllers_pod_is_created_pinned_with_its_devices_and_bound_th
     gpu_node(fake_api, "n2")
     async with placement_world(fake_api, pki) as w:
         await w.runner.wait_passes(1)  # leading: the route may decide
+        await w.scheduler.stop()  # kube-scheduler binds it once its hold is seen to be the pod's
         created = await w.admission.create_pod(owned(2))
         name, uid = created["metadata"]["name"], created["metadata"]["uid"]
         assert not created["spec"].get("schedulingGates")
@@ -86,6 +87,7 @@ async def test_a_controllers_pod_is_created_pinned_with_its_devices_and_bound_th
             created["metadata"]["annotations"][keys.DEVICE_ALLOCATED],
         )
         assert ahead(w) == [] and ledger.ahead == {}
+        await w.scheduler.start()
         await until(lambda: w.pod(name)["spec"].get("nodeName"), what="bound")
         assert w.scheduler.binds == [(name, node)]
         await until(lambda: f"default/{name}" not in ledger.holds, what="its own annotation counting")
@@ -175,6 +177,8 @@ async def test_what_the_route_cannot_settle_is_gated_as_before(fake_api: FakeApi
             assert review(w, pod, **request)[0] == expected, (pod, request)
             assert admissions(w, *counted) == 1, counted
         assert ahead(w) == []
+        # The fallback entry's route (any replica, the leader not answering) only gates.
+        assert review(w, owned(1), GATE_PATH)[0] == GATED and ahead(w) == []
         # A standby (or a leader that lost its Lease) gates.
         runner = w.runner
         runner.is_leader = lambda: False
@@ -209,11 +213,13 @@ async def test_a_pod_refused_where_it_was_placed_makes_its_controllers_next_pod_
     owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
     async with placement_world(fake_api, pki) as w:
         await w.runner.wait_passes(1)
-        first = await w.admission.create_pod(owned(8, owner))
+        w.scheduler.held.add("rs-0")
+        first = await w.admission.create_pod(owned(8, owner, name="rs-0"))
         node = allocated(first)[0]
         assert not first["spec"].get("schedulingGates") and pinned_to(first, node)
         name = first["metadata"]["name"]
         w.scheduler.refuse = {node: "1 node(s) had volume node affinity conflict"}
+        w.scheduler.held.clear()
         await until(lambda: fake_api.get("pods", name, "default") is None, what="evicted")
         assert any(e["reason"] == "Replacing" for e in w.events_about(name))
         again = await w.admission.create_pod(owned(8, owner))  # the ReplicaSet creates it anew
@@ -226,9 +232,9 @@ async def test_a_new_leader_decides_at_admission_only_once_it_holds_what_placed_
     gpu_node(fake_api, "n1")
     async with placement_world(fake_api, pki) as w:
         await w.runner.wait_passes(1)
+        await w.scheduler.stop()  # placed, not bound yet
         created = await w.admission.create_pod(owned(4))
         name = created["metadata"]["name"]
-        w.scheduler.held.add(name)  # placed, not bound yet
         ledger = w.run.service.cache.ledger
         await until(lambda: f"default/{name}" in ledger.holds, what="held as the pod's")
         controller = w.run.service.component("placement").controller  # type: ignore[attr-defined]

@@ -11,9 +11,9 @@ from typing import Any
 import celpy
 import yaml
 
-from allocator.placement.webhook import PATH
+from allocator.placement.webhook import GATE_PATH, PATH
 from allocator.runtime import certs
-from allocator.runtime.admission_settings import LEADER_SERVICE
+from allocator.runtime.admission_settings import LEADER_SERVICE, WEBHOOK_SERVICE
 from allocator.runtime.config import DEFAULT_NAMESPACE, ServiceConfig
 from allocator.runtime.placement_settings import PlacementSettings
 from apis import keys
@@ -24,17 +24,20 @@ DEPLOY = __import__("pathlib").Path(__file__).resolve().parents[2] / "deploy" / 
 _ENV = celpy.Environment()
 
 
-def _hook() -> dict[str, Any]:
+def _hook(name: str = "placement.topoalloc.io") -> dict[str, Any]:
     docs = yaml.safe_load_all((DEPLOY / "webhook.yaml").read_text())
     config = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
-    (hook,) = [h for h in config["webhooks"] if h["name"] == "placement.topoalloc.io"]
+    (hook,) = [h for h in config["webhooks"] if h["name"] == name]
     return dict(hook)
 
 
-def _sent(pod: dict[str, Any]) -> bool:
-    """Whether kube-apiserver would send `pod` to the route (every matchCondition true)."""
+FALLBACK = "placement-fallback.topoalloc.io"
+
+
+def _sent(pod: dict[str, Any], name: str = "placement.topoalloc.io") -> bool:
+    """Whether kube-apiserver would send `pod` to the entry (every matchCondition true)."""
     activation = celpy.json_to_cel({"object": pod})
-    for cond in _hook()["matchConditions"]:
+    for cond in _hook(name)["matchConditions"]:
         got = _ENV.program(_ENV.compile(cond["expression"])).evaluate(activation)
         assert not isinstance(got, celpy.CELEvalError), (cond["name"], got)
         if not got:
@@ -108,3 +111,24 @@ def test_the_route_reaches_the_leader_alone_on_its_webhook_port() -> None:
     assert set(names) <= set(server["spec"]["dnsNames"])
     # Devices are held for the pod being created, none for a dry run.
     assert _hook()["sideEffects"] == "NoneOnDryRun" and _hook()["reinvocationPolicy"] == "IfNeeded"
+
+
+def test_the_fallback_gates_only_what_the_leader_neither_placed_nor_gated() -> None:
+    """While the leader does not answer (a leader change), any replica gates the pod; a pod the
+    leader answered for is never sent there, so the fallback costs no call otherwise."""
+    fallback, first = _hook(FALLBACK), _hook()
+    service = fallback["clientConfig"]["service"]
+    assert (service["name"], service["path"]) == (WEBHOOK_SERVICE, GATE_PATH)
+    assert fallback["failurePolicy"] == "Ignore" and fallback["sideEffects"] == "None"
+    same = ("objectSelector", "namespaceSelector", "rules", "timeoutSeconds", "reinvocationPolicy")
+    assert all(fallback[k] == first[k] for k in same)
+    others = [c for c in fallback["matchConditions"] if c["name"] != "neither-placed-nor-gated"]
+    assert others == first["matchConditions"]
+    assert _sent(gpu_pod("p"), FALLBACK)
+    gated = gpu_pod("g", schedulingGates=[{"name": "other"}, {"name": keys.PLACEMENT_GATE}])
+    assert not _sent(gated, FALLBACK) and _sent(gpu_pod("o", schedulingGates=[{"name": "other"}]), FALLBACK)
+    placed = gpu_pod("d", metadata={"annotations": {keys.ALLOCATED_NODE: "n1"}})
+    assert not _sent(placed, FALLBACK)
+    cpu = gpu_pod("c")
+    cpu["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    assert not _sent(cpu, FALLBACK)

@@ -209,3 +209,34 @@ def test_a_hold_ahead_becomes_the_pods_when_it_shows_up_pending_or_already_bound
         assert not fits(cache, 1, "gpu-1")
         cache.apply(PODS, "DELETED", created)
         assert fits(cache, 8, "gpu-1")  # counted once: its deletion frees all of them
+
+
+def test_a_pod_seen_before_never_takes_another_pods_hold_ahead() -> None:
+    """A running pod holding a share of a GPU is updated (its status) while the same share of that
+    GPU is held ahead for a pod being created: the hold ahead stays that pod's."""
+    cache = cache_with("gpu-1")
+    share = {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}
+
+    def hold_ahead() -> Any:
+        admitted = pod("", requests=share)
+        admitted["metadata"] = {"generateName": "job-", "namespace": "default"}
+        got = cache.ledger.reserve_ahead(
+            admitted, cache.core.request(admitted), "gpu-1", holder="placement", ttl=60
+        )
+        assert got.key.startswith("admission:")  # type: ignore[union-attr]
+        return got
+
+    first = hold_ahead()
+    running = stamped(pod("running", requests=share, node_name="gpu-1"))
+    running["metadata"]["annotations"] = {
+        keys.DEVICE_ALLOCATED: first.annotation,
+        keys.ALLOCATED_NODE: "gpu-1",
+    }
+    cache.apply(PODS, "ADDED", running)  # shows up bound (a relist): its hold ahead was its own
+    assert not cache.ledger.holds and cache.pods["default/running"].allocations is not None
+    # The other half of that GPU, the same share, held ahead for the next pod.
+    cache.ledger.allocate = lambda req, node: cache.pods["default/running"].allocations  # type: ignore[assignment,return-value]
+    second = hold_ahead()
+    assert second.annotation == first.annotation
+    cache.apply(PODS, "MODIFIED", stamped(running))  # a status update of the running pod
+    assert list(cache.ledger.holds) == [second.key] and "default/running" not in cache.ledger.holds

@@ -278,8 +278,15 @@ class ClusterCache:
             annotation = None  # made for another node: counts nothing here (core/request/usage.py)
         containers = containers_digest(spec)
         recorded = annotations.get(keys.ALLOCATED_NODE)
-        if self.ledger.ahead and recorded and isinstance(annotations.get(keys.DEVICE_ALLOCATED), str):
-            # Placed at admission: the hold made ahead for it becomes its own.
+        if (
+            old is None
+            and self.ledger.ahead
+            and recorded
+            and isinstance(annotations.get(keys.DEVICE_ALLOCATED), str)
+        ):
+            # Placed at admission, seen for the first time: the hold made ahead for it becomes its
+            # own (a pod seen before never takes one: a share of a GPU equal to its own may be
+            # held ahead for another pod).
             self.ledger.adopt(
                 key, uid, recorded, annotations[keys.DEVICE_ALLOCATED], lambda: self.core.request(pod)
             )
