@@ -8,9 +8,10 @@ bound. Alternately:
 
 * `alone`: kube-scheduler alone (no webhook; the allocator only watches);
 * `placement`: deploy/'s webhook configuration calling the allocator started with --placement, which
-  gates each pod at admission, places it (node and devices, joint choice, scoring), pins it to its
-  node and removes its gate; kube-scheduler binds it. Every pod must end bound where placed, with
-  its devices recorded.
+  places each pod owned by a Job at admission (node and devices, joint choice, scoring: created
+  pinned to its node) or, a bare pod (`--owner none`), gates it, places it, pins it to its node and
+  removes its gate; kube-scheduler binds it. Every pod must end bound where placed, with its devices
+  recorded. Each run says how many pods were placed at admission and how many gated.
 
 Reported: median pods/s of each and their ratio, the allocator's CPU-seconds per pod (utime+stime
 from the first create to the last bind and its watch events) and its RSS; then, with `--gang N`,
@@ -117,12 +118,24 @@ def run_pod(name: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
     return pod
 
 
+def admissions(replica: AllocatorReplica) -> dict[str, float]:
+    """The placement route's answers so far, by result (decided at admission, gated)."""
+    status, text = replica.health("/metrics")
+    out: dict[str, float] = {"decided": 0.0, "gated": 0.0}
+    for line in text.splitlines() if status == 200 else ():
+        if line.startswith("topoalloc_placement_admissions_total{"):
+            result = line.split('result="', 1)[1].split('"', 1)[0]
+            out[result] = out.get(result, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def one_run(
     cp: ControlPlane, replica: AllocatorReplica, namespace: str, pods: int, timeout: float, owned: bool
 ) -> dict[str, float]:
     cp.create_namespace(namespace)
     owners = job_owner(cp, namespace) if owned else []
     watch = BindWatch(cp, namespace)
+    answered0 = admissions(replica)
     cpu0 = cpu_seconds(replica.process.pid)
     parts0 = control_plane_cpu(cp)
     start = time.monotonic()
@@ -139,7 +152,10 @@ def one_run(
         parts1 = control_plane_cpu(cp)
     finally:
         watch.close()
+    answered = {k: v - answered0.get(k, 0.0) for k, v in admissions(replica).items()}
     result = {
+        "decided": answered.get("decided", 0.0),
+        "gated": answered.get("gated", 0.0),
         "pods_per_s": pods / (max(watch.bound.values()) - start),
         "alloc_cpu_s": cpu1 - cpu0,
         "alloc_rss_mib": rss_mib(replica.process.pid),
@@ -215,7 +231,8 @@ def run(args: argparse.Namespace, workdir: Path, release: KubeRelease) -> int:
                     results[mode].append(r)
                     per_pod = 1000 * r["alloc_cpu_s"] / args.pods
                     print(f"run {i} {mode:>9}: {r['pods_per_s']:7.1f} pods/s, allocator {per_pod:6.2f} ms "
-                          f"CPU/pod, RSS {r['alloc_rss_mib']:.0f} MiB (load {load})", flush=True)  # fmt: skip
+                          f"CPU/pod, RSS {r['alloc_rss_mib']:.0f} MiB, {r['decided']:.0f} placed at "
+                          f"admission, {r['gated']:.0f} gated (load {load})", flush=True)  # fmt: skip
             report(args, results, release)
             if args.gang:
                 webhooks(cp, replica, certs, True)

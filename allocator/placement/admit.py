@@ -79,8 +79,10 @@ class AdmissionPlacement:
             return "off"
         if request.get("dryRun"):
             return "dry_run"  # sideEffects: None; a hold would be one
-        if not controller_of(pod) or pin_of(pod, self.settings.pin) != AFFINITY:
-            return "no_controller"
+        if not controller_of(pod):
+            return "no_controller"  # pinned by nomination, which cannot be written at creation
+        if pin_of(pod, self.settings.pin) != AFFINITY:
+            return "pin"  # placement.pin: nominate
         spec = pod.get("spec") or {}
         if spec.get("schedulingGates") or in_pod_group(pod):
             return "other_gate"  # a gang's, DRA's, a queue's: the controller waits for them

@@ -46,6 +46,7 @@ from allocator.runtime.cache.records import (
     PodEntry,
     meta_of,
     pod_key,
+    requests_digest,
 )
 from allocator.runtime.coreadapter import NOT_IN_CACHE, PodRequest, Rejection
 from allocator.runtime.metrics import Metrics
@@ -152,7 +153,10 @@ class HoldLedger:
         if node not in self.nodes:
             return NOT_IN_CACHE
         key = f"{AHEAD}{next(self._tokens)}"
-        return self._choose(pod, req, node, key, "", holder, self.clock() + ttl)
+        got = self._choose(pod, req, node, key, "", holder, self.clock() + ttl)
+        if isinstance(got, Hold):
+            got.shape = requests_digest(pod.get("spec") or {})
+        return got
 
     def _choose(
         self, pod: JSON, req: PodRequest, node: str, key: str, uid: str, holder: str, until: float | None
@@ -183,20 +187,26 @@ class HoldLedger:
         return res
 
     def adopt(
-        self, key: str, uid: str, node: str, annotation: str, request: Callable[[], PodRequest]
+        self, key: str, uid: str, node: str, annotation: str, shape: bytes, request: Callable[[], PodRequest]
     ) -> Hold | None:
         """The pod `key` arrived carrying an allocation for `node` made ahead (`reserve_ahead`): the
-        hold ahead becomes the pod's, under its key, with the pod's own request (`request`: a later
-        webhook may have changed it), so it counts as any placed pod's hold. Holds ahead are found
-        by node and allocation: no two hold the same device, except shares of one GPU, whose holds
-        are told apart by their requests' cpu and memory. None: no hold ahead carries it."""
+        hold ahead becomes the pod's, under its key, so it counts as any placed pod's hold. Holds
+        ahead are found by node and allocation: no two hold the same device, except shares of one
+        GPU, told apart by the pods' requests. `shape`: the pod's `requests_digest`; unless the
+        hold was made for the same (a later webhook changed the pod), the pod's own `request` is
+        parsed and counted. None: no hold ahead carries it."""
         found = self.ahead.get((node, annotation))
         if not found or key in self.holds:
             return None
-        req = request()
         olds = [self.holds[k] for k in found]
-        old = next((h for h in olds if _same_size(h.request, req)), olds[0])
-        new = dataclasses.replace(old, key=key, uid=uid, request=req, expires=math.inf)
+        old = next((h for h in olds if h.shape == shape), None)
+        if old is not None:
+            meta = key.split("/", 1)
+            req = dataclasses.replace(old.request, key=key, namespace=meta[0], name=meta[-1], uid=uid)
+        else:
+            req = request()
+            old = next((h for h in olds if _same_size(h.request, req)), olds[0])
+        new = dataclasses.replace(old, key=key, uid=uid, request=req, expires=math.inf, shape=b"")
         self.drop(old.key, quiet=True)
         self.settle(old.key)
         self._add(new)

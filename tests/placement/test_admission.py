@@ -177,6 +177,10 @@ async def test_what_the_route_cannot_settle_is_gated_as_before(fake_api: FakeApi
             assert review(w, pod, **request)[0] == expected, (pod, request)
             assert admissions(w, *counted) == 1, counted
         assert ahead(w) == []
+        # Pinned by nomination for every pod (`placement.pin: nominate`): nothing at creation.
+        w.run.service.component("placement").admission.settings.pin = "nominate"  # type: ignore[attr-defined]
+        assert review(w, owned(1))[0] == GATED and admissions(w, "gated", "pin") == 1
+        w.run.service.component("placement").admission.settings.pin = "auto"  # type: ignore[attr-defined]
         # The fallback entry's route (any replica, the leader not answering) only gates.
         assert review(w, owned(1), GATE_PATH)[0] == GATED and ahead(w) == []
         # A standby (or a leader that lost its Lease) gates.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocator.runtime.cache.records import PodEntry
+from allocator.runtime.cache.records import PodEntry, requests_digest
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest, Rejection
 from allocator.runtime.ledger import HoldLedger, Placed
 from allocator.runtime.metrics import Metrics
@@ -161,10 +161,17 @@ def test_a_hold_ahead_becomes_its_pods_when_the_pod_shows_up() -> None:
     assert isinstance(gone, Rejection)
     # The pod shows up with another node's allocation, or none that was held ahead: not its hold.
     _, req = rig.pending("job-x")
-    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-2", GPUS.to_json(), lambda: req) is None
-    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", "{}", lambda: req) is None
-    got = rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", GPUS.to_json(), lambda: req)
-    assert got is not None and rig.ledger.holds == {"default/job-x": got}
+    parsed: list[str] = []
+
+    def parse() -> PodRequest:
+        parsed.append("again")
+        return req
+
+    changed = b"a sidecar added by a later webhook"
+    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-2", GPUS.to_json(), changed, parse) is None
+    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", "{}", changed, parse) is None
+    got = rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", GPUS.to_json(), changed, parse)
+    assert got is not None and rig.ledger.holds == {"default/job-x": got} and parsed == ["again"]
     assert (got.key, got.uid, got.token, got.request, got.expires) == (
         "default/job-x",
         "uid-job-x",
@@ -176,7 +183,16 @@ def test_a_hold_ahead_becomes_its_pods_when_the_pod_shows_up() -> None:
     assert rig.settled == [ahead.key, ahead.key, "default/job-x"]
     rig.now = 10**9
     assert rig.ledger.expire() == 0  # the pod's now: its placement drops it (bound, gone)
-    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", GPUS.to_json(), lambda: req) is None
+    assert rig.ledger.adopt("default/job-x", "uid-job-x", "gpu-1", GPUS.to_json(), changed, parse) is None
+    # A pod that shows up asking what it asked at admission keeps the request parsed then.
+    again = rig.ledger.reserve_ahead(p, CoreAdapter().request(p), "gpu-1", holder="placement", ttl=60.0)
+    assert not isinstance(again, Rejection)
+    kept = rig.ledger.adopt(
+        "default/job-y", "uid-y", "gpu-1", GPUS.to_json(), requests_digest(p["spec"]), parse
+    )
+    assert kept is not None and parsed == ["again"]
+    assert (kept.request.key, kept.request.uid, kept.request.cpu_milli) == ("default/job-y", "uid-y", 1000)
+    assert kept.request.signature == again.request.signature
 
 
 def test_a_hold_ahead_nobody_takes_up_goes_at_its_ttl() -> None:
@@ -207,7 +223,7 @@ def test_holds_ahead_of_shares_of_one_gpu_are_told_apart_by_their_requests() -> 
     shown = pod("job-big", gpus=1, requests={"cpu": "8"})
     shown["metadata"]["uid"] = "uid-big"
     req = CoreAdapter().request(shown)
-    got = rig.ledger.adopt("default/job-big", "uid-big", "gpu-1", GPUS.to_json(), lambda: req)
+    got = rig.ledger.adopt("default/job-big", "uid-big", "gpu-1", GPUS.to_json(), b"", lambda: req)
     assert got is not None and got.request.cpu_milli == 8000
     (left,) = rig.ledger.ahead[("gpu-1", GPUS.to_json())]
     assert rig.ledger.holds[left].request.cpu_milli == 1000

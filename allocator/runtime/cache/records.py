@@ -84,6 +84,9 @@ class Hold:
     # writes beside device-allocated (reservation-allocated).
     room: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
+    # A hold ahead (placed at admission): `requests_digest` of the pod it was made for, so the pod
+    # that shows up asking the same keeps `request` instead of being parsed again.
+    shape: bytes = b""
 
 
 class NodeFacts(NamedTuple):
@@ -153,6 +156,13 @@ def is_ready(pod: JSON) -> bool:
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             return cond.get("status") == "True"
     return False
+
+
+def requests_digest(spec: JSON) -> bytes:
+    """16 bytes that change when what the pod's cpu, memory and device counts are read from does
+    (its containers, init containers, overhead and pod-level resources)."""
+    parts = [spec.get(k) for k in ("containers", "initContainers", "overhead", "resources")]
+    return hashlib.blake2b(orjson.dumps(parts), digest_size=16).digest()
 
 
 def containers_digest(spec: JSON) -> bytes:

@@ -50,6 +50,7 @@ from allocator.runtime.cache.records import (
     node_facts,
     pod_key,
     pod_outline,
+    requests_digest,
 )
 from allocator.runtime.coreadapter import CoreAdapter, PodUsage
 from allocator.runtime.kube import (
@@ -288,7 +289,12 @@ class ClusterCache:
             # own (a pod seen before never takes one: a share of a GPU equal to its own may be
             # held ahead for another pod).
             self.ledger.adopt(
-                key, uid, recorded, annotations[keys.DEVICE_ALLOCATED], lambda: self.core.request(pod)
+                key,
+                uid,
+                recorded,
+                annotations[keys.DEVICE_ALLOCATED],
+                requests_digest(spec),
+                lambda: self.core.request(pod),
             )
         res = self.ledger.holds.get(key)
         usage: PodUsage | None = None
