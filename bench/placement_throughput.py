@@ -119,13 +119,18 @@ def run_pod(name: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def admissions(replica: AllocatorReplica) -> dict[str, float]:
-    """The placement route's answers so far, by result (decided at admission, gated)."""
+    """The placement route's answers so far, by result (decided at admission, gated) and, for
+    gated ones, also by reason (`gated:<reason>`)."""
     status, text = replica.health("/metrics")
     out: dict[str, float] = {"decided": 0.0, "gated": 0.0}
     for line in text.splitlines() if status == 200 else ():
         if line.startswith("topoalloc_placement_admissions_total{"):
             result = line.split('result="', 1)[1].split('"', 1)[0]
-            out[result] = out.get(result, 0.0) + float(line.rsplit(" ", 1)[1])
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            count = float(line.rsplit(" ", 1)[1])
+            out[result] = out.get(result, 0.0) + count
+            if result == "gated":
+                out[f"gated:{reason}"] = out.get(f"gated:{reason}", 0.0) + count
     return out
 
 
@@ -153,6 +158,9 @@ def one_run(
     finally:
         watch.close()
     answered = {k: v - answered0.get(k, 0.0) for k, v in admissions(replica).items()}
+    why = ", ".join(f"{k[6:]} {v:.0f}" for k, v in sorted(answered.items()) if k.startswith("gated:") and v)
+    if why:
+        print(f"  gated: {why}", flush=True)
     result = {
         "decided": answered.get("decided", 0.0),
         "gated": answered.get("gated", 0.0),

@@ -78,7 +78,7 @@ class AdmissionPlacement:
         if not self.settings.decide_at_admission:
             return "off"
         if request.get("dryRun"):
-            return "dry_run"  # sideEffects: None; a hold would be one
+            return "dry_run"  # no side effects on a dry run (sideEffects: NoneOnDryRun)
         if not controller_of(pod):
             return "no_controller"  # pinned by nomination, which cannot be written at creation
         if pin_of(pod, self.settings.pin) != AFFINITY:

@@ -119,9 +119,9 @@ class PlacementController:
 
     def admitting(self) -> bool:
         """Whether a pod may be placed at admission now: this process leads, its cache is synced
-        and every placed pod's devices are held here (a new leader holds them again first)."""
-        runner = self.runner
-        return runner.leading and runner.is_leader() and runner.synced() and not self.unheld
+        and every placed pod's devices are held here (a new leader's pass holds them again first;
+        with none to hold, it need not wait for its first pass)."""
+        return self.runner.is_leader() and self.runner.synced() and not self.unheld
 
     def refused_by(self, controller: str) -> frozenset[str]:
         """The nodes a pod of `controller` (uid) keeps off (kube-scheduler refused its siblings)."""
