@@ -10,7 +10,8 @@ Two ways to pin a pod to its node (docs/placement.md has the measurements, bench
   first and binds elsewhere when it does not fit), then one JSON patch with the annotations and the
   gate's removal. Two writes; never stuck. A pod ungated before it is nominated could be bound
   anywhere, hence this order.
-`auto` pins by affinity a pod that has a controller, by nomination one that has none.
+`auto` pins by affinity a pod that has a controller or a pod group of Kubernetes' own (kube-scheduler
+clears the nomination of a member whose group is not all there yet), by nomination any other.
 Every JSON patch tests the pod's uid (never a re-created pod of the name) and the gate where it was read.
 """
 
@@ -54,10 +55,19 @@ TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
 
 
 def pin_of(pod: JSON, mode: str) -> str:
-    """How `pod` is pinned under the setting `mode` (auto: by affinity when it has a controller)."""
+    """How `pod` is pinned under the setting `mode` (auto: by affinity when it has a controller or
+    kube-scheduler schedules it with its pod group, else by nomination)."""
     if mode != AUTO:
         return mode
-    return AFFINITY if controller_of(pod) else NOMINATE
+    return AFFINITY if controller_of(pod) or in_pod_group(pod) else NOMINATE
+
+
+def in_pod_group(pod: JSON) -> bool:
+    """Whether kube-scheduler schedules the pod with its pod group (Kubernetes' own gangs:
+    spec.schedulingGroup, spec.workloadRef). It clears the nominated node of a member whose group
+    is not all there yet, so a nomination would not hold until the group is whole."""
+    spec = pod.get("spec") or {}
+    return bool(spec.get("schedulingGroup") or spec.get("workloadRef"))
 
 
 def controller_of(pod: JSON) -> str:

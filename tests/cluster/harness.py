@@ -58,6 +58,10 @@ class ClusterEnv:
     extra: list[Process] = field(default_factory=list)
     # Every topoalloc process ever started, so that stop() ends them all, whatever the tests did.
     started: list[Process] = field(default_factory=list)
+    # How kube-scheduler and the allocator run now: placement mode (tests/cluster/placement_mode.py)
+    # or the tier's extender mode; with kube-scheduler's GangScheduling plugin or without it.
+    placement: bool = False
+    gang_plugin: bool = True
 
     # -- set-up -----------------------------------------------------------------------------------
 
@@ -127,14 +131,28 @@ class ClusterEnv:
     def kube_scheduler_gang_plugin(self, on: bool) -> None:
         """Restart kube-scheduler with its GangScheduling plugin (the default profile's, with the
         gates on) or without it, and the allocator to match (`--gang-plugin-schedulers ""`: it
-        gates Kubernetes' own gangs itself)."""
-        config = scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs)
-        if not on:
+        gates Kubernetes' own gangs itself), in the mode the tier is in."""
+        self.gang_plugin = on
+        self.cp.start_scheduler(self.scheduler_configuration())
+        self.start_allocator("alloc-a", extra_args=self.allocator_args()).wait_ready("/readyz")
+
+    def scheduler_configuration(self) -> dict[str, Any]:
+        """kube-scheduler's configuration for the mode the tier is in: the extender's, or (placement
+        mode) none of topoalloc's; without the GangScheduling plugin where it is off."""
+        config: dict[str, Any] = (
+            {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
+            if self.placement
+            else scheduler_config(f"https://127.0.0.1:{self.extender.port}", self.certs)
+        )
+        if not self.gang_plugin:
             disabled = {"multiPoint": {"disabled": [{"name": "GangScheduling"}]}}
             config["profiles"] = [{"schedulerName": "default-scheduler", "plugins": disabled}]
-        self.cp.start_scheduler(config)
-        args = () if on else ("--gang-plugin-schedulers", "")
-        self.start_allocator("alloc-a", extra_args=args).wait_ready("/readyz")
+        return config
+
+    def allocator_args(self) -> tuple[str, ...]:
+        """The allocator's flags for the mode the tier is in."""
+        args = ("--placement",) if self.placement else ()
+        return args + (() if self.gang_plugin else ("--gang-plugin-schedulers", ""))
 
     def use_round_trips(self, round_trips: int | None) -> None:
         """kube-scheduler and every allocator replica restarted in that extender mode (None: the

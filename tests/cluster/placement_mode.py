@@ -14,7 +14,6 @@ import yaml
 
 from tests.cluster.burst import PLUGIN_RESOURCES, PluginNode, start_plugin_node, stop_plugin_node
 from tests.cluster.harness import ClusterEnv, allocated, webhook_configuration
-from tests.support.cluster_product import scheduler_config
 
 GATE = "topoalloc.io/placement"
 ALLOCATED_NODE = "topoalloc.io/allocated-node"
@@ -31,19 +30,12 @@ def _webhooks(cluster: ClusterEnv, placement: bool) -> None:
 
 def set_placement_mode(cluster: ClusterEnv, on: bool) -> None:
     """Every replica, kube-scheduler and the webhooks in placement mode (or back to the tier's)."""
-    if on:
-        cluster.cp.start_scheduler(
-            {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
-        )
-    else:
-        cluster.cp.start_scheduler(
-            scheduler_config(f"https://127.0.0.1:{cluster.extender.port}", cluster.certs)
-        )
+    cluster.placement = on
+    cluster.cp.start_scheduler(cluster.scheduler_configuration())
     _webhooks(cluster, on)
-    args = ("--placement",) if on else ()
     live = sorted(i for i, r in cluster.replicas.items() if r.process.alive())
     for identity in sorted(set(live) | {"alloc-a"}):
-        cluster.start_allocator(identity, extra_args=args).wait_ready()
+        cluster.start_allocator(identity, extra_args=cluster.allocator_args()).wait_ready()
     if not on:
         cluster.replicas["alloc-a"].wait_ready("/readyz")  # leading again, as the tier expects
 

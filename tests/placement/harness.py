@@ -121,6 +121,7 @@ class NominatedScheduler:
             if node not in self.refuse and self._gpus_free(node) >= _gpus(pod):
                 return self._bind(pod, node)
         why = "; ".join(f"{n}: {w}" for n, w in sorted(self.refuse.items())) or "Insufficient nvidia.com/gpu"
+        why = f"0/{len(self.fake.list_objects('nodes', None))} nodes are available: {why}"  # its fit error
         status = pod.get("status") or {}
         conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         if any(c.get("message") == why for c in status.get("conditions") or []):

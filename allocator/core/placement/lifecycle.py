@@ -19,8 +19,9 @@ oldest:
 2. Placed (its recorded allocation names a node) but not held here (another leader placed it, this
    process restarted): its recorded devices are held again (`door.restore`), or, when they are not
    free any more, it is placed anew without a gate to remove.
-3. Placed, then refused by kube-scheduler (PodScheduled False/Unschedulable after the placement: a
-   filter topoalloc does not model): a pod pinned by node affinity (which cannot change once the
+3. Placed, then refused by kube-scheduler (PodScheduled False/Unschedulable with its fit error after
+   the placement: a filter topoalloc does not model; its gang plugin waiting for the rest of a pod
+   group refuses no node): a pod pinned by node affinity (which cannot change once the
    gate is gone) is evicted so its controller creates it anew (`Replace`; the new pod is placed
    with the refused nodes left out); a pod pinned by nomination is placed anew with the refused nodes
    left out, once per new reason, and with no node left its recorded allocation is cleared
@@ -32,6 +33,7 @@ oldest:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -212,7 +214,7 @@ class PlacementLifecycle:
     def _placed(self, pod: PendingPod) -> list[Action]:
         mem = self.memory
         mem.written.pop(pod.key, None)  # the gate is gone: the write landed
-        refusal = pod.unschedulable and f"{pod.unschedulable_since} {pod.unschedulable}"
+        refusal = refused_nodes(pod.unschedulable) and f"{pod.unschedulable_since} {pod.unschedulable}"
         if refusal and mem.seen_refusal.get(pod.key) != refusal:
             mem.seen_refusal[pod.key] = refusal
             refused = mem.refused.setdefault(pod.key, set())
@@ -292,6 +294,17 @@ class PlacementLifecycle:
     def victims_gone(self, keys_: Sequence[str]) -> None:
         """The caller saw these victims go: they may be named again (a re-created pod)."""
         self.memory.evicting.difference_update(keys_)
+
+
+def refused_nodes(message: str) -> bool:
+    """Whether kube-scheduler's Unschedulable message is its verdict on the nodes (its fit error,
+    `0/12 nodes are available: ...`), so the node the pod was placed on refused it. Other messages
+    hold the pod for no node's reason: kube-scheduler's gang plugin waiting for the rest of the pod
+    group (`pod group is unschedulable, waiting for minCount pods ...`), which the gang's plan settles."""
+    return _FIT_ERROR.match(message) is not None
+
+
+_FIT_ERROR = re.compile(r"0/\d+ nodes are available")
 
 
 def queue_order(pods: Sequence[PendingPod]) -> list[PendingPod]:

@@ -132,9 +132,31 @@ def test_refused_by_kube_scheduler_it_is_placed_anew_elsewhere_once_per_refusal(
     assert life.step(PlacementView([refused]), 1) == []  # the same refusal: acted on once
 
 
+def test_kube_schedulers_gang_plugin_waiting_for_the_group_is_no_refusal() -> None:
+    """Kube-scheduler holds a placed member of its own pod group until the group is there: its node
+    was not refused, so the placement stays (no re-placing, nothing cleared, no Event)."""
+    door = Door(held_keys={"ns/a"})
+    life = PlacementLifecycle(door)
+    for since, why in (
+        ("t1", "pod group is unschedulable, waiting for minCount pods from a gang to be scheduled, "
+               "one or more plugins asked to wait and no plugin rejected pod"),
+        ("t2", "waiting for minCount pods from a gang to appear in scheduling queue"),
+        ("t3", "rejected due to timeout after waiting 5m0s at plugin GangScheduling"),
+    ):  # fmt: skip
+        waiting = pod("a", gates=(), placed_on="n1", refused=why, since=since)
+        assert life.step(PlacementView([waiting]), 0) == []
+    assert door.asked == [] and door.released == []
+    # Its fit error later is a refusal: placed anew elsewhere.
+    door.answers["ns/a"] = [Placed("n2", {keys.ALLOCATED_NODE: "n2"})]
+    refused = pod("a", gates=(), placed_on="n1", refused="0/3 nodes are available: 1 port", since="t4")
+    actions = life.step(PlacementView([refused]), 1)
+    assert isinstance(actions[0], WritePlacement) and actions[0].node == "n2"
+    assert door.asked == [("ns/a", frozenset({"n1"}))]
+
+
 def test_no_node_left_clears_the_recorded_allocation() -> None:
     door = Door({"ns/a": [NoRoom("nothing")]}, held_keys={"ns/a"})
-    refused = pod("a", gates=(), placed_on="n1", refused="taint", since="t1")
+    refused = pod("a", gates=(), placed_on="n1", refused="0/3 nodes are available: 1 taint", since="t1")
     actions = PlacementLifecycle(door).step(PlacementView([refused]), 0)
     assert actions[0] == ClearPlacement(refused.ref)
     assert any(isinstance(a, Event) and a.reason == "PlacementCleared" for a in actions)
