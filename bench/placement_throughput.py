@@ -17,8 +17,9 @@ from the first create to the last bind and its watch events) and its RSS; then, 
 a gang of N one-GPU pods (a scheduler-plugins PodGroup) created at once: seconds from the last
 member's creation to the last member bound.
 
-Run: `.venv/bin/python bench/placement_throughput.py [--nodes 500] [--pods 500] [--runs 3] [--gang 40]`
-(needs ../shared/k8s, /usr/bin/etcd and /usr/bin/kubectl; exits 0 with a note when they are missing).
+Run: `.venv/bin/python bench/placement_throughput.py [--nodes 500] [--pods 500] [--runs 3] [--gang 40]
+[--releases 1.35,1.36]` (needs ../shared/k8s and k8s-1.36, /usr/bin/etcd and /usr/bin/kubectl; a
+release whose parts are missing is skipped with a note).
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import os
+import signal
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -50,6 +54,7 @@ from bench.scheduler_throughput import (  # noqa: E402
 )
 from tests.support.cluster_product import AllocatorReplica, lease_holder, make_certs  # noqa: E402
 from tests.support.controlplane import HOST, ApiStatus, ControlPlane, missing_parts, wait_until  # noqa: E402
+from tests.support.kube_releases import RELEASES, KubeRelease  # noqa: E402
 from topoalloc.commands.installer.kustomize import build  # noqa: E402
 
 MODES = ("alone", "placement")
@@ -83,16 +88,47 @@ def annotated_where_bound(cp: ControlPlane, namespace: str) -> int:
     )
 
 
+def control_plane_cpu(cp: ControlPlane) -> dict[str, float]:
+    """CPU-seconds so far of each control-plane process (etcd, kube-apiserver, kube-scheduler)."""
+    return {name: cpu_seconds(proc.pid) for name, proc in cp.processes.items() if proc.alive()}
+
+
+def job_owner(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    """A suspended Job in `namespace` as the controller of the run's pods (as a training job's
+    pods have one; no job controller runs here, so it creates none itself)."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "bench"},
+        "spec": {
+            "suspend": True,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "cuda"}]}},
+        },
+    }
+    got = cp.admin.post(f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
+    uid = got["metadata"]["uid"]
+    return [{"apiVersion": "batch/v1", "kind": "Job", "name": "bench", "uid": uid, "controller": True}]
+
+
+def run_pod(name: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = bench_pod(name)
+    if owners:
+        pod["metadata"]["ownerReferences"] = owners
+    return pod
+
+
 def one_run(
-    cp: ControlPlane, replica: AllocatorReplica, namespace: str, pods: int, timeout: float
+    cp: ControlPlane, replica: AllocatorReplica, namespace: str, pods: int, timeout: float, owned: bool
 ) -> dict[str, float]:
     cp.create_namespace(namespace)
+    owners = job_owner(cp, namespace) if owned else []
     watch = BindWatch(cp, namespace)
     cpu0 = cpu_seconds(replica.process.pid)
+    parts0 = control_plane_cpu(cp)
     start = time.monotonic()
     try:
         parallel(
-            lambda i: cp.admin.post(f"/api/v1/namespaces/{namespace}/pods", bench_pod(f"p-{i:05d}")),
+            lambda i: cp.admin.post(f"/api/v1/namespaces/{namespace}/pods", run_pod(f"p-{i:05d}", owners)),
             list(range(pods)),
         )
         wait_until(
@@ -100,6 +136,7 @@ def one_run(
         )
         time.sleep(1.0)  # the allocator's last watch events of those pods
         cpu1 = cpu_seconds(replica.process.pid)
+        parts1 = control_plane_cpu(cp)
     finally:
         watch.close()
     result = {
@@ -107,6 +144,7 @@ def one_run(
         "alloc_cpu_s": cpu1 - cpu0,
         "alloc_rss_mib": rss_mib(replica.process.pid),
         "placed": float(annotated_where_bound(cp, namespace)),
+        **{f"{name}_cpu_s": parts1[name] - parts0[name] for name in parts0},
     }
     delete_pods(cp, namespace)
     return result
@@ -138,16 +176,19 @@ def gang_burst(cp: ControlPlane, size: int) -> float:
     return took
 
 
-def run(args: argparse.Namespace, workdir: Path) -> int:
+def run(args: argparse.Namespace, workdir: Path, release: KubeRelease) -> int:
     certs = make_certs(workdir / "extender-pki")
-    with ControlPlane(workdir / "k8s", scheduler=False, start_timeout=300) as cp:
+    with ControlPlane(workdir / "k8s", release=release, scheduler=False, start_timeout=300) as cp:
         replica = None
         try:
             install(cp)
             t0 = time.monotonic()
             register_nodes(cp, args.nodes)
             print(f"{args.nodes} nodes + Devices registered in {time.monotonic() - t0:.0f} s", flush=True)
-            replica = start_replica(cp, certs, workdir, "bench-placement", extra_args=("--placement",))
+            profile = f"{args.cprofile}.{release.version}" if args.cprofile else None
+            replica = start_replica(
+                cp, certs, workdir, "bench-placement", cprofile=profile, extra_args=("--placement",)
+            )
             replica.wait_ready(timeout=600)
             wait_until(lambda: lease_holder(cp) == "bench-placement", timeout=60, what="the allocator leads")
             cp.start_scheduler(scheduler_settings(args.qps, None, certs))
@@ -156,10 +197,17 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                 for mode in MODES:  # alternated, so a busy moment of the machine hits both
                     webhooks(cp, replica, certs, mode == "placement")
                     load = load_average()
+                    profiling = profile is not None and mode == "placement"
+                    if profiling:
+                        os.kill(replica.process.pid, signal.SIGUSR1)
                     try:
-                        r = one_run(cp, replica, f"run-{i}-{mode}", args.pods, args.timeout)
+                        r = one_run(
+                            cp, replica, f"run-{i}-{mode}", args.pods, args.timeout, args.owner == "job"
+                        )
                     finally:
                         webhooks(cp, replica, certs, False)
+                        if profiling:  # the placement runs' profile so far, in the allocator's CPU time
+                            os.kill(replica.process.pid, signal.SIGUSR2)
                     if mode == "placement" and r["placed"] != args.pods:
                         raise RuntimeError(
                             f"{args.pods - r['placed']:.0f} pods not bound where they were placed"
@@ -168,7 +216,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                     per_pod = 1000 * r["alloc_cpu_s"] / args.pods
                     print(f"run {i} {mode:>9}: {r['pods_per_s']:7.1f} pods/s, allocator {per_pod:6.2f} ms "
                           f"CPU/pod, RSS {r['alloc_rss_mib']:.0f} MiB (load {load})", flush=True)  # fmt: skip
-            report(args, results)
+            report(args, results, release)
             if args.gang:
                 webhooks(cp, replica, certs, True)
                 took = gang_burst(cp, args.gang)
@@ -181,12 +229,15 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     return 0
 
 
-def report(args: argparse.Namespace, results: dict[str, list[dict[str, float]]]) -> None:
+def report(
+    args: argparse.Namespace, results: dict[str, list[dict[str, float]]], release: KubeRelease
+) -> None:
     def med(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[mode])
 
     alone, ours = med("alone", "pods_per_s"), med("placement", "pods_per_s")
     print()
+    print(f"Kubernetes {release.version}")
     print(f"{'nodes':>6} {'pods':>6} {'runs':>4} {'mode':>9} {'pods/s':>8} {'ratio':>6} "
           f"{'alloc CPU ms/pod':>17} {'alloc RSS MiB':>14}")  # fmt: skip
     for mode, rate in (("alone", alone), ("placement", ours)):
@@ -194,6 +245,12 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, float]]])
         rss = max(r["alloc_rss_mib"] for r in results[mode])
         print(f"{args.nodes:>6} {args.pods:>6} {args.runs:>4} {mode:>9} {rate:>8.1f} {rate / alone:>6.2f} "
               f"{cpu:>17.2f} {rss:>14.0f}")  # fmt: skip
+    print()
+    print("CPU ms per pod, median over the runs:")
+    names = sorted({k[: -len("_cpu_s")] for r in results["alone"] for k in r if k.endswith("_cpu_s")})
+    print(f"{'mode':>9} " + " ".join(f"{n:>15}" for n in names))
+    for mode in MODES:
+        print(f"{mode:>9} " + " ".join(f"{1000 * med(mode, n + '_cpu_s') / args.pods:>15.2f}" for n in names))
     print("(pods created while kube-scheduler runs; pods/s from the first created to the last bound, "
           "median over the runs; ratio: against kube-scheduler alone; `alone`: the allocator only "
           "watched)")  # fmt: skip
@@ -209,14 +266,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps", type=int, default=1000, help="kube-scheduler's client qps and burst")
     parser.add_argument("--gang", type=int, default=40, help="then a gang of this many pods (0: none)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
+    parser.add_argument(
+        "--cprofile", metavar="PATH", help="profile the allocator in the placement runs: PATH.<version>"
+    )
+    parser.add_argument(
+        "--owner",
+        choices=("job", "none"),
+        default="job",
+        help="the pods' controller: a Job (pinned by node affinity, one write) or none (bare pods: "
+        "nominated, two writes)",
+    )
+    parser.add_argument("--releases", default="1.35,1.36", help="Kubernetes minors, one control plane each")
     args = parser.parse_args(argv)
-    missing = missing_parts()
-    if missing:
-        print("placement_throughput: skipped, this machine lacks " + "; ".join(missing))
-        return 0
-    workdir = Path(tempfile.mkdtemp(prefix="topoalloc-placement-bench-"))
-    print(f"work directory {workdir} (load {load_average()})", flush=True)
-    return run(args, workdir)
+    for minor in (m.strip() for m in args.releases.split(",") if m.strip()):
+        if minor not in RELEASES:
+            print(
+                f"error: --releases: unknown release {minor} (known: {', '.join(RELEASES)})", file=sys.stderr
+            )
+            return 2
+        missing = missing_parts(RELEASES[minor])
+        if missing:
+            print(f"placement_throughput {minor}: skipped, this machine lacks " + "; ".join(missing))
+            continue
+        workdir = Path(tempfile.mkdtemp(prefix=f"topoalloc-placement-bench-{minor}-"))
+        print(
+            f"Kubernetes {RELEASES[minor].version}: work directory {workdir} (load {load_average()})",
+            flush=True,
+        )
+        run(args, workdir, RELEASES[minor])
+    return 0
 
 
 if __name__ == "__main__":

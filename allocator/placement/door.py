@@ -54,7 +54,7 @@ class ClusterDoor:
         if req.invalid is not None:
             return NoRoom(req.invalid.message)
         names = [n for n in self._admitting(pod) if n not in refused]
-        fit, short = self._kube_fits(req, names)
+        fit, short = self.core.kube_fits(req, names)
         decision = verdicts_for(self.core, self.steering, pod, req, fit)
         passed = decision.verdicts.passed
         if passed:
@@ -117,18 +117,6 @@ class ClusterDoor:
                 self._admitted.clear()
             self._admitted[memo] = found
         return found
-
-    def _kube_fits(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-        """`names` split by kube-scheduler's own checks topoalloc models (nodeSelector, required
-        node affinity, cpu, memory, pods): those that pass, and why the others do not."""
-        fit, short = [], {}
-        for name in names:
-            why = self.core.kube_refusal(req, name)
-            if why is None:
-                fit.append(name)
-            else:
-                short[name] = why
-        return fit, short
 
     def _victims(self, req: PodRequest, names: Sequence[str]) -> tuple[tuple[ObjectRef, str], ...]:
         """The cheapest lower-priority pods whose eviction makes room for the pod (a gang of one to

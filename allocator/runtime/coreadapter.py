@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from allocator.core.claims.gang import place_gang
 from allocator.core.claims.place import NoPlacement, place
 from allocator.core.claims.published import NodeDevices, results_usage
 from allocator.core.claims.solve import ClaimAnswer
+from allocator.core.cluster import kube_checks
 from allocator.core.cluster.columns import FilterVerdicts
 from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
 from allocator.core.defrag.inputs import DefragPlanSettings, PodFacts, Waiter
@@ -245,14 +247,23 @@ class CoreAdapter:
             return result
         return result.devices
 
-    def kube_refusal(self, req: PodRequest, node: str) -> str | None:
-        """Why kube-scheduler's own checks that the core models (nodeSelector and required node
-        affinity, cpu, memory, the pod count) keep the pod off `node`, in its words; None: they
-        pass. (The extender gets only nodes that passed them; placement asks them itself.)"""
-        if not self.cluster.affinity_matches(node, req):
-            return "node(s) didn't match Pod's node affinity/selector"
-        short = self.cluster.resources_fit(node, req)
-        return short.message if short is not None else None
+    def kube_fits(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """`names` split by kube-scheduler's own checks that the core models (nodeSelector and
+        required node affinity, cpu, memory, the pod count): those that pass, and why each other
+        keeps the pod off, in kube-scheduler's words. (The extender gets only nodes that passed
+        them; placement asks them itself.) One cached column per request shape: O(changed nodes)
+        of Python per call."""
+        codes = self.cluster.kube_codes(req, names)
+        passing = (codes == kube_checks.PASS).tolist()
+        fit = list(compress(names, passing))
+        if len(fit) == len(names):
+            return fit, {}
+        short = {
+            name: kube_checks.MESSAGES[code] or UNKNOWN_NODE.message
+            for name, code, ok in zip(names, codes.tolist(), passing, strict=True)
+            if not ok
+        }
+        return fit, short
 
     def recorded_free(self, node: str, allocations: DeviceAllocations) -> bool:
         """Whether a recorded allocation's devices are all free on `node` now."""

@@ -4,6 +4,8 @@ the node labels: every label the agent's DaemonSet selects GPU nodes by marks a 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import celpy
 import pytest
 import yaml
@@ -11,7 +13,7 @@ import yaml
 from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.scarce_settings import DEFAULT_NODE_LABELS
-from allocator.scarce.webhook import OPT_OUT, PATH
+from allocator.scarce.webhook import OPT_OUT, PATH, requests_only_plain
 from apis import keys
 from tests.gang.test_deploy import configuration
 from tests.runtime.test_deploy import allocator_config
@@ -46,12 +48,50 @@ def test_pods_and_namespaces_opt_out_by_label() -> None:
     assert system["operator"] == "NotIn" and {"kube-system", "topoalloc-system"} <= set(system["values"])
 
 
+def _condition(name: str) -> str:
+    (found,) = [c["expression"] for c in hook()["matchConditions"] if c["name"] == name]
+    return found
+
+
 def test_pods_bound_at_creation_are_not_sent() -> None:
-    (cond,) = hook()["matchConditions"]
+    cond = {"expression": _condition("not-bound-at-creation")}
     env = celpy.Environment()
     program = env.program(env.compile(cond["expression"]))
     for spec, sent in (({}, True), ({"nodeName": ""}, True), ({"nodeName": "n1"}, False)):
         assert bool(program.evaluate({"object": celpy.json_to_cel({"spec": spec})})) is sent
+
+
+def _pods() -> Iterator[dict]:
+    """Pods over the resource shapes the route judges: plain names, devices, extended names, init
+    containers, pod-level resources, claims, no resources at all."""
+    names = ["cpu", "memory", "hugepages-2Mi", "kubernetes.io/batch-cpu", "nvidia.com/gpu",
+             "koordinator.sh/rdma", "example.com/fpga", "ephemeral-storage"]  # fmt: skip
+    for i, name in enumerate(names):
+        for part in ("requests", "limits"):
+            yield {"spec": {"containers": [{"name": "a", "resources": {part: {"cpu": "1", name: "1"}}}]}}
+            yield {"spec": {"containers": [{"name": "a"}], "initContainers": [
+                {"name": "i", "resources": {part: {name: "1"}}}]}}  # fmt: skip
+            yield {"spec": {"containers": [{"name": "a", "resources": {}}], "resources": {part: {name: "1"}}}}
+            other = names[(i + 3) % len(names)]
+            yield {"spec": {"containers": [{"name": "a", "resources": {part: {name: "1"}}},
+                                           {"name": "b", "resources": {part: {other: "1"}}}]}}  # fmt: skip
+    yield {"spec": {"containers": [{"name": "a"}]}}
+    yield {"spec": {"containers": [{"name": "a"}], "resourceClaims": [{"name": "gpu"}]}}
+    yield {"spec": {"containers": [{"name": "a"}], "resourceClaims": []}}
+
+
+def test_only_pods_requesting_no_device_are_sent() -> None:
+    """The matchCondition agrees with the route's own judgement (requests_only_plain) on every
+    shape: a GPU pod's creation never calls the route."""
+    env = celpy.Environment()
+    program = env.program(env.compile(_condition("requests-no-device")))
+    seen = set()
+    for pod in _pods():
+        got = program.evaluate(celpy.json_to_cel({"object": pod}))
+        assert not isinstance(got, celpy.CELEvalError), (pod, got)
+        assert bool(got) is requests_only_plain(pod), pod
+        seen.add(bool(got))
+    assert seen == {True, False}
 
 
 def test_the_config_block_is_the_default_and_every_gpu_node_label_is_avoided() -> None:

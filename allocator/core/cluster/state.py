@@ -9,9 +9,10 @@ with ties broken by a stable per-node key (`rank`, `best`), and `priorities` giv
 0..10 answer in that order (`allocator.core.ranking`). Pods placed with
 `assign(..., request=req)` are reported to observers (the scorer's learned workload mix).
 
-Also the kube-scheduler checks the simulator and gang planner need (the extender gets those from
-kube-scheduler itself): `resources_fit` (cpu, memory, pods) and `affinity_matches`
-(nodeSelector, required node affinity).
+Also the kube-scheduler checks the simulator, the gang planner and placement need (the extender
+gets those from kube-scheduler itself), from kube_checks.py: `resources_fit` (cpu, memory, pods)
+and `affinity_matches` (nodeSelector, required node affinity) per node, `kube_codes` for a node
+list as a cached column.
 """
 
 from __future__ import annotations
@@ -32,17 +33,17 @@ from allocator.core.cluster.columns import (
     rejection_map,
     verdicts_of,
 )
+from allocator.core.cluster.kube_checks import KubeColumn, affinity_matches, kube_shape, resources_fit
 from allocator.core.cluster.ranking import best, extender_priorities, ranked, tie_key
 from allocator.core.devices.allocate import Allocation, allocate
 from allocator.core.node.inventory import NodeInventory, build_inventory, node_partition_choice
 from allocator.core.node.state import NodeState, node_facts
 from allocator.core.node.table import NodeTable
 from allocator.core.reasons import Rejection
-from allocator.core.request.pod_request import PodRequest, SelectorTerm
+from allocator.core.request.pod_request import PodRequest
 from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.scoring.device import DeviceScoring
 from allocator.core.scoring.scorer import MAX_PRIORITY, NodeScorer, to_priorities, to_priority
-from apis import node_selector
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.device import Device
@@ -102,6 +103,7 @@ class ClusterState:
         self.table = NodeTable(self._ties.__getitem__)
         self._verdicts: dict[int, VerdictColumn] = {}  # signature id -> column
         self._scores: dict[int, ScoreColumn] = {}  # score key (signature, scorer state) -> column
+        self._kube: dict[tuple[Any, ...], KubeColumn] = {}  # kube_shape -> column
 
     def add_observer(self, observer: Callable[[PodRequest], None]) -> None:
         """Call `observer(req)` for every pod assigned with its request (e.g. `scorer.observe`)."""
@@ -336,6 +338,7 @@ class ClusterState:
         """Drop every cached verdict and score (benchmarks measure a never-seen shape this way)."""
         self._verdicts.clear()
         self._scores.clear()
+        self._kube.clear()
 
     def allocate(
         self,
@@ -362,6 +365,17 @@ class ClusterState:
     def affinity_matches(self, node: str, req: PodRequest) -> bool:
         state = self.nodes.get(node)
         return state is not None and affinity_matches(state, req)
+
+    def kube_codes(self, req: PodRequest, names: Sequence[str]) -> np.ndarray:
+        """kube-scheduler's modelled checks (kube_checks.py) for each named node, as codes into
+        `kube_checks.MESSAGES` aligned with `names` (UNKNOWN for names not in the cluster)."""
+        slots = self.table.slots_of(_as_list(names))
+        shape = kube_shape(req)
+        column = self._kube.pop(shape, None) or KubeColumn(req)
+        if len(self._kube) >= _COLUMNS:
+            del self._kube[next(iter(self._kube))]
+        self._kube[shape] = column
+        return column.codes_for(self.table, slots)
 
 
 def _as_list(names: Iterable[str]) -> list[str]:
@@ -392,33 +406,3 @@ def _rebuild(inv: NodeInventory, labels: Mapping[str, str]) -> NodeInventory:
     """The inventory with the partition choice re-derived from new Node labels (8.3 step 2)."""
     partitions, source, honor = node_partition_choice(labels)
     return replace(inv, partitions=partitions, partition_source=source, partition_honor=honor)
-
-
-# -- kube-scheduler checks for callers without kube-scheduler --------------------------------------
-
-
-def resources_fit(state: NodeState, req: PodRequest) -> Rejection | None:
-    """NodeResourcesFit for cpu, memory and the pod count (kube-scheduler's reason strings)."""
-    alloc = state.allocatable
-    if rn.PODS in alloc and state.pod_count + 1 > alloc[rn.PODS]:
-        return Rejection("Too many pods", "Too many pods")
-    if req.cpu_milli and req.cpu_milli > alloc.get(rn.CPU, 0) - state.requested_cpu_milli:
-        return Rejection("Insufficient cpu", "Insufficient cpu")
-    if req.memory and req.memory > alloc.get(rn.MEMORY, 0) - state.requested_memory:
-        return Rejection("Insufficient memory", "Insufficient memory")
-    return None
-
-
-def affinity_matches(state: NodeState, req: PodRequest) -> bool:
-    labels = state.labels
-    if any(labels.get(k) != v for k, v in req.node_selector.items()):
-        return False
-    if req.affinity_terms is None:
-        return True
-    return any(term_matches(t, labels, state.name) for t in req.affinity_terms)
-
-
-def term_matches(term: SelectorTerm, labels: Mapping[str, str], name: str) -> bool:
-    """One nodeSelectorTerm against labels, `metadata.name` being `name` (also a Reservation's
-    reservationSelectorTerms, core/reservation/match.py)."""
-    return node_selector.term_matches(term.expressions, term.fields, labels, name)

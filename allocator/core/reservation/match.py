@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.core.cluster.state import term_matches
+from allocator.core.cluster.kube_checks import term_matches
 from allocator.core.request.pod_request import SelectorTerm
 from allocator.core.request.usage import effective_requests
 from apis.errors import CodecError
