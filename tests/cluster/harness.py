@@ -323,9 +323,21 @@ class ClusterEnv:
         return wait_until(reason, timeout=timeout, what=f"pod {ns}/{name} pending with /{pattern}/")
 
     def delete_pods(self, ns: str) -> None:
-        """Without kubelet a graceful delete never finishes: grace period 0."""
+        """Without kubelet a graceful delete never finishes: grace period 0. The controllers that
+        would create pods anew go first (orphaning theirs), or a Deployment's next pod would hold
+        devices, terminating forever, into the next test."""
+        for group, kind in _POD_MAKERS:
+            with contextlib.suppress(ApiStatus):
+                self.cp.admin.request(
+                    "DELETE", f"/apis/{group}/namespaces/{ns}/{kind}", query={"propagationPolicy": "Orphan"}
+                )
         with contextlib.suppress(ApiStatus):
             self.cp.admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
+        wait_until(
+            lambda: not self.cp.admin.get(f"/api/v1/namespaces/{ns}/pods")["items"],
+            timeout=30,
+            what=f"namespace {ns} without pods",
+        )
 
     def events(self, ns: str) -> list[dict[str, Any]]:
         """`kubectl get events` in the namespace, as the user sees them (core/v1 view)."""
@@ -334,6 +346,14 @@ class ClusterEnv:
 
 
 RACK = "topoalloc.io/rack"
+
+# Controllers that create pods, removed before a test namespace's pods.
+_POD_MAKERS = (
+    ("apps/v1", "deployments"),
+    ("apps/v1", "replicasets"),
+    ("apps/v1", "statefulsets"),
+    ("batch/v1", "jobs"),
+)
 
 
 @contextlib.contextmanager
