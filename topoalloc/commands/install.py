@@ -64,11 +64,9 @@ def _root(manifests: Path | None) -> Path:
 
 
 def _connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Any:
-    from topoalloc.commands.installer.cluster import connect
+    from topoalloc.commands.installer.cluster import open_cluster
 
-    cluster = connect(kubeconfig, context, in_cluster)
-    click.get_current_context().call_on_close(cluster.close)  # its client session and event loop
-    return cluster
+    return open_cluster(kubeconfig, context, in_cluster)
 
 
 def _print(report: Report, *, results_to_stderr: bool = False) -> None:
