@@ -66,3 +66,12 @@ def test_an_unreachable_cluster_is_a_runtime_failure(topoalloc: Run, tmp_path: P
         port = sock.getsockname()[1]
     ran = topoalloc("doctor", "--kubeconfig", kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
     assert ran.code == 1 and ran.clean_error and ran.stderr.startswith("error: cluster (http://127.0.0.1:")
+
+
+def test_wait_with_a_dry_run_is_a_usage_error(topoalloc: Run) -> None:
+    for args in (
+        ("install", "--dry-run", "--wait"),
+        ("install", "--dry-run", "--wait", "--kube-version", "v1.35.6"),
+    ):
+        ran = topoalloc(*args)
+        assert ran.code == 2 and ran.clean_error and "--wait" in ran.stderr, ran.stderr
