@@ -28,7 +28,8 @@ Example file:
 `topoalloc.io/device-mode=<mode>`):
 
 * `device-plugin` (the default): the Device CR, the Node's koordinator.sh/ extended resources and
-  kubelet's device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/rdma); pods ask
+  kubelet's device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/gpu,
+  koordinator.sh/rdma); pods ask
   with extended resources and the allocator answers kube-scheduler as an extender.
 * `dra`: the Device CR (the allocator's topology source, what users inspect) and the node's
   ResourceSlices for the DRA driver topoalloc.io, served to kubelet by the agent's DRA plugin; no

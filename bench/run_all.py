@@ -1,7 +1,7 @@
 """Run every benchmark in turn (`make bench`); each prints its own table.
 
-scheduler_throughput.py, placement_throughput.py, gang_burst.py, dra.py and scarce_avoidance.py need the
-Kubernetes binaries
+scheduler_throughput.py, placement_throughput.py, placement_topology.py, gang_burst.py, dra.py and
+scarce_avoidance.py need the Kubernetes binaries
 of ../shared/k8s and etcd;
 without them each says so and is skipped. `--quick` shortens the long ones (fewer repeats, a
 shorter agent window, 3 trace seeds, smaller clusters).
@@ -26,6 +26,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("extender.py", []),
     ("scheduler_throughput.py", ["--burst", "1000", "--failover"]),
     ("placement_throughput.py", []),
+    ("placement_topology.py", []),
     ("gang_burst.py", ["--runs", "5"]),
     ("dra.py", ["--runs", "2"]),
     ("scarce_avoidance.py", []),
@@ -43,6 +44,12 @@ QUICK_ARGS = {
     "extender.py": ["--nodes", "1000", "5000"],
     "scheduler_throughput.py": ["--nodes", "200", "--pods", "200"],
     "placement_throughput.py": ["--nodes", "200", "--pods", "200", "--runs", "2"],
+    "placement_topology.py": [
+        "--nodes",
+        "dgx-h100=3,dgx1-v100=3,a100-pcie-4x-nvlink-pairs=2",
+        "--pods",
+        "40",
+    ],
     "gang_burst.py": ["--runs", "3"],
     "dra.py": ["--nodes", "100", "--pods", "300"],
     "scarce_avoidance.py": ["--nodes", "60", "--pods", "200", "--creates", "100", "--runs", "2"],

@@ -20,9 +20,10 @@ can drop that reservation and let the next pod be offered the same devices). The
   only when it cannot (nothing fits, or a device serves another pod). What the node chose is
   journaled with the served IDs; node_writes.py writes it into the pod's annotation.
 * Devices still held by a pod that was served earlier and is not finished are never
-  handed out again, through either GPU resource: a GPU served whole (`nvidia.com/gpu`) takes none of
-  its `gpu-core` shares to another pod and the other way round (kubelet counts the two resources
-  apart and would offer both).
+  handed out again, through any GPU resource: a GPU served whole (`nvidia.com/gpu`) takes none of
+  its shares (`gpu-core`, `koordinator.sh/gpu`) to another pod and the other way round, and the
+  shares of one GPU through both share resources add up to 100 at most (kubelet counts the three
+  resources apart and would offer them all).
 
 What was served survives a crash: each served container is recorded (`record`, the service's
 journal: in the kernel before Allocate answers, so the agent dying cannot lose it, and on disk
@@ -51,7 +52,14 @@ from agent.deviceplugin.expectation import (
 )
 from agent.deviceplugin.grants import Grant, GrantBuilder
 from agent.deviceplugin.identity import Admitting, Unidentified, from_kubelet, pod_key, without_kubelet
-from agent.deviceplugin.inventory import SERVED_RESOURCES, Inventory, base_of
+from agent.deviceplugin.inventory import (
+    GPU_RESOURCES,
+    GPU_SHARE_RESOURCES,
+    SERVED_RESOURCES,
+    UNITS,
+    Inventory,
+    base_of,
+)
 from agent.deviceplugin.node_choice import Offered
 from agent.deviceplugin.on_node import (
     chosen_expectation,
@@ -70,7 +78,6 @@ log = logging.getLogger(__name__)
 
 REFUSED_REASON = "DeviceAllocationRefused"
 NAMED_SECONDS = 2.0  # how long GetPreferredAllocation's answer to "which pod" holds for Allocate
-GPU_RESOURCES = (rn.NVIDIA_GPU, rn.GPU_CORE)  # two kubelet resources, the same GPUs
 
 
 class Refused(Exception):
@@ -366,11 +373,18 @@ class Admission:
 
     def _held_elsewhere(self, resource: str, pod: dict[str, Any], ids: list[str]) -> dict[str, str]:
         """Those of `ids` that an unfinished pod other than `pod` holds, with why: the same ID, or
-        for a GPU the same GPU through the other GPU resource (whole vs shares)."""
+        for a GPU the same GPU through another GPU resource (whole vs shares, or shares through
+        both share resources adding up to more than the GPU)."""
         uid = _uid(pod)
         wanted = set(ids)
-        gpus = {base_of(resource, i): i for i in ids} if resource in GPU_RESOURCES else {}
+        mine: dict[str, int] = {}  # GPU UUID -> how many of my IDs are of it
+        gpus: dict[str, str] = {}  # GPU UUID -> one of my IDs of it (the message names that one)
+        for i in ids if resource in GPU_RESOURCES else ():
+            base = base_of(resource, i)
+            mine[base], gpus[base] = mine.get(base, 0) + 1, i
         clash: dict[str, str] = {}
+        shared: dict[str, int] = {}  # GPU -> share units other pods hold of it, both share resources
+        sharers: dict[str, set[str]] = {}
         for u, s in self.served.items():
             if u == uid:
                 continue
@@ -378,10 +392,22 @@ class Admission:
             for i in s.held(resource) & wanted:
                 clash[i] = holder
             for other in GPU_RESOURCES if gpus else ():
-                if other == resource or other not in s.resources:
+                if other not in s.resources:
                     continue
-                for base in {base_of(other, i) for i in s.held(other)} & gpus.keys():
-                    clash[gpus[base]] = f"{holder} holds {other} of the same GPU"
+                both_shares = other in GPU_SHARE_RESOURCES and resource in GPU_SHARE_RESOURCES
+                for i in s.held(other):
+                    base = base_of(other, i)
+                    if base not in gpus:
+                        continue
+                    if both_shares:
+                        shared[base] = shared.get(base, 0) + 1
+                        if other != resource:
+                            sharers.setdefault(base, set()).add(f"{holder} holds {other} of the same GPU")
+                    elif other != resource:
+                        clash[gpus[base]] = f"{holder} holds {other} of the same GPU"
+        for base, why in sharers.items():
+            if shared[base] + mine[base] > UNITS:
+                clash[gpus[base]] = "; ".join(sorted(why))
         return clash
 
 

@@ -2,8 +2,9 @@
 
 The annotation is per pod; kubelet allocates per container. Each served resource's annotation entries
 are handed to the containers that request the resource in spec order, each taking entries until
-their units add up to its request (a whole GPU is 1 unit of `nvidia.com/gpu`; a `gpu-core` entry is
-its `koordinator.sh/gpu-core` value; an RDMA entry its `koordinator.sh/rdma` value). Anything that
+their units add up to its request (a whole GPU is 1 unit of `nvidia.com/gpu`; for `gpu-core` and
+`koordinator.sh/gpu` an entry is its `koordinator.sh/gpu-core` value; an RDMA entry its
+`koordinator.sh/rdma` value). Anything that
 does not add up exactly is an error: the pod is refused, never given a guess.
 
 One exception: the allocator may give an RDMA request more NICs than units (Koordinator's SamePCIe
@@ -19,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from agent.deviceplugin.inventory import Inventory, base_of
+from agent.deviceplugin.inventory import GPU_RESOURCES, Inventory, base_of
 from apis import keys
 from apis import resources as rn
 from apis.annotations import DeviceAllocation, parse_device_allocated
@@ -112,7 +113,7 @@ def _units(resource: str, entry: DeviceAllocation, where: str) -> int:
         if core is not None and core.value() != 100:
             raise ExpectationError(f"{where}: nvidia.com/gpu needs whole GPUs, the entry has gpu-core {core}")
         return 1
-    name = rn.GPU_CORE if resource == rn.GPU_CORE else rn.RDMA
+    name = rn.RDMA if resource == rn.RDMA else rn.GPU_CORE  # a GPU share counts in gpu-core
     if name not in res:
         raise ExpectationError(f"{where}: no {name} in the entry")
     units = res[name].value()
@@ -122,7 +123,7 @@ def _units(resource: str, entry: DeviceAllocation, where: str) -> int:
 
 
 def _base(resource: str, entry: DeviceAllocation, inv: Inventory, where: str) -> str:
-    if resource in (rn.NVIDIA_GPU, rn.GPU_CORE):
+    if resource in GPU_RESOURCES:
         gpu = inv.gpu_by_minor(entry.minor)
         if gpu is None:
             raise ExpectationError(f"{where}: this node has no GPU with minor {entry.minor}")

@@ -3,8 +3,9 @@
 GPUs: the CDI names when every GPU has one in a CDI spec (`NVIDIA_VISIBLE_DEVICES=void` then keeps
 an NVIDIA runtime hook from adding GPUs on its own, e.g. for a CUDA image's `=all`), otherwise
 `/dev/nvidia<minor>` with the control devices that exist and `NVIDIA_VISIBLE_DEVICES=<uuids>`.
-Shared GPUs (gpu-core below 100) also get HAMi-core's limits: `CUDA_DEVICE_MEMORY_LIMIT_<i>` (MiB,
-HAMi's `m` suffix) per GPU of the container and `CUDA_DEVICE_SM_LIMIT` (percent).
+Shared GPUs (`gpu-core` or `koordinator.sh/gpu` below 100) also get HAMi-core's limits:
+`CUDA_DEVICE_MEMORY_LIMIT_<i>` (MiB, HAMi's `m` suffix) per GPU of the container and
+`CUDA_DEVICE_SM_LIMIT` (percent).
 RDMA: `/dev/infiniband/rdma_cm` and the `uverbsN` of each chosen VF (the PF when the entry has no
 VF), found through sysfs `infiniband_verbs`, and `PCIDEVICE_<RESOURCE>` with those PCI addresses,
 the SR-IOV network device plugin's convention that SR-IOV CNI and Multus read.
@@ -18,7 +19,7 @@ from pathlib import Path
 from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, pcidevice_env
 from agent.deviceplugin.cdi import CdiRegistry
 from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError
-from agent.deviceplugin.inventory import Inventory
+from agent.deviceplugin.inventory import GPU_SHARE_RESOURCES, Inventory
 from agent.discovery.sysfs import Sysfs
 from apis import resources as rn
 
@@ -79,7 +80,7 @@ class GrantBuilder:
             grant.devices = [self._node(gpu_node(g.minor)) for g in gpus]
             grant.devices += [self._node(c) for c in GPU_CONTROL_DEVICES if (self.dev_root / c).exists()]
             grant.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
-        if resource == rn.GPU_CORE:
+        if resource in GPU_SHARE_RESOURCES:
             cores = [(e.resources or {}).get(rn.GPU_CORE) for e in exp.entries]
             if any(c is not None and c.value() < 100 for c in cores):
                 for i, entry in enumerate(exp.entries):

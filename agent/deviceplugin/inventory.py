@@ -5,6 +5,8 @@ Resources and their kubelet device IDs (each ID is at most 63 characters, as v1b
 * `nvidia.com/gpu` — one ID per GPU: its UUID.
 * `koordinator.sh/gpu-core` — 100 IDs per GPU, `<uuid>-u00` .. `<uuid>-u99`: one ID is one percent
   of the GPU's compute, the unit Koordinator counts `gpu-core` in (a whole GPU is 100).
+* `koordinator.sh/gpu` — the same 100 IDs per GPU: Koordinator's own GPU resource (`koordinator.sh/gpu:
+  100` is one whole GPU, `50` half of one: compute and memory alike), which its users write most.
 * `koordinator.sh/rdma` — 100 IDs per RDMA physical function, `<pf address>-u00` .. `-u99`, the
   unit of Koordinator's `koordinator.sh/rdma` (100 = one whole NIC). Which VF the container gets is
   the allocator's choice in the pod annotation, not the ID (see admission.py).
@@ -23,8 +25,11 @@ from apis.interconnect import GpuPlace, Interconnect, build_interconnect, nvlink
 
 UNITS = 100  # share IDs per GPU (gpu-core) and per RDMA function (rdma)
 UNIT_SEP = "-u"
-SERVED_RESOURCES = (rn.NVIDIA_GPU, rn.GPU_CORE, rn.RDMA)
-UNIT_RESOURCES = (rn.GPU_CORE, rn.RDMA)
+SERVED_RESOURCES = (rn.NVIDIA_GPU, rn.GPU_CORE, rn.GPU, rn.RDMA)
+# GPUs in percent of one (100 IDs per GPU): three kubelet resources, one set of GPUs
+GPU_SHARE_RESOURCES = (rn.GPU_CORE, rn.GPU)
+GPU_RESOURCES = (rn.NVIDIA_GPU, *GPU_SHARE_RESOURCES)
+UNIT_RESOURCES = (*GPU_SHARE_RESOURCES, rn.RDMA)
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ class Inventory:
         """The list ListAndWatch sends for `resource`."""
         if resource == rn.NVIDIA_GPU:
             return [PluginDevice(g.uuid, g.healthy, g.numa) for g in self.gpus]
-        if resource == rn.GPU_CORE:
+        if resource in GPU_SHARE_RESOURCES:
             return [
                 PluginDevice(unit_id(g.uuid, k), g.healthy, g.numa) for g in self.gpus for k in range(UNITS)
             ]

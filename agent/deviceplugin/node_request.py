@@ -2,15 +2,16 @@
 reached the node without an allocation for it: see node_choice.py).
 
 Per container, in spec order, as the device plugin calls name them (`container` is the index among
-the containers requesting that resource): its GPUs (`nvidia.com/gpu`: whole GPUs; `gpu-core`: a
-share of each of `count` GPUs, Koordinator's per-GPU rule) and its RDMA NICs (`koordinator.sh/rdma`:
-units of one NIC, 100 = a whole NIC). The pod's `device-allocate-hint` selectors and
-`device-joint-allocate` are read as the allocator reads them.
+the containers requesting that resource): its GPUs (`nvidia.com/gpu`: whole GPUs; `gpu-core` or
+`koordinator.sh/gpu`: a share of each of `count` GPUs, Koordinator's per-GPU rule) and its RDMA
+NICs (`koordinator.sh/rdma`: units of one NIC, 100 = a whole NIC). The pod's `device-allocate-hint`
+selectors and `device-joint-allocate` are read as the allocator reads them.
 
 Decisions for a pod no scheduler vetted: `gpu-core` with neither `gpu-memory-ratio` nor
 `gpu-memory` takes the memory share equal to the compute share (Koordinator refuses that
-combination; refusing it on the node would leave the pod nowhere to go); a pod asking both
-`nvidia.com/gpu` and `gpu-core` cannot be served (the two would have to be one annotation's GPUs).
+combination; refusing it on the node would leave the pod nowhere to go); a pod asking two of
+`nvidia.com/gpu`, `gpu-core` and `koordinator.sh/gpu` cannot be served (they would have to be one
+annotation's GPUs).
 
 Pure: a pod dict in, plain data out; ExpectationError says why a pod cannot be served.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.deviceplugin.expectation import ExpectationError, container_requests
+from agent.deviceplugin.inventory import GPU_RESOURCES
 from apis import keys
 from apis import resources as rn
 from apis.annotations import parse_device_allocate_hint, parse_device_joint_allocate
@@ -29,7 +31,6 @@ from apis.podresources import resource_quantity
 from apis.selector import LabelSelector
 
 GPU, RDMA = rn.DeviceType.GPU.value, rn.DeviceType.RDMA.value
-GPU_RESOURCES = (rn.NVIDIA_GPU, rn.GPU_CORE)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class NicAsk:
 
 @dataclass(frozen=True)
 class PodAsk:
-    gpu_resource: str  # nvidia.com/gpu or koordinator.sh/gpu-core; "" when no GPU is asked
+    gpu_resource: str  # one of GPU_RESOURCES; "" when no GPU is asked
     gpus: tuple[GpuAsk, ...]
     nics: tuple[NicAsk, ...]
     gpu_selector: LabelSelector | None = None
@@ -88,9 +89,9 @@ def _pod_total(pod: dict[str, Any], name: str) -> int:
     return total
 
 
-def _share(name: str, core: int, pod: dict[str, Any], alone: bool) -> GpuAsk:
-    """A `gpu-core` container's GPUs. `alone`: the only container asking gpu-core, so the pod's
-    ratio, memory and gpu.shared are its own."""
+def _share(resource: str, name: str, core: int, pod: dict[str, Any], alone: bool) -> GpuAsk:
+    """A `gpu-core` (or `koordinator.sh/gpu`: compute and memory alike) container's GPUs. `alone`:
+    the only container asking it, so the pod's ratio, memory and gpu.shared are its own."""
     ratio = _pod_total(pod, rn.GPU_MEMORY_RATIO) if alone else 0
     memory = _pod_total(pod, rn.GPU_MEMORY) if alone else 0
     shared = _pod_total(pod, rn.GPU_SHARED) if alone else 0
@@ -101,7 +102,7 @@ def _share(name: str, core: int, pod: dict[str, Any], alone: bool) -> GpuAsk:
         count = core // 100
     if core % count or core // count > 100 or (ratio and (ratio % count or ratio // count > 100)):
         raise ExpectationError(
-            f"container {name!r}: {rn.GPU_CORE} {core} (memory ratio {ratio or '-'}) does not split "
+            f"container {name!r}: {resource} {core} (memory ratio {ratio or '-'}) does not split "
             f"over {count} GPUs at most 100 % each"
         )
     return GpuAsk(name, count, core // count, ratio // count if ratio else None, memory // count or None)
@@ -114,17 +115,16 @@ def _selector(hints: Any, dtype: str, attr: str) -> LabelSelector | None:
 
 def pod_ask(pod: dict[str, Any]) -> PodAsk:
     """What the pod's containers ask of the served resources. Raises ExpectationError."""
-    whole = container_requests(pod, rn.NVIDIA_GPU)
-    shares = container_requests(pod, rn.GPU_CORE)
-    if whole and shares:
-        raise ExpectationError(
-            f"the pod asks both {rn.NVIDIA_GPU} and {rn.GPU_CORE}: one pod's GPUs are either kind"
-        )
+    asked = {r: got for r in GPU_RESOURCES if (got := container_requests(pod, r))}
+    if len(asked) > 1:
+        both = "both " if len(asked) == 2 else ""
+        raise ExpectationError(f"the pod asks {both}{' and '.join(asked)}: one pod's GPUs are of one kind")
+    gpu_resource, requests = next(iter(asked.items()), ("", []))
     gpus: tuple[GpuAsk, ...]
-    if whole:
-        gpus = tuple(GpuAsk(name, n, 100, 100, None) for name, n in whole)
+    if gpu_resource == rn.NVIDIA_GPU:
+        gpus = tuple(GpuAsk(name, n, 100, 100, None) for name, n in requests)
     else:
-        gpus = tuple(_share(name, n, pod, len(shares) == 1) for name, n in shares)
+        gpus = tuple(_share(gpu_resource, name, n, pod, len(requests) == 1) for name, n in requests)
     nics = []
     for name, units in container_requests(pod, rn.RDMA):
         if units > 100 and units % 100:
@@ -150,7 +150,7 @@ def pod_ask(pod: dict[str, Any]) -> PodAsk:
     except CodecError as exc:
         raise ExpectationError(f"malformed annotation: {exc}") from None
     return PodAsk(
-        gpu_resource=(rn.NVIDIA_GPU if whole else rn.GPU_CORE) if gpus else "",
+        gpu_resource=gpu_resource,
         gpus=gpus,
         nics=tuple(nics),
         gpu_selector=_selector(hints, GPU, "selector"),

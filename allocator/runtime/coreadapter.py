@@ -55,6 +55,7 @@ from apis.annotations import DeviceAllocations
 from apis.dra_claims import DeviceResult
 from apis.errors import CodecError
 from apis.quantity import Quantity
+from apis.resources import GPU as KOORD_GPU
 from apis.resources import NVIDIA_GPU
 
 __all__ = ["NOT_IN_CACHE", "CoreAdapter", "FilterVerdicts", "PodRequest", "PodUsage", "Rejection"]
@@ -118,6 +119,7 @@ class CoreAdapter:
         return PodUsage(
             key, node, allocations, req.cpu_milli, req.memory, req.nonzero_cpu_milli, req.nonzero_memory,
             exclusive_cpus=req.exclusive_cpus, whole_cards=req.scalars.get(NVIDIA_GPU, 0) > 0,
+            koord_shares=req.scalars.get(KOORD_GPU, 0) > 0,
         )  # fmt: skip
 
     # -- cluster state ------------------------------------------------------------------------------
@@ -175,6 +177,7 @@ class CoreAdapter:
             key, node, usage.allocations, usage.cpu_milli, usage.memory,
             nonzero_cpu_milli=usage.nonzero_cpu_milli, nonzero_memory=usage.nonzero_memory,
             exclusive_cpus=usage.exclusive_cpus, whole_cards=usage.whole_cards,
+            koord_shares=usage.koord_shares,
         )  # fmt: skip
 
     def assign_reservation(

@@ -33,7 +33,7 @@ from tests.support.cluster_product import agent_argv
 from tests.support.controlplane import ControlPlane, Process
 from tests.support.kubelet import AdmissionError, Granted, StandInKubelet
 
-PLUGIN_RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma"]
+PLUGIN_RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/gpu", "koordinator.sh/rdma"]
 
 
 @dataclass

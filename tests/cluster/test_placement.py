@@ -6,7 +6,10 @@ admission, pins them and removes the gate; kube-scheduler binds; each node's age
 stand-in kubelet exactly the recorded devices.
 
 Two DGX H100 nodes with agents and stand-in kubelets. Pods: whole GPUs, a shared GPU, joint
-GPU+RDMA; a scheduler-plugins gang bound whole, also when the webhook was down while members were
+GPU+RDMA, and a pod written as Koordinator's documentation writes one (`koordinator.sh/gpu`), each
+bound where topoalloc placed it and handed exactly its recorded devices, checked against the
+fixture's NVML and sysfs (UUIDs, memory, VF of its PF, PCIe switch of each VF and GPU); a
+scheduler-plugins gang bound whole, also when the webhook was down while members were
 created; a pod placed where kube-scheduler refuses it (a host port topoalloc does not model) still
 runs (a Deployment's pod created anew elsewhere, a bare pod bound elsewhere with devices chosen on
 that node); the leader SIGKILLed mid-burst loses nothing and doubles nothing; opted-out pods and
@@ -15,17 +18,31 @@ excluded namespaces are not gated."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.cluster.burst import PluginNode, gpu_uuids
+from tests.cluster.fixture_facts import fixture_facts
 from tests.cluster.harness import ClusterEnv, allocated, gpu_pod
-from tests.cluster.placement_mode import GATE, placement_mode, recorded
+from tests.cluster.placement_mode import ALLOCATED_NODE, GATE, placement_mode, recorded
 from tests.support.controlplane import wait_until
 
 NODES = ("pl-a", "pl-b")
+FACTS = fixture_facts("dgx-h100")  # what the plugin nodes replay: their NVML and sysfs
+GPU, KOORD_GPU, CORE, RDMA = (
+    "nvidia.com/gpu",
+    "koordinator.sh/gpu",
+    "koordinator.sh/gpu-core",
+    "koordinator.sh/rdma",
+)
+JOINT, HINT = (
+    "scheduling.koordinator.sh/device-joint-allocate",
+    "scheduling.koordinator.sh/device-allocate-hint",
+)
+MIB = 1 << 20
 PG = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
 
 
@@ -64,29 +81,114 @@ def test_gpu_pods_of_the_default_scheduler_are_placed_and_get_exactly_their_devi
     assert _admit(nodes, cluster, four) == sorted(uuid[m] for m in minors4)
 
 
-def test_shared_and_joint_requests_keep_koordinators_annotations(
+def _placed(cluster: ClusterEnv, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a pod of the default scheduler: gated at admission, then bound by kube-scheduler on
+    the node topoalloc chose (the node its allocation was recorded for)."""
+    created = cluster.create_pod(ns, body)
+    assert [g["name"] for g in created["spec"]["schedulingGates"]] == [GATE]
+    pod = cluster.wait_bound(ns, body["metadata"]["name"])
+    assert pod["spec"].get("schedulerName") == "default-scheduler"
+    assert pod["metadata"]["annotations"][ALLOCATED_NODE] == pod["spec"]["nodeName"]
+    return pod
+
+
+def _units(ids: list[str]) -> Counter[str]:
+    """kubelet IDs of a unit resource (`<GPU UUID or PF address>-uNN`) per device they stand for."""
+    return Counter(i.rsplit("-u", 1)[0] for i in ids)
+
+
+def _vfs(entry: dict[str, Any]) -> list[str]:
+    return [vf["busID"] for vf in (entry.get("extension") or {}).get("vfs") or []]
+
+
+def test_a_shared_gpu_gets_its_recorded_gpu_and_share(
     cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
 ) -> None:
     for node in nodes.values():
         node.kubelet.forget()
-    shared = gpu_pod(
-        "half", resources={"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}
-    )
-    cluster.create_pod(ns, shared)
-    pod = cluster.wait_bound(ns, "half")
+    shared = gpu_pod("half", resources={CORE: "50", "koordinator.sh/gpu-memory-ratio": "50"})
+    pod = _placed(cluster, ns, shared)
     (entry,) = allocated(pod)["gpu"]
-    assert entry["resources"]["koordinator.sh/gpu-core"] == "50"
-    joint = {
-        "scheduling.koordinator.sh/device-joint-allocate": json.dumps(
-            {"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"}
-        )
+    assert entry["resources"][CORE] == "50"
+    got = nodes[pod["spec"]["nodeName"]].kubelet.admit(pod)["main"][CORE]
+    gpu = FACTS.gpus[entry["minor"]]
+    assert _units(got.ids) == {gpu.uuid: 50}  # half of the recorded GPU, as NVML names it
+    assert got.envs == {
+        "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
+        "CUDA_DEVICE_SM_LIMIT": "50",
+        "CUDA_DEVICE_MEMORY_LIMIT_0": f"{gpu.memory * 50 // 100 // MIB}m",  # half its NVML memory
     }
-    cluster.create_pod(
-        ns, gpu_pod("joint", gpus=2, resources={"koordinator.sh/rdma": "2"}, annotations=joint)
-    )
-    pod = cluster.wait_bound(ns, "joint")
-    recorded = allocated(pod)
-    assert len(recorded["gpu"]) == 2 and len(recorded["rdma"]) == 2
+    assert got.devices[0] == (f"/dev/nvidia{gpu.minor}", f"/dev/nvidia{gpu.minor}", "rw")
+
+
+def test_joint_gpus_and_vfs_are_the_recorded_ones_each_vf_on_its_gpus_switch(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    for node in nodes.values():
+        node.kubelet.forget()
+    same_pcie = {
+        JOINT: json.dumps({"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"}),
+        HINT: json.dumps({"rdma": {"vfSelector": {}}}),
+    }
+    # Two GPUs with two RDMA units, then four GPUs with one: SamePCIe raises the NICs to one on
+    # each GPU's switch (Koordinator's rule), and the container gets every recorded VF.
+    for name, gpus, rdma in (("joint", 2, "2"), ("joint4", 4, "1")):
+        body = gpu_pod(name, gpus=gpus, resources={RDMA: rdma}, annotations=same_pcie)
+        pod = _placed(cluster, ns, body)
+        record = allocated(pod)
+        minors = sorted(int(g["minor"]) for g in record["gpu"])
+        nics = record["rdma"]
+        assert len(minors) == gpus and len(nics) == gpus, record
+        got = nodes[pod["spec"]["nodeName"]].kubelet.admit(pod)["main"]
+        assert sorted(got[GPU].ids) == sorted(FACTS.gpus[m].uuid for m in minors), name
+        vfs = [vf for e in nics for vf in _vfs(e)]
+        assert len(vfs) == gpus and all(FACTS.physfn(vf) == e["id"] for e in nics for vf in _vfs(e))
+        # kubelet's IDs name the recorded NICs: each as many times as it records units, or, where
+        # SamePCIe gave more NICs than the request has units (each records the whole request, as
+        # Koordinator's annotation does), the request's units from any of them
+        units, recorded_units = _units(got[RDMA].ids), {e["id"]: int(e["resources"][RDMA]) for e in nics}
+        if sum(recorded_units.values()) == int(rdma):
+            assert units == recorded_units, name
+        else:
+            assert sum(units.values()) == int(rdma) and set(units) <= set(recorded_units), name
+        assert got[RDMA].envs == {"PCIDEVICE_KOORDINATOR_SH_RDMA": ",".join(vfs)}, name
+        assert [d[0] for d in got[RDMA].devices] == ["/dev/infiniband/rdma_cm"] + [
+            f"/dev/infiniband/{u}" for vf in vfs for u in FACTS.uverbs(vf)
+        ]
+        # by the fixture's sysfs: each VF behind the PCIe switch of one of the pod's GPUs, and
+        # each of its GPUs with a VF behind its own switch
+        switches = sorted(FACTS.switch(FACTS.gpus[m].bdf) for m in minors)
+        assert "" not in switches and sorted(FACTS.switch(vf) for vf in vfs) == switches, name
+
+
+def test_a_pod_written_as_koordinators_documentation_writes_it_gets_its_gpu_and_vf(
+    cluster: ClusterEnv, ns: str, nodes: dict[str, PluginNode]
+) -> None:
+    """Koordinator's GPU & RDMA joint-allocation example, its annotations (block-scalar JSON, no
+    required scope) and resources (`koordinator.sh/gpu: 100`, `koordinator.sh/rdma: 100`) as
+    Koordinator's user manual gives them; only `schedulerName: koord-scheduler` left out (no
+    Koordinator scheduler runs here: the pod keeps the default scheduler)."""
+    for node in nodes.values():
+        node.kubelet.forget()
+    annotations = {
+        JOINT: '{\n  "deviceTypes": ["gpu","rdma"]\n}',
+        HINT: '{\n "rdma": {\n   "vfSelector": {}\n }\n}',
+    }
+    resources = {KOORD_GPU: "100", RDMA: "100"}
+    body = gpu_pod("pod-vf01", resources=resources, annotations=annotations)
+    body["spec"]["containers"][0]["name"] = "container-vf"
+    pod = _placed(cluster, ns, body)
+    record = allocated(pod)
+    (gpu_entry,) = record["gpu"]
+    (nic,) = record["rdma"]
+    gpu = FACTS.gpus[gpu_entry["minor"]]
+    (vf,) = _vfs(nic)
+    got = nodes[pod["spec"]["nodeName"]].kubelet.admit(pod)["container-vf"]
+    assert _units(got[KOORD_GPU].ids) == {gpu.uuid: 100}  # the whole recorded GPU
+    assert got[KOORD_GPU].envs == {"NVIDIA_VISIBLE_DEVICES": gpu.uuid}
+    assert _units(got[RDMA].ids) == {nic["id"]: 100}  # the whole recorded NIC
+    assert got[RDMA].envs == {"PCIDEVICE_KOORDINATOR_SH_RDMA": vf}
+    assert FACTS.physfn(vf) == nic["id"] and FACTS.switch(vf) == FACTS.switch(gpu.bdf) != ""
 
 
 def test_a_gang_binds_whole_also_when_the_webhook_was_down_for_some_members(

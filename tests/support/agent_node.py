@@ -20,7 +20,7 @@ from tests.support.kubelet import StandInKubelet
 from tests.support.rest import kubeconfig_text
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN_RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma"]
+PLUGIN_RESOURCES = ["nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/gpu", "koordinator.sh/rdma"]
 
 
 class AgentNode:

@@ -98,7 +98,8 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 @click.option(
     "--device-plugin/--no-device-plugin",
     default=None,
-    help="Serve the kubelet device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/rdma) "
+    help="Serve the kubelet device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/gpu, "
+    "koordinator.sh/rdma) "
     "and hand containers exactly the devices in their device-allocated annotation. Default: on, "
     "except with --fixture (no kubelet there unless a test brings one).",
 )

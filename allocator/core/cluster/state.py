@@ -169,6 +169,7 @@ class ClusterState:
         request: PodRequest | None = None,
         exclusive_cpus: int | None = None,
         whole_cards: bool | None = None,
+        koord_shares: bool | None = None,
     ) -> None:
         """Count a pod on a node (moving it if it was counted elsewhere). With `request` (a pod
         being placed, not one replayed from the watch), observers are told about it."""
@@ -182,6 +183,7 @@ class ClusterState:
         if request is not None:  # what kubelet's Topology Manager will count of it (kubelet_view.py)
             exclusive_cpus = request.exclusive_cpus if exclusive_cpus is None else exclusive_cpus
             whole_cards = request.scalars.get(rn.NVIDIA_GPU, 0) > 0 if whole_cards is None else whole_cards
+            koord_shares = request.scalars.get(rn.GPU, 0) > 0 if koord_shares is None else koord_shares
         state.add_pod(
             pod_key,
             allocations,
@@ -191,6 +193,7 @@ class ClusterState:
             nonzero_memory=nonzero_memory,
             exclusive_cpus=exclusive_cpus or 0,
             whole_cards=bool(whole_cards),
+            koord_shares=bool(koord_shares),
         )
         self.pod_node[pod_key] = node
         if request is not None:
@@ -208,6 +211,7 @@ class ClusterState:
             nonzero_memory=usage.nonzero_memory,
             exclusive_cpus=usage.exclusive_cpus,
             whole_cards=usage.whole_cards,
+            koord_shares=usage.koord_shares,
         )
 
     def assign_pod(self, pod: Mapping[str, Any]) -> PodUsage:

@@ -31,7 +31,7 @@ from allocator.core.request.pod_request import PodRequest
 from apis import resources as rn
 
 TOPOLOGY_MANAGER = "topoalloc: kubelet Topology Manager"
-ALIGNED = (rn.NVIDIA_GPU, rn.GPU_CORE, rn.RDMA)  # what the agent's device plugins serve, with NUMA
+ALIGNED = (rn.NVIDIA_GPU, rn.GPU_CORE, rn.GPU, rn.RDMA)  # what the agent's device plugins serve, with NUMA
 
 
 class Hint(NamedTuple):

@@ -3,9 +3,10 @@ free and how many CPUs the static CPU manager can still pin (from the labels the
 apis/kubelet_policy.py, and the pods counted on the node).
 
 kubelet counts each resource apart: a GPU served whole (`nvidia.com/gpu`) leaves its 100 `gpu-core`
-IDs free to kubelet, and a GPU partly shared out through `gpu-core` is a free `nvidia.com/gpu` to
-kubelet. The Topology Manager's hints come from those counts, not from what the allocator knows is
-free, so this view keeps kubelet's. A Reservation's room is no pod to kubelet: the devices and
+and 100 `koordinator.sh/gpu` IDs free to kubelet, and a GPU partly shared out through `gpu-core` is a
+free `nvidia.com/gpu` to kubelet (and its `koordinator.sh/gpu` IDs free). The Topology Manager's
+hints come from those counts, not from what the allocator knows is free, so this view keeps
+kubelet's. A Reservation's room is no pod to kubelet: the devices and
 CPUs it holds are free in kubelet's counts (an owner is counted once it is a pod).
 
 Exclusive CPUs: a Guaranteed pod's whole CPUs are pinned on the NUMA node of its devices (where
@@ -103,6 +104,7 @@ def _build(state: NodeState) -> KubeletView:
     assert inv is not None
     whole: set[int] = set()
     share: dict[int, int] = {}  # GPU minor -> gpu-core IDs kubelet holds for pods
+    koord: dict[int, int] = {}  # GPU minor -> koordinator.sh/gpu IDs kubelet holds for pods
     rdma: dict[int, int] = {}
     for entry in _kubelets_pods(state):
         for dtype, minor, res in entry.used:
@@ -111,7 +113,8 @@ def _build(state: NodeState) -> KubeletView:
                 if entry.whole_cards:
                     whole.add(minor)
                 else:
-                    share[minor] = share.get(minor, 0) + values.get(rn.GPU_CORE, 0)
+                    held = koord if entry.koord_shares else share
+                    held[minor] = held.get(minor, 0) + values.get(rn.GPU_CORE, 0)
             elif dtype == rn.DeviceType.RDMA:
                 rdma[minor] = rdma.get(minor, 0) + values.get(rn.RDMA, 0)
     gpus = inv.devices.get(rn.DeviceType.GPU, ())
@@ -119,6 +122,7 @@ def _build(state: NodeState) -> KubeletView:
     resources = {
         rn.NVIDIA_GPU: _counts([(s, 1, 0 if s.minor in whole else 1) for s in gpus]),
         rn.GPU_CORE: _counts([(s, UNITS, UNITS - min(UNITS, share.get(s.minor, 0))) for s in gpus]),
+        rn.GPU: _counts([(s, UNITS, UNITS - min(UNITS, koord.get(s.minor, 0))) for s in gpus]),
         rn.RDMA: _counts([(s, UNITS, UNITS - min(UNITS, rdma.get(s.minor, 0))) for s in nics]),
     }
     cpus = (

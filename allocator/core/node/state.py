@@ -42,6 +42,7 @@ class PodEntry:
     vfs: tuple[tuple[str, int, str], ...]  # (type, minor, VF bus id)
     exclusive_cpus: int = 0  # pinned by kubelet's static CPU manager (request/usage.py)
     whole_cards: bool = False  # its devices are whole-card IDs to kubelet (nvidia.com/gpu), not shares
+    koord_shares: bool = False  # its shares are Koordinator's own IDs to kubelet (koordinator.sh/gpu)
 
 
 def _usage_of(allocations: DeviceAllocations | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -153,6 +154,7 @@ class NodeState:
         nonzero_memory: int | None = None,
         exclusive_cpus: int = 0,
         whole_cards: bool = False,
+        koord_shares: bool = False,
     ) -> None:
         """Count a pod's devices and requests here. Adding a key again replaces its old entry."""
         if key in self.pods:
@@ -171,6 +173,7 @@ class NodeState:
             vfs,
             exclusive_cpus,
             whole_cards,
+            koord_shares,
         )
         self.pods[key] = entry
         for dtype, minor, res in used:
@@ -197,6 +200,7 @@ class NodeState:
             nonzero_memory=usage.nonzero_memory,
             exclusive_cpus=usage.exclusive_cpus,
             whole_cards=usage.whole_cards,
+            koord_shares=usage.koord_shares,
         )
 
     def remove_pod(self, key: str) -> bool:

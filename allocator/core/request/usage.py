@@ -137,9 +137,11 @@ class PodUsage:
     nonzero_memory: int
     error: str = ""  # a device-allocated annotation that does not parse: it then counts as none
     # What kubelet's Topology Manager counts (allocator/core/node/kubelet_view.py): the CPUs the
-    # static CPU manager pins for it, and whether its GPUs are `nvidia.com/gpu` (whole) IDs.
+    # static CPU manager pins for it, and whether its GPUs are `nvidia.com/gpu` (whole) IDs or its
+    # shares `koordinator.sh/gpu` IDs (else `gpu-core` IDs).
     exclusive_cpus: int = 0
     whole_cards: bool = False
+    koord_shares: bool = False
 
 
 def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
@@ -177,6 +179,7 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage:
         error,
         exclusive_cpus=exclusive_cpus(spec),
         whole_cards=requests.get(rn.NVIDIA_GPU, 0) > 0,
+        koord_shares=requests.get(rn.GPU, 0) > 0,
     )
 
 

@@ -89,7 +89,7 @@ def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
     kubelet = rig.start_kubelet()
     rig.start_agent()
     assert rig.agent is not None
-    assert _wait(lambda: len(rig.plugins.registrar.registered()) == 3)  # Register() has returned
+    assert _wait(lambda: len(rig.plugins.registrar.registered()) == 4)  # Register() has returned
     health = HealthServer("127.0.0.1", 0, rig.agent.health_state)
     health.start()
     try:
@@ -103,7 +103,12 @@ def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/status", timeout=5) as resp:
             status = json.loads(resp.read())
         assert status["devicePlugin"] == {
-            "registered": ["koordinator.sh/gpu-core", "koordinator.sh/rdma", "nvidia.com/gpu"],
+            "registered": [
+                "koordinator.sh/gpu",
+                "koordinator.sh/gpu-core",
+                "koordinator.sh/rdma",
+                "nvidia.com/gpu",
+            ],
             "error": "",
             "served": 0,
             "refusals": 1,

@@ -39,6 +39,7 @@ def test_registration_and_device_lists(make_rig) -> None:
     kubelet = rig.start_kubelet()
     rig.start_agent()
     assert sorted(r for _, _, r in kubelet.registrations) == [
+        "koordinator.sh/gpu",
         "koordinator.sh/gpu-core",
         "koordinator.sh/rdma",
         "nvidia.com/gpu",
@@ -55,6 +56,7 @@ def test_registration_and_device_lists(make_rig) -> None:
     node = rig.server.get("nodes", "gpu-node")
     assert "koordinator.sh/gpu-core" not in node["status"]["capacity"]
     assert "koordinator.sh/rdma" not in node["status"]["capacity"]
+    assert "koordinator.sh/gpu" not in node["status"]["capacity"]
     assert node["status"]["capacity"]["koordinator.sh/gpu-memory-ratio"] == "800"
 
 

@@ -22,7 +22,7 @@ from tests.agent.deviceplugin.rig import allocated, gpu_entry
 from tests.agent.deviceplugin.test_kubelet_flow import H100, _wait
 from tests.agent.test_midtier import GI, Clock, _write_cgroup
 
-RESOURCES = ["koordinator.sh/gpu-core", "koordinator.sh/rdma", "nvidia.com/gpu"]
+RESOURCES = ["koordinator.sh/gpu", "koordinator.sh/gpu-core", "koordinator.sh/rdma", "nvidia.com/gpu"]
 
 
 def test_kubelet_restart_re_registers_within_seconds(make_rig) -> None:
@@ -37,10 +37,11 @@ def test_kubelet_restart_re_registers_within_seconds(make_rig) -> None:
     kubelet.wait_registered(RESOURCES, timeout=10, count=2)
     took = time.monotonic() - started
     assert took < 5, took
-    assert len(kubelet.registrations) == 6
+    assert len(kubelet.registrations) == 8
     assert sorted(p.name for p in rig.plugin_dir.iterdir()) == [
         "kubelet.sock",
         "topoalloc-koordinator.sh-gpu-core.sock",
+        "topoalloc-koordinator.sh-gpu.sock",
         "topoalloc-koordinator.sh-rdma.sock",
         "topoalloc-nvidia.com-gpu.sock",
     ]

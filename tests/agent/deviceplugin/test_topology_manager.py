@@ -88,6 +88,9 @@ SHAPES: list[tuple[str, dict[str, str]]] = [
     ("share50", {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}),
     ("share25", {"koordinator.sh/gpu-core": "25", "koordinator.sh/gpu-memory-ratio": "25"}),
     ("gpu1-nic", {"nvidia.com/gpu": "1", "koordinator.sh/rdma": "1"}),
+    # Koordinator's own GPU resource: a third kubelet resource over the same GPUs
+    ("koord100", {"koordinator.sh/gpu": "100"}),
+    ("koord30", {"koordinator.sh/gpu": "30"}),
 ]
 CPUS = (0, 4, 24, 48, 90)  # exclusive CPUs (0: a Burstable pod, no CPU pinned)
 
@@ -166,7 +169,7 @@ def _kubelet_ids(rig: Rig, annotation: str, doc: dict[str, Any]) -> dict[str, tu
     entries = json.loads(annotation)
     gpus = sorted(rig.uuid(e["minor"]) for e in entries.get("gpu", []))
     out: dict[str, tuple[list[str], int]] = {}
-    for resource in ("nvidia.com/gpu", "koordinator.sh/gpu-core"):
+    for resource in ("nvidia.com/gpu", "koordinator.sh/gpu-core", "koordinator.sh/gpu"):
         if resource in limits:
             out[resource] = (gpus, int(limits[resource]))
     if "koordinator.sh/rdma" in limits:
