@@ -113,6 +113,7 @@ class ClusterSide:
             owned_labels=NODE_LABELS,
             owned_annotations=(keys.GPU_PARTITIONS,),
             status_min_interval=config.status_min_interval_seconds,
+            status_refresh=config.status_refresh_seconds,
             clock=clock,
         )
         self.slices = SlicePublisher(kube, node_name) if config.mode == dra.MODE_DRA else _NoSlices()

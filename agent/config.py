@@ -112,6 +112,9 @@ class AgentConfig:
     memory_quantum: int = 1 << 30  # bytes
     # Load-only status changes are written at most this often; health changes go at once.
     status_min_interval_seconds: float = 60.0
+    # While nothing changes, status.updateTime is written anew this often (0: never), so a Device
+    # that is not refreshed says its agent stopped (`topoalloc doctor`).
+    status_refresh_seconds: float = 300.0
     full_rescan_every: int = 30  # re-read static NVML facts every N resyncs
     health: HealthConfig = field(default_factory=HealthConfig)
     mid_tier: MidTierConfig = field(default_factory=MidTierConfig)
@@ -133,6 +136,7 @@ _KEYS = {
     "utilizationQuantum": "utilization_quantum",
     "memoryQuantum": "memory_quantum",
     "statusMinIntervalSeconds": "status_min_interval_seconds",
+    "statusRefreshSeconds": "status_refresh_seconds",
     "fullRescanEvery": "full_rescan_every",
     "vfGroupLabels": "vf_group_labels",
     "udevSource": "udev_source",

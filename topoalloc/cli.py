@@ -25,6 +25,8 @@ SUBCOMMANDS: dict[str, str] = {
     "install": "topoalloc.commands.install:install",
     "upgrade": "topoalloc.commands.install:upgrade",
     "uninstall": "topoalloc.commands.install:uninstall",
+    "doctor": "topoalloc.commands.doctor.command:doctor",
+    "explain": "topoalloc.commands.explain.command:explain",
 }
 
 

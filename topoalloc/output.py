@@ -30,3 +30,15 @@ def dump(data: Any, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def ago(seconds: float) -> str:
+    """A duration as people say it: 45s, 12m, 3h10m, 2d."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d"

@@ -5,6 +5,10 @@ Write storms are avoided three ways: the desired content is compared with what t
 at most every `status_min_interval_seconds` (health changes go at once), and while nothing changes
 the server is re-read only every `verify_seconds`. A 409 re-reads and retries; any other failure
 is reported to the caller, which keeps its desired state and tries again on the next pass.
+
+While nothing changes, `status.updateTime` is still written anew once it is `status_refresh`
+seconds old (a heartbeat, as kubelet's node status report): a Device whose updateTime stays old
+says its agent stopped publishing (`topoalloc doctor` judges it so).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 from agent.kube import TRANSPORT_ERRORS, Kube, Outcome, short_error, status_of
 from agent.publish.device_builder import device_object
 from apis.device import Device
-from apis.timestamps import format_time
+from apis.timestamps import format_time, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,12 @@ def _status_content(status: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k in ("summary", "devices")}
 
 
+def _update_time(status: dict[str, Any]) -> float:
+    """A Device status's updateTime in seconds (-inf when it has none)."""
+    stamp = parse_time(status.get("updateTime"))
+    return float("-inf") if stamp is None else stamp
+
+
 def _owner_refs(current: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Keep other owners; make sure ours (matched by uid) is present."""
     out = [
@@ -59,12 +69,14 @@ class Publisher:
         owned_labels: tuple[str, ...] = (),
         owned_annotations: tuple[str, ...] = (),
         status_min_interval: float = 60.0,
+        status_refresh: float = 300.0,
         verify_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kube = kube
         self.node_name = node_name
         self.status_min_interval = status_min_interval
+        self.status_refresh = status_refresh  # 0: never written only to refresh updateTime
         self.verify_seconds = verify_seconds
         self.clock = clock
         self.owned_labels = owned_labels
@@ -73,6 +85,7 @@ class Publisher:
         self._last_status: dict[str, Any] | None = None
         self._last_verified = 0.0
         self._last_status_write = float("-inf")
+        self._status_stamp = float("-inf")  # the server's status.updateTime, as last seen or written
         self.node: dict[str, Any] | None = None  # latest Node object read or returned by a patch
         self._node_read_at = float("-inf")
         self.writes = 0
@@ -145,6 +158,7 @@ class Publisher:
             desired == self._last_spec
             and _status_content(status) == self._last_status
             and now - self._last_verified < self.verify_seconds
+            and not self._refresh_due(now)
         ):
             return Outcome()
         try:
@@ -182,11 +196,12 @@ class Publisher:
                     self.kube.replace_device_status(name, body)
                     self.writes += 1
                     outcome.wrote = True
-                    self._last_status_write = now
+                    self._last_status_write = self._status_stamp = now
                     log.info("Device %s status updated", name)
                     self._last_status = _status_content(status)
                 else:
                     self._last_status = _status_content(current.get("status") or {})
+                    self._status_stamp = _update_time(current.get("status") or {})
             except TRANSPORT_ERRORS as exc:
                 if status_of(exc) == 409 and attempt + 1 < CONFLICT_RETRIES:
                     log.info("Device %s changed under us (409); re-reading", name)
@@ -226,9 +241,13 @@ class Publisher:
         body.pop("status", None)
         return body
 
+    def _refresh_due(self, now: float) -> bool:
+        return self.status_refresh > 0 and now - self._status_stamp >= self.status_refresh
+
     def _status_due(self, current: dict[str, Any], desired: dict[str, Any], now: float) -> bool:
         if _status_content(current) == _status_content(desired):
-            return False
+            self._status_stamp = _update_time(current)
+            return self._refresh_due(now)
         if _health_view(current) != _health_view(desired):
             return True  # health changes are never delayed
         return now - self._last_status_write >= self.status_min_interval

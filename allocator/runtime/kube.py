@@ -9,6 +9,7 @@ parser rejects when the fraction is zero. No generated API classes either (see `
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
 import ssl
@@ -37,6 +38,7 @@ from apis.kinds import (
     RESOURCECLAIMS,
     RESOURCECLAIMTEMPLATES,
     RESOURCESLICES,
+    SERVER_VERSION,
     WORKLOADS,
     Kind,
 )
@@ -261,6 +263,17 @@ class KubeApi:
         content_type: str = "application/json",
     ) -> JSON:
         return await self._call(method, path, body=body, query=query, content_type=content_type)
+
+    async def server_time(self) -> float | None:
+        """The API server's clock: the Date header of its answer to GET /version, in seconds since
+        the epoch (None without one); to the second, as HTTP dates are."""
+        resp = await self._send("GET", SERVER_VERSION)
+        date = resp.headers.get("Date")
+        await _body(resp)
+        try:
+            return email.utils.parsedate_to_datetime(date).timestamp() if date else None
+        except (TypeError, ValueError):
+            return None
 
     # -- writes: every one answers Written or Refused, and says a refusal here -------------------
 

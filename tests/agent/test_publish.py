@@ -100,6 +100,47 @@ def test_no_write_on_an_unchanged_resync(env) -> None:
     assert server.requests("GET", DEVICE_PATH) and _writes(server) == []
 
 
+def test_an_unchanged_device_gets_its_update_time_refreshed_as_a_heartbeat(env) -> None:
+    """Nothing changes, yet once status.updateTime is statusRefreshSeconds old it is written anew
+    (one status write, nothing else): an old updateTime then means the agent stopped."""
+    server, agent, _, clock, _ = env
+    agent.run_once()
+    first = server.get("devices", NODE)["status"]["updateTime"]
+    server.clear_requests()
+    clock.t += 299
+    agent.run_once()
+    assert _writes(server) == []
+    clock.t += 1
+    agent.run_once()
+    assert [r.path for r in _writes(server)] == [DEVICE_PATH + "/status"]
+    status = server.get("devices", NODE)["status"]
+    assert first == "2023-11-14T22:13:20Z" and status["updateTime"] == "2023-11-14T22:18:20Z"
+    server.clear_requests()
+    clock.t += 10
+    agent.run_once()
+    assert _writes(server) == []
+
+
+def test_a_restarted_agent_refreshes_an_update_time_that_is_already_old(env, fake_api_sync_client) -> None:
+    server, agent, fx, clock, _ = env
+    agent.run_once()
+    agent.shutdown()
+    clock.t += 400  # the agent was down longer than the refresh interval
+    config = AgentConfig()
+    config.mid_tier.enabled = False
+    again = Agent(
+        node_name=NODE, nvml=fx.nvml, sysfs_root=fx.sys_root, config=config,
+        kube=Kube(fake_api_sync_client), clock=clock,
+    )  # fmt: skip
+    try:
+        server.clear_requests()
+        again.run_once()
+        assert DEVICE_PATH + "/status" in [r.path for r in _writes(server, "devices")]
+        assert server.get("devices", NODE)["status"]["updateTime"] == "2023-11-14T22:20:00Z"
+    finally:
+        again.shutdown()
+
+
 def test_health_change_is_written_at_once_load_change_is_rate_limited(env) -> None:
     server, agent, fx, clock, _ = env
     agent.run_once()

@@ -119,6 +119,7 @@ def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> Non
         ".venv/bin/topoalloc",
         "kubectl",
         "kubectl",
+        ".venv/bin/topoalloc",
     ]
     outputs = {}
     for command in block:
@@ -148,6 +149,8 @@ def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> Non
     assert world.bound_by("default", "gpu-pod") == "default-scheduler"
     shown = outputs["kubectl get pod gpu-pod -o wide"]
     assert shown is not None and "gpu-a" in shown.stdout
+    explained = outputs[".venv/bin/topoalloc explain pod default/gpu-pod"]
+    assert explained is not None and "allocation: made for gpu-a" in explained.stdout, explained.stdout
     world.done.add("deploy")
 
 

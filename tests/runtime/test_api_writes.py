@@ -184,3 +184,11 @@ async def test_a_pod_made_again_under_the_name_keeps_its_gate(fake_api: FakeApiS
     fake_api.put(pod("p", ["topoalloc.io/gang"]))
     assert not await remove_gate(api, old, "topoalloc.io/gang")
     assert gates_of(fake_api, "p") == ["topoalloc.io/gang"]
+
+
+async def test_the_servers_clock_is_its_date_header(api: KubeApi) -> None:
+    """Not a write: the read `topoalloc doctor` judges ages by (the Date header of GET /version)."""
+    import time
+
+    said = await api.server_time()
+    assert said is not None and abs(said - time.time()) < 5 and said == int(said)

@@ -283,9 +283,10 @@ class AgentProcess:
         workdir: Path,
         *,
         resync: float = 2.0,
+        more: tuple[str, ...] = (),
     ) -> None:
         self.node = node
-        argv = agent_argv(fixture, node, kubeconfig, resync, "-v")
+        argv = agent_argv(fixture, node, kubeconfig, resync, "-v", *more)
         self.process = Process(f"agent-{node}", argv, workdir / f"agent-{node}.log")
 
     def start(self) -> AgentProcess:

@@ -13,6 +13,9 @@ exactly what it installed. No pytest here.
   the Service to its ClusterIP and, where kube-proxy and pod IPs would carry the connection on a
   cluster, goes through a loopback HTTP CONNECT proxy (its egress selector's `cluster` network, as
   with Konnectivity) that connects to the allocator process, the Service's endpoint;
+* kubelet's status reports (`kubelet=True`): the pod a started process plays is reported Running
+  and Ready (as kubelet does once its readiness probe passes), and not ready once the process is
+  stopped, so the Deployment's and DaemonSet's status count what runs (`install --wait`, doctor);
 * the secondary scheduler (`--mode secondary` only; in placement mode the control plane's own
   kube-scheduler binds): the kube-scheduler binary of the release with the ConfigMap
   topoalloc-scheduler's configuration and the topoalloc-scheduler ServiceAccount, calling the
@@ -27,6 +30,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +46,7 @@ from tests.support.cluster_product import (
     service_account_token,
     topoalloc_argv,
 )
-from tests.support.controlplane import HOST, ControlPlane, Process, free_port, wait_until
+from tests.support.controlplane import HOST, ApiStatus, ControlPlane, Process, free_port, wait_until
 from tests.support.processes import warnings_off
 
 NAMESPACE = "topoalloc-system"
@@ -170,13 +174,22 @@ class Installed:
     agents: dict[str, AgentProcess] = field(default_factory=dict)
     forwarder: Forwarder | None = None
     network: ClusterNetwork | None = None  # kube-apiserver's egress proxy, given the Services' endpoints
+    kubelet: bool = False  # report the played pods' status as kubelet would (Ready while running)
+    agent_args: tuple[str, ...] = ()  # more flags for every agent
+    allocator_pod: str = ""  # the pod `allocator` plays
+    standby: Process | None = None  # the allocator Deployment's second pod (start_standby)
 
     def __post_init__(self) -> None:
         if self.network is not None:
             self.network.endpoint = self._service_endpoint
 
     def processes(self) -> Iterator[Process]:
-        for proc in (self.allocator, self.scheduler, *(a.process for a in self.agents.values())):
+        for proc in (
+            self.allocator,
+            self.standby,
+            self.scheduler,
+            *(a.process for a in self.agents.values()),
+        ):
             if proc is not None:
                 yield proc
 
@@ -187,7 +200,7 @@ class Installed:
         for proc in self.processes():
             proc.stop()
         self.agents.clear()
-        self.allocator = self.scheduler = None
+        self.allocator = self.standby = self.scheduler = None
         if self.forwarder is not None:
             self.forwarder.close()
             self.forwarder = None
@@ -216,6 +229,29 @@ class Installed:
         arguments), until its cache is synced and it leads."""
         self.stop_allocator()
         pod = self.current_pod()
+        proc, ports = self._allocator(pod, "installed-allocator", leads=True)
+        self.allocator, self.allocator_ports, self.allocator_pod = proc, ports, pod["metadata"]["name"]
+        return proc
+
+    def start_standby(self) -> Process:
+        """The allocator as the Deployment's second pod runs it: a hot standby, ready once synced."""
+        self.stop_standby()
+        other = wait_until(
+            lambda: next(
+                (p for p in self.current_pods() if p["metadata"]["name"] != self.allocator_pod), None
+            ),
+            timeout=120,
+            what="a second allocator pod of the current template",
+        )
+        self.standby, _ = self._allocator(other, "installed-standby", leads=False)
+        return self.standby
+
+    def stop_standby(self) -> None:
+        if self.standby is not None:
+            self.standby.stop()
+            self.standby = None
+
+    def _allocator(self, pod: dict[str, Any], label: str, *, leads: bool) -> tuple[Process, dict[str, int]]:
         name = pod["metadata"]["name"]
         args = list(pod["spec"]["containers"][0]["args"])
         assert args[0] == "allocator" and "--config" in args, args
@@ -262,39 +298,91 @@ class Installed:
             "-vv",
         )
         env = {**os.environ, "POD_NAME": name, "POD_NAMESPACE": NAMESPACE}
-        proc = Process("installed-allocator", argv, self.workdir / "installed-allocator.log", env=env).start()
-        self.allocator, self.allocator_ports = proc, ports
+        proc = Process(label, argv, self.workdir / f"{label}.log", env=env).start()
         http = urllib3.PoolManager(retries=False, timeout=5)
+        probe, what = ("readyz", "leading with a synced cache") if leads else ("syncz", "synced (standby)")
         wait_until(
-            lambda: http.request("GET", f"http://{HOST}:{ports['health']}/readyz").status == 200,
+            lambda: http.request("GET", f"http://{HOST}:{ports['health']}/{probe}").status == 200,
             timeout=120,
-            what="the installed allocator leading with a synced cache",
+            what=f"the installed allocator {what}",
             process=proc,
         )
-        return proc
+        self.report(pod, running=True)
+        return proc, ports
+
+    def current_pods(self) -> list[dict[str, Any]]:
+        """The allocator Deployment's live pods of its current template, by name."""
+        path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-allocator"
+        finish_terminating(self.cp)
+        (wanted,) = self.cp.admin.get(path)["spec"]["template"]["spec"]["containers"]
+        current = [
+            p
+            for p in pods(self.cp, "topoalloc-allocator")
+            if (c := p["spec"]["containers"][0])["args"] == wanted["args"] and c["image"] == wanted["image"]
+        ]
+        return sorted(current, key=lambda p: p["metadata"]["name"])
 
     def current_pod(self) -> dict[str, Any]:
         """The allocator Deployment's first live pod of its current template (after a rollout,
         once kubelet's part is done: the old pods removed)."""
-        path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/topoalloc-allocator"
-
-        def found() -> dict[str, Any] | None:
-            finish_terminating(self.cp)
-            (wanted,) = self.cp.admin.get(path)["spec"]["template"]["spec"]["containers"]
-            current = [
-                p
-                for p in pods(self.cp, "topoalloc-allocator")
-                if (c := p["spec"]["containers"][0])["args"] == wanted["args"]
-                and c["image"] == wanted["image"]
-            ]
-            return min(current, key=lambda p: p["metadata"]["name"]) if current else None
-
-        return wait_until(found, timeout=120, what="an allocator pod of the Deployment's current template")
+        return wait_until(
+            lambda: next(iter(self.current_pods()), None),
+            timeout=120,
+            what="an allocator pod of the Deployment's current template",
+        )
 
     def stop_allocator(self) -> None:
         if self.allocator is not None:
             self.allocator.stop()
             self.allocator = None
+
+    # -- kubelet's status reports -------------------------------------------------------------------
+
+    def report(self, pod: dict[str, Any], *, running: bool) -> None:
+        """What kubelet reports of a pod whose process runs (Running, Ready, an IP) or stopped (its
+        container terminated, not ready); nothing unless `kubelet`, or once the pod is gone."""
+        if not self.kubelet:
+            return
+        name = pod["metadata"]["name"]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        state = (
+            {"running": {"startedAt": now}}
+            if running
+            else {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}
+        )
+        flag = "True" if running else "False"
+        ip = f"10.244.{sum(name.encode()) % 250}.{len(name) % 250 + 2}"
+        status = {
+            "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "startTime": pod["metadata"].get("creationTimestamp") or now,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+                {"type": "Ready", "status": flag, "lastTransitionTime": now},
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": running,
+                    "started": running,
+                    "restartCount": 0,
+                    "state": state,
+                }
+                for c in pod["spec"]["containers"]
+            ],
+        }
+        try:
+            self.cp.admin.merge_patch(
+                f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/status", {"status": status}
+            )
+        except ApiStatus as exc:
+            if exc.status != 404:  # gone meanwhile: nothing to report
+                raise
 
     def _extender_port(self) -> int | None:
         alive = self.allocator is not None and self.allocator.alive()
@@ -310,13 +398,21 @@ class Installed:
                 continue
             token = service_account_token(self.cp, NAMESPACE, "topoalloc-agent", bound_pod=pod)
             kubeconfig = self.cp.write_kubeconfig(f"installed-agent-{node}", token=token)
-            self.agents[node] = AgentProcess(self.fixtures[node], node, kubeconfig, self.workdir).start()
+            agent = AgentProcess(self.fixtures[node], node, kubeconfig, self.workdir, more=self.agent_args)
+            self.agents[node] = agent.start()
+            self.report(pod, running=True)
         return self.agents
 
+    def stop_agent(self, node: str) -> None:
+        agent = self.agents.pop(node)
+        agent.process.stop()
+        for pod in pods(self.cp, "topoalloc-agent"):
+            if pod["spec"].get("nodeName") == node:
+                self.report(pod, running=False)
+
     def stop_agents(self) -> None:
-        for agent in self.agents.values():
-            agent.process.stop()
-        self.agents.clear()
+        for node in list(self.agents):
+            self.stop_agent(node)
 
     # -- the secondary scheduler Deployment ---------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from topoalloc.commands.doctor.command import Duration
 from topoalloc.commands.installer.kustomize import KustomizeError, dump
 from topoalloc.commands.installer.manifests import (
     CERTS,
@@ -64,11 +65,9 @@ def _root(manifests: Path | None) -> Path:
 
 
 def _connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Any:
-    from topoalloc.commands.installer.cluster import connect
+    from topoalloc.commands.installer.cluster import open_cluster
 
-    cluster = connect(kubeconfig, context, in_cluster)
-    click.get_current_context().call_on_close(cluster.close)  # its client session and event loop
-    return cluster
+    return open_cluster(kubeconfig, context, in_cluster)
 
 
 def _print(report: Report, *, results_to_stderr: bool = False) -> None:
@@ -157,6 +156,19 @@ RUN_FLAGS = [
     ),
     click.option("--dry-run", is_flag=True, help="Print the manifests (-o) instead of applying them."),
     click.option(
+        "--wait",
+        is_flag=True,
+        help="Then wait for the agent and the allocator to roll out and run `topoalloc doctor` on the "
+        "installation (exit 1 when a check fails).",
+    ),
+    click.option(
+        "--timeout",
+        type=Duration(),
+        default="5m",
+        show_default=True,
+        help="With --wait: how long the rollout and doctor may take in all.",
+    ),
+    click.option(
         "-o",
         "--output",
         type=click.Choice(["yaml", "json"]),
@@ -186,6 +198,11 @@ def _with(flags: list[Callable[[F], F]]) -> Callable[[F], F]:
 def _options(base: InstallOptions, flags: dict[str, Any]) -> InstallOptions:
     changes = {k: v for k, v in flags.items() if v is not None and k in InstallOptions.__dataclass_fields__}
     return InstallOptions(**{**base.__dict__, **changes})
+
+
+def _check_wait(flags: dict[str, Any]) -> None:
+    if flags["wait"] and flags["dry_run"]:
+        raise click.UsageError("--wait waits for what was applied: not with --dry-run")
 
 
 def _request(flags: dict[str, Any]) -> Any:
@@ -218,6 +235,22 @@ def _deploy(cluster: Any, options: InstallOptions, flags: dict[str, Any], root: 
     _print(outcome.report)
     for line in unignored_private_keys([p for p in outcome.written if p.suffix == ".key"]):
         click.echo(f"warning: {line}", err=True)
+    if flags["wait"]:
+        _wait(cluster, outcome.docs, root, flags)
+
+
+def _wait(cluster: Any, docs: list[dict[str, Any]], root: Path, flags: dict[str, Any]) -> None:
+    """The rollout, then doctor's report; exit 1 when one of its checks fails."""
+    from topoalloc.commands.doctor.findings import Summary
+    from topoalloc.commands.doctor.report import render
+    from topoalloc.commands.doctor.rollout import wait_and_check
+
+    facts, findings = _guarded(
+        lambda: wait_and_check(cluster, docs, root, flags["timeout"], flags["kubeadm_dir"], click.echo),
+        cluster.host,
+    )
+    click.echo(render(facts, findings), nl=False)
+    click.get_current_context().exit(Summary.of(findings).exit_status)
 
 
 @click.command("install")
@@ -240,11 +273,12 @@ def install(kube_version: str | None, manifests: Path | None, **flags: Any) -> N
     """
     from topoalloc.commands.installer.record import recorded_options
 
+    _check_wait(flags)
     root = _root(manifests)
     fresh = InstallOptions(version=_package_version())
     if kube_version is not None:
-        if not flags["dry_run"]:
-            raise click.UsageError("--kube-version renders without a cluster: it needs --dry-run")
+        if not flags["dry_run"] or flags["wait"]:
+            raise click.UsageError("--kube-version renders without a cluster: it needs --dry-run, not --wait")
         _offline(_options(fresh, flags), kube_version, root, flags["output"])
         return
     cluster = _connect(flags["kubeconfig"], flags["context"], flags["in_cluster"])
@@ -285,6 +319,7 @@ def upgrade(manifests: Path | None, **flags: Any) -> None:
     roll. Allocations stay: they live in the pods' annotations and the agents' checkpoints."""
     from topoalloc.commands.installer.record import recorded_options
 
+    _check_wait(flags)
     root = _root(manifests)
     cluster = _connect(flags["kubeconfig"], flags["context"], flags["in_cluster"])
     recorded = _guarded(lambda: recorded_options(cluster), cluster.host)

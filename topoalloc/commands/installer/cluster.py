@@ -15,7 +15,7 @@ user decides on (`--force-conflicts`), not silently overwritten.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -38,6 +38,25 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status, self.message = status, message
+
+
+def open_cluster(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Cluster:
+    """`connect`, closed when the command ends (every command that reads or changes a cluster
+    through this client: install, upgrade, uninstall, doctor, explain)."""
+    import click
+
+    cluster = connect(kubeconfig, context, in_cluster)
+    click.get_current_context().call_on_close(cluster.close)  # its client session and event loop
+    return cluster
+
+
+def answered(func: Callable[[], T], host: str) -> T:
+    """`func()`, an API refusal nobody expected (RBAC refusing the user) said in one line as a
+    runtime failure."""
+    try:
+        return func()
+    except ApiError as exc:
+        raise Failure("cluster", host, str(exc)) from None
 
 
 def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Cluster:
@@ -110,6 +129,10 @@ class Cluster:
 
     def version(self) -> str:
         return str(self.request("GET", SERVER_VERSION)["gitVersion"])
+
+    def server_time(self) -> float | None:
+        """The API server's clock (seconds since the epoch), None when it does not say."""
+        return self._run(self.api.server_time())
 
     # -- resources ----------------------------------------------------------------------------------
 
