@@ -69,9 +69,9 @@ def test_printer_columns_show(cluster: ClusterEnv, published: str) -> None:
 
 
 def test_agent_restores_its_node_resources(cluster: ClusterEnv, published: str) -> None:
-    # Someone strips one of the agent's resources off the Node status: the agent's next pass (it
-    # re-reads the Node every resync) puts it back, through the status subresource its RBAC and
-    # admission policy allow.
+    # Someone strips one of the agent's resources off the Node status: the agent's first pass after
+    # it re-reads the Node (at most every 60 s: Publisher.read_node's max_age) puts it back, through
+    # the status subresource its RBAC and admission policy allow.
     cluster.cp.admin.request(
         "PATCH",
         f"/api/v1/nodes/{published}/status",
@@ -94,6 +94,6 @@ def test_agent_restores_its_node_resources(cluster: ClusterEnv, published: str) 
             )
             == "800"
         ),
-        timeout=60,
+        timeout=90,  # 60 s between reads of the Node, and a loaded machine
         what="the agent to restore koordinator.sh/gpu-core",
     )

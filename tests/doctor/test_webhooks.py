@@ -7,7 +7,6 @@ the webhook's change (it failed open), fail."""
 from __future__ import annotations
 
 import base64
-import time
 
 from allocator.runtime import certs as pki
 from tests.doctor.healthy import NOW, facts, secret
@@ -56,7 +55,7 @@ def test_a_missing_secret_fails_and_an_unreadable_one_warns() -> None:
 
 def test_certificates_that_cannot_serve_the_webhooks_are_named() -> None:
     files = tls.issue_secrets("topoalloc-system")[tls.SECRETS[0]]
-    now = time.time()  # issued just now: NOW (the module's import) may be earlier
+    now = NOW
     assert webhooks.certificate_problem(files["tls.crt"], files["ca.crt"], now) == ""
     expired = webhooks.certificate_problem(files["tls.crt"], files["ca.crt"], now + 400 * 86400)
     assert expired.startswith("its certificate expired")
