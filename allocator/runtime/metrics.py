@@ -129,8 +129,18 @@ class Metrics:
             ["path"],
             registry=r,
         )
+        self.admission_reviews = Counter(
+            "topoalloc_admission_reviews",
+            "Admission reviews answered, by route and result (allowed, patched, denied, bad_request, "
+            "error: the API server then applied the webhook's failurePolicy).",
+            ["route", "result"],
+            registry=r,
+        )
         # The controllers' runners (allocator/runtime/runner.py), one family each, by controller.
         self.controllers = ControllerMetrics(r)
 
     def track_allocations(self, source: AllocationCounts) -> None:
         self.registry.register(_AllocatedDevices(source))
+
+    def count_review(self, route: str, result: str) -> None:
+        self.admission_reviews.labels(route, result).inc()
