@@ -18,6 +18,8 @@ CLAIM_PREPARES = Counter(
     "Claims kubelet asked the DRA plugin to prepare, by result (prepared, failed)",
     ["result"],
 )
+for _result in ("prepared", "failed"):  # at zero from the start: an alert on failures has a series
+    CLAIM_PREPARES.labels(_result)
 
 
 def record_devices(device: Device) -> None:

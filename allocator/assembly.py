@@ -139,6 +139,7 @@ class Allocator:
             reload_interval=config.tls_reload_interval,
             count=self.metrics.count_review,
         )
+        self.metrics.expect_reviews(self.admission.routes)
         self.port = 0  # bound ports, known after start() (config may say 0)
         self.health_port = 0
         self.webhook_port = 0

@@ -31,6 +31,8 @@ POOL_LABELS = (
     "node.kubernetes.io/instance-type",
 )
 NO_POOL = "none"
+# What the ledger holds for (`hold_kind`), each always reported (0 included).
+HOLD_KINDS = ("bind", "gang", "reservation", "placement", "ahead", "claims")
 
 
 def pool_of(labels: Mapping[str, str]) -> str:
@@ -114,9 +116,10 @@ class FleetCollector(Collector):
             "Entries of the hold ledger (devices held beyond what bound pods say), by what they hold for.",
             labels=["kind"],
         )
-        counts: dict[str, int] = defaultdict(int)
+        counts: dict[str, int] = dict.fromkeys(HOLD_KINDS, 0)
         for key, hold in self.cache.ledger.holds.items():
-            counts[hold_kind(key, hold.holder)] += 1
+            kind = hold_kind(key, hold.holder)
+            counts[kind] = counts.get(kind, 0) + 1
         for kind, n in sorted(counts.items()):
             family.add_metric([kind], n)
         return family
