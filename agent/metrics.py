@@ -22,6 +22,9 @@ for _result in ("prepared", "failed"):  # at zero from the start: an alert on fa
     CLAIM_PREPARES.labels(_result)
 
 
+_published: set[tuple[str, str]] = set()  # the label sets DEVICES holds
+
+
 def record_devices(device: Device) -> None:
     """The gauge after a pass: every type the node has, both health states (0 included), so that
     an alert on unhealthy devices sees a series even while none is."""
@@ -30,6 +33,10 @@ def record_devices(device: Device) -> None:
         counts.setdefault((d.type, "healthy"), 0)
         counts.setdefault((d.type, "unhealthy"), 0)
         counts[(d.type, "healthy" if d.health else "unhealthy")] += 1
-    DEVICES.clear()
     for (dtype, health), n in counts.items():
         DEVICES.labels(dtype, health).set(n)
+    # Types the node no longer has go after the new values are in: a scrape never sees none.
+    for key in _published - counts.keys():
+        DEVICES.remove(*key)
+    _published.clear()
+    _published.update(counts)
