@@ -7,6 +7,7 @@ the webhook's change (it failed open), fail."""
 from __future__ import annotations
 
 import base64
+import time
 
 from allocator.runtime import certs as pki
 from tests.doctor.healthy import NOW, facts, secret
@@ -41,7 +42,7 @@ def test_a_ca_rotated_without_the_bundle_fails_naming_the_webhooks_and_the_fix()
     assert statuses(found) == [FAIL]
     assert "is not the CA in Secret topoalloc-system/topoalloc-allocator-tls" in found[0].what
     assert "rollout restart deployment/topoalloc-allocator" in found[0].fix
-    assert len(found[0].details) == 7 and "stale caBundle: placement.topoalloc.io" in found[0].details
+    assert len(found[0].details) == 8 and "stale caBundle: placement.topoalloc.io" in found[0].details
 
 
 def test_a_missing_secret_fails_and_an_unreadable_one_warns() -> None:
@@ -55,12 +56,13 @@ def test_a_missing_secret_fails_and_an_unreadable_one_warns() -> None:
 
 def test_certificates_that_cannot_serve_the_webhooks_are_named() -> None:
     files = tls.issue_secrets("topoalloc-system")[tls.SECRETS[0]]
-    assert webhooks.certificate_problem(files["tls.crt"], files["ca.crt"], NOW) == ""
-    expired = webhooks.certificate_problem(files["tls.crt"], files["ca.crt"], NOW + 400 * 86400)
+    now = time.time()  # issued just now: NOW (the module's import) may be earlier
+    assert webhooks.certificate_problem(files["tls.crt"], files["ca.crt"], now) == ""
+    expired = webhooks.certificate_problem(files["tls.crt"], files["ca.crt"], now + 400 * 86400)
     assert expired.startswith("its certificate expired")
     other_ca = pki.make_ca().cert_pem
     assert "not a certificate issued by ca.crt" in webhooks.certificate_problem(
-        files["tls.crt"], other_ca, NOW
+        files["tls.crt"], other_ca, now
     )
     ca = pki.make_ca()
     narrow = pki.server_cert(ca, "topoalloc-allocator", "topoalloc-system")  # the extender's names only

@@ -141,6 +141,10 @@ class ControlPlane:
         if self.with_scheduler:
             self._start_scheduler()
 
+    def logs(self, lines: int = 40) -> str:
+        """The last `lines` of each control-plane process's log, for a failure's message."""
+        return "\n".join(p.tail(lines) for p in self.processes.values())
+
     def stop(self) -> None:
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             proc = self.processes.get(name)

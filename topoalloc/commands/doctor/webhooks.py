@@ -11,6 +11,7 @@ import datetime as dt
 
 from cryptography import x509
 
+from allocator.runtime.admission_settings import LEADER_SERVICE
 from topoalloc.commands.doctor.facts import (
     ALLOCATOR,
     JSON,
@@ -24,6 +25,8 @@ from topoalloc.commands.doctor.findings import Finding, fail, ok, warn
 
 CHECK = "webhooks"
 WEBHOOK_SERVICE = "topoalloc-webhook"
+# The placement entry calls the leader alone, through the extender's Service (its webhook port).
+SERVICES = (WEBHOOK_SERVICE, LEADER_SERVICE)
 RESTART = f"kubectl -n {NAMESPACE} rollout restart deployment/{ALLOCATOR}"
 
 
@@ -36,12 +39,12 @@ def _decoded(value: object) -> bytes:
         return b""
 
 
+def _service(hook: JSON) -> str:
+    return str(((hook.get("clientConfig") or {}).get("service") or {}).get("name") or "")
+
+
 def _ours(hooks: list[JSON]) -> list[JSON]:
-    return [
-        h
-        for h in hooks
-        if ((h.get("clientConfig") or {}).get("service") or {}).get("name") == WEBHOOK_SERVICE
-    ]
+    return [h for h in hooks if _service(h) in SERVICES]
 
 
 def check_ca(facts: Facts, hooks: list[JSON]) -> list[Finding]:
@@ -86,7 +89,8 @@ def check_ca(facts: Facts, hooks: list[JSON]) -> list[Finding]:
                 [f"stale caBundle: {name}" for name in stale],
             )
         )
-    problem = certificate_problem(cert, ca, facts.now)
+    services = sorted({_service(h) for h in _ours(hooks)}, key=SERVICES.index) or [WEBHOOK_SERVICE]
+    problem = certificate_problem(cert, ca, facts.now, services)
     if problem:
         out.append(
             fail(CHECK, f"Secret {NAMESPACE}/{SERVER_SECRET}: {problem}", "topoalloc install --rotate-certs")
@@ -96,14 +100,16 @@ def check_ca(facts: Facts, hooks: list[JSON]) -> list[Finding]:
             ok(
                 CHECK,
                 f"caBundle of {len(_ours(hooks))} webhook(s) = the CA of Secret {NAMESPACE}/{SERVER_SECRET}, "
-                "whose certificate is valid for the webhook Service",
+                f"whose certificate is valid for Service(s) {', '.join(services)}",
             )
         )
     return out
 
 
-def certificate_problem(cert_pem: bytes, ca_pem: bytes, now: float) -> str:
-    """Why the allocator's certificate cannot serve the webhooks ("" when it can)."""
+def certificate_problem(
+    cert_pem: bytes, ca_pem: bytes, now: float, services: list[str] | tuple[str, ...] = SERVICES
+) -> str:
+    """Why the allocator's certificate cannot serve the webhooks' `services` ("" when it can)."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
         ca = x509.load_pem_x509_certificate(ca_pem)
@@ -115,14 +121,15 @@ def certificate_problem(cert_pem: bytes, ca_pem: bytes, now: float) -> str:
         return f"its certificate expired {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     if cert.not_valid_before_utc > moment:
         return f"its certificate is valid only from {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
-    wanted = f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc"
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         names = sans.get_values_for_type(x509.DNSName)
     except x509.ExtensionNotFound:
         names = []
-    if wanted not in names:
-        return f"its certificate does not name {wanted} (it names {', '.join(names) or 'nothing'})"
+    for service in services:
+        wanted = f"{service}.{NAMESPACE}.svc"
+        if wanted not in names:
+            return f"its certificate does not name {wanted} (it names {', '.join(names) or 'nothing'})"
     return ""
 
 
@@ -147,8 +154,9 @@ def check_probe(probe: Probe) -> Finding:
             CHECK,
             f"{probe.webhook} did not answer kube-apiserver (it fails open: the pod was admitted without "
             f"{probe.wanted})",
-            "the allocator's pods must be ready and reachable through Service "
-            f"{NAMESPACE}/{WEBHOOK_SERVICE}; {RESTART}",
+            "the allocator's pods must be ready and reachable through Services "
+            f"{NAMESPACE}/{WEBHOOK_SERVICE} and, for the placement entry, the leader's "
+            f"{NAMESPACE}/{LEADER_SERVICE}; {RESTART}",
         )
     return ok(CHECK, f"{probe.webhook} answers kube-apiserver (a dry-run pod got {probe.wanted})")
 
