@@ -17,6 +17,9 @@ Example file:
       cpuThresholdRatio: 1.0
     dra:
       maxVfsPerNic: 8
+    metrics:                    # /metrics for Prometheus, on the node's addresses (docs/monitoring.md)
+      address: 0.0.0.0
+      port: 9824
     kubelet:                    # kubelet's Topology Manager and CPU manager (agent/kubelet_config.py)
       configFile: /var/lib/kubelet/config.yaml
       topologyManagerPolicy: "" # set these for a kubelet configured by flags; they win over the file
@@ -104,6 +107,17 @@ class DraConfig:
 
 
 @dataclass
+class MetricsConfig:
+    # /metrics alone, for Prometheus. The agent runs on the host network, so this listens on the
+    # node's addresses: all of them by default (as node-exporter does), the pod network reaching
+    # the node's IP; set `address` to one of the node's IPs to narrow it. Health stays on its own
+    # loopback listener (`healthAddress`), away from the node's interfaces.
+    enabled: bool = True
+    address: str = "0.0.0.0"
+    port: int = 9824
+
+
+@dataclass
 class AgentConfig:
     mode: str = MODE_DEVICE_PLUGIN  # apis.dra.MODES
     resync_seconds: float = 10.0
@@ -119,6 +133,7 @@ class AgentConfig:
     health: HealthConfig = field(default_factory=HealthConfig)
     mid_tier: MidTierConfig = field(default_factory=MidTierConfig)
     dra: DraConfig = field(default_factory=DraConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     kubelet: KubeletSettings = field(default_factory=KubeletSettings)
     partition_rules: list[PartitionRule] = field(default_factory=list)
     vf_group_labels: dict[str, str] = field(default_factory=lambda: {"type": "general"})
@@ -193,6 +208,8 @@ def load_config(path: str | Path | None) -> AgentConfig:
             _apply(cfg.mid_tier, value or {}, "midTier")
         elif key == "dra":
             _apply(cfg.dra, value or {}, "dra")
+        elif key == "metrics":
+            _apply(cfg.metrics, value or {}, "metrics")
         elif key == "kubelet":
             _apply(cfg.kubelet, value or {}, "kubelet")
         elif key == "partitions":
@@ -212,6 +229,8 @@ def load_config(path: str | Path | None) -> AgentConfig:
     if cfg.udev_source not in ("auto", "udev", "kernel"):
         raise ConfigError(f"udevSource: expected auto, udev or kernel, got {cfg.udev_source!r}")
     check_mode(cfg.mode)
+    if not 0 <= cfg.metrics.port <= 65535:
+        raise ConfigError(f"metrics.port: expected 0 to 65535, got {cfg.metrics.port}")
     if cfg.dra.max_vfs_per_nic < 0:
         raise ConfigError(f"dra.maxVfsPerNic: expected 0 or more, got {cfg.dra.max_vfs_per_nic}")
     return cfg

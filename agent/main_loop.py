@@ -28,6 +28,7 @@ from agent.discovery.hotplug import HotplugMonitor
 from agent.dra.slices import pool_devices
 from agent.kube import Kube
 from agent.kubelet_config import KubeletConfigReader
+from agent.metrics import record_devices
 from agent.parts import NO_PLUGIN, NOT_STARTED, KubeletPlugin, PodSource, Worker
 from agent.publish.device_builder import (
     HEALTHY_CONDITION,
@@ -160,6 +161,7 @@ class Agent:
         uid, previous = self.cluster.read()
         device = build_device(snap, NodeRef(self.node_name, uid), self.config)
         device = carry_over(previous, device, snap, now)
+        record_devices(device)
         labels = node_labels(device)
         labels[dra.MODE_LABEL] = self.config.mode
         labels.update(

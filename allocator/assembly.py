@@ -35,6 +35,7 @@ from allocator.runtime.component import Component, Components
 from allocator.runtime.config import ServiceConfig
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.events import EventRecorder, EventSink, NullEvents
+from allocator.runtime.fleet_metrics import FleetCollector
 from allocator.runtime.kube import (
     DEVICES,
     DRA_KINDS,
@@ -124,6 +125,7 @@ class Allocator:
         )
         self.allowlist = ClientAllowlist(config.allowed_clients)
         self.metrics.track_allocations(self.cache.allocated_devices)
+        self.metrics.registry.register(FleetCollector(self.cache))
         self.metrics.leader.set(0 if self.elector else 1)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._runners: list[web.AppRunner] = []
@@ -135,7 +137,9 @@ class Allocator:
             tls_files=self.tls_files,
             is_leader=self.is_leader,
             reload_interval=config.tls_reload_interval,
+            count=self.metrics.count_review,
         )
+        self.metrics.expect_reviews(self.admission.routes)
         self.port = 0  # bound ports, known after start() (config may say 0)
         self.health_port = 0
         self.webhook_port = 0

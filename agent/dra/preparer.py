@@ -27,6 +27,7 @@ from agent.dra.cdi import CdiError, ClaimSpecs, Resolved, cdi_device_id
 from agent.dra.claims import ClaimDevice, ClaimError, ClaimRef, claim_devices
 from agent.dra.prepared import PreparedClaim, PreparedClaims, PreparedDevice
 from agent.kube import TRANSPORT_ERRORS, short_error, status_of
+from agent.metrics import CLAIM_PREPARES
 from apis import dra
 from apis.device import Device
 
@@ -68,6 +69,7 @@ class Preparer:
                     claim = self._prepare_one(ref)
                 except (ClaimError, CdiError, OSError) as exc:
                     self.refusals += 1
+                    CLAIM_PREPARES.labels("failed").inc()
                     message = str(exc) if not isinstance(exc, OSError) else f"claim {ref}: {exc}"
                     log.warning("prepare refused: %s", message)
                     out[ref.uid] = Prepared(error=message)
@@ -75,6 +77,7 @@ class Preparer:
                 if ref.uid not in self.store.claims:
                     self.store.claims[ref.uid] = claim
                     new.append(ref.uid)
+                CLAIM_PREPARES.labels("prepared").inc()
                 out[ref.uid] = Prepared(list(claim.devices))
             if new and not self._saved(new, [], out):
                 for uid in new:

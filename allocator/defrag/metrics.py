@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+STEPS = ("planned", "held", "reserved", "evicted", "finished")
+
 
 class DefragMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -28,3 +30,5 @@ class DefragMetrics:
             "GPU-hours of work the evicted pods had run (age times GPUs).",
             registry=registry,
         )
+        for step in STEPS:  # at zero from the start: "no move finished" is a series, not an absence
+            self.steps.labels(step)

@@ -6,6 +6,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from allocator.runtime.metrics import LATENCY_BUCKETS
 
+# The placement lifecycle's results (allocator/core/placement/lifecycle.py).
+RESULTS = ("placed", "unplaceable", "preempting", "replaced")
+
 
 class PlacementMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -28,6 +31,8 @@ class PlacementMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        for result in RESULTS:  # at zero from the start: a rate sees the first placement
+            self.placements.labels(result)
 
     def count(self, metric: str, label: str, by: float = 1) -> None:
         if metric == "placements":

@@ -95,28 +95,53 @@ def add_gate(spec: JSON, gate: str) -> list[JSON] | None:
     return [{"op": "add", "path": "/spec/schedulingGates/-", "value": value}]
 
 
-def admission_app(routes: Mapping[str, Reviewer]) -> web.Application:
-    """One application serving every route (path -> reviewer)."""
+# Counts an answered review: (route path, result), result one of RESULTS.
+Count = Callable[[str, str], None]
+RESULTS = ("allowed", "patched", "denied", "bad_request", "error")
+
+
+def admission_app(routes: Mapping[str, Reviewer], *, count: Count | None = None) -> web.Application:
+    """One application serving every route (path -> reviewer); `count` hears each answer."""
     app = web.Application(client_max_size=MAX_BODY)
-    add_reviewers(app, routes)
+    add_reviewers(app, routes, count=count)
     return app
 
 
-def add_reviewers(app: web.Application, routes: Mapping[str, Reviewer]) -> None:
+def add_reviewers(
+    app: web.Application, routes: Mapping[str, Reviewer], *, count: Count | None = None
+) -> None:
     """More routes on an admission application (the DRA gate beside the gang's)."""
     for path, reviewer in routes.items():
-        app.router.add_post(path, _handler(reviewer))
+        app.router.add_post(path, _handler(path, reviewer, count or _uncounted))
 
 
-def _handler(reviewer: Reviewer) -> Callable[[web.Request], Any]:
+def _uncounted(path: str, result: str) -> None:
+    return None
+
+
+def _result(response: JSON) -> str:
+    if not response.get("allowed"):
+        return "denied"
+    return "patched" if response.get("patch") else "allowed"
+
+
+def _handler(path: str, reviewer: Reviewer, count: Count) -> Callable[[web.Request], Any]:
     async def mutate(request: web.Request) -> web.Response:
         raw = await request.read()
         try:
             review = parse_review(json.loads(raw))
         except (ValueError, UnicodeDecodeError) as exc:  # BadReview is a ValueError
             log.warning("admission review refused: %s", exc)
+            count(path, "bad_request")
             return web.Response(status=400, text=f"not an AdmissionReview: {exc}\n")
-        response = reviewer(review)
+        try:
+            response = reviewer(review)
+        except Exception:
+            # The API server sees a 500 and applies the webhook's failurePolicy: counted, so
+            # that an alert sees what the API server's own log would otherwise hide.
+            count(path, "error")
+            raise
+        count(path, _result(response))
         warnings = pod_warnings(pod_create(review))
         if warnings:
             response = {**response, "warnings": warnings}

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from allocator.runtime.admission import Reviewer, admission_app
+from allocator.runtime.admission import Count, Reviewer, admission_app
 from allocator.runtime.admission_settings import LEADER_SERVICE, WEBHOOK_SERVICE, AdmissionSettings
 from allocator.runtime.cabundle import CaBundleInjector
 from allocator.runtime.kube import KubeApi
@@ -33,8 +33,10 @@ class AdmissionServer:
         tls_files: TLSFiles,
         is_leader: Callable[[], bool],
         reload_interval: float,
+        count: Count | None = None,
     ) -> None:
         self.settings = settings
+        self.count = count
         self.routes = dict(routes)
         self.tls = ReloadingTLS(tls_files, client_certs=False)
         self.is_leader = is_leader
@@ -52,7 +54,7 @@ class AdmissionServer:
         spawn("webhook TLS reload", self.tls.watch(self.reload_interval))
         if self.settings.webhook_configuration:  # "": the caBundle is someone else's (cert-manager)
             spawn("webhook caBundle", self._ca_loop())
-        self._runner = web.AppRunner(admission_app(self.routes), access_log=None)
+        self._runner = web.AppRunner(admission_app(self.routes, count=self.count), access_log=None)
         await self._runner.setup()
         s = self.settings
         site = web.TCPSite(self._runner, s.host, s.port, ssl_context=self.tls.context)

@@ -362,6 +362,15 @@ class CoreAdapter:
         nodes = self.cluster.nodes
         return sum(nodes[n].whole_gpus_free for n in names if n in nodes)
 
+    def share_nvlink(self, node: str, minors: Iterable[int]) -> bool | None:
+        """Whether the GPUs `minors` of `node` all sit in one NVLink domain (None: the core has no
+        inventory of the node)."""
+        state = self.cluster.nodes.get(node)
+        if state is None or state.inventory is None:
+            return None
+        mask = sum(1 << m for m in set(minors))
+        return any(mask & domain == mask for domain in state.inventory.nvlink_domains.values())
+
     def sibling_priorities(
         self,
         req: PodRequest,

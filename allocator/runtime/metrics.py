@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from allocator.runtime.admission import RESULTS as REVIEW_RESULTS
 from allocator.runtime.runner import ControllerMetrics
 
 # Extender calls sit on kube-scheduler's critical path: resolve the millisecond range finely.
@@ -129,8 +130,24 @@ class Metrics:
             ["path"],
             registry=r,
         )
+        self.admission_reviews = Counter(
+            "topoalloc_admission_reviews",
+            "Admission reviews answered, by route and result (allowed, patched, denied, bad_request, "
+            "error: the API server then applied the webhook's failurePolicy).",
+            ["route", "result"],
+            registry=r,
+        )
         # The controllers' runners (allocator/runtime/runner.py), one family each, by controller.
         self.controllers = ControllerMetrics(r)
 
     def track_allocations(self, source: AllocationCounts) -> None:
         self.registry.register(_AllocatedDevices(source))
+
+    def count_review(self, route: str, result: str) -> None:
+        self.admission_reviews.labels(route, result).inc()
+
+    def expect_reviews(self, routes: Iterable[str]) -> None:
+        """Every route's results at zero from the start, so that an error rate has a series."""
+        for route in routes:
+            for result in REVIEW_RESULTS:
+                self.admission_reviews.labels(route, result)

@@ -137,6 +137,9 @@ class Runner:
         self.passes = 0
         self.leading = False
         self._metrics = metrics
+        if metrics is not None:  # this controller's series at zero from the start
+            for family in (metrics.pass_seconds, metrics.passes, metrics.failed, metrics.retries):
+                family.labels(name)
         self._wake = asyncio.Event()
         self._passed = asyncio.Condition()
         self._slots = asyncio.Semaphore(max(1, settings.concurrency))

@@ -87,6 +87,10 @@ def test_vf_added_through_udev_appears_in_the_device_within_2s(fake_api_thread, 
         "60",
         "--health-port",
         "0",
+        "--metrics-address",
+        "127.0.0.1",
+        "--metrics-port",
+        "0",
         "-v",
     ]
     bed = subprocess.Popen(

@@ -96,6 +96,16 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     "--health-port", type=int, help="Port of /healthz and /readyz (0: any free port; default 9823)."
 )
 @click.option(
+    "--metrics-address",
+    help="Address of the /metrics listener (default: the config's metrics.address, 0.0.0.0).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Port of /metrics on the metrics address (0: any free port; default: the config's "
+    "metrics.port, 9824).",
+)
+@click.option(
     "--device-plugin/--no-device-plugin",
     default=None,
     help="Serve the kubelet device plugins (nvidia.com/gpu, koordinator.sh/gpu-core, koordinator.sh/gpu, "
@@ -187,6 +197,8 @@ def agent(
     mode: str | None,
     no_hotplug: bool,
     health_port: int | None,
+    metrics_address: str | None,
+    metrics_port: int | None,
     device_plugin: bool | None,
     node_choice: bool,
     device_plugin_dir: str,
@@ -219,6 +231,10 @@ def agent(
         cfg.resync_seconds = resync
     if health_port is not None:
         cfg.health_port = health_port
+    if metrics_address is not None:
+        cfg.metrics.address = metrics_address
+    if metrics_port is not None:
+        cfg.metrics.port = metrics_port
     if mode is not None:
         cfg.mode = mode
     dra_mode = cfg.mode == "dra"
@@ -322,10 +338,17 @@ def agent(
             click.echo(f"error: {error}", err=True)
         sys.exit(1 if result.errors else 0)
 
-    from agent.healthz import HealthServer
+    from agent.healthz import METRICS_ONLY, HealthServer
 
     server = HealthServer(cfg.health_address, cfg.health_port, runner.health_state)
     server.start()
+    servers = [server]
+    if cfg.metrics.enabled:
+        m = cfg.metrics
+        metrics = HealthServer(m.address, m.port, runner.health_state, paths=METRICS_ONLY, name="metrics")
+        metrics.start()
+        servers.append(metrics)
+        log.warning("agent for node %s; metrics on %s:%d", node_name, m.address, servers[-1].port)
     log.warning("agent for node %s; health on :%d", node_name, server.port)
     inbox = None
     if fixture_events is not None:
@@ -342,7 +365,8 @@ def agent(
     finally:
         if inbox is not None:
             inbox.stop()
-        server.stop()
+        for each in servers:
+            each.stop()
 
 
 @click.command("inject-event")

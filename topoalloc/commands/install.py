@@ -139,6 +139,13 @@ OPTION_FLAGS = [
         default=None,
         help="Run the agent with runtimeClassName: nvidia (where the NVIDIA runtime is not the default).",
     ),
+    click.option(
+        "--monitoring/--no-monitoring",
+        default=None,
+        help="Add the Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule (alerts with "
+        "runbooks) and the Grafana dashboard ConfigMap (deploy/components/monitoring); needs the "
+        "monitoring.coreos.com CRDs.  [default: off]",
+    ),
 ]
 
 RUN_FLAGS = [

@@ -179,13 +179,16 @@ class DeviceRecord:
 
     resource_version: str
     blob: bytes
+    updated: str = ""  # status.updateTime as written: the agent's last refresh (fleet metrics)
 
     @classmethod
     def of(cls, dev: JSON) -> DeviceRecord:
         meta = meta_of(dev)
         if "managedFields" in meta:
             dev = {**dev, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-        return cls(str(meta.get("resourceVersion") or ""), zlib.compress(orjson.dumps(dev), 1))
+        status = dev.get("status")
+        updated = str(status.get("updateTime") or "") if isinstance(status, dict) else ""
+        return cls(str(meta.get("resourceVersion") or ""), zlib.compress(orjson.dumps(dev), 1), updated)
 
     def device(self) -> JSON:
         return orjson.loads(zlib.decompress(self.blob))  # type: ignore[no-any-return]

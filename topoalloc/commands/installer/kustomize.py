@@ -3,8 +3,9 @@
 The bases stay what GitOps users apply with `kubectl apply -k`; the installer renders the same
 bases itself, so that it needs no kubectl (or a kubectl whose kustomize is older than the bases).
 No library on PyPI renders kustomize faithfully (the ones there wrap the Go binary), and the bases
-use a small part of it: `resources` (files and folders), `components`, `images` and inline JSON 6902
-`patches` with a kind/name target. Anything else in a kustomization is refused by name rather
+use a small part of it: `resources` (files and folders), `components`, `images`, inline JSON 6902
+`patches` with a kind/name target and `configMapGenerator` from files with a fixed name (the
+monitoring component's dashboard). Anything else in a kustomization is refused by name rather
 than silently ignored, and tests/install/test_kustomize.py holds the output equal to
 `kubectl kustomize` for every base.
 """
@@ -23,7 +24,7 @@ import yaml
 from apis.documents import load_documents, parse_yaml_documents
 
 Doc = dict[str, Any]
-SUPPORTED = {"apiVersion", "kind", "resources", "components", "images", "patches"}
+SUPPORTED = {"apiVersion", "kind", "resources", "components", "images", "patches", "configMapGenerator"}
 
 
 class KustomizeError(ValueError):
@@ -76,6 +77,7 @@ def _build(folder: Path, *, extra: tuple[Path, ...] = ()) -> list[Doc]:
     for entry in kust.get("resources") or []:
         target = (folder / str(entry)).resolve()
         docs += _build(target) if target.is_dir() else _documents(target)
+    docs += [_generated(path, folder, g) for g in kust.get("configMapGenerator") or []]
     _check_unique(docs, path)
     for component in [*(folder / str(c) for c in kust.get("components") or []), *extra]:
         docs = _component(component.resolve(), docs)
@@ -90,9 +92,37 @@ def _component(folder: Path, docs: list[Doc]) -> list[Doc]:
     for entry in kust.get("resources") or []:
         target = (folder / str(entry)).resolve()
         docs = docs + (_build(target) if target.is_dir() else _documents(target))
+    docs = docs + [_generated(path, folder, g) for g in kust.get("configMapGenerator") or []]
     _check_unique(docs, path)
     _apply_own(path, folder, kust, docs)
     return docs
+
+
+def _generated(path: Path, folder: Path, entry: Mapping[str, Any]) -> Doc:
+    """A `configMapGenerator` entry's ConfigMap: `files` (`key=path` or `path`), `options.labels`.
+    Only with `options.disableNameSuffixHash: true`: the installer does not compute kustomize's
+    content hash, and a fixed name is what a Grafana sidecar or a chart expects anyway."""
+    options = entry.get("options") or {}
+    unknown = sorted(set(entry) - {"name", "namespace", "files", "options"}) + sorted(
+        set(options) - {"labels", "disableNameSuffixHash"}
+    )
+    if unknown:
+        raise KustomizeError(
+            path, f"configMapGenerator uses {', '.join(unknown)}, which the installer does not render"
+        )
+    if options.get("disableNameSuffixHash") is not True:
+        raise KustomizeError(path, "configMapGenerator: only with options.disableNameSuffixHash: true")
+    data: dict[str, str] = {}
+    for spec in entry.get("files") or []:
+        key, _, name = str(spec).rpartition("=")
+        source = folder / name
+        data[key or Path(name).name] = source.read_text()
+    meta: Doc = {"name": str(entry["name"])}
+    if entry.get("namespace"):
+        meta["namespace"] = str(entry["namespace"])
+    if options.get("labels"):
+        meta["labels"] = {str(k): str(v) for k, v in options["labels"].items()}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
 def _apply_own(path: Path, folder: Path, kust: Doc, docs: list[Doc]) -> None:

@@ -23,6 +23,8 @@ from topoalloc.commands.installer.manifests import (
     GPU_NODE_LABEL,
     MANAGED_BY,
     MANAGER,
+    MONITORING_API,
+    MONITORING_KINDS,
     NAMESPACE,
     ClusterFacts,
     InstallOptions,
@@ -105,6 +107,7 @@ def deploy(cluster: Cluster, options: InstallOptions, request: Request, root: Pa
             cluster.host,
             "cert-manager.io/v1 is not served: install cert-manager first, or use --certs generate",
         )
+    _check_monitoring(cluster, options, report)
     all_nodes = cluster.list("v1", "Node")
     labelled = _gpu_nodes(cluster, all_nodes, request)
     facts = ClusterFacts(foreign=_foreign(cluster, options, root, report))
@@ -128,6 +131,26 @@ def deploy(cluster: Cluster, options: InstallOptions, request: Request, root: Pa
     )
     written = _kubeadm(cluster, options, request, root, report) if options.mode == "kubeadm" else []
     return Outcome(report, docs, options, written)
+
+
+def _check_monitoring(cluster: Cluster, options: InstallOptions, report: Report) -> None:
+    """--monitoring needs the Prometheus Operator's kinds served (refused before anything is
+    applied); without it, an install on a cluster that serves them says the option exists."""
+    missing = [k for k in MONITORING_KINDS if cluster.resource(MONITORING_API, k) is None]
+    if options.monitoring and missing:
+        raise Failure(
+            "monitoring",
+            cluster.host,
+            f"{MONITORING_API} {', '.join(missing)} not served: install the Prometheus Operator (or "
+            "kube-prometheus-stack) first, or leave out --monitoring",
+        )
+    if options.monitoring:
+        report.say("monitoring: ServiceMonitor, PodMonitor, PrometheusRule, the Grafana dashboard ConfigMap")
+    elif not missing:
+        report.say(
+            "monitoring: the Prometheus Operator's CRDs are served; --monitoring adds scrape targets, "
+            "alerts and a Grafana dashboard (docs/monitoring.md)"
+        )
 
 
 def _gpu_nodes(cluster: Cluster, all_nodes: list[Doc], request: Request) -> list[str]:

@@ -11,6 +11,8 @@
   prune find what the installer made; objects that exist without that label (a CRD Koordinator or
   scheduler-plugins installed, a namespace someone else made) are left out, so never changed and
   never deleted.
+* with `monitoring`, deploy/components/monitoring: the Prometheus Operator's ServiceMonitor,
+  PodMonitor and PrometheusRule and the Grafana dashboard's ConfigMap (docs/monitoring.md).
 * a ConfigMap `topoalloc-install` recording the options, which `upgrade` starts from.
 """
 
@@ -40,6 +42,9 @@ RECORD = "topoalloc-install"
 GPU_NODE_LABEL = "topoalloc.io/gpu-node"
 SCHEDULER = "topoalloc-scheduler"
 MODES = ("placement", "secondary", "kubeadm")
+# What the monitoring component creates: the Prometheus Operator's kinds.
+MONITORING_API = "monitoring.coreos.com/v1"
+MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 BASES = {"placement": "", "secondary": "secondary-scheduler", "kubeadm": "extender"}
 CERTS = ("generate", "cert-manager")
 FAILURE_POLICIES = ("Ignore", "Fail")
@@ -84,6 +89,7 @@ class InstallOptions:
     certs: str = "generate"
     gang_failure_policy: str = ""  # "": the mode's (Fail in placement mode, Ignore with an extender)
     nvidia_runtime_class: bool = False
+    monitoring: bool = False  # deploy/components/monitoring (needs monitoring.coreos.com/v1)
     scheduler_version: str = ""  # secondary mode: vX.Y.Z; set from the server's /version
     scheduler_image: str = "registry.k8s.io/kube-scheduler"
 
@@ -136,11 +142,12 @@ def render(options: InstallOptions, facts: ClusterFacts, root: Path | None = Non
     """The objects to apply, in apply order."""
     root = root or repo_root()
     image = (Image("topoalloc", options.image, options.version),)
-    cert_manager = (
-        (root / "deploy" / "components" / "cert-manager",) if options.certs == "cert-manager" else ()
+    components = root / "deploy" / "components"
+    extra = ((components / "cert-manager",) if options.certs == "cert-manager" else ()) + (
+        (components / "monitoring",) if options.monitoring else ()
     )
     base = root / "deploy" / BASES[options.mode]
-    docs = build(base, components=cert_manager, images=image)
+    docs = build(base, components=extra, images=image)
     runtime = (
         (root / "deploy" / "components" / "nvidia-runtime-class",) if options.nvidia_runtime_class else ()
     )
@@ -208,7 +215,7 @@ def kinds(root: Path | None = None) -> list[tuple[str, str]]:
     seen: dict[tuple[str, str], int] = {}
     for mode in MODES:
         for certs in CERTS:
-            options = InstallOptions("0", mode=mode, certs=certs, scheduler_version="v1.0.0")
+            options = InstallOptions("0", mode=mode, certs=certs, scheduler_version="v1.0.0", monitoring=True)
             tls = {"topoalloc-allocator-tls": {}, "topoalloc-scheduler-client": {}}
             for doc in render(options, ClusterFacts(tls=tls), root):  # type: ignore[arg-type]
                 seen.setdefault((doc["apiVersion"], doc["kind"]), _order(doc))
