@@ -48,6 +48,8 @@ GANG_HOLD = TOPOALLOC + "gang-hold"
 NUDGED = TOPOALLOC + "nudged"
 # On a pod or its namespace, "false": no preference away from GPU nodes (docs/service.md).
 SCARCE_AVOIDANCE = TOPOALLOC + "scarce-avoidance"
+# A Node label naming its pool for the fleet metrics, where no cloud's pool label does.
+NODE_POOL = TOPOALLOC + "node-pool"
 # Placement mode (docs/placement.md): the gate a GPU pod is created with until its node and devices
 # are chosen (it records them with ALLOCATED_NODE); "false" on a pod (label) or its namespace:
 # placement leaves it alone.

@@ -52,6 +52,7 @@ KNOWN_KEYS = frozenset(
         keys.GANG_PLANNED_NODE,
         keys.GANG_HOLD,
         keys.SCARCE_AVOIDANCE,
+        keys.NODE_POOL,  # a Node label (fleet metrics)
         keys.ALLOCATED_NODE,
         keys.NUDGED,
         keys.PLACEMENT_GATE,  # also the opt-out label's key (keys.PLACEMENT)

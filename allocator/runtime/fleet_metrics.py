@@ -23,7 +23,7 @@ from apis.resources import node_gpus
 from apis.timestamps import parse_time
 
 POOL_LABELS = (
-    "topoalloc.io/node-pool",  # set by hand to name pools the others do not
+    keys.NODE_POOL,  # set by hand to name pools the others do not
     "cloud.google.com/gke-nodepool",
     "eks.amazonaws.com/nodegroup",
     "karpenter.sh/nodepool",

@@ -276,7 +276,10 @@ def test_moves_reserve_then_evict_survive_a_restart_and_the_gang_binds(
     )
     assert all(RESERVATION_ALLOCATED in p["metadata"]["annotations"] for p in fresh)
     assert len(moves(cluster, ns)) == 2
-    assert len(reasons(cluster, ns, "DefragEvicted")) == 2
+    # One Event per eviction at most. An Event still queued when the allocator is killed is lost
+    # (Events are best effort), so a kill landing just after an eviction leaves one.
+    told = [e["involvedObject"]["name"] for e in reasons(cluster, ns, "DefragEvicted")]
+    assert told and len(told) == len(set(told)) and set(told) <= kubelet.evicted, told
 
 
 def stuck_in_report(cluster: ClusterEnv, ns: str) -> str:
