@@ -25,7 +25,7 @@ from tests.support.controlplane import (
     ApiStatus,
     ControlPlane,
     Process,
-    free_port,
+    free_ports,
     wait_until,
 )
 
@@ -162,9 +162,7 @@ class AllocatorReplica:
         round_trips: int | None = None,
     ) -> None:
         self.identity = identity
-        self.port = free_port()
-        self.health_port = free_port()
-        self.webhook_port = free_port()
+        self.port, self.health_port, self.webhook_port = free_ports(3)
         argv = topoalloc_argv(
             "allocator",
             "--kubeconfig",

@@ -34,6 +34,7 @@ from tests.support.processes import (
     ControlPlaneError,
     Process,
     free_port,
+    free_ports,
     wait_until,
     warnings_off,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "Process",
     "Rest",
     "free_port",
+    "free_ports",
     "missing_parts",
     "wait_until",
 ]
@@ -89,11 +91,7 @@ class ControlPlane:
         self.feature_gates = dict(feature_gates or {})
         self.runtime_config = dict(runtime_config or {})
         self.processes: dict[str, Process] = {}
-        self.etcd_port = free_port()
-        self.etcd_peer_port = free_port()
-        self.api_port = free_port()
-        self.scheduler_port = free_port()
-        self.kcm_port = free_port()
+        self.etcd_port, self.etcd_peer_port, self.api_port, self.scheduler_port, self.kcm_port = free_ports(5)
         self.url = f"https://{HOST}:{self.api_port}"
         self.etcd_url = f"http://{HOST}:{self.etcd_port}"
         self.pki = Pki(workdir / "pki")

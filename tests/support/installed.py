@@ -46,7 +46,15 @@ from tests.support.cluster_product import (
     service_account_token,
     topoalloc_argv,
 )
-from tests.support.controlplane import HOST, ApiStatus, ControlPlane, Process, free_port, wait_until
+from tests.support.controlplane import (
+    HOST,
+    ApiStatus,
+    ControlPlane,
+    Process,
+    free_port,
+    free_ports,
+    wait_until,
+)
 from tests.support.processes import warnings_off
 
 NAMESPACE = "topoalloc-system"
@@ -261,7 +269,7 @@ class Installed:
         config_file.write_text(config["data"]["allocator.yaml"])
         token = service_account_token(self.cp, NAMESPACE, "topoalloc-allocator")
         kubeconfig = self.cp.write_kubeconfig("installed-allocator", token=token)
-        ports = {"port": free_port(), "health": free_port(), "webhook": free_port()}
+        ports = dict(zip(("port", "health", "webhook"), free_ports(3), strict=True))
         # The pod's arguments and the installed config as they are; only what differs outside a
         # pod is given by flags: the config's and the TLS files' paths, the API server (no
         # in-cluster service account), loopback ports.

@@ -23,23 +23,33 @@ class ControlPlaneError(RuntimeError):
 
 
 def free_port() -> int:
-    """A port free on HOST now, for a daemon that binds it later. Under pytest-xdist each worker takes
-    ports from its own blocks of 64 (block number modulo the worker count; not parity: Linux hands
-    bind() odd ports only), so that a port one worker picked and has not bound yet is never handed to
-    another worker's daemon."""
+    """A port free on HOST now, for a daemon that binds it later (see `free_ports`)."""
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports free on HOST now, for daemons that bind them later: one process's ports
+    are picked together, since a port picked and closed may be handed out again at once. Under
+    pytest-xdist each worker takes ports from its own blocks of 64 (block number modulo the worker
+    count; not parity: Linux hands bind() odd ports only), so that a port one worker picked and has
+    not bound yet is never handed to another worker's daemon."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     index = int(worker[2:]) % count if worker.startswith("gw") and worker[2:].isdigit() else 0
     held: list[socket.socket] = []  # kept open so the kernel offers another port each try
+    found: list[int] = []
     try:
-        for _ in range(64 * count):
+        for _ in range(64 * count * n):
             s = socket.socket()
             held.append(s)
             s.bind((HOST, 0))
             port = int(s.getsockname()[1])
             if (port >> 6) % count == index:
-                return port
-        return port  # a crowded range: any free port, as without workers
+                found.append(port)
+                if len(found) == n:
+                    return found
+        # a crowded range: any free ports, as without workers
+        return (found + [int(s.getsockname()[1]) for s in held if int(s.getsockname()[1]) not in found])[:n]
     finally:
         for s in held:
             s.close()
