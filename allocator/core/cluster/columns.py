@@ -55,18 +55,7 @@ class VerdictColumn:
         return got
 
     def _refresh(self, table: NodeTable) -> None:
-        size = len(table.stamp) + 1
-        if len(self.codes) != size:
-            grown = np.full(size, _NOT_DECIDED, np.int32)
-            keep = min(len(self.codes), size) - 1
-            if keep > 0:
-                grown[:keep] = self.codes[:keep]
-            grown[-1] = UNKNOWN
-            self.codes = grown
-        if self.synced != table.clock:
-            if self.synced >= 0:
-                self.codes[table.changed_since(self.synced)] = _NOT_DECIDED
-            self.synced = table.clock
+        self.codes, self.synced = refreshed_codes(self.codes, self.synced, table)
 
     def _decide(self, table: NodeTable, slots: np.ndarray) -> None:
         states, req = table.states, self.req
@@ -120,6 +109,24 @@ class VerdictColumn:
             unknown.unresolvable,
         )
         return objects, messages, unresolvable
+
+
+def refreshed_codes(codes: np.ndarray, synced: int, table: NodeTable) -> tuple[np.ndarray, int]:
+    """A code column (one per slot, then UNKNOWN for slot -1) sized to `table`, its dtype kept, with
+    the slots changed since `synced` undecided again; and the table's clock it is now synced to."""
+    size = len(table.stamp) + 1
+    if len(codes) != size:
+        grown = np.full(size, _NOT_DECIDED, codes.dtype)
+        keep = min(len(codes), size) - 1
+        if keep > 0:
+            grown[:keep] = codes[:keep]
+        grown[-1] = UNKNOWN
+        codes = grown
+    if synced != table.clock:
+        if synced >= 0:
+            codes[table.changed_since(synced)] = _NOT_DECIDED
+        synced = table.clock
+    return codes, synced
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from allocator.core.cluster.columns import PASS, UNKNOWN, refreshed_codes
 from allocator.core.node.state import NodeState
 from allocator.core.node.table import NodeTable
 from allocator.core.reasons import Rejection
@@ -28,7 +29,6 @@ TOO_MANY_PODS = Rejection("Too many pods", "Too many pods")
 INSUFFICIENT_CPU = Rejection("Insufficient cpu", "Insufficient cpu")
 INSUFFICIENT_MEMORY = Rejection("Insufficient memory", "Insufficient memory")
 
-PASS, UNKNOWN = 0, 1
 # Codes after PASS and UNKNOWN, and what each says (UNKNOWN's message is the caller's).
 MESSAGES: tuple[str | None, ...] = (
     None,
@@ -107,15 +107,4 @@ class KubeColumn:
         return got
 
     def _refresh(self, table: NodeTable) -> None:
-        size = len(table.stamp) + 1
-        if len(self.codes) != size:
-            grown = np.full(size, _NOT_DECIDED, np.int8)
-            keep = min(len(self.codes), size) - 1
-            if keep > 0:
-                grown[:keep] = self.codes[:keep]
-            grown[-1] = UNKNOWN
-            self.codes = grown
-        if self.synced != table.clock:
-            if self.synced >= 0:
-                self.codes[table.changed_since(self.synced)] = _NOT_DECIDED
-            self.synced = table.clock
+        self.codes, self.synced = refreshed_codes(self.codes, self.synced, table)
