@@ -117,6 +117,36 @@ class World:
             )
         self.installed.start_allocator()
 
+    def start_nvidia_device_plugin(self) -> None:
+        """NVIDIA's device plugin DaemonSet as the GPU operator installs it (a second plugin for
+        nvidia.com/gpu beside the agent), its pod scheduled on gpu-a."""
+        self.cp.create_namespace("gpu-operator")
+        plugin = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "nvidia-device-plugin"}},
+                "template": {
+                    "metadata": {"labels": {"app": "nvidia-device-plugin"}},
+                    "spec": {
+                        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                        "containers": [
+                            {"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}
+                        ],
+                    },
+                },
+            },
+        }
+        self.cp.admin.post("/apis/apps/v1/namespaces/gpu-operator/daemonsets", plugin)
+        self.wait(
+            lambda: any(
+                p["spec"].get("nodeName") == "gpu-a"
+                for p in self.cp.admin.get("/api/v1/namespaces/gpu-operator/pods")["items"]
+            ),
+            "the device plugin's pod on gpu-a",
+        )
+
     def webhook_policies(self) -> dict[str, str]:
         return {
             h["name"]: h["failurePolicy"] for h in self.cp.admin.get(f"{WEBHOOKS}/topoalloc-gang")["webhooks"]

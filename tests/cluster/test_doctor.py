@@ -226,30 +226,7 @@ def test_koordinators_device_crd_without_the_topology_fields(world: World) -> No
 
 def test_a_second_device_plugin_daemonset(world: World) -> None:
     world.need("installed")
-    world.cp.create_namespace("gpu-operator")
-    plugin = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "nvidia-device-plugin"}},
-            "template": {
-                "metadata": {"labels": {"app": "nvidia-device-plugin"}},
-                "spec": {
-                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                    "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}],
-                },
-            },
-        },
-    }
-    world.cp.admin.post("/apis/apps/v1/namespaces/gpu-operator/daemonsets", plugin)
-    world.wait(
-        lambda: any(
-            p["spec"].get("nodeName") == "gpu-a"
-            for p in world.cp.admin.get("/api/v1/namespaces/gpu-operator/pods")["items"]
-        ),
-        "the device plugin's pod on gpu-a",
-    )
+    world.start_nvidia_device_plugin()
     code, report, _ = doctor(world)
     assert code == 1
     [second] = [c for c in failures(report) if c["check"] == "plugins"]

@@ -156,30 +156,7 @@ def test_readme_deploy_places_a_gpu_pod_on_an_empty_cluster(world: World) -> Non
 
 def test_gpu_nodes_get_the_agent_and_a_device_plugin_is_reported(world: World) -> None:
     world.need("deploy")
-    world.cp.create_namespace("gpu-operator")
-    plugin = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "nvidia-device-plugin"}},
-            "template": {
-                "metadata": {"labels": {"app": "nvidia-device-plugin"}},
-                "spec": {
-                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                    "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}],
-                },
-            },
-        },
-    }
-    world.cp.admin.post("/apis/apps/v1/namespaces/gpu-operator/daemonsets", plugin)
-    world.wait(
-        lambda: any(
-            p["spec"].get("nodeName") == "gpu-a"
-            for p in world.cp.admin.get("/api/v1/namespaces/gpu-operator/pods")["items"]
-        ),
-        "the device plugin's pod on gpu-a",
-    )
+    world.start_nvidia_device_plugin()
     ran = world.topoalloc("install", "--gpu-nodes", "gpu-b")
     assert (
         "agent: on 2 of 3 nodes: gpu-a (nvidia.com/gpu.present), gpu-b (topoalloc.io/gpu-node)" in ran.stdout
