@@ -146,6 +146,23 @@ OPTION_FLAGS = [
         "runbooks) and the Grafana dashboard ConfigMap (deploy/components/monitoring); needs the "
         "monitoring.coreos.com CRDs.  [default: off]",
     ),
+    click.option(
+        "--values",
+        "values_files",
+        multiple=True,
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help="A values file of the Helm chart (charts/topoalloc/values.yaml: settings of the allocator "
+        "and the agents, agent pools, the choices above); repeatable, later files win. Recorded: "
+        "`upgrade` keeps them.",
+    ),
+    click.option(
+        "--set",
+        "value_sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="One chart value, e.g. agent.config.mode=dra or allocator.config.defrag.enabled=true; "
+        "repeatable, after --values.",
+    ),
 ]
 
 RUN_FLAGS = [
@@ -203,6 +220,14 @@ def _with(flags: list[Callable[[F], F]]) -> Callable[[F], F]:
 
 
 def _options(base: InstallOptions, flags: dict[str, Any]) -> InstallOptions:
+    """`base`, then the chart values given (--values, --set), then the flags."""
+    from topoalloc.commands.installer.options import with_values
+    from topoalloc.commands.installer.values import ValuesError
+
+    try:
+        base = with_values(base, flags.get("values_files") or (), flags.get("value_sets") or ())
+    except (ValuesError, OSError) as exc:
+        raise BadInput("values", "--values/--set", str(exc)) from None
     changes = {k: v for k, v in flags.items() if v is not None and k in InstallOptions.__dataclass_fields__}
     return InstallOptions(**{**base.__dict__, **changes})
 

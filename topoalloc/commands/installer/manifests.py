@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,6 +31,7 @@ from allocator.runtime.admission_settings import WEBHOOK_CONFIGURATION
 from allocator.runtime.config import DEFAULT_NAMESPACE
 from topoalloc.commands.certs import secret_manifest
 from topoalloc.commands.installer.kustomize import Doc, Image, build, ident
+from topoalloc.commands.installer.settings import apply_settings
 from topoalloc.commands.installer.tls import TlsFiles
 
 NAMESPACE = DEFAULT_NAMESPACE
@@ -92,6 +94,12 @@ class InstallOptions:
     monitoring: bool = False  # deploy/components/monitoring (needs monitoring.coreos.com/v1)
     scheduler_version: str = ""  # secondary mode: vX.Y.Z; set from the server's /version
     scheduler_image: str = "registry.k8s.io/kube-scheduler"
+    # The chart's values given with --values/--set (JSON): the settings and agent pools
+    # (settings.py); recorded, so that `upgrade` keeps them.
+    values: str = ""
+
+    def settings(self) -> dict[str, Any]:
+        return json.loads(self.values) if self.values else {}
 
     def record(self) -> dict[str, str]:
         out = {}
@@ -156,6 +164,7 @@ def render(options: InstallOptions, facts: ClusterFacts, root: Path | None = Non
     docs = [d for d in docs if ident(d) not in facts.foreign]
     for doc in docs:
         _adjust(doc, options, facts)
+    docs = apply_settings(docs, options.settings())
     if options.certs == "generate" and facts.tls is not None:
         docs += [secret_manifest(name, NAMESPACE, files) for name, files in facts.tls.items()]
     docs.append(record_configmap(options))
