@@ -66,7 +66,7 @@ def installer_render(files: list[Path]) -> list[dict[str, Any]]:
     if options.mode == "secondary" and not options.scheduler_version:
         options = InstallOptions(**{**options.__dict__, "scheduler_version": KUBE})
     tls = DUMMY_TLS if options.certs == "generate" else None
-    return render(options, ClusterFacts(tls=copy.deepcopy(tls)), ROOT)
+    return render(options, ClusterFacts(tls=copy.deepcopy(tls), dra_served=True), ROOT)
 
 
 def normalised(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], Any]:
@@ -190,3 +190,28 @@ def test_settings_change_rolls_only_the_pool_concerned(helm: Path) -> None:
     assert {k for k in before if before[k] != after[k]} == {"topoalloc-agent-dra"}
     after = sums("allocator.config.defrag.dryRun=true")
     assert {k for k in before if before[k] != after[k]} == {"topoalloc-allocator"}
+
+
+def test_release_yaml_renders() -> None:
+    from topoalloc.commands.installer.release import release_files
+
+    files = release_files("0.1.0", ROOT)
+    assert sorted(files) == ["topoalloc-0.1.0-cert-manager.yaml", "topoalloc-0.1.0.yaml"]
+    for name, text in files.items():
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        kinds = {d["kind"] for d in docs}
+        assert {
+            "CustomResourceDefinition",
+            "Deployment",
+            "DaemonSet",
+            "MutatingWebhookConfiguration",
+        } <= kinds
+        assert "Secret" not in kinds  # no private key in a file meant for git
+        assert ("Certificate" in kinds) == name.endswith("cert-manager.yaml")
+        images = {
+            c["image"]
+            for d in docs
+            if d["kind"] in ("Deployment", "DaemonSet")
+            for c in d["spec"]["template"]["spec"]["containers"]
+        }
+        assert images == {"topoalloc:0.1.0"}

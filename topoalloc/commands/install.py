@@ -335,6 +335,7 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
         click.echo(f"warning: {note}", err=True)
     options = lifecycle.pin_scheduler(options, server, options.scheduler_version)
     facts = ClusterFacts(tls=tls.issue_secrets() if options.certs == "generate" else None)
+    facts.dra_served = server >= versions.KubeVersion(1, 34)  # resource.k8s.io/v1
     docs = _guarded(lambda: render(options, facts, root))
     _print_docs(docs, output)
     if options.certs == "generate":

@@ -10,6 +10,9 @@ for `topoalloc install` (tests/install/test_chart.py holds the two outputs equal
 {{- if eq .Values.mode "secondary" }}{{ $pieces = append $pieces "secondary" }}{{ end -}}
 {{- if eq .Values.certs "cert-manager" }}{{ $pieces = append $pieces "cert-manager" }}{{ end -}}
 {{- if .Values.monitoring }}{{ $pieces = append $pieces "monitoring" }}{{ end -}}
+{{- if and .Values.deviceClasses (.Capabilities.APIVersions.Has "resource.k8s.io/v1") -}}
+{{- $pieces = append $pieces "deviceclasses" -}}
+{{- end -}}
 {{- toJson (append $pieces "agent") -}}
 {{- end -}}
 

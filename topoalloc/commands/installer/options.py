@@ -28,6 +28,7 @@ OPTION_KEYS = {
     ("scheduler", "version"): "scheduler_version",
     ("monitoring",): "monitoring",
     ("nvidiaRuntimeClass",): "nvidia_runtime_class",
+    ("deviceClasses",): "device_classes",
 }
 SETTINGS = ("allocator", "agent")
 

@@ -147,6 +147,7 @@ def schema() -> dict[str, Any]:
         "monitoring": flag,
         "nvidiaRuntimeClass": flag,
         "createNamespace": flag,
+        "deviceClasses": flag,
         "allocator": _closed({"config": settings["allocator"]}),
         "agent": _closed({"config": settings["agent"], "pools": _pools(settings["agent"])}),
         "global": {"type": "object"},  # Helm passes a parent chart's globals
