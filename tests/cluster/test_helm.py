@@ -21,7 +21,7 @@ from cryptography import x509
 from tests.apis.paths import require_shared
 from tests.cluster.install_world import CRDS, DEPLOYMENTS, WEBHOOKS, World, open_world
 from tests.support.controlplane import REPO, ApiStatus
-from tests.support.helm import helm_binary
+from tests.support.helm import require_helm
 from tests.support.installed import NAMESPACE, finish_terminating
 from tests.support.kube_releases import KubeRelease
 
@@ -43,6 +43,7 @@ OUR_CRDS = (
 @pytest.fixture(scope="module")
 def world(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     require_shared(release.missing_parts())
+    require_helm()
     with open_world(release, tmp_path_factory.mktemp(f"helm-{release.minor}")) as opened:
         # gpu-b: a GPU node by hand (no GPU label) in the DRA pool
         labels = {"topoalloc.io/gpu-node": "true", **POOL}
@@ -51,8 +52,7 @@ def world(release: KubeRelease, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def helm(world: World, *args: str) -> subprocess.CompletedProcess[str]:
-    binary = helm_binary()
-    assert binary is not None, "no helm: tests/support/helm.py could not fetch it"
+    binary = require_helm()
     config = world.workdir / "helm"
     env = {
         "KUBECONFIG": str(world.cp.admin_kubeconfig),

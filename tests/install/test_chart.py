@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.support.helm import helm_binary
+from tests.support.helm import require_helm
 from topoalloc.cli import main
 from topoalloc.commands.installer import chartfiles
 from topoalloc.commands.installer.kustomize import ident
@@ -40,12 +39,7 @@ DUMMY_TLS = {
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    found = helm_binary()
-    if found is None:
-        if os.environ.get("TOPOALLOC_REQUIRE_SHARED"):
-            pytest.fail("no helm: tests/support/helm.py could not fetch it")
-        pytest.skip("no helm (tests/support/helm.py could not fetch it)")
-    return found
+    return require_helm()
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:

