@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Checked below and written into the chart's schema: periods must be > 0 seconds, caps >= 0.
+PERIODS = ("interval", "window", "reserve_timeout")
+CAPS = (
+    "max_moves_per_plan",
+    "max_migrating",
+    "max_migrating_per_namespace",
+    "max_migrating_per_workload",
+    "max_per_window",
+)
+
 
 @dataclass
 class DefragSettings:
@@ -31,17 +41,16 @@ class DefragSettings:
 
     def __post_init__(self) -> None:
         # A zero period would spin the controller; a negative cap means nothing anyone could want.
-        periods = {"interval": self.interval, "window": self.window, "reserveTimeout": self.reserve_timeout}
-        for key, seconds in periods.items():
+        for name in PERIODS:
+            key, seconds = _camel(name), getattr(self, name)
             if seconds <= 0:
                 raise ValueError(f"defrag.{key}: expected a positive number of seconds, got {seconds}")
-        caps = {
-            "maxMovesPerPlan": self.max_moves_per_plan,
-            "maxMigrating": self.max_migrating,
-            "maxMigratingPerNamespace": self.max_migrating_per_namespace,
-            "maxMigratingPerWorkload": self.max_migrating_per_workload,
-            "maxPerWindow": self.max_per_window,
-        }
-        for key, cap in caps.items():
+        for name in CAPS:
+            key, cap = _camel(name), getattr(self, name)
             if cap < 0:
                 raise ValueError(f"defrag.{key}: expected 0 or more, got {cap}")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)

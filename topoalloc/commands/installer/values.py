@@ -23,7 +23,11 @@ import yaml
 
 from agent.config import UDEV_SOURCES, AgentConfig, ConfigError, load_config
 from allocator.runtime.config import ROUND_TRIPS, ServiceConfig
+from allocator.runtime.defrag_settings import CAPS, PERIODS
+from allocator.runtime.placement_settings import PINS
+from allocator.runtime.scarce_settings import WEIGHT_RANGE
 from apis.dra import MODES as DEVICE_MODES
+from apis.topology_profile import PROFILE_NAMES
 
 Values = dict[str, Any]
 # Enumerations the loaders hold as constants: (loader, dotted key) -> allowed values.
@@ -31,6 +35,8 @@ _ENUMS: dict[tuple[str, str], list[Any]] = {
     ("allocator", "roundTrips"): list(ROUND_TRIPS),
     ("agent", "mode"): list(DEVICE_MODES),
     ("agent", "udevSource"): list(UDEV_SOURCES),
+    ("allocator", "placement.pin"): list(PINS),
+    ("allocator", "gang.topologyProfile"): list(PROFILE_NAMES),
 }
 
 
@@ -41,6 +47,20 @@ class ValuesError(ValueError):
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _bounds(loader: str, key: str) -> dict[str, Any]:
+    """The bounds the loaders hold as constants, as JSON-schema keywords."""
+    if loader != "allocator":
+        return {}
+    if key == "scarceAvoidance.weight":
+        return {"minimum": WEIGHT_RANGE[0], "maximum": WEIGHT_RANGE[1]}
+    section, _, name = key.partition(".")
+    if section == "defrag" and name in {_camel(n) for n in PERIODS}:
+        return {"exclusiveMinimum": 0}
+    if section == "defrag" and name in {_camel(n) for n in CAPS}:
+        return {"minimum": 0}
+    return {}
 
 
 def _leaf(loader: str, current: Any, annotation: Any) -> dict[str, Any]:
@@ -84,6 +104,7 @@ def _object(loader: str, instance: Any, prefix: str = "") -> dict[str, Any]:
         enum = _ENUMS.get((loader, prefix + key))
         if enum is not None:
             props[key]["enum"] = enum
+        props[key].update(_bounds(loader, prefix + key))
     return {"type": "object", "additionalProperties": False, "properties": props}
 
 
@@ -189,8 +210,13 @@ def check(value: Any, node: Mapping[str, Any], where: str = "") -> None:
             raise ValuesError(f"{where or 'values'}: expected {' or '.join(kinds)}, got {value!r}")
     if "enum" in node and value not in node["enum"]:
         raise ValuesError(f"{where}: expected one of {', '.join(map(str, node['enum']))}, got {value!r}")
-    if "minimum" in node and isinstance(value, int | float) and value < node["minimum"]:
-        raise ValuesError(f"{where}: expected {node['minimum']} or more, got {value!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "minimum" in node and value < node["minimum"]:
+            raise ValuesError(f"{where}: expected {node['minimum']} or more, got {value!r}")
+        if "maximum" in node and value > node["maximum"]:
+            raise ValuesError(f"{where}: expected {node['maximum']} or less, got {value!r}")
+        if "exclusiveMinimum" in node and value <= node["exclusiveMinimum"]:
+            raise ValuesError(f"{where}: expected more than {node['exclusiveMinimum']}, got {value!r}")
     if isinstance(value, str):
         if "pattern" in node and not re.search(node["pattern"], value):
             raise ValuesError(f"{where}: {value!r} does not match {node['pattern']}")
