@@ -258,3 +258,17 @@ def test_upgrade_keeps_the_recorded_settings_and_lays_new_ones_on_them() -> None
     }
     names = {d["metadata"]["name"] for d in render(later, ClusterFacts(), ROOT) if d["kind"] == "DaemonSet"}
     assert names == {"topoalloc-agent", "topoalloc-agent-dra"}
+
+
+def test_set_reads_keys_and_lists_as_helm_does(helm: Path) -> None:
+    sets = [
+        r"agent.pools.dra.nodeSelector.topoalloc\.io/agent-pool=dra",
+        "allocator.config.gang.schedulerNames={a,b}",
+    ]
+    extra = [a for s in sets for a in ("--set", s)]
+    chart = normalised(helm_template(helm, [], *extra))
+    options = with_values(InstallOptions(version="0.1.0"), sets=sets)
+    installer = normalised(render(options, ClusterFacts(tls=copy.deepcopy(DUMMY_TLS), dra_served=True), ROOT))
+    installer = {k: v for k, v in installer.items() if k[1] != "Namespace"}
+    assert chart == installer
+    assert options.settings()["allocator"]["config"]["gang"]["schedulerNames"] == ["a", "b"]

@@ -268,12 +268,19 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_set(assignment: str) -> Values:
-    """`a.b.c=value` as {a: {b: {c: value}}}; the value read as YAML (`true`, `2`, `[a, b]`)."""
+    """`a.b.c=value` as {a: {b: {c: value}}}; the value read as YAML (`true`, `2`, `[a, b]`; helm
+    writes a list `{a,b}`)."""
     key, sep, raw = assignment.partition("=")
     if not sep or not key.strip():
         raise ValuesError(f"--set {assignment!r}: expected key=value")
-    value: Any = yaml.safe_load(raw) if raw.strip() else ""
-    for part in reversed(key.strip().split(".")):
+    text = raw.strip()
+    if text.startswith("{") and text.endswith("}") and ":" not in text:  # helm's list: {a,b}
+        value: Any = [yaml.safe_load(item) for item in text[1:-1].split(",") if item.strip()]
+    else:
+        value = yaml.safe_load(raw) if text else ""
+    # `\.` is a dot inside a key, as with helm: nodeSelector.topoalloc\.io/agent-pool=dra
+    parts = [p.replace("\x00", ".") for p in key.strip().replace("\\.", "\x00").split(".")]
+    for part in reversed(parts):
         value = {part: value}
     return value
 
