@@ -272,3 +272,9 @@ def test_set_reads_keys_and_lists_as_helm_does(helm: Path) -> None:
     installer = {k: v for k, v in installer.items() if k[1] != "Namespace"}
     assert chart == installer
     assert options.settings()["allocator"]["config"]["gang"]["schedulerNames"] == ["a", "b"]
+
+
+def test_null_takes_a_pool_away() -> None:
+    first = with_values(InstallOptions(version="0"), sets=["agent.pools.dra.nodeSelector.pool=dra"])
+    later = with_values(first, sets=["agent.pools.dra=null"])
+    assert later.settings() == {"agent": {"pools": {}}}

@@ -163,6 +163,11 @@ OPTION_FLAGS = [
         help="One chart value, e.g. agent.config.mode=dra or allocator.config.defrag.enabled=true; "
         "repeatable, after --values.",
     ),
+    click.option(
+        "--reset-values",
+        is_flag=True,
+        help="Drop the recorded settings and agent pools; start from the shipped configuration.",
+    ),
 ]
 
 RUN_FLAGS = [
@@ -224,6 +229,8 @@ def _options(base: InstallOptions, flags: dict[str, Any]) -> InstallOptions:
     from topoalloc.commands.installer.options import with_values
     from topoalloc.commands.installer.values import ValuesError
 
+    if flags.get("reset_values"):
+        base = replace(base, values="")
     try:
         base = with_values(base, flags.get("values_files") or (), flags.get("value_sets") or ())
     except (ValuesError, OSError) as exc:

@@ -260,7 +260,9 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     values files and as the chart's `topoalloc.merge` lays settings on a base config)."""
     out = copy.deepcopy(dict(base))
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+        if value is None:  # as with helm: null takes a key away (`--set agent.pools.dra=null`)
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = merged(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
