@@ -23,8 +23,10 @@ import yaml
 from topoalloc.commands.installer.cluster import ApiError, Cluster
 from topoalloc.commands.installer.kustomize import Doc
 
-# `conflict with "kubectl-replace" using v1: .data.agent.yaml` (one per field, the API server's words)
-_CONFLICT = re.compile(r'conflict with "([^"]+)"(?: using [^:]+)?: (\.\S+)')
+# The API server's words: `Apply failed with 1 conflict: conflict with "kubectl-replace" using v1:
+# .data.agent.yaml`, or for several `Apply failed with 2 conflicts: conflicts with "kubectl-edit"
+# using apps/v1:\n- .spec.replicas\n- ...` (one such block per manager).
+_MANAGER = re.compile(r'conflicts? with "([^"]+)"[^:\n]*:')
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def conflict(doc: Doc, live: Doc, message: str) -> Conflict:
     """One object's conflict from the API server's 409 message and the two versions of it."""
     meta = doc.get("metadata") or {}
     name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
-    fields = tuple((path, manager) for manager, path in _CONFLICT.findall(message)) or (("?", message),)
+    fields = tuple(_fields(message)) or (("?", message),)
     settings: list[str] = []
     for path, _ in fields:
         if doc.get("kind") == "ConfigMap" and path.startswith(".data."):
@@ -73,6 +75,18 @@ def conflict(doc: Doc, live: Doc, message: str) -> Conflict:
             mine, theirs = (doc.get("data") or {}).get(key), (live.get("data") or {}).get(key)
             settings += [f"{key}: {line}" for line in differences(mine, theirs)]
     return Conflict(str(doc.get("kind")), name, fields, tuple(settings))
+
+
+def _fields(message: str) -> list[tuple[str, str]]:
+    """(field path, manager) of each conflict the message lists."""
+    out = []
+    blocks = list(_MANAGER.finditer(message))
+    for i, block in enumerate(blocks):
+        text = message[block.end() : blocks[i + 1].start() if i + 1 < len(blocks) else None]
+        lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+        paths = [line[1:].strip() for line in lines if line.startswith("-")] or lines[:1]
+        out += [(path, block[1]) for path in paths]
+    return out
 
 
 def differences(ours: str | None, theirs: str | None) -> list[str]:
