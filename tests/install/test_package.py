@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.deploy.test_readme import _commands, section
+
 REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 TREES = ("deploy", "daemonset", "charts")
@@ -169,3 +171,21 @@ def test_the_sdist_carries_the_manifests_the_chart_and_the_license(dist: Path) -
     assert {"LICENSE", "CHANGELOG.md", "README.md", "build_bundle.py", "charts/topoalloc/Chart.yaml"} <= names
     assert not [n for n in names if n.startswith("hw-fixtures")]
     assert license_text == (REPO / "LICENSE").read_text()
+
+
+def test_the_readmes_install_commands_name_what_the_build_makes(dist: Path, installed: Path) -> None:
+    """README's Install section: the wheel it installs is the one `python -m build` makes, the
+    chart and kustomize folders it names exist, and its topoalloc commands run from the wheel."""
+    commands = [c.split() for c in _commands(section("Install"))]
+    assert [c[:2] for c in commands] == [
+        ["helm", "install"], ["python", "-m"], ["pip", "install"], ["topoalloc", "install"],
+        ["kubectl", "apply"], ["topoalloc", "install"],
+    ]  # fmt: skip
+    assert (REPO / commands[0][3] / "Chart.yaml").is_file()
+    assert commands[1] == ["python", "-m", "build"]
+    (wheel,) = dist.glob("topoalloc-*.whl")
+    assert commands[2][2] == f"dist/{wheel.name}"
+    assert (REPO / commands[4][3] / "kustomization.yaml").is_file()
+    render = commands[5][: commands[5].index(">")]
+    ran = _run(installed, dist, *render[1:])
+    assert ran.returncode == 0 and "kind: DaemonSet" in ran.stdout, ran.stderr
