@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Checked below and written into the chart's schema: periods must be > 0 seconds, caps >= 0.
-PERIODS = ("interval", "window", "reserve_timeout")
-CAPS = (
-    "max_moves_per_plan",
-    "max_migrating",
-    "max_migrating_per_namespace",
-    "max_migrating_per_workload",
-    "max_per_window",
-)
+# Checked below and written into the chart's schema (config key -> field): periods must be more
+# than 0 seconds, caps 0 or more.
+PERIODS = {"interval": "interval", "window": "window", "reserveTimeout": "reserve_timeout"}
+CAPS = {
+    "maxMovesPerPlan": "max_moves_per_plan",
+    "maxMigrating": "max_migrating",
+    "maxMigratingPerNamespace": "max_migrating_per_namespace",
+    "maxMigratingPerWorkload": "max_migrating_per_workload",
+    "maxPerWindow": "max_per_window",
+}
 
 
 @dataclass
@@ -41,16 +42,11 @@ class DefragSettings:
 
     def __post_init__(self) -> None:
         # A zero period would spin the controller; a negative cap means nothing anyone could want.
-        for name in PERIODS:
-            key, seconds = _camel(name), getattr(self, name)
+        for key, name in PERIODS.items():
+            seconds = getattr(self, name)
             if seconds <= 0:
                 raise ValueError(f"defrag.{key}: expected a positive number of seconds, got {seconds}")
-        for name in CAPS:
-            key, cap = _camel(name), getattr(self, name)
+        for key, name in CAPS.items():
+            cap = getattr(self, name)
             if cap < 0:
                 raise ValueError(f"defrag.{key}: expected 0 or more, got {cap}")
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.title() for p in rest)

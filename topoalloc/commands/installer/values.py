@@ -56,9 +56,9 @@ def _bounds(loader: str, key: str) -> dict[str, Any]:
     if key == "scarceAvoidance.weight":
         return {"minimum": WEIGHT_RANGE[0], "maximum": WEIGHT_RANGE[1]}
     section, _, name = key.partition(".")
-    if section == "defrag" and name in {_camel(n) for n in PERIODS}:
+    if section == "defrag" and name in PERIODS:
         return {"exclusiveMinimum": 0}
-    if section == "defrag" and name in {_camel(n) for n in CAPS}:
+    if section == "defrag" and name in CAPS:
         return {"minimum": 0}
     return {}
 
