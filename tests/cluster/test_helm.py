@@ -2,7 +2,8 @@
 
 One control plane for the module (tests/cluster/install_world.py: no kubelet, three nodes: gpu-a
 labelled by GPU Feature Discovery, gpu-b, cpu-1); gpu-b is put in an agent pool by its label. The
-steps build on each other: `helm install` (secondary mode, a DRA pool), `helm upgrade` changing
+steps build on each other: `helm install` as README says it (the release in `default`; secondary
+mode, a DRA pool), `helm upgrade` changing
 that pool's settings, `helm rollback`, `helm uninstall` with user objects in the CRDs.
 """
 
@@ -85,8 +86,8 @@ def secrets(world: World) -> dict[str, dict[str, str]]:
 
 
 def test_helm_install(world: World) -> None:
-    helm(world, "install", "topoalloc", str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-         "-f", str(values_file(world, "values", VALUES)))  # fmt: skip
+    # As README says it: the release in `default`, the chart making topoalloc-system.
+    helm(world, "install", "topoalloc", str(CHART), "-f", str(values_file(world, "values", VALUES)))
     for name in OUR_CRDS:
         world.wait(lambda n=name: world.established(n), f"CRD {name} established")
     # One DaemonSet per pool, each on its nodes: the default one on gpu-a, the pool's on gpu-b.
@@ -140,7 +141,7 @@ def test_helm_upgrade_rolls_only_the_pool_changed_and_keeps_the_certificates(wor
     before = {n: template_hash(world, n) for n in ("topoalloc-agent", "topoalloc-agent-dra")}
     allocator = world.cp.admin.get(f"{DEPLOYMENTS}/topoalloc-allocator")["metadata"]["generation"]
     files = secrets(world)
-    helm(world, "upgrade", "topoalloc", str(CHART), "--namespace", NAMESPACE,
+    helm(world, "upgrade", "topoalloc", str(CHART),
          "-f", str(values_file(world, "values", VALUES)), "--set", "agent.pools.dra.config.resyncSeconds=5")  # fmt: skip
     after = {n: template_hash(world, n) for n in before}
     assert after["topoalloc-agent"] == before["topoalloc-agent"]
@@ -154,7 +155,7 @@ def test_helm_upgrade_rolls_only_the_pool_changed_and_keeps_the_certificates(wor
 
 def test_helm_rollback(world: World) -> None:
     world.need("upgrade")
-    helm(world, "rollback", "topoalloc", "1", "--namespace", NAMESPACE)
+    helm(world, "rollback", "topoalloc", "1")
     first = world.bound["hashes"]["before"]["topoalloc-agent-dra"][1]
     assert template_hash(world, "topoalloc-agent-dra")[1] == first
     cm = world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/topoalloc-agent-dra")
@@ -172,13 +173,13 @@ def test_helm_uninstall_leaves_crds_and_user_objects(world: World) -> None:
         "spec": {"minMember": 2},
     }
     world.cp.admin.post("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team/podgroups", group)
-    helm(world, "uninstall", "topoalloc", "--namespace", NAMESPACE, "--wait")
+    helm(world, "uninstall", "topoalloc")  # not --wait: the namespace goes once its pods do (below)
 
-    def no_pods() -> bool:  # the garbage collector deletes them; no kubelet finishes that
+    def namespace_gone() -> bool:  # its pods go first; no kubelet finishes them
         finish_terminating(world.cp)
-        return not world.cp.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        return world.gone(f"/api/v1/namespaces/{NAMESPACE}")
 
-    world.wait(no_pods, "the installed pods deleted")
+    world.wait(namespace_gone, "topoalloc-system deleted", timeout=180)
     for name in OUR_CRDS:
         assert world.established(name)
     assert world.cp.admin.get("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team/podgroups/trainers")

@@ -117,9 +117,6 @@ def test_lint_and_template(helm: Path, case: str) -> None:
 def test_chart_renders_what_the_installer_renders(helm: Path, case: str) -> None:
     chart = normalised(helm_template(helm, CASES[case]))
     installer = normalised(installer_render(CASES[case]))
-    given = [yaml.safe_load(p.read_text()) for p in CASES[case]]
-    if not any(v.get("createNamespace") for v in given):  # `helm install --create-namespace` makes it
-        installer = {k: v for k, v in installer.items() if k[1] != "Namespace"}
     assert sorted(chart) == sorted(installer)
     for key in chart:
         assert chart[key] == installer[key], key
@@ -143,6 +140,14 @@ def test_every_option_reaches_the_objects(helm: Path) -> None:
     assert allocator["placement"]["preemption"] is True  # the shipped settings stay beside the values
     hooks = {h["name"]: h for h in docs["MutatingWebhookConfiguration", "topoalloc-gang"]["webhooks"]}
     assert hooks["podgroup.gang.topoalloc.io"]["failurePolicy"] == "Fail"
+
+
+def test_the_namespace_is_the_charts_unless_the_release_lives_in_it(helm: Path) -> None:
+    def namespaces(*extra: str) -> list[str]:
+        return [d["metadata"]["name"] for d in helm_template(helm, [], *extra) if d["kind"] == "Namespace"]
+
+    assert namespaces() == ["topoalloc-system"]  # `helm install topoalloc charts/topoalloc`
+    assert namespaces("--namespace", "topoalloc-system") == []  # made by `--create-namespace`
 
 
 def test_scheduler_pinned_to_the_servers_version(helm: Path) -> None:
@@ -260,7 +265,6 @@ def test_set_reads_keys_and_lists_as_helm_does(helm: Path) -> None:
     chart = normalised(helm_template(helm, [], *extra))
     options = with_values(InstallOptions(version="0.1.0"), sets=sets)
     installer = normalised(render(options, ClusterFacts(tls=copy.deepcopy(DUMMY_TLS), dra_served=True), ROOT))
-    installer = {k: v for k, v in installer.items() if k[1] != "Namespace"}
     assert chart == installer
     assert options.settings()["allocator"]["config"]["gang"]["schedulerNames"] == ["a", "b"]
 

@@ -167,7 +167,6 @@ def schema() -> dict[str, Any]:
         ),
         "monitoring": flag,
         "nvidiaRuntimeClass": flag,
-        "createNamespace": flag,
         "deviceClasses": flag,
         "allocator": _closed({"config": settings["allocator"]}),
         "agent": _closed({"config": settings["agent"], "pools": _pools(settings["agent"])}),
