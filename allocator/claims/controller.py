@@ -34,6 +34,7 @@ from allocator.core.claims.lifecycle import (
     ReleaseClaim,
     WriteAllocation,
 )
+from allocator.core.claims.taints import TaintNotices
 from allocator.core.claims.view import ClaimsView, Outcome, PendingPod
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.coreadapter import CoreAdapter
@@ -83,6 +84,7 @@ class ClaimsController:
             self.decider, ClaimsLifecycleSettings(settings.reallocate_after, settings.release_after)
         )
         self.writes = ClaimWrites(api, events, self.decider, self._tell)
+        self.taints = TaintNotices()  # Events on claims whose devices turned tainted
         self.runner = Runner(
             "claims",
             self,
@@ -159,6 +161,9 @@ class ClaimsController:
         view = ClaimsView(pods, batch.full, claims, self._by_claim, self.cache.ledger.holds)
         for action in self.lifecycle.step(view, batch.now):
             self._apply(action)
+        if batch.full:
+            for event in self.taints.step(claims, self.cache.dra.published):
+                record(self.events, event)
 
     def _apply(self, action: Action) -> None:
         match action:
