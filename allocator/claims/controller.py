@@ -42,6 +42,7 @@ from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import Batch, ControllerMetrics, Runner, RunnerSettings
+from allocator.runtime.topology import Topology
 from allocator.runtime.workqueue import Backoff
 from apis.dra_claims import claim_name, pod_claims
 from apis.errors import CodecError
@@ -74,12 +75,13 @@ class ClaimsController:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
+        topology: Topology | None = None,
         metrics: ControllerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
         self.events = events
-        self.decider = Decider(cache, core, topology_keys)
+        self.decider = Decider(cache, core, topology_keys, topology)
         self.lifecycle = ClaimsLifecycle(
             self.decider, ClaimsLifecycleSettings(settings.reallocate_after, settings.release_after)
         )

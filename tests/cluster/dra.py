@@ -63,7 +63,9 @@ def _agent(cluster: ClusterEnv, node: DraNode, generation: int) -> Process:
     return proc.start()
 
 
-def start_dra_node(cluster: ClusterEnv, name: str, fixture: str = "dgx-h100") -> DraNode:
+def start_dra_node(
+    cluster: ClusterEnv, name: str, fixture: str = "dgx-h100", *, labels: dict[str, str] | None = None
+) -> DraNode:
     """A Node (no device capacity: its devices are in its slices), its stand-in DRA kubelet and its
     agent in dra mode on a private copy of `fixture` (a test may change its sysfs)."""
     root = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))  # unix socket paths must stay short
@@ -73,7 +75,7 @@ def start_dra_node(cluster: ClusterEnv, name: str, fixture: str = "dgx-h100") ->
     copy = root / "fixture"
     shutil.copytree(FIXTURES / fixture, copy, symlinks=True)
     kubelet = DraKubelet(root / "reg", cluster.cp.admin.get).start()
-    cluster.cp.create_node(name)
+    cluster.cp.create_node(name, labels=labels)
     node = DraNode(name, root, copy, cluster.agent_identity(name), kubelet)
     node.agent = _agent(cluster, node, 0)
     return node
