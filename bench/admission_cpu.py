@@ -36,6 +36,7 @@ from tests.gang.harness import gpu_node  # noqa: E402
 from tests.placement.harness import gpu_pod, placement_settings  # noqa: E402
 from tests.support.allocator_harness import running_allocator  # noqa: E402
 from tests.support.fakeapi import FakeApiServer  # noqa: E402
+from tests.support.fakeapi.pods import PodBehaviour  # noqa: E402
 from tests.support.pki import Pki  # noqa: E402
 
 JSON = dict[str, Any]
@@ -53,9 +54,12 @@ def owned(i: int, gpus: int) -> JSON:
 
 
 def review(i: int, gpus: int) -> JSON:
-    """The admission request the API server sends for a Job's i-th pod."""
+    """The admission request the API server sends for a Job's i-th pod: defaulted first (as the
+    API server decodes it, and its own admission plugins run before the webhooks)."""
+    pod = owned(i, gpus)
+    PodBehaviour().prepare_create(pod, "")
     return {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "namespace": "default", "operation": "CREATE", "object": owned(i, gpus)}  # fmt: skip
+            "namespace": "default", "operation": "CREATE", "object": pod}  # fmt: skip
 
 
 def patched(request: JSON, answer: JSON) -> JSON | None:

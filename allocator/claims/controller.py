@@ -34,6 +34,7 @@ from allocator.core.claims.lifecycle import (
     ReleaseClaim,
     WriteAllocation,
 )
+from allocator.core.claims.taints import TaintNotices
 from allocator.core.claims.view import ClaimsView, Outcome, PendingPod
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.coreadapter import CoreAdapter
@@ -41,6 +42,7 @@ from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import Batch, ControllerMetrics, Runner, RunnerSettings
+from allocator.runtime.topology import Topology
 from allocator.runtime.workqueue import Backoff
 from apis.dra_claims import claim_name, pod_claims
 from apis.errors import CodecError
@@ -73,16 +75,18 @@ class ClaimsController:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
+        topology: Topology | None = None,
         metrics: ControllerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
         self.events = events
-        self.decider = Decider(cache, core, topology_keys)
+        self.decider = Decider(cache, core, topology_keys, topology)
         self.lifecycle = ClaimsLifecycle(
             self.decider, ClaimsLifecycleSettings(settings.reallocate_after, settings.release_after)
         )
         self.writes = ClaimWrites(api, events, self.decider, self._tell)
+        self.taints = TaintNotices()  # Events on claims whose devices turned tainted
         self.runner = Runner(
             "claims",
             self,
@@ -159,6 +163,9 @@ class ClaimsController:
         view = ClaimsView(pods, batch.full, claims, self._by_claim, self.cache.ledger.holds)
         for action in self.lifecycle.step(view, batch.now):
             self._apply(action)
+        if batch.full:
+            for event in self.taints.step(claims, self.cache.dra.published):
+                record(self.events, event)
 
     def _apply(self, action: Action) -> None:
         match action:

@@ -18,6 +18,7 @@ from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import ControllerMetrics
 from allocator.runtime.steering import Steering
 from allocator.runtime.tasks import Spawn
+from allocator.runtime.topology import Topology
 
 
 class DraClaims:
@@ -36,6 +37,7 @@ class DraClaims:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
+        topology: Topology | None = None,
         metrics: ControllerMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -50,6 +52,7 @@ class DraClaims:
             is_leader=is_leader,
             synced=synced,
             topology_keys=topology_keys,
+            topology=topology,
             metrics=metrics,
         )
         self.runner = self.controller.runner
