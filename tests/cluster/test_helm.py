@@ -60,6 +60,7 @@ def helm(world: World, *args: str) -> subprocess.CompletedProcess[str]:
         "HELM_CACHE_HOME": str(config / "cache"),
         "HELM_CONFIG_HOME": str(config / "config"),
         "HELM_DATA_HOME": str(config / "data"),
+        "HOME": str(config),  # helm's kube discovery cache, kept out of the checkout
         "PATH": "/usr/bin:/bin",
     }
     done = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=180, env=env)
