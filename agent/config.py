@@ -63,6 +63,7 @@ from apis.partitions import GPUPartitionTable, parse_gpu_partitions
 # 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing, 45 preemptive
 # cleanup, 68 video processor exception, 109 context switch timeout.
 DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
+UDEV_SOURCES = ("auto", "udev", "kernel")  # udevSource: auto is udev when /run/udev/control exists
 
 
 class ConfigError(ValueError):
@@ -231,7 +232,7 @@ def load_config(path: str | Path | None) -> AgentConfig:
                 setattr(cfg, attr, _converted(type(current), value, key, kind))
         else:
             raise ConfigError(f"{path}: unknown key {key!r}")
-    if cfg.udev_source not in ("auto", "udev", "kernel"):
+    if cfg.udev_source not in UDEV_SOURCES:
         raise ConfigError(f"udevSource: expected auto, udev or kernel, got {cfg.udev_source!r}")
     check_mode(cfg.mode)
     if not 0 <= cfg.metrics.port <= 65535:

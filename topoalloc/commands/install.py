@@ -148,6 +148,28 @@ OPTION_FLAGS = [
         "runbooks) and the Grafana dashboard ConfigMap (deploy/components/monitoring); needs the "
         "monitoring.coreos.com CRDs.  [default: off]",
     ),
+    click.option(
+        "--values",
+        "values_files",
+        multiple=True,
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help="A values file of the Helm chart (charts/topoalloc/values.yaml: settings of the allocator "
+        "and the agents, agent pools, the choices above); repeatable, later files win. Recorded: "
+        "`upgrade` keeps them.",
+    ),
+    click.option(
+        "--set",
+        "value_sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="One chart value, e.g. agent.config.mode=dra or allocator.config.defrag.enabled=true; "
+        "repeatable, after --values.",
+    ),
+    click.option(
+        "--reset-values",
+        is_flag=True,
+        help="Drop the recorded settings and agent pools; start from the shipped configuration.",
+    ),
 ]
 
 RUN_FLAGS = [
@@ -208,6 +230,16 @@ def _with(flags: list[Callable[[F], F]]) -> Callable[[F], F]:
 
 
 def _options(base: InstallOptions, flags: dict[str, Any]) -> InstallOptions:
+    """`base`, then the chart values given (--values, --set), then the flags."""
+    from topoalloc.commands.installer.options import with_values
+    from topoalloc.commands.installer.values import ValuesError
+
+    if flags.get("reset_values"):
+        base = replace(base, values="")
+    try:
+        base = with_values(base, flags.get("values_files") or (), flags.get("value_sets") or ())
+    except (ValuesError, OSError) as exc:
+        raise BadInput("values", "--values/--set", str(exc)) from None
     changes = {k: v for k, v in flags.items() if v is not None and k in InstallOptions.__dataclass_fields__}
     return InstallOptions(**{**base.__dict__, **changes})
 
@@ -315,6 +347,7 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
         click.echo(f"warning: {note}", err=True)
     options = lifecycle.pin_scheduler(options, server, options.scheduler_version)
     facts = ClusterFacts(tls=tls.issue_secrets() if options.certs == "generate" else None)
+    facts.dra_served = server >= versions.KubeVersion(1, 34)  # resource.k8s.io/v1
     docs = _guarded(lambda: render(options, facts, root))
     _print_docs(docs, output)
     if options.certs == "generate":

@@ -111,6 +111,7 @@ def deploy(cluster: Cluster, options: InstallOptions, request: Request, root: Pa
     all_nodes = cluster.list("v1", "Node")
     labelled = _gpu_nodes(cluster, all_nodes, request)
     facts = ClusterFacts(foreign=_foreign(cluster, options, root, report))
+    facts.dra_served = cluster.resource("resource.k8s.io/v1", "DeviceClass") is not None
     if options.certs == "generate":
         facts.tls = _tls(cluster, request, report)
     else:
