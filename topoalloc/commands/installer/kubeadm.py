@@ -104,7 +104,7 @@ def extender_block(root: Path, cluster_ip: str) -> list[str]:
     import yaml
 
     config = yaml.safe_load(scheduler_config(root, cluster_ip or PLACEHOLDER))
-    text = yaml.safe_dump(config["extenders"], sort_keys=False, default_flow_style=None, width=120)
+    text = yaml.safe_dump(config["extenders"], sort_keys=False, default_flow_style=None, width=200)
     return text.splitlines()
 
 
