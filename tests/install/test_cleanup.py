@@ -237,6 +237,10 @@ def test_uninstall_of_a_placement_install_says_nothing_of_kubeadm(
     ran = CliRunner().invoke(main, ["uninstall", "--kubeconfig", str(kubeconfig(tmp_path, world.url))])
     assert ran.exit_code == 0, ran.output
     assert "kube-scheduler" not in ran.stderr and "released scheduling gate(s)" in ran.stdout
+    # A webhook configuration and DaemonSet without the installer's label (a Helm release's) stay:
+    # uninstall deletes what the installer made; `topoalloc cleanup` is the chart's.
+    assert _names(world, "mutatingwebhookconfigurations") == {"topoalloc-gang", "someone-elses"}
+    assert _names(world, "daemonsets", NAMESPACE) == {"topoalloc-agent"}
 
 
 def pod_in_kube_system(name: str, command: list[str]) -> dict[str, Any]:

@@ -56,8 +56,9 @@ class _Run:
         dry_run: bool,
         sleep: Callable[[float], None],
         clock: Callable[[], float],
+        owners: str,
     ) -> None:
-        self.cluster, self.namespace, self.dry_run = cluster, namespace, dry_run
+        self.cluster, self.namespace, self.dry_run, self.owners = cluster, namespace, dry_run, owners
         self.sleep, self.clock = sleep, clock
         self.out = Cleanup()
         self.verb = "would remove" if dry_run else "removed"
@@ -72,13 +73,13 @@ class _Run:
     # 1. no new gates --------------------------------------------------------------------------------
     def stop_webhooks(self) -> None:
         for kind in WEBHOOK_KINDS:
-            for doc in self.cluster.list(ADMISSION, kind, selector=SELECTOR):
+            for doc in self.cluster.list(ADMISSION, kind, selector=self.owners):
                 self.delete(doc, f"{kind} {doc['metadata']['name']}")
 
     # 2. no agent writing again ----------------------------------------------------------------------
     def stop_agents(self, timeout: float) -> set[str]:
         """Delete the agent DaemonSets, wait for their pods to go; the nodes where one is left."""
-        for doc in self.cluster.list("apps/v1", "DaemonSet", namespace=self.namespace, selector=SELECTOR):
+        for doc in self.cluster.list("apps/v1", "DaemonSet", namespace=self.namespace, selector=self.owners):
             self.delete(doc, f"DaemonSet {self.namespace}/{doc['metadata']['name']}")
         if self.dry_run:
             return set()
@@ -202,8 +203,11 @@ def cleanup(
     timeout: float = 120.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    owners: str = SELECTOR,
 ) -> Cleanup:
-    run = _Run(cluster, namespace, dry_run, sleep, clock)
+    """`owners`: the label selector of the webhook configurations and agent DaemonSets to delete
+    (uninstall: the installer's own only, so it never stops a Helm release's)."""
+    run = _Run(cluster, namespace, dry_run, sleep, clock, owners)
     run.stop_webhooks()
     busy = run.stop_agents(timeout)
     run.nodes(busy)

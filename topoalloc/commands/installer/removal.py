@@ -91,7 +91,7 @@ def uninstall(
             if not dry_run:
                 cluster.merge_patch(NODES.path(name), {"metadata": {"labels": {GPU_NODE_LABEL: None}}})
             report.say(f"{'would remove' if dry_run else 'removed'} label {GPU_NODE_LABEL} from node {name}")
-    cleaned = cleanup(cluster, dry_run=dry_run, timeout=timeout)
+    cleaned = cleanup(cluster, dry_run=dry_run, timeout=timeout, owners=SELECTOR)
     report.lines += cleaned.report.lines
     report.warnings += cleaned.report.warnings
     done.problems, done.leftovers = cleaned.problems, cleaned.leftovers
