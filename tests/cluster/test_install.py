@@ -380,7 +380,8 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
         {"metadata": {"name": "not-ours", "labels": {"app.kubernetes.io/part-of": "topoalloc"}}},
     )
     purge = next(c for c in DEPLOY if c == ".venv/bin/topoalloc uninstall --purge")
-    ran = world.topoalloc(*shlex.split(purge)[1:])
+    with kubelet_ending_deleted_pods(world):
+        ran = world.topoalloc(*shlex.split(purge)[1:])
     assert "removed label topoalloc.io/gpu-node from node gpu-b" in ran.stdout
     for crd in (
         "devices.scheduling.koordinator.sh",
@@ -408,7 +409,8 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
         assert f"{kind} {name}: exists and was not created by the installer" in ran.stdout, ran.stdout
     crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
     assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
-    world.topoalloc(*shlex.split(purge)[1:])
+    with kubelet_ending_deleted_pods(world):  # the agent pod the install made goes
+        world.topoalloc(*shlex.split(purge)[1:])
     for crd in ("podgroups.scheduling.x-k8s.io", "reservations.scheduling.koordinator.sh"):
         world.wait(lambda c=crd: world.gone(f"{CRDS}/{c}"), f"CRD {crd} gone")
     assert world.ours() == []
