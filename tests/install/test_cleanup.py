@@ -254,3 +254,18 @@ def pod_in_kube_system(name: str, command: list[str]) -> dict[str, Any]:
         },
         "status": {"phase": "Running"},
     }
+
+
+def test_a_node_changed_meanwhile_is_read_again(world: FakeApiServer, cluster: Cluster) -> None:
+    # kubelet writes the node's status between cleanup's read and its patch: the tested patch fails,
+    # cleanup reads the node again and removes what is there then.
+    fault = world.inject_fault("PATCH", r"/api/v1/nodes/gpu-a/status$", status=422, times=1)
+    node = world.get("nodes", "gpu-a")
+    assert node is not None
+    for part in ("capacity", "allocatable"):
+        node["status"][part]["koordinator.sh/gpu-core"] = "700"
+    world.put(node)
+    done = cleanup(cluster, sleep=_kubelet_ends_the_agent(world), timeout=30)
+    assert fault.hits == 1 and done.problems == 0
+    after = world.get("nodes", "gpu-a")
+    assert after is not None and "koordinator.sh/gpu-core" not in after["status"]["capacity"]

@@ -130,8 +130,11 @@ class _Run:
                 except ApiError as exc:  # 422: a test failed, the node changed meanwhile
                     if exc.status != 422 or attempt == RETRIES - 1:
                         raise
-                    node = self.cluster.get(NODES.path(name)) or node
-                    found = traces.node_traces(node) or found
+                    again = self.cluster.get(NODES.path(name))
+                    found = traces.node_traces(again) if again is not None else None
+                    if found is None:
+                        return  # gone, or no longer marked as the agent's: nothing of ours to take
+                    node = again
             if not self.dry_run:
                 self.cluster.merge_patch(NODES.path(name), found.label_patch())
         except ApiError as exc:
