@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cleanup": "topoalloc.commands.cleanup:cleanup",
     "doctor": "topoalloc.commands.doctor.command:doctor",
     "explain": "topoalloc.commands.explain.command:explain",
+    "version": "topoalloc.commands.version:version",
 }
 
 

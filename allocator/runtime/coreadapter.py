@@ -191,6 +191,12 @@ class CoreAdapter:
     def unassign(self, key: str) -> None:
         self.cluster.unassign(key)
 
+    def rekey(self, old: str, new: str) -> bool:
+        return self.cluster.rekey(old, new)
+
+    def counted_as(self, key: str, node: str, usage: PodUsage) -> bool:
+        return self.cluster.counted_as(key, node, usage)
+
     # -- decisions ----------------------------------------------------------------------------------
 
     def filter_nodes(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -43,7 +44,8 @@ def cluster_options(func: F) -> F:
             click.option(
                 "--manifests",
                 type=click.Path(file_okay=False, path_type=Path),
-                help="Folder holding the deploy/ and daemonset/ kustomize bases (default: this checkout).",
+                help="Folder holding the deploy/ and daemonset/ kustomize bases (default: the package's own "
+                "copy, or this checkout's).",
             ),
         ]
     ):
@@ -159,7 +161,10 @@ RUN_FLAGS = [
         "--rotate-certs", is_flag=True, help="Issue new certificates even if the Secrets are valid."
     ),
     click.option(
-        "--force-conflicts", is_flag=True, help="Take over fields another field manager set differently."
+        "--force-conflicts",
+        is_flag=True,
+        help="Take over fields someone changed outside topoalloc (each is named); without it such a "
+        "run applies nothing.",
     ),
     click.option("--dry-run", is_flag=True, help="Print the manifests (-o) instead of applying them."),
     click.option(
@@ -319,8 +324,13 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
 @click.command("upgrade")
 @_with(OPTION_FLAGS)
 @_with(RUN_FLAGS)
+@click.option(
+    "--allow-downgrade",
+    is_flag=True,
+    help="Go to a version lower than the installed one (refused without it).",
+)
 @cluster_options
-def upgrade(manifests: Path | None, **flags: Any) -> None:
+def upgrade(manifests: Path | None, allow_downgrade: bool, **flags: Any) -> None:
     """Upgrade an installation to this package's version (or --version): re-render from the options
     the last install recorded, apply, and let the agent DaemonSet and the allocator Deployment
     roll. Allocations stay: they live in the pods' annotations and the agents' checkpoints."""
@@ -338,9 +348,46 @@ def upgrade(manifests: Path | None, **flags: Any) -> None:
         )
     base = replace(recorded, version=_package_version(), scheduler_version="")  # the server's, read again
     options = _options(base, flags)
+    _check_downgrade(recorded.version, options.version, allow_downgrade)
     if not flags["dry_run"]:
         click.echo(f"upgrade: {recorded.image}:{recorded.version} -> {options.image}:{options.version}")
     _deploy(cluster, options, flags, root)
+
+
+def _check_downgrade(installed: str, wanted: str, allowed: bool) -> None:
+    """A lower version than the installed one only when asked for (PEP 440 order: 0.1.10 is newer
+    than 0.1.9, 0.2.0rc1 older than 0.2.0); tags that are no versions cannot be ordered and pass."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        lower = Version(wanted) < Version(installed)
+    except InvalidVersion:
+        click.echo(f"warning: cannot order versions {installed!r} and {wanted!r}; upgrading anyway", err=True)
+        return
+    if lower and not allowed:
+        raise BadInput(
+            "upgrade",
+            f"{installed} -> {wanted}",
+            f"{wanted} is older than the installed {installed}: a downgrade; pass --allow-downgrade to "
+            "go back to it (its manifests must know every setting the installation has)",
+        )
+    if lower:
+        click.echo(f"warning: downgrading from {installed} to {wanted} (--allow-downgrade)", err=True)
+
+
+def _recorded_defaults(command: click.Command) -> click.Command:
+    """`upgrade` starts from the installation's recorded choices, not install's defaults: its help
+    says so instead of install's `[default: ...]`."""
+    # the version is this package's and the scheduler follows the server again: install's help holds
+    recorded = set(InstallOptions.__dataclass_fields__) - {"version", "scheduler_version"}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name in recorded:
+            help_text = re.sub(r"\s*\[default: [^\]]*\]$", "", param.help or "")
+            param.help = f"{help_text}  [default: as the installation recorded it]"
+    return command
+
+
+_recorded_defaults(upgrade)
 
 
 @click.command("uninstall")

@@ -130,8 +130,12 @@ class ClusterFacts:
 
 
 def repo_root() -> Path:
-    """The checkout the package runs from: deploy/ and daemonset/ beside topoalloc/."""
-    return Path(topoalloc.__file__).resolve().parents[1]
+    """Where the kustomize bases (and charts/) are: the copy an installed wheel carries
+    (topoalloc/_manifests, build_bundle.py), else the checkout the package runs from (deploy/ and
+    daemonset/ beside topoalloc/)."""
+    package = Path(topoalloc.__file__).resolve().parent
+    bundled = package / "_manifests"
+    return bundled if not missing_bases(bundled) else package.parent
 
 
 def missing_bases(root: Path) -> list[str]:
