@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "install": "topoalloc.commands.install:install",
     "upgrade": "topoalloc.commands.install:upgrade",
     "uninstall": "topoalloc.commands.install:uninstall",
+    "cleanup": "topoalloc.commands.cleanup:cleanup",
     "doctor": "topoalloc.commands.doctor.command:doctor",
     "explain": "topoalloc.commands.explain.command:explain",
     "version": "topoalloc.commands.version:version",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import pytest
 
 from tests.support.cluster_product import topoalloc_argv
 from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, wait_until
-from tests.support.installed import NAMESPACE, ClusterNetwork, Installed, pods
+from tests.support.installed import NAMESPACE, ClusterNetwork, Installed, finish_terminating, pods
 from tests.support.kube_releases import KubeRelease
 
 NODES = {"gpu-a": "dgx-h100", "gpu-b": "a100-pcie-4x-nvlink-pairs", "cpu-1": "cpu-only"}
@@ -29,6 +30,18 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
 ALLOCATED_NODE = "topoalloc.io/allocated-node"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+DEVICE_CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
+MODE_LABEL = "topoalloc.io/device-mode"
+# What the agent publishes in Node status (device-plugin mode), and a label of its (Koordinator's key).
+AGENT_RESOURCES = {
+    "koordinator.sh/gpu": "800",
+    "koordinator.sh/gpu-core": "800",
+    "koordinator.sh/gpu-memory": "640Gi",
+    "koordinator.sh/gpu-memory-ratio": "800",
+    "koordinator.sh/rdma": "100",
+}
+OTHER_GATE = "example.com/quota"
 
 
 @dataclass
@@ -209,3 +222,100 @@ def solo(name: str, gpus: int, scheduler: str = "default-scheduler") -> dict[str
             ],
         },
     }
+
+
+def _slice(name: str, node: str, driver: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    }
+
+
+def leave_traces(world: World) -> None:
+    """What the agent and the webhooks leave outside the installed objects, made as they make them:
+    the agent's Node label and status resources (the status subresource), its ResourceSlices (a dra
+    pool on gpu-b), the DeviceClasses of deploy/dra, and a pod topoalloc gated; beside others' (a
+    slice and a class of another driver, another system's resource on cpu-1, another gate)."""
+    admin = world.cp.admin
+    for node, mode in (("gpu-a", "device-plugin"), ("gpu-b", "dra")):
+        admin.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {MODE_LABEL: mode}}})
+        status = {"capacity": AGENT_RESOURCES, "allocatable": AGENT_RESOURCES}
+        admin.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
+    others = {"capacity": {"koordinator.sh/gpu": "100"}, "allocatable": {"koordinator.sh/gpu": "100"}}
+    admin.request(
+        "PATCH", "/api/v1/nodes/cpu-1/status", {"status": others}, content_type="application/merge-patch+json"
+    )
+    admin.post(SLICES, _slice("gpu-b-topoalloc.io-abcde", "gpu-b", "topoalloc.io"))
+    admin.post(SLICES, _slice("gpu-b-gpu.example.com-abcde", "gpu-b", "gpu.example.com"))
+    world.cp.kubectl("apply", "-k", str(REPO / "deploy" / "dra"))
+    admin.post(
+        DEVICE_CLASSES,
+        {
+            "metadata": {"name": "gpu.example.com"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+        },
+    )
+    gated = {
+        "metadata": {"name": "gated"},
+        "spec": {
+            "schedulingGates": [{"name": OTHER_GATE}, {"name": "topoalloc.io/placement"}],
+            "containers": [{"name": "c", "image": "x"}],
+        },
+    }
+    admin.post("/api/v1/namespaces/train/pods", gated)
+
+
+def traces_gone(world: World, ran: subprocess.CompletedProcess[str]) -> None:
+    """Every trace leave_traces made (and the agents wrote) is gone, and nothing of anyone else's."""
+    admin = world.cp.admin
+    for node in ("gpu-a", "gpu-b"):
+        found = admin.get(f"/api/v1/nodes/{node}")
+        labels = found["metadata"]["labels"]
+        assert MODE_LABEL not in labels and "node.koordinator.sh/gpu-model" not in labels, labels
+        for part in ("capacity", "allocatable"):
+            left = [k for k in found["status"][part] if k.startswith("koordinator.sh/")]
+            assert left == [], (node, part, left)
+        assert "nvidia.com/gpu" in found["status"]["capacity"] or node != "gpu-a"  # kubelet's, kept
+    other = admin.get("/api/v1/nodes/cpu-1")
+    assert other["status"]["capacity"]["koordinator.sh/gpu"] == "100"
+    assert [s["metadata"]["name"] for s in admin.get(SLICES)["items"]] == ["gpu-b-gpu.example.com-abcde"]
+    assert [c["metadata"]["name"] for c in admin.get(DEVICE_CLASSES)["items"]] == ["gpu.example.com"]
+    pod = admin.get("/api/v1/namespaces/train/pods/gated")
+    assert pod["spec"]["schedulingGates"] == [{"name": OTHER_GATE}]
+    for line in (
+        "released scheduling gate(s) topoalloc.io/placement of pod train/gated",
+        "deleted ResourceSlice gpu-b-topoalloc.io-abcde",
+        "deleted DeviceClass gpu.topoalloc.io",
+        "removed from node gpu-b: labels topoalloc.io/device-mode",
+    ):
+        assert line in ran.stdout, ran.stdout
+
+
+@contextmanager
+def kubelet_ending_deleted_pods(world: World) -> Iterator[None]:
+    """While the block runs: what kubelet does for a deleted pod once its containers stopped."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(0.5):
+            finish_terminating(world.cp)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

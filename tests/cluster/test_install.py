@@ -38,9 +38,12 @@ from tests.cluster.install_world import (
     PODGROUPS,
     WEBHOOKS,
     World,
+    kubelet_ending_deleted_pods,
+    leave_traces,
     member,
     open_world,
     solo,
+    traces_gone,
 )
 from tests.deploy.test_readme import DEPLOY, README, _commands, section
 from tests.support.controlplane import REPO, ApiStatus
@@ -384,8 +387,10 @@ def test_kubeadm_mode_hooks_up_the_clusters_own_scheduler(world: World) -> None:
 def test_uninstall_keeps_crds_devices_and_podgroups_and_leaves_no_webhook(world: World) -> None:
     world.need("deploy")
     world.installed.stop()  # deleting the workloads stops their pods
+    leave_traces(world)
     uninstall = next(c for c in DEPLOY if c == ".venv/bin/topoalloc uninstall")
-    ran = world.topoalloc(*shlex.split(uninstall)[1:])
+    with kubelet_ending_deleted_pods(world):  # the agent pods go only once kubelet says so
+        ran = world.topoalloc(*shlex.split(uninstall)[1:])
     assert ran.stdout.splitlines()[0] == "deleted MutatingWebhookConfiguration topoalloc-gang"
     kept = "devices.scheduling.koordinator.sh, podgroups.scheduling.x-k8s.io, reservations.scheduling.koordinator.sh"
     assert f"kept CRDs {kept}" in ran.stdout, ran.stdout
@@ -394,6 +399,17 @@ def test_uninstall_keeps_crds_devices_and_podgroups_and_leaves_no_webhook(world:
     assert {d["metadata"]["name"] for d in world.cp.admin.get(DEVICES)["items"]} == {"gpu-a", "gpu-b"}
     if "gang" in world.done:
         assert world.cp.admin.get(f"{PODGROUPS.format(ns='train')}/trainers")["spec"]["minMember"] == 2
+    traces_gone(world, ran)
+    if "kubeadm" in world.done:  # the files copied onto the control plane: what to undo, and doctor
+        cluster_ip = yaml.safe_load((world.workdir / "kubeadm" / "kube-scheduler-config.yaml").read_text())[
+            "extenders"
+        ][0]["urlPrefix"]
+        assert "kube-scheduler on the control plane still calls the allocator" in ran.stderr, ran.stderr
+        assert f"warning:     - urlPrefix: {cluster_ip}" in ran.stderr and "ignorable: false" in ran.stderr
+        config = str(world.workdir / "kubeadm" / "kube-scheduler-config.yaml")
+        doctor = world.topoalloc("doctor", "--no-probe", "--scheduler-config", config, check=False)
+        assert doctor.returncode == 1, doctor.stdout
+        assert "is missing: no Service of this cluster has the ClusterIP" in doctor.stdout, doctor.stdout
     # Pods are created without any webhook in the way, and the namespace goes with its pods.
     world.cp.admin.post("/api/v1/namespaces/train/pods", member("late", 1))
     world.wait(
@@ -418,7 +434,8 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
         {"metadata": {"name": "not-ours", "labels": {"app.kubernetes.io/part-of": "topoalloc"}}},
     )
     purge = next(c for c in DEPLOY if c == ".venv/bin/topoalloc uninstall --purge")
-    ran = world.topoalloc(*shlex.split(purge)[1:])
+    with kubelet_ending_deleted_pods(world):
+        ran = world.topoalloc(*shlex.split(purge)[1:])
     assert "removed label topoalloc.io/gpu-node from node gpu-b" in ran.stdout
     for crd in (
         "devices.scheduling.koordinator.sh",
@@ -446,7 +463,8 @@ def test_purge_removes_everything_it_created_and_nothing_else(world: World) -> N
         assert f"{kind} {name}: exists and was not created by the installer" in ran.stdout, ran.stdout
     crd = world.cp.admin.get(f"{CRDS}/devices.scheduling.koordinator.sh")
     assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "koordinator"}
-    world.topoalloc(*shlex.split(purge)[1:])
+    with kubelet_ending_deleted_pods(world):  # the agent pod the install made goes
+        world.topoalloc(*shlex.split(purge)[1:])
     for crd in ("podgroups.scheduling.x-k8s.io", "reservations.scheduling.koordinator.sh"):
         world.wait(lambda c=crd: world.gone(f"{CRDS}/{c}"), f"CRD {crd} gone")
     assert world.ours() == []

@@ -143,3 +143,6 @@ def test_kubeadm_mode_reads_the_file_install_wrote(tmp_path: Path) -> None:
     assert (
         found.source == f"file {tmp_path / 'kube-scheduler-config.yaml'}" and found.text == "extenders: []\n"
     )
+    # Nothing installed any more: the file left there is read too (kube-scheduler may still use it).
+    f.record, f.deployments, f.webhooks = {}, {}, None
+    assert f.mode()[0] == "no" and len(scheduler_configs(f, None, tmp_path)) == 1

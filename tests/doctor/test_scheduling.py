@@ -145,3 +145,36 @@ def test_a_configuration_that_does_not_read_or_names_no_extender_fails() -> None
     local = copy.deepcopy(kubeadm_config("https://127.0.0.1:8443"))
     f.scheduler_configs = [local]
     assert scheduling.check(f)[-1].status == WARN  # not a Service address: cannot be told
+
+
+def uninstalled(f: Facts) -> Facts:
+    """What is left once topoalloc is uninstalled: no record, allocator, webhooks or Services."""
+    f.record, f.deployments, f.webhooks = {}, {}, None
+    f.services = [s for s in f.services if s["metadata"].get("namespace") != "topoalloc-system"]
+    f.pods = [p for p in f.pods if p["metadata"].get("namespace") != "topoalloc-system"]
+    return f
+
+
+def test_uninstalled_a_kube_scheduler_still_started_with_the_copied_configuration_fails() -> None:
+    f = uninstalled(facts())
+    assert f.mode()[0] == "no" and scheduling.check(f) == []
+    scheduler = pod("kube-scheduler-cp-1", "kube-system", {"component": "kube-scheduler"}, "cp-1")
+    scheduler["spec"]["containers"][0]["command"] = [
+        "kube-scheduler",
+        "--config=/etc/kubernetes/topoalloc/kube-scheduler-config.yaml",
+    ]
+    f.pods.append(scheduler)
+    [found] = scheduling.check(f)
+    assert found.status == FAIL
+    assert found.what == (
+        "kube-scheduler kube-scheduler-cp-1 runs with topoalloc's configuration "
+        "(/etc/kubernetes/topoalloc/kube-scheduler-config.yaml: an extender with ignorable: false) but no "
+        "allocator is installed: every pod asking for a GPU or RDMA device fails to schedule"
+    )
+    assert "remove --config=/etc/kubernetes/topoalloc/kube-scheduler-config.yaml" in found.fix
+    # The copied file, given (or left in --kubeadm-dir): its extender names a Service that is gone.
+    f.scheduler_configs = [kubeadm_config(f"https://{CLUSTER_IP}:8443")]
+    found = scheduling.check(f)
+    assert statuses(found) == [FAIL, FAIL]
+    assert f"no Service of this cluster has the ClusterIP {CLUSTER_IP}" in found[1].what
+    assert found[1].fix.startswith("remove that extender from the configuration")

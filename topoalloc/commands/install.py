@@ -431,20 +431,38 @@ _recorded_defaults(upgrade)
     "topoalloc.io/gpu-node label from the nodes.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="2m",
+    show_default=True,
+    help="How long to wait for the agent pods to be gone before cleaning their nodes.",
+)
 @cluster_options
 def uninstall(
     purge: bool,
     dry_run: bool,
+    timeout: float,
     kubeconfig: str | None,
     context: str | None,
     in_cluster: bool,
     manifests: Path | None,
 ) -> None:
-    """Remove what `topoalloc install` created: the gang webhook first, then the workloads, RBAC and
-    Secrets, and the namespace if the installer created it. CRDs and their objects stay unless
-    --purge; a CRD or namespace the installer did not create is never deleted."""
+    """Remove what `topoalloc install` created: the webhooks first, then the workloads, RBAC and
+    Secrets, and the namespace if the installer created it; then, once the agent pods are gone, what
+    they left (`topoalloc cleanup`: Node labels and resources, ResourceSlices, DeviceClasses, and
+    topoalloc's scheduling gates on pods). CRDs and their objects stay unless --purge; a CRD or
+    namespace the installer did not create is never deleted.
+
+    \b
+    Exit status: 0 when everything went, 1 when something could not be removed (said on stderr).
+    """
+    from topoalloc.commands.cleanup import print_cleanup
     from topoalloc.commands.installer.removal import uninstall as remove
 
     root = _root(manifests)
     cluster = _connect(kubeconfig, context, in_cluster)
-    _print(_guarded(lambda: remove(cluster, purge=purge, dry_run=dry_run, root=root), cluster.host))
+    done = _guarded(
+        lambda: remove(cluster, purge=purge, dry_run=dry_run, root=root, timeout=timeout), cluster.host
+    )
+    click.get_current_context().exit(print_cleanup(done))

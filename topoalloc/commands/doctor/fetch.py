@@ -16,6 +16,7 @@ from apis.kinds import CONFIGMAPS, MUTATING_WEBHOOKS, NAMESPACES, PODS, SECRETS
 from topoalloc.commands.doctor.facts import (
     JSON,
     NAMESPACE,
+    NOT_INSTALLED,
     PLACEMENT_WEBHOOK,
     SERVER_SECRET,
     WEBHOOK_CONFIGURATION,
@@ -130,9 +131,10 @@ def gather(
 
 
 def scheduler_configs(facts: Facts, given: Path | None, kubeadm_dir: Path | None) -> list[SchedulerConfig]:
-    """The file given, else in kubeadm mode the one `install --mode kubeadm` wrote, if it is here."""
+    """The file given, else in kubeadm mode (or with nothing installed: a leftover) the one
+    `install --mode kubeadm` wrote, if it is here."""
     path = given
-    if path is None and kubeadm_dir is not None and facts.mode()[0] == "kubeadm":
+    if path is None and kubeadm_dir is not None and facts.mode()[0] in ("kubeadm", NOT_INSTALLED):
         path = kubeadm_dir / CONFIG
         if not path.is_file():
             return []

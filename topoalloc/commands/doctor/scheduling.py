@@ -4,7 +4,8 @@ extender is the allocator's Service. Kubeadm: the configuration copied to the co
 (`--scheduler-config`, or the file `install --mode kubeadm` wrote) names the allocator Service's
 ClusterIP, and the cluster's kube-scheduler pods, where they are visible, run with it. In any mode
 a configuration naming an extender that is not there is a failure: with `ignorable: false` every pod
-asking for a device it manages fails to schedule."""
+asking for a device it manages fails to schedule; so is, once topoalloc is uninstalled, a
+kube-scheduler still started with the configuration `install --mode kubeadm` had copied."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from topoalloc.commands.doctor.facts import (
     meta,
 )
 from topoalloc.commands.doctor.findings import Finding, fail, ok, warn
-from topoalloc.commands.installer.kubeadm import CONFIG, HOST_DIR
+from topoalloc.commands.installer.kubeadm import CONFIG, HOST_DIR, wired_schedulers
 
 CHECK = "scheduler"
 NO_PLACEMENT = "--no-placement"
@@ -277,7 +278,7 @@ def leftover_placement(facts: Facts, mode: str) -> list[Finding]:
 def check(facts: Facts) -> list[Finding]:
     mode, _ = facts.mode()
     if mode == NOT_INSTALLED:
-        return []  # the allocator, webhook and agent findings say what is missing
+        return left_wired(facts)  # the allocator, webhook and agent findings say what is missing
     if mode == "placement":
         out = check_placement(facts)
     elif mode == "secondary":
@@ -299,4 +300,28 @@ def check(facts: Facts) -> list[Finding]:
                 f"pass --scheduler-config FILE (the file copied to {HOST_DIR}/)",
             )
         )
+    return out
+
+
+def left_wired(facts: Facts) -> list[Finding]:
+    """Nothing of topoalloc installed, but kube-scheduler still calls the allocator: a kubeadm
+    control plane still started with the copied configuration, or the configuration given."""
+    undo = (
+        f"on that control-plane node remove --config={HOST_DIR}/{CONFIG} and the topoalloc volume from "
+        "/etc/kubernetes/manifests/kube-scheduler.yaml (topoalloc uninstall prints every step), or "
+        "topoalloc install --mode kubeadm"
+    )
+    out = [
+        fail(
+            CHECK,
+            f"kube-scheduler {name} runs with topoalloc's configuration ({HOST_DIR}/{CONFIG}: an extender "
+            "with ignorable: false) but no allocator is installed: every pod asking for a GPU or RDMA "
+            "device fails to schedule",
+            undo,
+        )
+        for name in wired_schedulers(facts.pods)
+    ]
+    fix = "remove that extender from the configuration and restart kube-scheduler, or topoalloc install"
+    for config in facts.scheduler_configs:
+        out += check_extenders(facts, config, fix)
     return out

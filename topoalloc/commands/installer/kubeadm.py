@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 HOST_DIR = "/etc/kubernetes/topoalloc"
 CONFIG = "kube-scheduler-config.yaml"
@@ -77,4 +78,54 @@ def instructions(folder: Path) -> list[str]:
         f"     (or add --config={HOST_DIR}/{CONFIG} and a hostPath mount of {HOST_DIR}",
         "     to /etc/kubernetes/manifests/kube-scheduler.yaml by hand)",
         "  kube-scheduler then calls the allocator for every pod that asks for a GPU or RDMA device",
+    ]
+
+
+def wired_schedulers(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The kube-scheduler pods (kube-system, component=kube-scheduler: kubeadm's static pods as
+    their mirror pods show them) started with topoalloc's configuration or mounting its folder."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") != "kube-system" or (meta.get("labels") or {}).get("component") != (
+            "kube-scheduler"
+        ):
+            continue
+        spec = pod.get("spec") or {}
+        words = [str(w) for c in spec.get("containers") or [] for w in (c.get("command") or [])]
+        words += [str((v.get("hostPath") or {}).get("path", "")) for v in spec.get("volumes") or []]
+        if any(HOST_DIR in w for w in words):
+            out.append(str(meta.get("name", "")))
+    return sorted(out)
+
+
+def extender_block(root: Path, cluster_ip: str) -> list[str]:
+    """The extender entry `install --mode kubeadm` wrote (YAML lines, as under `extenders:`)."""
+    import yaml
+
+    config = yaml.safe_load(scheduler_config(root, cluster_ip or PLACEHOLDER))
+    text = yaml.safe_dump(config["extenders"], sort_keys=False, default_flow_style=None, width=200)
+    return text.splitlines()
+
+
+def undo_instructions(root: Path, cluster_ip: str, schedulers: Iterable[str] = ()) -> list[str]:
+    """What to undo on each control-plane node once the allocator is gone: kube-scheduler still
+    calls it (`ignorable: false`), so every pod asking for a device it manages fails to schedule."""
+    url = f"https://{cluster_ip or PLACEHOLDER}:8443"
+    running = ", ".join(schedulers)
+    return [
+        "kube-scheduler on the control plane still calls the allocator (install --mode kubeadm"
+        + (f"; running with its configuration: {running}" if running else "")
+        + "): with the allocator gone and ignorable: false, every pod asking for a GPU or RDMA device "
+        "fails to schedule. On every control-plane node:",
+        f"  1. /etc/kubernetes/manifests/kube-scheduler.yaml: remove --config={HOST_DIR}/{CONFIG} from "
+        f"the command and the volume and volumeMount named topoalloc (hostPath {HOST_DIR}); kubelet "
+        "restarts kube-scheduler when the file changes",
+        f"     (if you merged {HOST_DIR}/{CONFIG} into your own KubeSchedulerConfiguration instead: remove "
+        f"the extender with urlPrefix {url} from its extenders, then restart kube-scheduler)",
+        f"  2. leave {HOST_DIR}/patches out of kubeadm's --patches, so kubeadm upgrade does not put it back",
+        f"  3. rm -r {HOST_DIR}",
+        "  4. check: topoalloc doctor (it fails while a kube-scheduler still runs with it)",
+        f"  the extender block to remove ({HOST_DIR}/{CONFIG}, under extenders:):",
+        *(f"    {line}" for line in extender_block(root, cluster_ip)),
     ]

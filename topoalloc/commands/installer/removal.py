@@ -2,20 +2,25 @@
 
 Only objects carrying `app.kubernetes.io/managed-by: topoalloc` are ever deleted, so a CRD another
 system owns (Koordinator's Device, scheduler-plugins' PodGroup) and a namespace someone else made
-are never touched. Order matters for safety: the gang admission webhook goes first, so no
-webhook that could block pod creation outlives the allocator that answers it. CRDs (and with them
-every Device, PodGroup and Reservation) go only with --purge.
+are never touched. Order matters for safety: the admission webhooks go first, so no webhook that
+could block pod creation (or gate a pod) outlives the allocator that answers it; then the workloads;
+then cleanup.py waits for the agent pods to go and removes what no manifest holds (the agent's Node
+labels and status resources, ResourceSlices, DeviceClasses, scheduling gates). CRDs (and with them
+every Device, PodGroup and Reservation) go only with --purge. After `install --mode kubeadm` the
+files copied onto the control-plane nodes are out of reach: uninstall says how to undo them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from apis.kinds import NODES, PODS
-from topoalloc.commands.installer import manifests
+from apis.kinds import NODES, PODS, SERVICES
+from topoalloc.commands.installer import kubeadm, manifests
+from topoalloc.commands.installer.cleanup import Cleanup, cleanup
 from topoalloc.commands.installer.cluster import Cluster
 from topoalloc.commands.installer.kustomize import Doc, ident
-from topoalloc.commands.installer.manifests import GPU_NODE_LABEL, MANAGED_BY, MANAGER
+from topoalloc.commands.installer.manifests import GPU_NODE_LABEL, MANAGED_BY, MANAGER, NAMESPACE
+from topoalloc.commands.installer.record import recorded_options
 from topoalloc.commands.installer.report import Report
 
 SELECTOR = f"{MANAGED_BY}={MANAGER}"
@@ -53,12 +58,19 @@ def prune(cluster: Cluster, rendered: list[Doc], root: Path | None = None) -> li
     return gone
 
 
-def uninstall(cluster: Cluster, *, purge: bool, dry_run: bool, root: Path | None = None) -> Report:
-    report = Report()
+def uninstall(
+    cluster: Cluster, *, purge: bool, dry_run: bool, root: Path | None = None, timeout: float = 120.0
+) -> Cleanup:
+    """Delete the installer's objects, then clean up (cleanup.py); what was done and left is the
+    result's report, `problems` counting what could not be removed."""
+    recorded = recorded_options(cluster)
+    service = cluster.get(SERVICES.path("topoalloc-allocator", namespace=NAMESPACE)) or {}
+    cluster_ip = str((service.get("spec") or {}).get("clusterIP") or "")
     found = ours(cluster, root)
+    done = Cleanup()
+    report = done.report
     if not found:
         report.say("nothing to remove: no object carries " + SELECTOR)
-        return report
     crds = [d for d in found if d["kind"] == "CustomResourceDefinition"]
     namespaces = [d for d in found if d["kind"] == "Namespace"]
     rest = [d for d in found if d["kind"] not in KEPT_BY_PRUNE]
@@ -79,8 +91,16 @@ def uninstall(cluster: Cluster, *, purge: bool, dry_run: bool, root: Path | None
             if not dry_run:
                 cluster.merge_patch(NODES.path(name), {"metadata": {"labels": {GPU_NODE_LABEL: None}}})
             report.say(f"{'would remove' if dry_run else 'removed'} label {GPU_NODE_LABEL} from node {name}")
+    cleaned = cleanup(cluster, dry_run=dry_run, timeout=timeout, owners=SELECTOR)
+    report.lines += cleaned.report.lines
+    report.warnings += cleaned.report.warnings
+    done.problems, done.leftovers = cleaned.problems, cleaned.leftovers
+    schedulers = kubeadm.wired_schedulers(cluster.list("v1", "Pod", namespace="kube-system"))
+    if (recorded is not None and recorded.mode == "kubeadm") or schedulers:
+        for line in kubeadm.undo_instructions(root or manifests.repo_root(), cluster_ip, schedulers):
+            report.warn(line)
     _report_waiting_pods(cluster, report)
-    return report
+    return done
 
 
 def _report_waiting_pods(cluster: Cluster, report: Report) -> None:
