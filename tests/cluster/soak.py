@@ -21,7 +21,7 @@ from tests.cluster.harness import ClusterEnv
 from tests.cluster.soak_faults import Injector, schedule
 from tests.cluster.soak_workload import Workload, gang_sources_of
 from tests.cluster.soak_world import SoakWorld
-from tests.soak.invariants import Checker, Limits, Violation
+from tests.soak.invariants import Checker, Limits, Snapshot, Violation
 
 # Log lines that look alarming but are what a component is expected to log under these faults.
 EXPECTED_LOG = ()
@@ -101,6 +101,7 @@ def run_soak(
     for t in threads:
         t.start()
     raw: dict[str, Any] = {}
+    last: Snapshot | None = None
     try:
         while world.clock() < config.duration:
             time.sleep(config.check_every)
@@ -113,6 +114,7 @@ def run_soak(
             except Exception:  # kube-apiserver restarting: the next check reads again
                 continue
             result.checks += 1
+            last = snap
             if progress is not None:
                 progress(world.clock())
             result.violations = checker.check(snap)
@@ -127,6 +129,13 @@ def run_soak(
         assert world.kubelets is not None
         result.counts["admitted or prepared by kubelets"] = world.kubelets.admitted
         result.counts["terminating pods finished by kubelets"] = world.kubelets.terminated
+        if last is not None:  # where the pods stood at the last check
+            live = [p for p in last.pods.values() if not p.finished]
+            result.counts["at the end: pods bound"] = sum(1 for p in live if p.node)
+            result.counts["at the end: pods pending"] = sum(1 for p in live if not p.node)
+            result.counts["at the end: claims allocated"] = sum(
+                1 for c in last.claims.values() if c.allocated
+            )
         result.faults = dict(injector.counts)
         result.fault_errors = [f"{f.kind} at {f.at:.0f}s: {f.error}" for f in injector.faults if f.error]
         result.max_rss_mib = {

@@ -35,7 +35,7 @@ KINDS = (
     "webhook-down",
     "gpu-unhealthy",
 )
-WEBHOOK_DOWN = 15.0
+WEBHOOK_DOWN = 10.0
 RESTART_AFTER = 3.0
 
 
@@ -80,16 +80,18 @@ class Injector:
             if stop.wait(max(0.0, fault.at - self.world.clock())):
                 return
             fault.started = self.last = self.world.clock()
+            lasts = 0.0
             try:
-                self.inject(fault)
+                lasts = self.inject(fault)
             except Exception as exc:  # a fault that failed to inject is recorded, the soak goes on
                 fault.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"[:2000]
-            fault.ended = self.last = self.world.clock()
+            fault.ended = self.last = self.world.clock() + lasts
             self.counts[fault.kind] += 1
 
-    def inject(self, fault: Fault) -> None:
-        handler: Callable[[Fault], None] = getattr(self, "_" + fault.kind.replace("-", "_"))
-        handler(fault)
+    def inject(self, fault: Fault) -> float:
+        """Inject the fault; returns for how many seconds more its effect lasts by itself."""
+        handler: Callable[[Fault], float | None] = getattr(self, "_" + fault.kind.replace("-", "_"))
+        return handler(fault) or 0.0
 
     def records(self) -> list[dict[str, Any]]:
         return [asdict(f) for f in self.faults]
@@ -153,9 +155,9 @@ class Injector:
         finally:
             cluster.webhook.target, cluster.leader_webhook.target = saved
 
-    def _gpu_unhealthy(self, fault: Fault) -> None:
+    def _gpu_unhealthy(self, fault: Fault) -> float:
         node = self.rng.choice(self.world.plugin_nodes)
         minor = self.rng.randrange(8)
         fault.target = f"{node.name} GPU {minor} for {XID_HOLD}s"
         write_event(self.world.inboxes[node.name], f"soak-{time.time_ns()}", [{"gpu": minor, "xid": 79}])
-        time.sleep(XID_HOLD)
+        return XID_HOLD

@@ -110,7 +110,8 @@ UNEXPECTED = re.compile(r"Traceback \(most recent call last\)|\bCRITICAL\b|Unhan
 class Limits:
     grace: float = 45.0  # seconds a transient condition may last (after its start or the last fault)
     rss_slope_mib_per_min: float = 4.0  # over the last half of the run
-    rss_min_span: float = 120.0  # seconds of one process's samples before its slope is judged
+    rss_min_span: float = 300.0  # seconds of one process's samples before its slope is judged
+    rss_warmup: float = 60.0  # a process's first seconds (caches filling) are not judged
     p99_factor: float = 4.0  # the last window's p99 against the first windows' (with a floor)
     p99_floor: float = 1.0  # seconds: below this a p99 is never a violation
     expected_log: tuple[str, ...] = ()  # regular expressions of unexpected-looking lines allowed
@@ -273,9 +274,10 @@ def rss_growth(snap: Snapshot, limits: Limits) -> list[Violation]:
     """A process whose RSS grew faster than the limit over the last half of its samples."""
     out = []
     for name, series in snap.rss.items():
-        if len(series) < 6 or series[-1][0] - series[0][0] < limits.rss_min_span:
+        warm = [(t, y) for t, y in series if t - series[0][0] >= limits.rss_warmup]
+        if len(warm) < 6 or warm[-1][0] - warm[0][0] < limits.rss_min_span:
             continue
-        half = series[len(series) // 2 :]
+        half = warm[len(warm) // 2 :]
         per_min = slope(half) * 60 / 2**20
         if per_min > limits.rss_slope_mib_per_min:
             detail = f"RSS +{per_min:.1f} MiB/min over its last {half[-1][0] - half[0][0]:.0f}s"

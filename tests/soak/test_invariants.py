@@ -118,12 +118,14 @@ def test_unexpected_log_lines_unless_allowed() -> None:
 
 def test_rss_growing_over_the_last_half_and_a_flat_one() -> None:
     mib = 2**20
-    growing = [(t * 30.0, 100 * mib + t * 10 * mib) for t in range(10)]  # 20 MiB/min
-    flat = [(t * 30.0, 100 * mib + (t % 2) * mib) for t in range(10)]
-    (v,) = Checker().check(Snapshot(now=300.0, rss={"allocator-a": growing, "agent-n1": flat}))
+    growing = [(t * 30.0, 100 * mib + t * 10 * mib) for t in range(20)]  # 20 MiB/min
+    flat = [(t * 30.0, 100 * mib + (t % 2) * mib) for t in range(20)]
+    (v,) = Checker().check(Snapshot(now=600.0, rss={"allocator-a": growing, "agent-n1": flat}))
     assert (v.invariant, v.subject) == ("rss-growing", "allocator-a")
-    short = growing[:3]  # too few samples to judge
-    assert Checker().check(Snapshot(now=300.0, rss={"allocator-a": short})) == []
+    # a process that ran too short to judge (its warm-up left out), and one growing only while warming up
+    assert Checker().check(Snapshot(now=600.0, rss={"allocator-a": growing[:12]})) == []
+    warming = [(t * 30.0, 100 * mib + min(t, 2) * 50 * mib) for t in range(20)]
+    assert Checker().check(Snapshot(now=600.0, rss={"allocator-a": warming})) == []
 
 
 def test_decision_p99_drifting_for_three_windows_and_one_spike() -> None:
