@@ -35,7 +35,8 @@ class SoakConfig:
     dra_nodes: int = 1
     fault_every: float = 25.0
     check_every: float = 5.0
-    grace: float = 60.0
+    grace: float = 30.0
+    max_grace: float = 90.0
     record_dir: Path = Path(".")
 
 
@@ -93,7 +94,7 @@ def run_soak(
     injector = Injector(
         world, random.Random(rng.random()), schedule(rng, config.duration, config.fault_every)
     )
-    checker = Checker(Limits(grace=config.grace, expected_log=EXPECTED_LOG))
+    checker = Checker(Limits(grace=config.grace, max_grace=config.max_grace, expected_log=EXPECTED_LOG))
     threads = [
         threading.Thread(target=workload.run, args=(stop,), name="soak-workload", daemon=True),
         threading.Thread(target=injector.run, args=(stop,), name="soak-faults", daemon=True),
@@ -133,6 +134,8 @@ def run_soak(
             live = [p for p in last.pods.values() if not p.finished]
             result.counts["at the end: pods bound"] = sum(1 for p in live if p.node)
             result.counts["at the end: pods pending"] = sum(1 for p in live if not p.node)
+            gone = set(workload.created) - workload.removed - set(last.pods)
+            result.counts["pods gone by eviction or preemption"] = len(gone)
             result.counts["at the end: claims allocated"] = sum(
                 1 for c in last.claims.values() if c.allocated
             )

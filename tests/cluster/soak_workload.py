@@ -56,6 +56,7 @@ class Workload:
     expiries: dict[str, float] = field(default_factory=dict)  # Reservation -> when its ttl ends
     counts: Counter[str] = field(default_factory=Counter)
     log: list[str] = field(default_factory=list)  # what it did, for the reproduction record
+    removed: set[str] = field(default_factory=set)  # pod keys it deleted itself
     _retry: list[tuple[float, int, str, JSON]] = field(default_factory=list)  # (due, tries, kind, body)
     _names: itertools.count[int] = field(default_factory=itertools.count)
     _asked: dict[str, int] = field(default_factory=dict)  # pod key -> GPUs asked
@@ -224,6 +225,7 @@ class Workload:
             return
         for name in self._whole_job(self.rng.choice(pods)):
             with contextlib.suppress(ApiStatus):
+                self.removed.add(f"{NS}/{name}")
                 self.cp.admin.delete(f"/api/v1/namespaces/{NS}/pods/{name}", gracePeriodSeconds=0)
                 self.counts["deleted"] += 1
             self._asked.pop(f"{NS}/{name}", None)
@@ -244,6 +246,7 @@ class Workload:
         """Finished pods deleted (what a Job's cleanup or the pod GC does)."""
         for pod in self.cp.admin.get(f"/api/v1/namespaces/{NS}/pods")["items"]:
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                self.removed.add(f"{NS}/{pod['metadata']['name']}")
                 with contextlib.suppress(ApiStatus):
                     self.cp.admin.delete(
                         f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}", gracePeriodSeconds=0

@@ -5,8 +5,9 @@ what the stand-in kubelets served and prepared, the processes' RSS and the alloc
 latency, new log lines) and hands it to `Checker.check`. A condition that may hold for a moment in
 a healthy cluster (a pod not yet bound, a gang half bound while kube-scheduler binds its members, a
 gate not yet lifted, an expired Reservation not yet marked) is a violation only once it has lasted
-`grace` seconds, counted from when it was first seen or from the last fault, whichever is later;
-the `Checker` remembers when each was first seen. No clock and no I/O here: `Snapshot.now` is the
+`grace` seconds, counted from when it was first seen or from the last fault, whichever is later,
+or `max_grace` seconds however many faults came meanwhile; the `Checker` remembers when each was
+first seen. No clock and no I/O here: `Snapshot.now` is the
 soak's clock, so the unit tests (tests/soak/test_invariants.py) feed violating snapshots directly.
 """
 
@@ -108,7 +109,8 @@ UNEXPECTED = re.compile(r"Traceback \(most recent call last\)|\bCRITICAL\b|Unhan
 
 @dataclass
 class Limits:
-    grace: float = 45.0  # seconds a transient condition may last (after its start or the last fault)
+    grace: float = 30.0  # seconds a transient condition may last (after its start or the last fault)
+    max_grace: float = 90.0  # seconds it may last however many faults keep coming
     rss_slope_mib_per_min: float = 4.0  # over the last half of the run
     rss_min_span: float = 300.0  # seconds of one process's samples before its slope is judged
     rss_warmup: float = 60.0  # a process's first seconds (caches filling) are not judged
@@ -144,7 +146,8 @@ class Checker:
         out = []
         for v in found:
             first = self.since.setdefault((v.invariant, v.subject), snap.now)
-            if snap.now - max(first, snap.last_fault) >= self.limits.grace:
+            lasted = snap.now - first
+            if snap.now - max(first, snap.last_fault) >= self.limits.grace or lasted >= self.limits.max_grace:
                 out.append(v)
         return out
 

@@ -71,6 +71,11 @@ def test_an_unexplained_pending_pod_is_lost_only_after_the_grace_counted_from_th
     assert checker.check(Snapshot(now=30.0, pods=explained)) == []
     # the condition went away, so it starts afresh when it comes back
     assert checker.check(Snapshot(now=31.0, pods=pending)) == []
+    # faults coming one after the other put it off, but not past max_grace
+    checker = Checker(Limits(grace=10, max_grace=30))
+    for now in range(0, 30, 5):
+        assert checker.check(Snapshot(now=float(now), pods=pending, last_fault=float(now))) == []
+    assert kinds(checker.check(Snapshot(now=30.0, pods=pending, last_fault=30.0))) == ["pod-lost"]
 
 
 def test_a_gang_bound_in_part_and_a_gate_left_on_a_released_gang() -> None:
