@@ -4,7 +4,8 @@ Every second it lists the namespace's pods and, as kubelet would: admits each po
 device plugin node through that node's stand-in kubelet (GetPreferredAllocation + Allocate, the
 real agent answering), prepares the claims of each pod bound to a DRA node through the stand-in DRA
 kubelet (NodePrepareResources), frees what a finished or deleted pod held (unprepares its claims),
-and finishes deleting a pod that is terminating (grace 0: no containers to stop). A refusal is kept
+and finishes deleting a pod that is terminating (grace 0: no containers to stop); an unprepare that
+fails (the agent down) is retried on each pass, as kubelet retries it. A refusal is kept
 (`errors`) and retried on the next pass, as a pod recreated by its controller would be. What Allocate
 served each pod is kept as the invariants read it (tests/soak/invariants.py `Served`).
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from tests.soak.invariants import WHOLE, Served
 from tests.support.controlplane import ApiStatus, ControlPlane
-from tests.support.dra_kubelet import DraKubelet, PrepareError
+from tests.support.dra_kubelet import DraKubelet
 from tests.support.kubelet import AdmissionError, Granted, StandInKubelet
 
 JSON = dict[str, Any]
@@ -58,6 +59,7 @@ class SoakKubelets:
         self.lock = threading.Lock()
         self.served: dict[str, Served] = {}
         self.prepared: dict[str, JSON] = {}  # pod key -> the pod as prepared (unprepare needs it)
+        self.unprepare_pending: dict[str, JSON] = {}  # pods gone whose claims' unprepare failed
         self.errors: dict[str, str] = {}
         self.admitted = 0
         self.terminated = 0  # terminating pods finished (evicted, preempted, deleted)
@@ -103,6 +105,8 @@ class SoakKubelets:
                 self._prepare(self.dra[node], key, pod)
         for key in (set(self.served) | set(self.prepared) | set(self.errors)) - seen:
             self._free(key)
+        for key, gone in list(self.unprepare_pending.items()):
+            self._unprepare(key, gone)
 
     def _admit(self, kubelet: StandInKubelet, node: str, key: str, pod: JSON) -> None:
         try:
@@ -120,7 +124,7 @@ class SoakKubelets:
     def _prepare(self, kubelet: DraKubelet, key: str, pod: JSON) -> None:
         try:
             kubelet.prepare(pod)
-        except PrepareError as exc:
+        except Exception as exc:  # PrepareError, or the plugin's socket gone with its agent
             with self.lock:
                 self.errors[key] = f"{pod['spec']['nodeName']}: {exc}"
             return
@@ -138,8 +142,19 @@ class SoakKubelets:
         if served is not None:
             self.plugin[served.node].release(ns, name)
         if pod is not None:
-            with contextlib.suppress(PrepareError):
-                self.dra[pod["spec"]["nodeName"]].unprepare(pod)
+            self._unprepare(key, pod)
+
+    def _unprepare(self, key: str, pod: JSON) -> None:
+        """Like kubelet, retried on each pass until the plugin answers (its agent may be down)."""
+        try:
+            self.dra[pod["spec"]["nodeName"]].unprepare(pod)
+        except Exception as exc:  # PrepareError, or the plugin's socket gone with its agent
+            with self.lock:
+                self.unprepare_pending[key] = pod
+                self.last_failure = f"unprepare {key}: {type(exc).__name__}: {exc}"
+            return
+        with self.lock:
+            self.unprepare_pending.pop(key, None)
 
     def prepared_devices(self) -> dict[str, tuple[str, ...]]:
         """namespace/claim -> pool/device of each device the DRA plugins prepared for it."""
