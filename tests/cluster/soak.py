@@ -130,6 +130,7 @@ def run_soak(
         assert world.kubelets is not None
         result.counts["admitted or prepared by kubelets"] = world.kubelets.admitted
         result.counts["terminating pods finished by kubelets"] = world.kubelets.terminated
+        result.counts["kubelet passes failed (API down)"] = world.kubelets.failed_passes
         if last is not None:  # where the pods stood at the last check
             live = [p for p in last.pods.values() if not p.finished]
             result.counts["at the end: pods bound"] = sum(1 for p in live if p.node)
