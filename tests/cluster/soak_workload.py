@@ -36,6 +36,7 @@ RESERVATION_TTL = 30
 OWNER = "topoalloc.soak/owner"
 RETRIES = 4
 RETRY_AFTER = 5.0
+MAX_WAITING = 15
 
 
 def gang_sources_of(minor: str) -> tuple[GangSource, ...]:
@@ -78,7 +79,10 @@ class Workload:
         for item in [r for r in self._retry if r[0] <= now]:
             self._retry.remove(item)
             self._create(item[2], item[3], tries=item[1])
-        asked = sum(self._asked.values())
+        # past the plugin nodes' GPUs asked, or a backlog of waiting pods (claims count there), it
+        # deletes and finishes more than it creates: pods wait, but the backlog does not grow forever
+        waiting = sum(1 for p in self._live_pods() if not p["spec"].get("nodeName"))
+        full = sum(self._asked.values()) >= self.gpu_capacity or waiting > MAX_WAITING
         actions: list[tuple[Callable[[], None], int]] = [
             (self.whole, 3),
             (self.shared, 2),
@@ -87,8 +91,8 @@ class Workload:
             (self.claim, 2),
             (self.claim_gang, 1),
             (self.reservation, 1),
-            (self.delete, 1 if asked < self.gpu_capacity else 4),
-            (self.finish, 1 if asked < self.gpu_capacity else 4),
+            (self.delete, 5 if full else 1),
+            (self.finish, 5 if full else 1),
         ]
         action = self.rng.choices([a for a, _ in actions], [w for _, w in actions])[0]
         action()
