@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench fuzz lint venv clean image image-push protos chart release-yaml helm
+.PHONY: run test bench fuzz soak lint venv clean image image-push protos chart release-yaml helm
 
 # The container image: one for the agent and the allocator, tagged with the package version (the tag
 # the manifests in daemonset/ and deploy/ use). ENGINE: podman if installed, else docker.
@@ -36,6 +36,14 @@ bench: $(STAMP)
 # 100,000 generated calls to a running extender (HTTPS + mTLS) and 100,000 decoder inputs: 1.5-5 min.
 fuzz: $(STAMP)
 	$(BIN)/python bench/fuzz.py
+
+# The soak on real control planes (bench/soak.py, docs/reliability.md): DURATION (90s, 10m, 1h),
+# SEED, RELEASE (1.35, 1.36 or 1.35,1.36); a violation writes its reproduction record to soak-records/.
+DURATION ?= 2m
+SEED ?= 1
+RELEASE ?= 1.36
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py --duration $(DURATION) --seed $(SEED) --release $(RELEASE)
 
 image:
 	@test -n "$(ENGINE)" || { echo "make image: neither podman nor docker found on PATH; install one or pass ENGINE=/path/to/it" >&2; exit 1; }

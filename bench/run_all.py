@@ -33,6 +33,7 @@ FULL: list[tuple[str, list[str]]] = [
     ("trace.py", ["default"]),
     ("quality.py", []),
     # The full campaign (100,000 calls to the extender and 100,000 decoder inputs) is `make fuzz`.
+    # The soak (real control planes, faults injected, minutes to hours) is `make soak`.
     ("fuzz.py", ["--http", "10000", "--decoders", "30000"]),
 ]
 QUICK_ARGS = {

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.deviceplugin.admission import Admission
+from agent.deviceplugin.admission import Admission, Refused
 from agent.deviceplugin.events import MISMATCHES, NO_EVENTS, EventSink
 from agent.deviceplugin.expectation import ExpectationError, container_requests, expectations
 from agent.deviceplugin.identity import pod_key
@@ -109,14 +109,16 @@ class CrossChecker:
             with self.admission.calls_held():
                 assigned = self.client.list()
                 chosen = {u: s.allocations() for u, s in self.admission.served.items() if s.chosen}
-        except PodResourcesError as exc:
+            # kube-apiserver unreachable (restarting) is a pass skipped, as kubelet unreachable is
+            pods = self.admission.list_pods()
+        except (PodResourcesError, Refused) as exc:
             self.error = str(exc)
             log.warning("%s", self.error)
             return []
         self.error = ""
         inv = self.admission.inventory
         found: list[Mismatch] = []
-        for pod in self.admission.list_pods():
+        for pod in pods:
             if (pod.get("status") or {}).get("phase") in rn.TERMINAL_POD_PHASES:
                 continue
             held = assigned.get(pod_key(pod))

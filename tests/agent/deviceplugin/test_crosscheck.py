@@ -4,7 +4,9 @@ holding other devices than annotated is an Event, a metric, and for GPUs a corre
 from __future__ import annotations
 
 import contextlib
+import logging
 
+import pytest
 from prometheus_client import REGISTRY
 
 from apis import keys
@@ -76,6 +78,24 @@ def test_cross_check_without_kubelet_reports_the_error(make_rig) -> None:
     kubelet.stop()
     assert rig.plugins.checker.check() == []
     assert rig.plugins.checker.error.startswith(f"PodResources {rig.pr_socket}: UNAVAILABLE")
+
+
+def test_cross_check_with_the_api_server_unreachable_skips_the_pass_without_a_traceback(
+    make_rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kube-apiserver restarting is expected: the pass is skipped with a warning naming it (the
+    soak found it logged as an unexpected exception, with a traceback, by the loop)."""
+    rig = make_rig("dgx-h100")
+    rig.start_kubelet()
+    rig.start_agent(wait_for=("nvidia.com/gpu",))
+    rig.server.inject_fault("GET", r"/api/v1/pods$", watch=False, disconnect=True, times=None)
+    with caplog.at_level(logging.WARNING, logger="agent.deviceplugin.crosscheck"):
+        assert rig.plugins.checker.check() == []
+    rig.server.clear_faults()
+    assert rig.plugins.checker.error.startswith(f"cannot list the pods of node {rig.plugins.node_name}")
+    mine = [r for r in caplog.records if r.name == "agent.deviceplugin.crosscheck"]
+    assert [(r.levelno, r.exc_info) for r in mine] == [(logging.WARNING, None)]
+    assert rig.plugins.checker.check() == [] and rig.plugins.checker.error == ""
 
 
 def test_refusals_and_mismatches_on_the_health_endpoint(make_rig) -> None:
