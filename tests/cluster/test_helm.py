@@ -30,6 +30,7 @@ from tests.cluster.install_world import (
     DEPLOYMENTS,
     WEBHOOKS,
     World,
+    kubelet_ending_deleted_pods,
     leave_traces,
     open_world,
     traces_gone,
@@ -219,9 +220,8 @@ def report_ended(world: World, pod: dict[str, Any], code: int) -> None:
 
 @contextmanager
 def hook_kubelet(world: World) -> Iterator[list[subprocess.CompletedProcess[str]]]:
-    """While the block runs, kubelet's part for the pods `helm uninstall` waits on: each pod of the
-    hook's Job run once (run_hook_pod) and its end reported; deleted pods finished (the agents'
-    once the cleanup deleted their DaemonSets). Yields the runs."""
+    """While the block runs, kubelet's part for the hook's Job: each of its pods run once
+    (run_hook_pod) and its end reported. Yields the runs."""
     runs: list[subprocess.CompletedProcess[str]] = []
     errors: list[BaseException] = []
     done, seen = threading.Event(), set()
@@ -229,7 +229,6 @@ def hook_kubelet(world: World) -> Iterator[list[subprocess.CompletedProcess[str]
     def loop() -> None:
         while not done.wait(0.5):
             try:
-                finish_terminating(world.cp)
                 found = world.cp.admin.get(PODS, labelSelector=f"job-name={HOOK_JOB}")["items"]
                 for pod in found:
                     if pod["metadata"]["uid"] in seen or pod["metadata"].get("deletionTimestamp"):
@@ -251,7 +250,7 @@ def hook_kubelet(world: World) -> Iterator[list[subprocess.CompletedProcess[str]
     assert not errors, errors
 
 
-def test_helm_uninstall_leaves_crds_and_user_objects(world: World) -> None:
+def test_helm_uninstall_cleans_up_and_leaves_crds_and_user_objects(world: World) -> None:
     world.need("install")
     world.cp.create_namespace("team")
     world.cp.create_namespace("train")
@@ -263,7 +262,8 @@ def test_helm_uninstall_leaves_crds_and_user_objects(world: World) -> None:
         "spec": {"minMember": 2},
     }
     world.cp.admin.post("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team/podgroups", group)
-    with hook_kubelet(world) as runs:  # the hook's Job completes once its pod has run
+    # The hook's Job completes once its pod has run; the agent pods go once kubelet says so.
+    with kubelet_ending_deleted_pods(world), hook_kubelet(world) as runs:
         helm(world, "uninstall", "topoalloc")  # not --wait: the namespace goes once its pods do (below)
     assert len(runs) == 1 and runs[0].returncode == 0, runs
     traces_gone(world, runs[0])
