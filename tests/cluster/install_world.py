@@ -238,11 +238,12 @@ def _slice(name: str, node: str, driver: str) -> dict[str, Any]:
     }
 
 
-def leave_traces(world: World) -> None:
+def leave_traces(world: World, *, device_classes: bool = True) -> None:
     """What the agent and the webhooks leave outside the installed objects, made as they make them:
     the agent's Node label and status resources (the status subresource), its ResourceSlices (a dra
-    pool on gpu-b), the DeviceClasses of deploy/dra, and a pod topoalloc gated; beside others' (a
-    slice and a class of another driver, another system's resource on cpu-1, another gate)."""
+    pool on gpu-b), the DeviceClasses of deploy/dra (unless `device_classes` is false: installed
+    already), and a pod topoalloc gated; beside others' (a slice and a class of another driver,
+    another system's resource on cpu-1, another gate)."""
     admin = world.cp.admin
     for node, mode in (("gpu-a", "device-plugin"), ("gpu-b", "dra")):
         admin.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {MODE_LABEL: mode}}})
@@ -259,7 +260,8 @@ def leave_traces(world: World) -> None:
     )
     admin.post(SLICES, _slice("gpu-b-topoalloc.io-abcde", "gpu-b", "topoalloc.io"))
     admin.post(SLICES, _slice("gpu-b-gpu.example.com-abcde", "gpu-b", "gpu.example.com"))
-    world.cp.kubectl("apply", "-k", str(REPO / "deploy" / "dra"))
+    if device_classes:
+        world.cp.kubectl("apply", "-k", str(REPO / "deploy" / "dra"))
     admin.post(
         DEVICE_CLASSES,
         {

@@ -4,14 +4,19 @@ One control plane for the module (tests/cluster/install_world.py: no kubelet, th
 labelled by GPU Feature Discovery, gpu-b, cpu-1); gpu-b is put in an agent pool by its label. The
 steps build on each other: `helm install` as README says it (the release in `default`; secondary
 mode, a DRA pool), `helm upgrade` changing
-that pool's settings, `helm rollback`, `helm uninstall` with user objects in the CRDs.
+that pool's settings, `helm rollback`, `helm uninstall` with user objects in the CRDs and the
+traces the agent and the webhooks leave, which the chart's pre-delete hook removes: its Job's pod
+is run here as kubelet would run it (hook_kubelet).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,17 @@ import yaml
 from cryptography import x509
 
 from tests.apis.paths import require_shared
-from tests.cluster.install_world import CRDS, DEPLOYMENTS, WEBHOOKS, World, open_world
+from tests.cluster.install_world import (
+    CRDS,
+    DEPLOYMENTS,
+    WEBHOOKS,
+    World,
+    kubelet_ending_deleted_pods,
+    leave_traces,
+    open_world,
+    traces_gone,
+)
+from tests.support.cluster_product import service_account_token, topoalloc_argv
 from tests.support.controlplane import REPO, ApiStatus
 from tests.support.helm import require_helm
 from tests.support.installed import NAMESPACE, finish_terminating
@@ -29,6 +44,8 @@ from tests.support.kube_releases import KubeRelease
 CHART = REPO / "charts" / "topoalloc"
 DAEMONSETS = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"
 SECRETS = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+HOOK_JOB = "topoalloc-cleanup"
 POOL = {"topoalloc.io/agent-pool": "dra"}
 VALUES = {
     "mode": "secondary",
@@ -164,9 +181,80 @@ def test_helm_rollback(world: World) -> None:
     world.done.add("rollback")
 
 
-def test_helm_uninstall_leaves_crds_and_user_objects(world: World) -> None:
+def run_hook_pod(world: World, pod: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """The hook pod's process as the pod runs it: its arguments, with its ServiceAccount's token
+    bound to the pod (so the hook's RBAC is what is exercised); a kubeconfig in place of the
+    pod's in-cluster service account, the pod's namespace as in the pod."""
+    (container,) = pod["spec"]["containers"]
+    args = list(container["args"])
+    assert args[:2] == ["cleanup", "--in-cluster"], args
+    token = service_account_token(world.cp, NAMESPACE, pod["spec"]["serviceAccountName"], bound_pod=pod)
+    kubeconfig = world.cp.write_kubeconfig("cleanup-hook", token=token)
+    argv = topoalloc_argv("cleanup", *args[2:], "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE)
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "TOPOALLOC_DEBUG")}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env, cwd=world.workdir)
+
+
+def report_ended(world: World, pod: dict[str, Any], code: int) -> None:
+    """What kubelet reports of a pod whose one container exited with `code` (restartPolicy Never):
+    the Job controller counts it from this."""
+    now = pod["metadata"]["creationTimestamp"]
+    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+    status = {
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "startTime": now,
+        "containerStatuses": [
+            {
+                "name": c["name"],
+                "image": c["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": {**terminated, "startedAt": now, "finishedAt": now}},
+            }
+            for c in pod["spec"]["containers"]
+        ],
+    }
+    world.cp.admin.merge_patch(f"{PODS}/{pod['metadata']['name']}/status", {"status": status})
+
+
+@contextmanager
+def hook_kubelet(world: World) -> Iterator[list[subprocess.CompletedProcess[str]]]:
+    """While the block runs, kubelet's part for the hook's Job: each of its pods run once
+    (run_hook_pod) and its end reported. Yields the runs."""
+    runs: list[subprocess.CompletedProcess[str]] = []
+    errors: list[BaseException] = []
+    done, seen = threading.Event(), set()
+
+    def loop() -> None:
+        while not done.wait(0.5):
+            try:
+                found = world.cp.admin.get(PODS, labelSelector=f"job-name={HOOK_JOB}")["items"]
+                for pod in found:
+                    if pod["metadata"]["uid"] in seen or pod["metadata"].get("deletionTimestamp"):
+                        continue
+                    seen.add(pod["metadata"]["uid"])
+                    runs.append(run_hook_pod(world, pod))
+                    report_ended(world, pod, runs[-1].returncode)
+            except Exception as exc:  # said after the block; the uninstall then times out
+                errors.append(exc)
+                return
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield runs
+    finally:
+        done.set()
+        thread.join()
+    assert not errors, errors
+
+
+def test_helm_uninstall_cleans_up_and_leaves_crds_and_user_objects(world: World) -> None:
     world.need("install")
     world.cp.create_namespace("team")
+    world.cp.create_namespace("train")
+    leave_traces(world, device_classes=False)  # the chart installed topoalloc's DeviceClasses
     group = {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
@@ -174,7 +262,12 @@ def test_helm_uninstall_leaves_crds_and_user_objects(world: World) -> None:
         "spec": {"minMember": 2},
     }
     world.cp.admin.post("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team/podgroups", group)
-    helm(world, "uninstall", "topoalloc")  # not --wait: the namespace goes once its pods do (below)
+    # The hook's Job completes once its pod has run; the agent pods go once kubelet says so.
+    with kubelet_ending_deleted_pods(world), hook_kubelet(world) as runs:
+        helm(world, "uninstall", "topoalloc")  # not --wait: the namespace goes once its pods do (below)
+    assert len(runs) == 1 and runs[0].returncode == 0, runs
+    traces_gone(world, runs[0])
+    assert "deleted DaemonSet topoalloc-system/topoalloc-agent-dra" in runs[0].stdout, runs[0].stdout
 
     def namespace_gone() -> bool:  # its pods go first; no kubelet finishes them
         finish_terminating(world.cp)

@@ -31,6 +31,7 @@ CASES = {
     "kubeadm-cert-manager": [VALUES / "kubeadm-cert-manager.yaml"],
 }
 KUBE = "v1.35.6"
+HOOK = "helm.sh/hook"
 DUMMY_TLS = {
     name: {"tls.crt": b"c", "tls.key": b"k", "ca.crt": b"a"}
     for name in ("topoalloc-allocator-tls", "topoalloc-scheduler-client")
@@ -75,10 +76,13 @@ def installer_render(files: list[Path]) -> list[dict[str, Any]]:
 
 def normalised(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], Any]:
     """Objects by identity, less what is meant to differ: who manages them (the labels
-    `managed-by: topoalloc` / `Helm` and `helm.sh/chart`), the installer's record ConfigMap, and
-    the random certificates (their Secrets' files and the webhook's caBundle: present, not equal)."""
+    `managed-by: topoalloc` / `Helm` and `helm.sh/chart`), the installer's record ConfigMap, the
+    random certificates (their Secrets' files and the webhook's caBundle: present, not equal), and
+    the chart's Helm hooks (the cleanup on uninstall: the installer runs it itself)."""
     out = {}
     for doc in docs:
+        if HOOK in (doc["metadata"].get("annotations") or {}):
+            continue
         doc = copy.deepcopy(doc)
         labels = doc["metadata"].get("labels") or {}
         for key in ("app.kubernetes.io/managed-by", "helm.sh/chart"):
@@ -273,3 +277,75 @@ def test_null_takes_a_pool_away() -> None:
     first = with_values(InstallOptions(version="0"), sets=["agent.pools.dra.nodeSelector.pool=dra"])
     later = with_values(first, sets=["agent.pools.dra=null"])
     assert later.settings() == {"agent": {"pools": {}}}
+
+
+def test_the_cleanup_hook_runs_before_delete_with_the_rbac_cleanup_needs(helm: Path) -> None:
+    docs = helm_template(helm, CASES["kubeadm-cert-manager"])
+    hooks = {
+        (d["kind"], d["metadata"]["name"]): d for d in docs if HOOK in d["metadata"].get("annotations", {})
+    }
+    assert sorted(hooks) == sorted(
+        (kind, "topoalloc-cleanup")
+        for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Job")
+    )
+    weights = {}
+    for key, doc in hooks.items():
+        notes = doc["metadata"]["annotations"]
+        assert notes[HOOK] == "pre-delete"
+        assert notes["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "topoalloc"
+        weights[key[0]] = int(notes["helm.sh/hook-weight"])
+    assert max(w for k, w in weights.items() if k != "Job") < weights["Job"]  # RBAC before the Job
+    rules = {
+        (group, resource): sorted(rule["verbs"])
+        for rule in hooks["ClusterRole", "topoalloc-cleanup"]["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert rules == {
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): ["delete", "list"],
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): ["delete", "list"],
+        ("", "pods"): ["get", "list", "patch"],
+        ("", "nodes"): ["get", "list", "patch"],
+        ("", "nodes/status"): ["patch"],
+        ("resource.k8s.io", "resourceslices"): ["delete", "list"],
+        ("resource.k8s.io", "deviceclasses"): ["delete", "list"],
+        ("resource.k8s.io", "resourceclaims"): ["list"],
+        ("scheduling.koordinator.sh", "reservations"): ["list"],
+    }
+    role = hooks["Role", "topoalloc-cleanup"]
+    assert role["metadata"]["namespace"] == "topoalloc-system"
+    assert role["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "delete"]}
+    ]
+    for binding in ("ClusterRoleBinding", "RoleBinding"):
+        assert hooks[binding, "topoalloc-cleanup"]["subjects"] == [
+            {"kind": "ServiceAccount", "name": "topoalloc-cleanup", "namespace": "topoalloc-system"}
+        ]
+    job = hooks["Job", "topoalloc-cleanup"]["spec"]["template"]["spec"]
+    allocator = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "topoalloc-allocator"
+    )
+    runs = allocator["spec"]["template"]["spec"]
+    (container,) = job["containers"]
+    assert job["serviceAccountName"] == "topoalloc-cleanup" and job["restartPolicy"] == "Never"
+    assert container["image"] == runs["containers"][0]["image"]
+    assert job["securityContext"] == runs["securityContext"]
+    assert container["securityContext"] == runs["containers"][0]["securityContext"]
+    assert container["args"][:2] == ["cleanup", "--in-cluster"]
+    timeout = float(container["args"][container["args"].index("--timeout") + 1].rstrip("s"))
+    tries = hooks["Job", "topoalloc-cleanup"]["spec"]["backoffLimit"] + 1
+    assert tries * timeout < 300  # within Helm's default 5 minutes for a hook
+    # Helm's hook objects only: the allocator's objects do not change with the switch.
+    assert [d for d in helm_template(helm, CASES["kubeadm-cert-manager"], "--set", "cleanupOnUninstall=false")
+            if HOOK in d["metadata"].get("annotations", {})] == []  # fmt: skip
+
+
+def test_the_objects_cleanup_acts_on_carry_its_label(helm: Path) -> None:
+    # cleanup finds the webhook configurations, agent DaemonSets and DeviceClasses by this label
+    docs = helm_template(helm, CASES["every-option"])
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "DaemonSet", "DeviceClass")
+    found = [d for d in docs if d["kind"] in kinds]
+    assert {d["kind"] for d in found} >= {"MutatingWebhookConfiguration", "DaemonSet", "DeviceClass"}
+    for doc in found:
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "topoalloc", doc["metadata"]["name"]

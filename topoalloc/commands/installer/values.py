@@ -168,6 +168,7 @@ def schema() -> dict[str, Any]:
         "monitoring": flag,
         "nvidiaRuntimeClass": flag,
         "deviceClasses": flag,
+        "cleanupOnUninstall": flag,  # the chart's pre-delete hook; the installer cleans up itself
         "allocator": _closed({"config": settings["allocator"]}),
         "agent": _closed({"config": settings["agent"], "pools": _pools(settings["agent"])}),
         "global": {"type": "object"},  # Helm passes a parent chart's globals
