@@ -133,8 +133,8 @@ def test_an_empty_record_finds_every_grant_unused() -> None:
 
 
 class _Report:
-    def __init__(self, nodeid: str, when: str = "call") -> None:
-        self.nodeid, self.when = nodeid, when
+    def __init__(self, nodeid: str, when: str = "call", skipped: bool = False) -> None:
+        self.nodeid, self.when, self.skipped = nodeid, when, skipped
 
 
 @pytest.mark.parametrize("partial", [True, False])
@@ -150,3 +150,19 @@ def test_the_check_runs_only_when_every_module_ran_on_every_release(partial: boo
         assert missing == sorted(f"{modules[0]}[{r.test_id}]" for r in RELEASES.values())
     else:
         assert missing == []
+
+
+def test_a_tier_skipped_whole_is_not_a_tier_that_ran() -> None:
+    """Without the Kubernetes binaries every test of the tier is skipped: nothing was recorded,
+    so the check must not run (it would find every grant unused)."""
+    plugin = LeastPrivilege(config=None)  # type: ignore[arg-type]
+    for module in tier_modules():
+        for release in RELEASES.values():
+            nodeid = f"tests/cluster/{module}::t[{release.test_id}]"
+            plugin.pytest_runtest_logreport(_Report(nodeid, "setup", skipped=True))  # type: ignore[arg-type]
+    assert plugin.missing_from_tier() == sorted(
+        f"every test skipped on {r.test_id}" for r in RELEASES.values()
+    )
+    one = f"tests/cluster/{sorted(tier_modules())[0]}::t[k8s-1.35]"
+    plugin.pytest_runtest_logreport(_Report(one, "call"))  # type: ignore[arg-type]
+    assert plugin.missing_from_tier() == ["every test skipped on k8s-1.36"]
