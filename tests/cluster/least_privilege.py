@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.support import api_audit
-from tests.support.api_audit import ALLOCATOR, Request
+from tests.support.api_audit import AGENT, ALLOCATOR, Request
 from tests.support.kube_releases import RELEASE_IN_TEST_ID, RELEASES
 from tests.support.rbac_grants import Grant, grants, manifests, table, verdict
 
@@ -38,6 +38,24 @@ HERE = Path(__file__).parent
 # says which path and why the tier does not reach it. An entry that the tier does use fails the
 # check too (take it off).
 ALLOWLIST: dict[Grant, str] = {
+    Grant(
+        ALLOCATOR,
+        "ClusterRole/topoalloc-allocator",
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "patch",
+        names=("topoalloc-gang",),
+    ): (
+        "the leader writes the webhooks' caBundle when it is not the CA in its TLS Secret"
+        " (allocator/runtime/cabundle.py): always with cert-manager's certificates (deploy/cert-manager"
+        " ships no bundle), and after a rotation; the tier's installations carry the right bundle from"
+        " `topoalloc certs` and `install` (the patch: tests/gang/test_deploy.py, fake API server)"
+    ),
+    Grant(AGENT, "ClusterRole/topoalloc-agent", "resource.k8s.io", "resourceslices", "delete"): (
+        "a pool that needs fewer ResourceSlices than the node has (devices gone) deletes the extra ones"
+        " (agent/dra/slice_publisher.py); no pool shrinks in the tier (the deletion:"
+        " tests/agent/dra/test_slice_publisher.py, tests/agent/test_daemonset.py, fake API server)"
+    ),
     Grant(
         ALLOCATOR, "ClusterRole/topoalloc-allocator", "resource.k8s.io", "resourceclaims/binding", "patch"
     ): (
