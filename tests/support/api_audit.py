@@ -125,9 +125,9 @@ def read_log(paths: Iterable[Path]) -> Counter[Request]:
 
 def save(requests: Counter[Request], folder: Path, stem: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{stem}.json"
+    path = folder / f"{stem}.audit.json"
     rows = [{**asdict(r), "count": n} for r, n in sorted(requests.items())]
-    tmp = path.with_suffix(".tmp")
+    tmp = folder / f"{stem}.tmp"
     tmp.write_text(json.dumps(rows))
     tmp.replace(path)  # a reader never sees half a file
     return path
@@ -144,7 +144,7 @@ def record(workdir: Path, stem: str) -> Path | None:
 def load(folder: Path) -> Counter[Request]:
     """Every saved file of a folder, merged."""
     merged: Counter[Request] = Counter()
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted(folder.glob("*.audit.json")):
         for row in _rows(path):
             count = int(row.pop("count", 1))
             merged[Request(**row)] += count
