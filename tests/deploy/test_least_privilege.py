@@ -100,6 +100,11 @@ def test_the_verdict_names_unused_grants_refusals_and_stale_allowlist_entries() 
     assert got.unused == [unused]
     assert got.missing == [req("create", "pods", sub="eviction", ns="t", name="p", denied=True)]
     assert got.allowed_unused == [allowed] and got.stale_allowlist == [stale]
+    assert got.uncovered == []
+    # allowed by none of the manifests' rules: something else authorized it
+    extra = req("get", "secrets", ns="t")
+    assert verdict([used], [extra], only_ours=[ALLOCATOR]).uncovered == [extra]
+    assert verdict([used], [extra]).uncovered == []  # an account with built-in roles too
     # a denied request never counts as use
     assert verdict([unused], [req("delete", "pods", denied=True)]).unused == [unused]
 

@@ -103,12 +103,21 @@ class Verdict:
     missing: list[Request]  # refused by the authorizer and covered by no grant
     allowed_unused: list[Grant]  # unused and on the allowlist (with its reason there)
     stale_allowlist: list[Grant]  # on the allowlist but requested after all: take it off
+    # allowed, yet covered by no grant of the manifests, for an account that holds no other role:
+    # something else authorized it (a binding the manifests do not make)
+    uncovered: list[Request]
 
 
 def verdict(
-    granted: Iterable[Grant], requests: Iterable[Request], allowlist: Mapping[Grant, str] | None = None
+    granted: Iterable[Grant],
+    requests: Iterable[Request],
+    allowlist: Mapping[Grant, str] | None = None,
+    *,
+    only_ours: Iterable[str] = (),
 ) -> Verdict:
-    granted, requests = list(granted), list(requests)
+    """`only_ours`: the accounts whose every right the manifests' own roles give (not the secondary
+    scheduler, which holds kube-scheduler's built-in roles too)."""
+    granted, requests, only_ours = list(granted), list(requests), set(only_ours)
     allowlist = dict(allowlist or {})
     checked = {g.user for g in granted}
     used = {g for g in granted if any(g.covers(r) for r in requests if not r.denied)}
@@ -121,6 +130,16 @@ def verdict(
         missing=sorted(set(missing)),
         allowed_unused=[g for g in unused if g in allowlist],
         stale_allowlist=sorted(g for g in allowlist if g in used),
+        uncovered=sorted(
+            {
+                r
+                for r in requests
+                if r.user in only_ours
+                and r.resource
+                and not r.denied
+                and not any(g.covers(r) for g in granted)
+            }
+        ),
     )
 
 
