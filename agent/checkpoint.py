@@ -19,11 +19,13 @@ from typing import Any
 
 import msgpack
 
+from agent import host_paths
+
 log = logging.getLogger(__name__)
 
 VERSION = 1
 FILE_NAME = "agent-checkpoint.msgpack"
-DEFAULT_STATE_DIR = "/var/lib/topoalloc"  # where the agent keeps its checkpoints
+DEFAULT_STATE_DIR = host_paths.STATE  # where the agent keeps its checkpoints
 
 
 def save(

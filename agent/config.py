@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from agent import host_paths
 from agent.kubelet_config import KubeletSettings
 from apis.documents import load_documents
 from apis.dra import MODE_DEVICE_PLUGIN, MODES
@@ -103,7 +104,7 @@ class MidTierConfig:
     safe_margin: float = 0.1  # ProdPeak is inflated by this before it is compared with requests
     window_seconds: float = 600.0  # sliding window for per-pod peaks
     min_samples: int = 2  # a pod needs this many samples before its peak counts
-    cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_root: str = f"{host_paths.SYSFS}/fs/cgroup"
 
 
 @dataclass

@@ -20,12 +20,13 @@ from typing import Any
 
 import yaml
 
+from agent import host_paths
 from apis.kubelet_policy import CPU_POLICIES, KUBELET_POLICIES, SCOPES
 from apis.quantity import Quantity
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+DEFAULT_KUBELET_CONFIG = host_paths.KUBELET_CONFIG
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The real-cluster tier's API requests recorded and held against the RBAC of the manifests
+    (tests/cluster/least_privilege.py): registered here, since under xdist the controller, which
+    checks at the end, never loads tests/cluster/conftest.py."""
+    from tests.cluster.least_privilege import LeastPrivilege
+
+    config.pluginmanager.register(LeastPrivilege(config), "topoalloc-least-privilege")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """`-n N` alone distributes with `--dist loadgroup` (before xdist would pick `load`)."""

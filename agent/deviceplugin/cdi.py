@@ -16,9 +16,11 @@ from typing import Any
 
 import yaml
 
+from agent import host_paths
+
 log = logging.getLogger(__name__)
 
-DEFAULT_CDI_ROOTS = ("/etc/cdi", "/var/run/cdi")
+DEFAULT_CDI_ROOTS = (host_paths.CDI_STATIC, host_paths.CDI_DYNAMIC)
 GPU_KIND = "nvidia.com/gpu"
 
 

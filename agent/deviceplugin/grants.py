@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent import host_paths
 from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, pcidevice_env
 from agent.deviceplugin.cdi import CdiRegistry
 from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError
@@ -48,9 +49,9 @@ class GrantBuilder:
         self,
         *,
         cdi: CdiRegistry,
-        dev_root: str | Path = "/dev",
-        host_dev: str = "/dev",
-        sysfs_root: str | Path = "/sys",
+        dev_root: str | Path = host_paths.DEV,
+        host_dev: str = host_paths.DEV,
+        sysfs_root: str | Path = host_paths.SYSFS,
     ) -> None:
         self.dev_root = Path(dev_root)
         self.host_dev = host_dev.rstrip("/")

@@ -12,10 +12,11 @@ import time
 
 import grpc
 
+from agent import host_paths
 from agent.deviceplugin.proto import podresources_v1_pb2 as pr
 from agent.deviceplugin.proto import podresources_v1_pb2_grpc as pr_grpc
 
-DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_POD_RESOURCES_SOCKET = host_paths.POD_RESOURCES_SOCKET
 
 # namespace/name -> container -> resource -> kubelet device IDs. Every container kubelet lists is
 # there, an empty map when it holds no device yet.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import checkpoint
+from agent import checkpoint, host_paths
 from agent.checkpoint import DEFAULT_STATE_DIR
 from agent.deviceplugin.admission import Admission, Refused
 from agent.deviceplugin.cdi import DEFAULT_CDI_ROOTS, CdiRegistry
@@ -44,7 +44,7 @@ from apis.device import Device
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_PLUGIN_DIR = host_paths.DEVICE_PLUGINS
 JOURNAL_NAME = "agent-served.journal"
 
 
@@ -53,8 +53,8 @@ class DevicePluginSettings:
     plugin_dir: str = DEFAULT_PLUGIN_DIR
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
     cdi_roots: tuple[str, ...] = DEFAULT_CDI_ROOTS
-    dev_root: str = "/dev"  # where the agent sees the host's /dev
-    host_dev: str = "/dev"  # the host's path for it (what kubelet is told)
+    dev_root: str = host_paths.DEV  # where the agent sees the host's /dev
+    host_dev: str = host_paths.DEV  # the host's path for it (what kubelet is told)
     state_dir: str = DEFAULT_STATE_DIR
     resources: tuple[str, ...] = SERVED_RESOURCES
     check_seconds: float = 1.0

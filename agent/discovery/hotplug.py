@@ -14,6 +14,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from agent import host_paths
+
 log = logging.getLogger(__name__)
 
 SUBSYSTEMS = ("infiniband", "infiniband_verbs", "net", "pci")
@@ -22,7 +24,7 @@ SUBSYSTEMS = ("infiniband", "infiniband_verbs", "net", "pci")
 def udev_source(choice: str) -> str:
     if choice in ("udev", "kernel"):
         return choice
-    return "udev" if os.path.exists("/run/udev/control") else "kernel"
+    return "udev" if os.path.exists(host_paths.UDEV_CONTROL) else "kernel"
 
 
 class HotplugMonitor(threading.Thread):

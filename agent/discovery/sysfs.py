@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent import host_paths
 from agent.discovery.pci_address import ROOT_BUS, parse_bdf
 
 NUMA_UNKNOWN = -1
@@ -79,7 +80,7 @@ class RdmaDevice:
 
 
 class Sysfs:
-    def __init__(self, root: str | os.PathLike[str] = "/sys") -> None:
+    def __init__(self, root: str | os.PathLike[str] = host_paths.SYSFS) -> None:
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root) + os.sep
         self.problems: list[str] = []

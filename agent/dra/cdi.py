@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent import host_paths
 from agent.checkpoint import write_atomically
 from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, pcidevice_env
 from agent.discovery.sysfs import Sysfs
@@ -32,7 +33,7 @@ CDI_VERSION = "0.6.0"
 CDI_VENDOR = dra.DRIVER
 CDI_CLASS = "claim"
 CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
-DEFAULT_CDI_ROOT = "/var/run/cdi"
+DEFAULT_CDI_ROOT = host_paths.CDI_DYNAMIC
 ENV_GPUS = "NVIDIA_VISIBLE_DEVICES"
 ENV_NICS = pcidevice_env(dra.RDMA_CLASS)  # PCIDEVICE_RDMA_TOPOALLOC_IO
 ENV_VFS = pcidevice_env(dra.RDMA_VF_CLASS)  # PCIDEVICE_RDMA_VF_TOPOALLOC_IO
@@ -68,9 +69,9 @@ class ClaimSpecs:
         self,
         root: str | Path,
         *,
-        dev_root: str | Path = "/dev",
-        host_dev: str = "/dev",
-        sysfs_root: str | Path = "/sys",
+        dev_root: str | Path = host_paths.DEV,
+        host_dev: str = host_paths.DEV,
+        sysfs_root: str | Path = host_paths.SYSFS,
     ) -> None:
         self.root = Path(root)
         self.dev_root = Path(dev_root)

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from agent import host_paths
 from agent.dra.claims import ClaimRef
 from agent.dra.preparer import Preparer
 from agent.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
@@ -32,8 +33,8 @@ log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"  # pluginregistration/v1 constants.go
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # kubelet takes the first it knows
-DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
-DEFAULT_PLUGIN_DIR = f"/var/lib/kubelet/plugins/{dra.DRIVER}"
+DEFAULT_REGISTRY_DIR = host_paths.DRA_REGISTRY
+DEFAULT_PLUGIN_DIR = host_paths.DRA_PLUGIN
 DRA_SOCKET = "dra.sock"
 
 

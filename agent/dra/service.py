@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent import host_paths
 from agent.checkpoint import DEFAULT_STATE_DIR
 from agent.dra.cdi import DEFAULT_CDI_ROOT, ClaimSpecs
 from agent.dra.plugin import DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, DraServers
@@ -27,8 +28,8 @@ class DraSettings:
     registry_dir: str = DEFAULT_REGISTRY_DIR  # kubelet's plugin watcher folder
     plugin_dir: str = DEFAULT_PLUGIN_DIR  # the DRA socket's folder, the same path on the host
     cdi_root: str = DEFAULT_CDI_ROOT  # where the claims' CDI specs are written
-    dev_root: str = "/dev"  # where the agent sees the host's /dev
-    host_dev: str = "/dev"  # the host's path for it (what the CDI specs name)
+    dev_root: str = host_paths.DEV  # where the agent sees the host's /dev
+    host_dev: str = host_paths.DEV  # the host's path for it (what the CDI specs name)
     state_dir: str = DEFAULT_STATE_DIR  # the prepared-claims checkpoint
     check_seconds: float = 1.0
 

@@ -16,7 +16,7 @@ def test_the_dra_gate_reviews_pods_with_claims_and_fails_open() -> None:
     assert hook["clientConfig"]["service"]["name"] == WEBHOOK_SERVICE
     assert hook["clientConfig"]["service"]["path"] == PATH
     assert hook["failurePolicy"] == "Ignore"
-    (cond,) = hook["matchConditions"]
+    (cond,) = [c for c in hook["matchConditions"] if c["name"] == "names-resource-claims"]
     env = celpy.Environment()
     only_claims = env.program(env.compile(cond["expression"]))
     with_claims = {"spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]}}

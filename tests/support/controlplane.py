@@ -27,6 +27,7 @@ import urllib3
 import yaml
 
 from apis.timestamps import format_time
+from tests.support import api_audit
 from tests.support.kube_releases import DEFAULT, ETCD, KUBECTL, REPO, KubeRelease, missing_parts
 from tests.support.pki import Pki
 from tests.support.processes import (
@@ -91,8 +92,11 @@ class ControlPlane:
         self.feature_gates = dict(feature_gates or {})
         self.runtime_config = dict(runtime_config or {})
         self.processes: dict[str, Process] = {}
+        # topoalloc's identities' requests recorded when the run asks (tests/support/api_audit.py)
+        self.audit = bool(os.environ.get(api_audit.AUDIT_DIR_ENV))
         self.etcd_port, self.etcd_peer_port, self.api_port, self.scheduler_port, self.kcm_port = free_ports(5)
         self.url = f"https://{HOST}:{self.api_port}"
+        self.audit_stem = f"{os.getpid()}-{self.api_port}-{time.monotonic_ns()}"
         self.etcd_url = f"http://{HOST}:{self.etcd_port}"
         self.pki = Pki(workdir / "pki")
         self.admin_cert = self.pki.issue("admin", "topoalloc-test-admin", organization="system:masters")
@@ -148,6 +152,8 @@ class ControlPlane:
             proc = self.processes.get(name)
             if proc is not None:
                 proc.stop()
+        if self.audit:
+            api_audit.record(self.workdir / "audit", self.audit_stem)
         data = getattr(self, "_etcd_data", None)
         if data is not None:
             shutil.rmtree(data, ignore_errors=True)
@@ -214,6 +220,7 @@ class ControlPlane:
             "--profiling=false",
             *self._gate_args(),
             *([f"--runtime-config={_flag_map(self.runtime_config)}"] if self.runtime_config else []),
+            *(api_audit.audit_args(self.workdir / "audit") if self.audit else ()),
             *self.apiserver_args,
         ]
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 import yaml
 
+from agent import host_paths
 from agent.config import ConfigError, load_config
 from apis.errors import InputError
 from topoalloc.commands.kube_access import DEFAULT_IN_A_POD, config_error, in_a_pod, require_kubeconfig
@@ -68,7 +69,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 @click.option(
     "--sysfs-root",
     type=click.Path(exists=True, file_okay=False),
-    default="/sys",
+    default=host_paths.SYSFS,
     show_default=True,
     help="sysfs root when not using --fixture.",
 )
@@ -123,13 +124,13 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 )
 @click.option(
     "--device-plugin-dir",
-    default="/var/lib/kubelet/device-plugins",
+    default=host_paths.DEVICE_PLUGINS,
     show_default=True,
     help="kubelet's device plugin directory (kubelet.sock and the plugin sockets).",
 )
 @click.option(
     "--pod-resources-socket",
-    default="/var/lib/kubelet/pod-resources/kubelet.sock",
+    default=host_paths.POD_RESOURCES_SOCKET,
     show_default=True,
     help="kubelet's PodResources API (which pod is being admitted; the cross-check).",
 )
@@ -141,7 +142,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 )
 @click.option(
     "--dev-root",
-    default="/dev",
+    default=host_paths.DEV,
     show_default=True,
     help="Where the agent sees the host's /dev (device nodes handed to containers are checked here).",
 )
@@ -153,25 +154,25 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 )
 @click.option(
     "--dra-registry-dir",
-    default="/var/lib/kubelet/plugins_registry",
+    default=host_paths.DRA_REGISTRY,
     show_default=True,
     help="kubelet's plugin registration folder (the DRA plugin's registration socket).",
 )
 @click.option(
     "--dra-plugin-dir",
-    default="/var/lib/kubelet/plugins/topoalloc.io",
+    default=host_paths.DRA_PLUGIN,
     show_default=True,
     help="Folder of the DRA plugin's socket; kubelet dials this path, so it must be the host's.",
 )
 @click.option(
     "--dra-cdi-root",
-    default="/var/run/cdi",
+    default=host_paths.CDI_DYNAMIC,
     show_default=True,
     help="Where the DRA plugin writes the CDI spec of each prepared claim.",
 )
 @click.option(
     "--state-dir",
-    default="/var/lib/topoalloc",
+    default=host_paths.STATE,
     show_default=True,
     help="Folder of the agent's checkpoints (served pods, mid-tier window, Xid history; prepared claims).",
 )
