@@ -319,7 +319,11 @@ def build_components(alloc: Allocator) -> list[Component]:
     if cfg.dra.enabled:  # a gang of claims plans as a gang does
         parts.append(
             DraClaims(
-                cfg.dra, topology_keys=cfg.gang.topology_keys, metrics=alloc.metrics.controllers, **common
+                cfg.dra,
+                topology_keys=cfg.gang.topology_keys,
+                metrics=alloc.metrics.controllers,
+                registry=alloc.metrics.registry,
+                **common,
             )
         )
     if cfg.scarce_avoidance.enabled:

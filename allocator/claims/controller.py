@@ -21,9 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from allocator.claims.cache_view import ClaimsCache
 from allocator.claims.decide import HOLDER, Decider
+from allocator.claims.holders import ClaimHolders
 from allocator.claims.pod_claims import pending_pod
+from allocator.claims.race import Repairs
 from allocator.claims.write_tasks import ClaimWrites, record
 from allocator.core.actions import Event, Forget, Retry
 from allocator.core.claims.lifecycle import (
@@ -50,6 +54,7 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 PLACED_AGAINST = ("ResourceClaimTemplate", "ResourceSlice", "Node", "Device")
+RACE = "race:"  # the key woken when a device turns up in two claims (no pod's key)
 
 
 def runner_settings(settings: DraSettings) -> RunnerSettings:
@@ -74,6 +79,7 @@ class ClaimsController:
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
         metrics: ControllerMetrics | None = None,
+        registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
@@ -96,6 +102,17 @@ class ClaimsController:
         self._claims_of: dict[str, set[str]] = {}  # pod key -> the claims it names
         self._by_claim: dict[str, set[str]] = {}  # claim key -> the pending pods naming it
         self._outcomes: dict[str, Outcome] = {}  # pod key -> its writes' answer, for its next step
+        self.holders = ClaimHolders()  # which claims hold each device
+        self.repairs = Repairs(
+            cache,
+            self.holders,
+            events=events,
+            runner=self.runner,
+            writes=self.writes,
+            decider=self.decider,
+            pods_naming=self.pods_naming,
+            registry=registry,
+        )
 
     # -- what the cache tells ----------------------------------------------------------------------
 
@@ -103,6 +120,8 @@ class ClaimsController:
         if kind == "Pod":
             self._observe_pod(key, obj)
         elif kind == "ResourceClaim":
+            if self.holders.update(key, obj):
+                self.runner.wake(RACE)  # a device in two claims: repaired in the next pass
             self.runner.wake_all(self._by_claim.get(key, ()))
         elif kind == "DeviceClass":
             self.runner.wake_all(self.pending)  # what a claim was refused for may have changed
@@ -138,6 +157,10 @@ class ClaimsController:
             self._by_claim.setdefault(claim, set()).add(key)
         self.runner.wake(key)
 
+    def pods_naming(self, claim: str) -> set[str]:
+        """The pending pods that name the claim."""
+        return set(self._by_claim.get(claim, ()))
+
     def _tell(self, key: str, outcome: Outcome) -> None:
         """A write task's answer: the pod's next step hears it (woken once its writes end)."""
         self._outcomes[key] = outcome
@@ -152,13 +175,15 @@ class ClaimsController:
                 continue  # a full pass: it waits out its retry's pause, nothing of it changed
             entry = self.cache.pods.get(key)
             outcome = self._outcomes.pop(key, None)
-            pod = pending_pod(entry, self.cache, outcome) if entry is not None else None
+            pod = pending_pod(entry, self.cache, outcome, self.holders.rivals) if entry is not None else None
             if pod is not None:
                 pods.append(pod)
         claims = [e.claim for e in self.cache.dra.claims.values() if e.claim] if batch.full else []
         view = ClaimsView(pods, batch.full, claims, self._by_claim, self.cache.ledger.holds)
         for action in self.lifecycle.step(view, batch.now):
             self._apply(action)
+        if self.holders.contested or self.repairs.done:
+            self.repairs.run()
 
     def _apply(self, action: Action) -> None:
         match action:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from allocator.claims.cache_view import ClaimsCache
 from allocator.claims.controller import ClaimsController
 from allocator.claims.webhook import PATH, reviewer
@@ -37,6 +39,7 @@ class DraClaims:
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
         metrics: ControllerMetrics | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -51,6 +54,7 @@ class DraClaims:
             synced=synced,
             topology_keys=topology_keys,
             metrics=metrics,
+            registry=registry,
         )
         self.runner = self.controller.runner
 
