@@ -110,6 +110,11 @@ ALLOCATOR_KUBE_SCHEDULER: Final = "kube-scheduler"
 # allocation): which claims topoalloc may move or release, also after a restart.
 ALLOCATED_BY_ANNOTATION: Final = "topoalloc.io/allocated-by"
 ALLOCATED_BY: Final = "topoalloc"
+# On a claim the allocator makes in its own namespace to hold one device in kube-scheduler's count
+# ("<pool>/<device>"): kube-scheduler keeps a set of allocated devices, so when one of two claims
+# that shared a device lets it go, it counts the device free while the other still holds it; this
+# claim, allocated after that, counts it again (allocator/claims/race.py). No pod uses it.
+ANNOUNCES_ANNOTATION: Final = "topoalloc.io/announces"
 
 # API limits (resource.k8s.io/v1 validation).
 MAX_DEVICES_PER_SLICE: Final = 128

@@ -80,6 +80,7 @@ class ClaimsController:
         topology_keys: Sequence[str] = (),
         metrics: ControllerMetrics | None = None,
         registry: CollectorRegistry | None = None,
+        namespace: str = "topoalloc-system",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
@@ -112,6 +113,7 @@ class ClaimsController:
             decider=self.decider,
             pods_naming=self.pods_naming,
             registry=registry,
+            namespace=namespace,
         )
 
     # -- what the cache tells ----------------------------------------------------------------------
@@ -182,7 +184,7 @@ class ClaimsController:
         view = ClaimsView(pods, batch.full, claims, self._by_claim, self.cache.ledger.holds)
         for action in self.lifecycle.step(view, batch.now):
             self._apply(action)
-        if self.holders.contested or self.repairs.done:
+        if self.holders.contested or self.repairs.done or self.holders.dropped or self.holders.announcing:
             self.repairs.run()
 
     def _apply(self, action: Action) -> None:

@@ -39,24 +39,35 @@ class ClaimHolders:
         self._claims: dict[str, tuple[str, frozenset[Device], int]] = {}  # key -> uid, devices, since
         self._devices: dict[Device, set[str]] = {}
         self.contested: set[Device] = set()  # devices in two claims or more
+        # Devices a claim let go of while another claim still held them: kube-scheduler counts
+        # them free (its count is a set) until a claim allocated with them is seen again.
+        self.dropped: set[Device] = set()
+        self.announcing: dict[Device, tuple[str, bool]] = {}  # device -> announcing claim, allocated
 
     def update(self, key: str, obj: JSON | None) -> bool:
         """The claim as the watch shows it now (None: deleted); whether a device became contested."""
         meta = (obj or {}).get("metadata") or {}
+        announces = str((meta.get("annotations") or {}).get(dra.ANNOUNCES_ANNOTATION) or "")
+        if announces or key in self._announcers:
+            self._announcer(key, announces, obj)
+            return False
         uid = str(meta.get("uid") or "")
         devices = _devices(obj) if obj is not None else frozenset()
         old = self._claims.get(key)
         if old is not None and old[0] == uid and old[1] == devices:
             return False
         if old is not None:
-            for d in old[1]:
+            for d in old[1] - devices:
                 holders = self._devices.get(d)
                 if holders is not None:
                     holders.discard(key)
                     if len(holders) < 2:
                         self.contested.discard(d)
-                    if not holders:
+                    if holders:
+                        self.dropped.add(d)
+                    else:
                         del self._devices[d]
+                        self.dropped.discard(d)
             del self._claims[key]
         if not devices:
             return False
@@ -69,6 +80,25 @@ class ClaimHolders:
                 grew = grew or d not in self.contested
                 self.contested.add(d)
         return grew
+
+    @property
+    def _announcers(self) -> dict[str, Device]:
+        return {key: d for d, (key, _) in self.announcing.items()}
+
+    def _announcer(self, key: str, announces: str, obj: JSON | None) -> None:
+        """A claim of the allocator's own holding one device in kube-scheduler's count."""
+        for d, (k, _) in list(self.announcing.items()):
+            if k == key:
+                del self.announcing[d]
+                if obj is None and d in self._devices:
+                    self.dropped.add(d)  # its deletion took the device out of kube-scheduler's count
+        if obj is None:
+            return
+        pool, _, name = announces.partition("/")
+        self.announcing[(pool, name)] = (key, bool(_devices(obj)))
+
+    def held(self, device: Device) -> bool:
+        return bool(self._devices.get(device))
 
     def since(self, key: str) -> int:
         found = self._claims.get(key)

@@ -40,6 +40,7 @@ class DraClaims:
         topology_keys: Sequence[str] = (),
         metrics: ControllerMetrics | None = None,
         registry: CollectorRegistry | None = None,
+        namespace: str = "topoalloc-system",
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -55,6 +56,7 @@ class DraClaims:
             topology_keys=topology_keys,
             metrics=metrics,
             registry=registry,
+            namespace=namespace,
         )
         self.runner = self.controller.runner
 

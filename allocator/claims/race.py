@@ -2,17 +2,25 @@
 holding each contested device read from the cache with the pods that name or reserve them, and
 what the core decides carried out on the controller's runner, each claim acted on once.
 
+kube-scheduler counts allocated devices in a set: when one of two claims holding a device lets it
+go (moved, deallocated, deleted), it counts the device free while the other claim still holds it,
+and would hand it out again. Such a device is announced again: a claim of the allocator's own, in
+its namespace and used by no pod, is allocated with it after the drop (deallocated first and
+allocated again when it exists), and deleted once no claim holds the device.
+
 The metric `topoalloc_dra_double_booked_total{outcome}` counts the claims repaired: moved (topoalloc's,
 allocated again), cleared (kube-scheduler's, deallocated for it to allocate again), evicted (a bound
 pod's, made again by its controller) and stuck (a bound pod without a controller: only its Event
-says so).
+says so); and the devices announced again (announced).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -21,18 +29,42 @@ from allocator.claims.decide import Decider
 from allocator.claims.holders import ClaimHolders
 from allocator.claims.pod_claims import gates
 from allocator.claims.write_tasks import ClaimWrites, record
-from allocator.claims.writes import clear_allocation, evict
+from allocator.claims.writes import clear_allocation, evict, write_allocation
 from allocator.core.actions import Count, Event, Evict, ObjectRef
 from allocator.core.claims.lifecycle import MoveClaims, Placed, allocated
 from allocator.core.claims.race import ACTION, ClearClaim, Holder, HolderPod, MoveClaim, repair
 from allocator.core.claims.view import Member
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.events import EventSink
+from allocator.runtime.kube import ApiError
 from allocator.runtime.runner import Runner
 from apis import dra
-from apis.dra_claims import ResourceClaim
+from apis.dra_claims import DeviceResult, ResourceClaim
+from apis.kinds import RESOURCECLAIMS
+
+JSON = dict[str, Any]
 
 log = logging.getLogger(__name__)
+
+
+REQUEST = "device"
+
+
+def announcing_claim(namespace: str, pool: str, device: str) -> JSON:
+    """The claim holding `device` of `pool` in kube-scheduler's count (no pod uses it)."""
+    kind = "rdma-vf" if "-vf-" in device else device.split("-")[0]
+    classes = {"gpu": dra.GPU_CLASS, "rdma": dra.RDMA_CLASS, "rdma-vf": dra.RDMA_VF_CLASS}
+    cls = classes.get(kind, dra.GPU_CLASS)
+    return {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"topoalloc-announces-{pool}-{device}"[:253],
+            "namespace": namespace,
+            "annotations": {dra.ANNOUNCES_ANNOTATION: f"{pool}/{device}"},
+        },
+        "spec": {"devices": {"requests": [{"name": REQUEST, "exactly": {"deviceClassName": cls}}]}},
+    }
 
 
 class Repairs:
@@ -47,7 +79,9 @@ class Repairs:
         decider: Decider,
         pods_naming: Callable[[str], set[str]],
         registry: CollectorRegistry | None,
+        namespace: str = "topoalloc-system",
     ) -> None:
+        self.namespace = namespace  # where the claims announcing a device are made
         self.cache, self.holders, self.events, self.runner = cache, holders, events, runner
         self.writes, self.decider, self.pods_naming = writes, decider, pods_naming
         self.done: dict[str, int] = {}  # claim key -> the `since` it was acted on at
@@ -68,6 +102,53 @@ class Repairs:
             for action in repair(f"{pool}/{name}", group, done):
                 self._apply(action, group)
         self.done = {k: v for k, v in self.done.items() if k in seen}
+        self._announce_all()
+
+    # -- kube-scheduler's count of a device another claim still holds -----------------------------
+
+    def _announce_all(self) -> None:
+        """A device dropped from kube-scheduler's count while a claim still holds it is announced
+        again (a claim of ours allocated with it, after the drop); an announcing claim whose device
+        nothing holds any more goes."""
+        holders = self.holders
+        for device in sorted(holders.dropped - holders.contested):
+            key = f"announce:{device[0]}/{device[1]}"
+            if self.runner.busy(key):
+                continue
+            holders.dropped.discard(device)
+            if holders.held(device):
+                self.runner.spawn([key], self._announce(device))
+        for device, (claim_key, _) in sorted(holders.announcing.items()):
+            key = f"announce:{device[0]}/{device[1]}"
+            if not holders.held(device) and not self.runner.busy(key):
+                self.runner.spawn([key], self._unannounce(claim_key))
+
+    async def _announce(self, device: tuple[str, str]) -> None:
+        pool, name = device
+        found = self.holders.announcing.get(device)
+        entry = self.cache.dra.claims.get(found[0]) if found is not None else None
+        claim = entry.claim if entry is not None else None
+        try:
+            if claim is None:
+                body = announcing_claim(self.namespace, pool, name)
+                path = RESOURCECLAIMS.path(namespace=self.namespace)
+                made = (await self.writes.api.create(path, body, what=None)).or_raise()
+                claim = ResourceClaim.from_dict(made.object)
+            rv = claim.resource_version
+            if claim.allocation is not None:  # out, then in again: kube-scheduler adds on the way in
+                rv = await clear_allocation(self.writes.api, claim, rv)
+            result = DeviceResult(REQUEST, dra.DRIVER, pool, name)
+            await write_allocation(self.writes.api, claim, rv, (result,), pool)
+            self.counter.labels("announced").inc()
+        except ApiError as exc:
+            log.warning("announcing device %s/%s to kube-scheduler: %s", pool, name, exc)
+            self.holders.dropped.add(device)  # tried again on the next pass
+
+    async def _unannounce(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        path = RESOURCECLAIMS.path(name, namespace=namespace)
+        with contextlib.suppress(ApiError):
+            await self.writes.api.raw("DELETE", path)
 
     def _holder(self, key: str) -> Holder | None:
         entry = self.cache.dra.claims.get(key)

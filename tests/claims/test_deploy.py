@@ -38,6 +38,17 @@ def test_rbac_writes_claim_status_on_both_versions_and_reads_the_rest() -> None:
     assert ("resourceclaims/status", "patch") in grants  # 1.35
     assert ("resourceclaims/binding", "patch") in grants  # 1.36: granular status authorization
     assert not any(v in ("create", "delete", "update") for _, v in grants)
+    # Claims announcing a device to kube-scheduler: made and deleted in the allocator's namespace.
+    role = one(DEPLOY / "allocator" / "rbac.yaml", "Role")
+    own = {
+        (res, v)
+        for r in role["rules"]
+        if r["apiGroups"] == ["resource.k8s.io"]
+        for res in r["resources"]
+        for v in r["verbs"]
+    }
+    assert own == {("resourceclaims", "create"), ("resourceclaims", "delete")}
+    assert role["metadata"]["namespace"] == "topoalloc-system"
 
 
 def test_claims_asking_for_topoalloc_devices_are_marked_at_creation_and_fail_open() -> None:

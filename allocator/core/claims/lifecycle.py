@@ -37,6 +37,7 @@ from allocator.core.actions import Event, Forget, Retry
 from allocator.core.claims.solve import ClaimAnswer
 from allocator.core.claims.view import ClaimsView, Member, PendingPod
 from allocator.core.request.usage import claim_usage_key
+from apis import dra
 from apis.dra_claims import ResourceClaim
 
 ACTION = "Allocating"  # the Events' action
@@ -316,6 +317,8 @@ class ClaimsLifecycle:
         for c in view.claims:
             if not c.allocated_by_us or c.reserved_for or c.deleting or c.owner_pod:
                 continue
+            if c.annotation(dra.ANNOUNCES_ANNOTATION):
+                continue  # it holds a device in kube-scheduler's count (allocator/claims/race.py)
             if c.key in view.referenced or claim_usage_key(c.key) in view.held:
                 continue
             unused.add(c.key)
