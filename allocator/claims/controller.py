@@ -27,7 +27,7 @@ from allocator.claims.cache_view import ClaimsCache
 from allocator.claims.decide import HOLDER, Decider
 from allocator.claims.holders import ClaimHolders
 from allocator.claims.pod_claims import pending_pod
-from allocator.claims.race import Repairs
+from allocator.claims.race import RACE, Repairs
 from allocator.claims.write_tasks import ClaimWrites, record
 from allocator.core.actions import Event, Forget, Retry
 from allocator.core.claims.lifecycle import (
@@ -54,7 +54,6 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 PLACED_AGAINST = ("ResourceClaimTemplate", "ResourceSlice", "Node", "Device")
-RACE = "race:"  # the key woken when a device turns up in two claims (no pod's key)
 
 
 def runner_settings(settings: DraSettings) -> RunnerSettings:

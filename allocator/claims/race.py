@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 
 REQUEST = "device"
+RACE = "race:"  # the controller's key for a pass that looks at contested devices (no pod's)
 
 
 def announcing_claim(namespace: str, pool: str, device: str) -> JSON:
@@ -195,6 +196,7 @@ class Repairs:
         except Exception as exc:  # the next pass sees the claim as it is then
             log.warning("deallocating claim %s (a device in two claims): %s", claim.key, exc)
             self.done.pop(claim.key, None)
+            self.runner.wake(RACE)
 
     def _move(self, claim: ResourceClaim, pod: HolderPod) -> None:
         entry = self.cache.pods.get(pod.key)
@@ -211,7 +213,14 @@ class Repairs:
         (answer,) = decided
         written = Event(pod.ref, "Normal", "DRAAllocated", allocated(answer), ACTION)
         move = MoveClaims((claim,), Placed(member, answer, written))
-        self.runner.spawn([pod.key], self.writes.move(move))
+        self.runner.spawn([pod.key], self._moved(claim, move))
+
+    async def _moved(self, claim: ResourceClaim, move: MoveClaims) -> None:
+        await self.writes.move(move)
+        # Moved, its devices changed; refused (kube-scheduler reserved it meanwhile), it is weighed
+        # again as it is now.
+        self.done.pop(claim.key, None)
+        self.runner.wake(RACE)
 
     async def _evict(self, ref: ObjectRef, claims: list[str]) -> None:
         why = await evict(self.writes.api, ref.namespace, ref.name, ref.uid)
