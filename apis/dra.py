@@ -106,8 +106,9 @@ SCHEDULING_GATE: Final = "topoalloc.io/dra"
 # to kube-scheduler's own (first-fit) allocation.
 ALLOCATOR_ANNOTATION: Final = "topoalloc.io/allocator"
 ALLOCATOR_KUBE_SCHEDULER: Final = "kube-scheduler"
-# On a claim whose allocation topoalloc wrote, with the value ALLOCATED_BY (written before the
-# allocation): which claims topoalloc may move or release, also after a restart.
+# On a claim topoalloc allocates, with the value ALLOCATED_BY (set at its creation by the admission
+# webhook, or written before the allocation): which claims topoalloc may move or release, also
+# after a restart.
 ALLOCATED_BY_ANNOTATION: Final = "topoalloc.io/allocated-by"
 ALLOCATED_BY: Final = "topoalloc"
 # On a claim the allocator makes in its own namespace to hold one device in kube-scheduler's count
