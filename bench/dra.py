@@ -39,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,9 @@ def one_run(
     finally:
         watch.close()
     quality = measure(cp, namespace, attributes)
+    events = cp.admin.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    reasons = Counter(e.get("reason") for e in events if str(e.get("reason", "")).startswith("DRA"))
+    print(f"  {namespace} Events: {dict(sorted(reasons.items()))}", flush=True)
     delete(cp, namespace)
     return {"pods_per_s": pods / span, "alloc_cpu_s": cpu1 - cpu0, "alloc_rss_mib": rss_mib(pid), **quality}
 
