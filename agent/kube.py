@@ -188,6 +188,10 @@ class Kube:
         )
 
     # -- DRA --------------------------------------------------------------------------------
+    def server_version(self) -> dict[str, Any]:
+        """The API server's /version (major, minor, gitVersion)."""
+        return self._request("GET", "/version")
+
     def list_resource_slices(self, node: str, driver: str) -> dict[str, Any]:
         """The ResourceSlices of one driver on one node."""
         selector = f"spec.nodeName={node},spec.driver={driver}"

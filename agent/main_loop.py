@@ -176,7 +176,12 @@ class Agent:
         if self.config.mode == dra.MODE_DRA:
             extended = dict.fromkeys(extended)  # the devices are claimed through the slices
             products = {g.minor: g.facts.name for g in snap.topology.gpus}
-            pool = pool_devices(device, products=products, max_vfs=self.config.dra.max_vfs_per_nic)
+            pool = pool_devices(
+                device,
+                products=products,
+                max_vfs=self.config.dra.max_vfs_per_nic,
+                taint_effect=self.config.dra.unhealthy_taint_effect,
+            )
         self.dra_plugin.update(device)
         self.dra_plugin.start()
         if not self.cluster.pods.started and not self.stopping.is_set():

@@ -321,6 +321,7 @@ def build_components(alloc: Allocator) -> list[Component]:
             DraClaims(
                 cfg.dra,
                 topology_keys=cfg.gang.topology_keys,
+                topology=alloc.topology,
                 metrics=alloc.metrics.controllers,
                 registry=alloc.metrics.registry,
                 namespace=cfg.leader_election.namespace,

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from apis import decode as d
 from apis import dra
+from apis.dra_taints import DeviceToleration, parse_tolerations
 from apis.errors import CodecError
 from apis.timestamps import format_time
 
@@ -37,6 +38,7 @@ class ExactRequest:
     count: int = 1
     admin_access: bool = False
     capacity: bool = False  # capacity.requests given (consumable capacity)
+    tolerations: tuple[DeviceToleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +88,20 @@ class DeviceResult:
     pool: str
     device: str
     admin_access: bool = False
+    # The request's tolerations, kept with the result as kube-scheduler keeps them: the eviction
+    # of a NoExecute taint reads them there.
+    tolerations: tuple[DeviceToleration, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
+        out: dict[str, Any] = {
+            "request": self.request,
+            "driver": self.driver,
+            "pool": self.pool,
+            "device": self.device,
+        }
+        if self.tolerations:
+            out["tolerations"] = [t.to_dict() for t in self.tolerations]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +305,9 @@ def _request(value: Any, path: str) -> DeviceRequest:
 
 def _exact(value: Any, path: str) -> ExactRequest:
     data = d.struct(
-        value, path, ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "capacity")
+        value,
+        path,
+        ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "capacity", "tolerations"),
     )
     mode = d.string(data, "allocationMode", path) or EXACT_COUNT
     d.one_of(mode, MODES, d.join(path, "allocationMode"))
@@ -305,6 +320,7 @@ def _exact(value: Any, path: str) -> ExactRequest:
         count=count if mode == EXACT_COUNT else 0,
         admin_access=d.boolean(data, "adminAccess", path),
         capacity=bool(isinstance(capacity, dict) and capacity.get("requests")),
+        tolerations=parse_tolerations(data, path),
     )
 
 
@@ -362,7 +378,7 @@ def _status(value: Any, path: str) -> tuple[Allocation | None, tuple[Consumer, .
     results = []
     for i, item in enumerate(d.array(devices, "results", dpath)):
         rpath = d.join(d.join(dpath, "results"), i)
-        r = d.struct(item, rpath, ("request", "driver", "pool", "device", "adminAccess"))
+        r = d.struct(item, rpath, ("request", "driver", "pool", "device", "adminAccess", "tolerations"))
         results.append(
             DeviceResult(
                 d.string(r, "request", rpath, required=True),
@@ -370,6 +386,7 @@ def _status(value: Any, path: str) -> tuple[Allocation | None, tuple[Consumer, .
                 d.string(r, "pool", rpath, required=True),
                 d.string(r, "device", rpath, required=True),
                 d.boolean(r, "adminAccess", rpath),
+                parse_tolerations(r, rpath),
             )
         )
     node = _selected_node(alloc.get("nodeSelector"), d.join(apath, "nodeSelector"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis import decode as d
+from apis.dra_taints import DeviceTaint, parse_taints
 from apis.errors import CodecError
 from apis.quantity import Quantity
 
@@ -24,6 +25,7 @@ class SliceDevice:
     name: str
     attributes: tuple[tuple[str, str | int | bool], ...]  # (qualified name, value), sorted
     capacity: tuple[tuple[str, int], ...]  # (qualified name, milli-units), sorted
+    taints: tuple[DeviceTaint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,7 @@ def qualify(name: str, driver: str) -> str:
 
 
 def _device(value: Any, driver: str, path: str) -> SliceDevice:
-    data = d.struct(value, path, ("name", "attributes", "capacity"))
+    data = d.struct(value, path, ("name", "attributes", "capacity", "taints"))
     apath, cpath = d.join(path, "attributes"), d.join(path, "capacity")
     attributes = []
     for name, raw in d.obj(data.get("attributes") or {}, apath).items():
@@ -90,5 +92,8 @@ def _device(value: Any, driver: str, path: str) -> SliceDevice:
         qty = d.struct(raw, qpath, ("value",)).get("value")
         capacity.append((qualify(name, driver), Quantity.parse(qty, d.join(qpath, "value")).milli_value()))
     return SliceDevice(
-        d.string(data, "name", path, required=True), tuple(sorted(attributes)), tuple(sorted(capacity))
+        d.string(data, "name", path, required=True),
+        tuple(sorted(attributes)),
+        tuple(sorted(capacity)),
+        parse_taints(data, path),
     )

@@ -18,7 +18,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from apis import dra, keys, kubelet_policy, topology_profile
+from apis import dra, dra_taints, keys, kubelet_policy, topology_profile
 from apis import reservation as rv
 from apis import reservation_pod as rp
 from apis.resources import RESOURCE_DEVICE_TYPE
@@ -63,6 +63,7 @@ KNOWN_KEYS = frozenset(
         dra.MODE_LABEL,
         dra.ALLOCATOR_ANNOTATION,
         dra.ALLOCATED_BY_ANNOTATION,
+        dra_taints.UNHEALTHY_KEY,  # an unhealthy device's taint, tolerated by a claim's request
         rv.GANG,
         rv.GANG_SIZE,
         kubelet_policy.TOPOLOGY_MANAGER_SCOPE,

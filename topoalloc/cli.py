@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "uninstall": "topoalloc.commands.install:uninstall",
     "doctor": "topoalloc.commands.doctor.command:doctor",
     "explain": "topoalloc.commands.explain.command:explain",
+    "version": "topoalloc.commands.version:version",
 }
 
 

@@ -8,6 +8,11 @@ slices the pool no longer needs deleted. A 409 re-lists and tries again; any oth
 reported and the next pass retries. While the devices stay the same the server is re-read only
 every `verify_seconds`, or sooner after `mark_stale` (kubelet deletes a node's slices when it
 restarts or loses the plugin, so a new registration asks for a check).
+
+Device taints: the API server's version says whether it keeps them (1.36 and later: DRADeviceTaints
+is beta and on); where it does, a device tainted unhealthy stays in the slices, else it is left out.
+A server of 1.36 that dropped the taints of a slice written (the gate turned off) is taken at its
+word: the pool is written again without those devices, and taints are not tried again.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.dra.slices import pool_slices
+from agent.dra.slices import pool_slices, untainted
 from agent.kube import TRANSPORT_ERRORS, Kube, Outcome, short_error, status_of
 from apis import dra
+from apis.dra_taints import SERVED_SINCE_MINOR
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +45,25 @@ def _content(obj: dict[str, Any]) -> Any:
         pool.get("generation"),
         pool.get("resourceSliceCount"),
         [
-            (d.get("name"), d.get("attributes") or {}, d.get("capacity") or {})
+            (d.get("name"), d.get("attributes") or {}, d.get("capacity") or {}, _taints(d))
             for d in spec.get("devices") or []
         ],
     )
+
+
+def _taints(device: dict[str, Any]) -> list[tuple[Any, Any, Any]]:
+    """A device's taints as written (timeAdded left out: the server may write it its own way)."""
+    return [(t.get("key"), t.get("value") or "", t.get("effect")) for t in device.get("taints") or []]
+
+
+def _device_taints(obj: dict[str, Any]) -> list[list[tuple[Any, Any, Any]]]:
+    return [_taints(d) for d in (obj.get("spec") or {}).get("devices") or []]
+
+
+def _minor(version: dict[str, Any]) -> int:
+    """The minor release of a /version answer ("36", "36+" as some distributions say)."""
+    digits = "".join(c for c in str(version.get("minor") or "") if c.isdigit())
+    return int(digits) if digits else 0
 
 
 class SlicePublisher:
@@ -53,14 +74,18 @@ class SlicePublisher:
         *,
         verify_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        taints: bool | None = None,
     ) -> None:
+        """`taints`: whether the server keeps device taints (None: its version says)."""
         self.kube = kube
+        self.taints = taints
         self.node = node
         self.verify_seconds = verify_seconds
         self.clock = clock
         self.generation = 0  # the pool generation last written or seen
         self._devices: tuple[list[dict[str, Any]], str] | None = None  # (devices, owner) on the server
         self._verified = float("-inf")
+        self._dropped = False  # the last sync's writes lost their taints
         self.writes = 0
 
     def mark_stale(self) -> None:
@@ -72,14 +97,30 @@ class SlicePublisher:
         if wanted == self._devices and self.clock() - self._verified < self.verify_seconds:
             return Outcome()
         try:
-            return self._sync(devices, node_uid)
+            if self.taints is None:
+                self._ask_taints()
+            outcome = self._sync(devices if self.taints else untainted(devices), node_uid)
+            if self._dropped:  # the server said no taints: the unhealthy devices leave
+                outcome = Outcome(wrote=self._sync(untainted(devices), node_uid).wrote or outcome.wrote)
+            self._devices = wanted
+            return outcome
         except TRANSPORT_ERRORS as exc:
             self._devices = None  # unknown state: check on the next pass
             error = f"ResourceSlices of {self.node}: {short_error(exc)}"
             log.warning("%s", error)
             return Outcome(error=error)
 
+    def _ask_taints(self) -> None:
+        minor = _minor(self.kube.server_version())
+        self.taints = minor >= SERVED_SINCE_MINOR
+        log.info(
+            "API server 1.%d: an unhealthy device %s",
+            minor,
+            "stays in the ResourceSlices with a taint" if self.taints else "leaves the ResourceSlices",
+        )
+
     def _sync(self, devices: list[dict[str, Any]], node_uid: str) -> Outcome:
+        self._dropped = False
         outcome = Outcome()
         for attempt in range(CONFLICT_RETRIES):
             items = self.kube.list_resource_slices(self.node, dra.DRIVER).get("items") or []
@@ -105,7 +146,6 @@ class SlicePublisher:
                     continue
                 raise
             self.generation = seen
-            self._devices = (devices, node_uid)
             self._verified = self.clock()
             return outcome
         return outcome
@@ -117,11 +157,19 @@ class SlicePublisher:
             names.add(name)
             old = current.get(name)
             if old is None:
-                self.kube.create_resource_slice(body)
+                stored = self.kube.create_resource_slice(body)
             else:
                 body["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
-                self.kube.replace_resource_slice(name, body)
+                stored = self.kube.replace_resource_slice(name, body)
             self.writes += 1
+            if self.taints and _device_taints(body) != _device_taints(stored or body):
+                log.warning(
+                    "the API server dropped the device taints of ResourceSlice %s (DRADeviceTaints off): "
+                    "unhealthy devices leave the slices instead",
+                    name,
+                )
+                self.taints = False
+                self._dropped = True
         for name in sorted(set(current) - names):
             try:
                 self.kube.delete_resource_slice(name)

@@ -11,8 +11,11 @@ or says nothing, and its GPUs share one NVLink domain in the Device); a partitio
 PCIe ring, an L40S pair) is `pciePartition<N>`, so a claim matching on an NVLink attribute never
 gets GPUs that reach each other over PCIe only. A GPU in no partition of that size has neither.
 
-Unhealthy devices (and the VFs of an unhealthy NIC) are left out: device taints are alpha in 1.35
-and silently dropped. At most `max_vfs` VFs per NIC are published (the first ones in Device order).
+An unhealthy device (and the VFs of an unhealthy NIC) is left out, or, given a taint effect, kept
+with the taint `topoalloc.io/unhealthy=<reason>` of that effect (the publisher keeps taints only
+where the API server serves them: beta and on from 1.36, dropped on write before). A slice holding
+a tainted device holds at most 64 devices (the API's limit for slices using taints). At most
+`max_vfs` VFs per NIC are published (the first ones in Device order).
 
 Pure: Device in, plain dicts out.
 """
@@ -24,6 +27,7 @@ from typing import Any
 
 from apis import dra, keys
 from apis.device import Device, DeviceInfo
+from apis.dra_taints import UNHEALTHY_KEY, DeviceTaint, taint_value
 from apis.partitions import GPUPartition, parse_gpu_partitions
 from apis.resources import GPU_MEMORY, DeviceType
 
@@ -31,6 +35,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_VFS_PER_NIC = 8
 SLICE_KIND = "ResourceSlice"
+MAX_DEVICES_WITH_TAINTS = 64
 
 
 def _string(value: str) -> dict[str, Any]:
@@ -164,21 +169,46 @@ def _within_limit(dev: dict[str, Any]) -> dict[str, Any]:
     return dev
 
 
+def unhealthy_taint(info: DeviceInfo, effect: str) -> DeviceTaint:
+    """The taint of an unhealthy device: its health condition's reason, since its transition."""
+    cond = info.conditions[0] if info.conditions else None
+    reason = taint_value(cond.reason if cond is not None else "") or "Unhealthy"
+    return DeviceTaint(UNHEALTHY_KEY, effect, reason, cond.last_transition_time if cond is not None else "")
+
+
+def _tainted(devs: list[dict[str, Any]], info: DeviceInfo, effect: str | None) -> list[dict[str, Any]]:
+    if not info.health:
+        assert effect is not None
+        taint = unhealthy_taint(info, effect).to_dict()
+        for dev in devs:
+            dev["taints"] = [dict(taint)]
+    return devs
+
+
 def pool_devices(
-    device: Device, *, products: dict[int, str] | None = None, max_vfs: int
+    device: Device, *, products: dict[int, str] | None = None, max_vfs: int, taint_effect: str | None = None
 ) -> list[dict[str, Any]]:
-    """The pool's devices, in a stable order: GPUs by minor, then each NIC followed by its VFs."""
+    """The pool's devices, in a stable order: GPUs by minor, then each NIC followed by its VFs.
+    Unhealthy ones are left out, or tainted with `taint_effect` when given."""
     products = products or {}
     partitions = partition_ids(device)
-    gpus = sorted((d for d in device.devices if d.type == DeviceType.GPU and d.health), key=lambda d: d.minor)
-    nics = sorted(
-        (d for d in device.devices if d.type == DeviceType.RDMA and d.health), key=lambda d: d.minor
-    )
-    out = [_gpu(g, products.get(g.minor, ""), partitions.get(g.minor, {})) for g in gpus]
-    for nic in nics:
-        out.append(_nic(nic))
-        out.extend(_vfs(nic, max_vfs))
+
+    def kept(dtype: str) -> list[DeviceInfo]:
+        found = (d for d in device.devices if d.type == dtype and (d.health or taint_effect))
+        return sorted(found, key=lambda d: d.minor)
+
+    out = []
+    for g in kept(DeviceType.GPU):
+        gpu = _gpu(g, products.get(g.minor, ""), partitions.get(g.minor, {}))
+        out.extend(_tainted([gpu], g, taint_effect))
+    for nic in kept(DeviceType.RDMA):
+        out.extend(_tainted([_nic(nic), *_vfs(nic, max_vfs)], nic, taint_effect))
     return [_within_limit(dev) for dev in out]
+
+
+def untainted(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pool where the API server drops device taints: the devices tainted unhealthy left out."""
+    return [d for d in devices if not any(t.get("key") == UNHEALTHY_KEY for t in d.get("taints") or ())]
 
 
 def slice_name(node: str, index: int) -> str:
@@ -199,9 +229,8 @@ def pool_slices(
         metadata["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}
         ]
-    chunks = [
-        devices[i : i + dra.MAX_DEVICES_PER_SLICE] for i in range(0, len(devices), dra.MAX_DEVICES_PER_SLICE)
-    ] or [[]]
+    per = MAX_DEVICES_WITH_TAINTS if any(d.get("taints") for d in devices) else dra.MAX_DEVICES_PER_SLICE
+    chunks = [devices[i : i + per] for i in range(0, len(devices), per)] or [[]]
     return [
         {
             "apiVersion": dra.API_VERSION,

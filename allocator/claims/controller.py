@@ -38,6 +38,7 @@ from allocator.core.claims.lifecycle import (
     ReleaseClaim,
     WriteAllocation,
 )
+from allocator.core.claims.taints import TaintNotices
 from allocator.core.claims.view import ClaimsView, Outcome, PendingPod
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.coreadapter import CoreAdapter
@@ -45,6 +46,7 @@ from allocator.runtime.dra_settings import DraSettings
 from allocator.runtime.events import EventSink
 from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import Batch, ControllerMetrics, Runner, RunnerSettings
+from allocator.runtime.topology import Topology
 from allocator.runtime.workqueue import Backoff
 from apis.dra_claims import claim_name, pod_claims
 from apis.errors import CodecError
@@ -77,6 +79,7 @@ class ClaimsController:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
+        topology: Topology | None = None,
         metrics: ControllerMetrics | None = None,
         registry: CollectorRegistry | None = None,
         namespace: str = "topoalloc-system",
@@ -84,11 +87,12 @@ class ClaimsController:
     ) -> None:
         self.cache = cache
         self.events = events
-        self.decider = Decider(cache, core, topology_keys)
+        self.decider = Decider(cache, core, topology_keys, topology)
         self.lifecycle = ClaimsLifecycle(
             self.decider, ClaimsLifecycleSettings(settings.reallocate_after, settings.release_after)
         )
         self.writes = ClaimWrites(api, events, self.decider, self._tell)
+        self.taints = TaintNotices()  # Events on claims whose devices turned tainted
         self.runner = Runner(
             "claims",
             self,
@@ -183,6 +187,9 @@ class ClaimsController:
         view = ClaimsView(pods, batch.full, claims, self._by_claim, self.cache.ledger.holds)
         for action in self.lifecycle.step(view, batch.now):
             self._apply(action)
+        if batch.full:
+            for event in self.taints.step(claims, self.cache.dra.published):
+                record(self.events, event)
         if self.holders.contested or self.repairs.done or self.holders.dropped or self.holders.announcing:
             self.repairs.run()
 

@@ -1,33 +1,54 @@
 """The claims lifecycle's planner (allocator/core/claims/lifecycle.py `ClaimsPlanner`): where a pod's
 claims go (or a whole gang's), held in the hold ledger at once, or why not. Synchronous from choice
-to hold, so no two decisions share a device."""
+to hold, so no two decisions share a device. A gang keeps to the topology level (rack, block, ...)
+its object or members ask for, in the allocator's topology profile, as every other gang does."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from allocator.claims.cache_view import ClaimsCache
 from allocator.core.claims.place import NoPlacement
 from allocator.core.claims.solve import ClaimAnswer
 from allocator.core.claims.view import Member
+from allocator.core.gang.levels import Levels
 from allocator.core.request.claims import ClaimsRequest, translate
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
 from allocator.runtime.taints import admits, tolerations_of
+from allocator.runtime.topology import Topology
+from apis import podgroup as pg
 from apis.dra_claims import DeviceClass
+from apis.errors import CodecError
+from apis.gang_object import read_gang_object
 
 JSON = dict[str, Any]
 HOLDER = "claims"
 
 
+@dataclass(frozen=True)
+class _Wisher:
+    """A member as the topology wish reads it."""
+
+    key: str
+    annotations: Mapping[str, str]
+
+
 class Decider:
-    def __init__(self, cache: ClaimsCache, core: CoreAdapter, topology_keys: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        cache: ClaimsCache,
+        core: CoreAdapter,
+        topology_keys: Sequence[str] = (),
+        topology: Topology | None = None,
+    ) -> None:
         self.cache = cache
         self.core = core
         self.topology_keys = tuple(topology_keys)
+        self.topology = topology
         self._candidates: dict[tuple[str, frozenset[str]], list[str]] = {}  # until a Node changes
 
     def nodes_changed(self) -> None:
@@ -52,12 +73,38 @@ class Decider:
             got = self.core.place_claims(creqs[0], names, published)
             answers = [got] if isinstance(got, ClaimAnswer) else got
         else:
+            levels = self.levels(members)
+            if isinstance(levels, str):
+                return levels
             names = self.candidate_nodes([m.pod for m in members], refused)
-            answers = self.core.place_claim_gang(creqs, names, published, self.topology_keys)
+            answers = self.core.place_claim_gang(creqs, names, published, self.topology_keys, levels)
         if isinstance(answers, NoPlacement):
             return answers.summary() if answers.rejections or answers.message else "no node is in DRA mode"
         problem = self._hold(members, answers, creqs)
         return problem or answers
+
+    def levels(self, members: Sequence[Member]) -> Levels | str | None:
+        """The topology levels the members' gang keeps to (None: none), or why its wish is wrong."""
+        if self.topology is None:
+            return None
+        try:
+            ref = pg.gang_of(members[0].pod)
+        except CodecError:
+            return None
+        if ref is None:
+            return None
+        stores = {
+            pg.PODGROUP_SOURCE: self.cache.podgroups,
+            pg.NATIVE_SOURCE: self.cache.native_podgroups,
+            pg.WORKLOAD_SOURCE: self.cache.workloads,
+        }
+        _, raw, _ = read_gang_object(ref, stores)
+        wishers = [_Wisher(m.key, (m.pod.get("metadata") or {}).get("annotations") or {}) for m in members]
+        where = ref.object_key if raw is not None else ref.key
+        levels, problem = self.topology.levels_or_problem(
+            wishers, raw, where, native=ref.source == pg.NATIVE_SOURCE
+        )
+        return problem or levels
 
     def candidate_nodes(self, pods: Sequence[JSON], refused: frozenset[str] = frozenset()) -> list[str]:
         """The DRA-mode nodes every pod's tolerations admit (taints, cordons), `refused` left out."""

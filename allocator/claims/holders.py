@@ -4,7 +4,8 @@ since when (the resourceVersion at which the cache first showed the claim's curr
 kube-scheduler's own allocator and topoalloc allocate from the same slices, each counting only the
 allocations its cache already has, so two claims can name one device (allocator/core/claims/
 race.py decides what moves). Fed by the claims controller from every ResourceClaim watch event;
-devices taken with admin access are meant to be shared and are not counted.
+devices taken with admin access, or as a share of a device that takes several allocations
+(`shareID`), are meant to be shared and are not counted.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ def _devices(obj: JSON) -> frozenset[Device]:
     return frozenset(
         (str(r.get("pool") or ""), str(r.get("device") or ""))
         for r in results
-        if isinstance(r, dict) and r.get("driver") == dra.DRIVER and not r.get("adminAccess")
+        if isinstance(r, dict)
+        and r.get("driver") == dra.DRIVER
+        and not r.get("adminAccess")
+        and not r.get("shareID")  # a share of a device that takes several allocations
     )
 
 

@@ -20,6 +20,7 @@ from allocator.runtime.kube import KubeApi
 from allocator.runtime.runner import ControllerMetrics
 from allocator.runtime.steering import Steering
 from allocator.runtime.tasks import Spawn
+from allocator.runtime.topology import Topology
 
 
 class DraClaims:
@@ -38,6 +39,7 @@ class DraClaims:
         is_leader: Callable[[], bool],
         synced: Callable[[], bool],
         topology_keys: Sequence[str] = (),
+        topology: Topology | None = None,
         metrics: ControllerMetrics | None = None,
         registry: CollectorRegistry | None = None,
         namespace: str = "topoalloc-system",
@@ -54,6 +56,7 @@ class DraClaims:
             is_leader=is_leader,
             synced=synced,
             topology_keys=topology_keys,
+            topology=topology,
             metrics=metrics,
             registry=registry,
             namespace=namespace,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from allocator.runtime.cache.budgets import DisruptionBudgets
+from allocator.runtime.cache.dra import ClaimEntry
 from allocator.runtime.cache.records import Hold, NodeFacts, PodEntry
 from allocator.runtime.coreadapter import PodRequest
 from apis.annotations import DeviceAllocations
@@ -33,6 +34,14 @@ class GangLedger(Protocol):
     ) -> Hold | str: ...
 
     def drop_hold(self, key: str, *, force: bool = False) -> bool: ...
+
+
+@runtime_checkable
+class PodClaims(Protocol):
+    """The ResourceClaims: a member whose claims are allocated is held to their node."""
+
+    @property
+    def claims(self) -> Mapping[str, ClaimEntry]: ...
 
 
 @runtime_checkable
@@ -57,3 +66,6 @@ class GangCache(Protocol):
 
     @property
     def budgets(self) -> DisruptionBudgets: ...
+
+    @property
+    def dra(self) -> PodClaims: ...

@@ -10,16 +10,20 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from allocator.core.claims.gang import pinned
 from allocator.core.gang.view import Gang, MemberPod, Outcomes
 from allocator.gang.cache_view import GangCache
 from allocator.gang.index import GangIndex
 from allocator.gang.timefmt import parse_duration
+from allocator.runtime.cache.dra import ClaimEntry
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest
 from allocator.runtime.gang_settings import GangSettings
 from allocator.runtime.taints import admits, tolerations_of
 from allocator.runtime.topology import Topology
 from apis import keys
 from apis import podgroup as pg
+from apis.dra_claims import claim_name, pod_claims
+from apis.errors import CodecError
 from apis.gang_object import GangObject, read_gang_object
 from apis.podgroup import GangRef
 
@@ -27,13 +31,32 @@ JSON = dict[str, Any]
 
 
 def member_requests(cache: GangCache, core: CoreAdapter, members: list[MemberPod]) -> list[PodRequest]:
-    """The parsed request of each member the cache has in the version the index saw."""
+    """The parsed request of each member the cache has in the version the index saw; a member whose
+    ResourceClaims are allocated held to their node (kube-scheduler only binds it there)."""
     out = []
     for m in members:
         entry = cache.pods.get(m.key)
         if entry is not None and entry.raw is not None and entry.uid == m.uid:
-            out.append(core.request(entry.raw))
+            req = core.request(entry.raw)
+            node = claims_node(entry.raw, cache.dra.claims)
+            out.append(pinned(req, node) if node else req)
     return out
+
+
+def claims_node(pod: JSON, claims: Mapping[str, ClaimEntry]) -> str:
+    """The node the pod's allocated ResourceClaims hold it to ("" for none)."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    try:
+        refs = pod_claims(pod)
+    except CodecError:
+        return ""
+    for ref in refs:
+        name = claim_name(ref)
+        entry = claims.get(f"{namespace}/{name}") if name else None
+        allocation = entry.claim.allocation if entry is not None and entry.claim is not None else None
+        if allocation is not None and allocation.node:
+            return allocation.node
+    return ""
 
 
 def admitting_nodes(cache: GangCache, core: CoreAdapter, members: list[MemberPod]) -> list[str]:

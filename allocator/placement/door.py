@@ -86,7 +86,9 @@ class ClusterDoor:
         req = req if req is not None else self.core.request(pod)
         if req.invalid is not None:
             return NoRoom(req.invalid.message)
-        names = [n for n in self._admitting(pod) if n not in refused]
+        admitting = self._admitting(pod)
+        # The memo's own list when nothing is refused: the core recognises a list it saw last time.
+        names = [n for n in admitting if n not in refused] if refused else admitting
         fit, short = self.core.kube_fits(req, names)
         decision = verdicts_for(self.core, self.steering, pod, req, fit)
         passed = decision.verdicts.passed

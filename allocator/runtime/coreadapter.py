@@ -191,6 +191,12 @@ class CoreAdapter:
     def unassign(self, key: str) -> None:
         self.cluster.unassign(key)
 
+    def rekey(self, old: str, new: str) -> bool:
+        return self.cluster.rekey(old, new)
+
+    def counted_as(self, key: str, node: str, usage: PodUsage) -> bool:
+        return self.cluster.counted_as(key, node, usage)
+
     # -- decisions ----------------------------------------------------------------------------------
 
     def filter_nodes(self, req: PodRequest, names: Sequence[str]) -> FilterVerdicts:
@@ -455,7 +461,9 @@ class CoreAdapter:
         names: Sequence[str],
         published: Mapping[str, NodeDevices],
         topology_keys: Sequence[str] = (),
+        levels: Levels | None = None,
     ) -> list[ClaimAnswer] | NoPlacement:
-        """Every member's claims at once, or why not (core/claims/gang.py)."""
+        """Every member's claims at once, inside the gang's topology `levels` when it has some, or
+        why not (core/claims/gang.py)."""
         settings = GangPlanSettings(topology_keys=tuple(topology_keys), scoring=self.scoring.device_scoring)
-        return place_gang(self.cluster, members, names, published, self.scorer, settings)
+        return place_gang(self.cluster, members, names, published, self.scorer, settings, levels)

@@ -5,6 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Checked below and written into the chart's schema (config key -> field): periods must be more
+# than 0 seconds, caps 0 or more.
+PERIODS = {"interval": "interval", "window": "window", "reserveTimeout": "reserve_timeout"}
+CAPS = {
+    "maxMovesPerPlan": "max_moves_per_plan",
+    "maxMigrating": "max_migrating",
+    "maxMigratingPerNamespace": "max_migrating_per_namespace",
+    "maxMigratingPerWorkload": "max_migrating_per_workload",
+    "maxPerWindow": "max_per_window",
+}
+
 
 @dataclass
 class DefragSettings:
@@ -31,17 +42,11 @@ class DefragSettings:
 
     def __post_init__(self) -> None:
         # A zero period would spin the controller; a negative cap means nothing anyone could want.
-        periods = {"interval": self.interval, "window": self.window, "reserveTimeout": self.reserve_timeout}
-        for key, seconds in periods.items():
+        for key, name in PERIODS.items():
+            seconds = getattr(self, name)
             if seconds <= 0:
                 raise ValueError(f"defrag.{key}: expected a positive number of seconds, got {seconds}")
-        caps = {
-            "maxMovesPerPlan": self.max_moves_per_plan,
-            "maxMigrating": self.max_migrating,
-            "maxMigratingPerNamespace": self.max_migrating_per_namespace,
-            "maxMigratingPerWorkload": self.max_migrating_per_workload,
-            "maxPerWindow": self.max_per_window,
-        }
-        for key, cap in caps.items():
+        for key, name in CAPS.items():
+            cap = getattr(self, name)
             if cap < 0:
                 raise ValueError(f"defrag.{key}: expected 0 or more, got {cap}")

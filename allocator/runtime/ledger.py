@@ -94,6 +94,7 @@ class HoldLedger:
         pods: Mapping[str, PodEntry],
         nodes: Container[str],
         settle: Callable[[str], None],
+        move: Callable[[str, str], None] | None = None,
         ttl: float = 120.0,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -103,6 +104,8 @@ class HoldLedger:
         self.pods = pods
         self.nodes = nodes
         self.settle = settle
+        # Count what `old` holds under `new` without settling either (`adopt`, same request).
+        self.move = move
         self.ttl = ttl
         self.metrics = metrics
         self.clock = clock
@@ -207,6 +210,8 @@ class HoldLedger:
             req = request()
             old = next((h for h in olds if _same_size(h.request, req)), olds[0])
         new = dataclasses.replace(old, key=key, uid=uid, request=req, expires=math.inf, shape=b"")
+        if self.move is not None and old.shape == shape:
+            self.move(old.key, key)  # the same devices, made for the same request: only the key changes
         self.drop(old.key, quiet=True)
         self.settle(old.key)
         self._add(new)

@@ -11,6 +11,7 @@ from apis import resources as rn
 # The device resources of Koordinator's protocol and the whole-GPU names kubelet's device plugins
 # serve: a pod asking for any of them is placement's.
 MANAGED_RESOURCES = tuple(rn.RESOURCE_DEVICE_TYPE)
+PINS = ("auto", "affinity", "nominate")  # placement.pin (the chart's schema reads it too)
 
 
 @dataclass
@@ -53,7 +54,7 @@ class PlacementSettings:
     retry_max: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.pin not in ("auto", "affinity", "nominate"):
+        if self.pin not in PINS:
             raise ValueError(f"placement.pin: expected auto, affinity or nominate, got {self.pin!r}")
         if not self.admission_hold_ttl > 0:
             raise ValueError(

@@ -15,6 +15,8 @@ DEFAULT_NODE_LABELS = (
     "topoalloc.io/gpu-node",
 )
 
+WEIGHT_RANGE = (1, 100)  # the preferred term's weight, as kube-scheduler accepts it
+
 
 @dataclass
 class ScarceAvoidanceSettings:
@@ -29,7 +31,7 @@ class ScarceAvoidanceSettings:
     scheduler_names: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.weight <= 100:
+        if not WEIGHT_RANGE[0] <= self.weight <= WEIGHT_RANGE[1]:
             raise ValueError(f"scarceAvoidance.weight: expected 1 to 100, got {self.weight}")
         if self.enabled and not self.node_labels:
             raise ValueError("scarceAvoidance.nodeLabels: name at least one label (or set enabled: false)")

@@ -25,6 +25,16 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 
+class Wisher(Protocol):
+    """A member as its group's topology wish reads it."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+
+
 class NodeSource(Protocol):
     @property
     def nodes(self) -> Mapping[str, NodeFacts]: ...
@@ -61,7 +71,7 @@ class Topology:
 
     def levels_for(
         self,
-        members: Iterable[MemberPod],
+        members: Iterable[MemberPod] | Iterable[Wisher],
         podgroup: Mapping[str, Any] | None = None,
         podgroup_key: str = "",
         *,
@@ -83,7 +93,7 @@ class Topology:
 
     def levels_or_problem(
         self,
-        members: Iterable[MemberPod],
+        members: Iterable[MemberPod] | Iterable[Wisher],
         podgroup: Mapping[str, Any] | None = None,
         podgroup_key: str = "",
         *,

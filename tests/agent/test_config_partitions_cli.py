@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from agent.config import ConfigError, load_config
+from agent.config import AgentConfig, ConfigError, load_config
 from agent.publish.device_builder import device_object
 from apis import keys
 from tests.agent.support import FIXTURES, REPO, one_pass
@@ -29,12 +29,16 @@ def test_config_file_overrides_defaults(tmp_path: Path) -> None:
                 "vfGroupLabels": {"type": "rdma-vf"},
                 "partitions": {"rules": [{"model": "H100.*", "policy": "Prefer"}]},
                 "mode": "dra",
-                "dra": {"maxVfsPerNic": 2},
+                "dra": {"maxVfsPerNic": 2, "unhealthyTaintEffect": "NoExecute"},
             }
         )
     )
     cfg = load_config(path)
     assert cfg.mode == "dra" and cfg.dra.max_vfs_per_nic == 2
+    assert (
+        cfg.dra.unhealthy_taint_effect == "NoExecute"
+        and AgentConfig().dra.unhealthy_taint_effect == "NoSchedule"
+    )
     assert cfg.resync_seconds == 5.0
     assert cfg.health.ignored_xids == (13, 43) and cfg.health.xid_hold_seconds == 30.0
     assert cfg.mid_tier.cpu_threshold_ratio == 0.5 and cfg.mid_tier.prod_priority_min == 8000
@@ -57,6 +61,7 @@ def test_config_file_overrides_defaults(tmp_path: Path) -> None:
         {"mode": "kubelet"},
         {"dra": {"maxVfsPerNic": -1}},
         {"dra": {"maxVfs": 1}},
+        {"dra": {"unhealthyTaintEffect": "None"}},
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path: Path, content: dict) -> None:
@@ -114,7 +119,11 @@ def test_once_print_in_dra_mode_adds_the_resource_slices() -> None:
     assert [d["kind"] for d in docs] == ["Device", "Node", "ResourceSlice"]
     assert docs[1]["metadata"]["labels"]["topoalloc.io/device-mode"] == "dra"
     assert docs[1]["status"]["allocatable"] == {}  # no device resources: the slices say it
-    assert docs[2]["spec"]["pool"]["name"] == "gpu-17" and len(docs[2]["spec"]["devices"]) == 48
+    assert docs[2]["spec"]["pool"]["name"] == "gpu-17" and len(docs[2]["spec"]["devices"]) == 52
+    # as a server that keeps device taints holds it: the 4 NICs whose ports are down, tainted
+    tainted = [d["name"] for d in docs[2]["spec"]["devices"] if d.get("taints")]
+    assert len(tainted) == 4 and all(n.startswith("rdma-") for n in tainted)
+    assert {t["effect"] for d in docs[2]["spec"]["devices"] for t in d.get("taints", ())} == {"NoSchedule"}
 
 
 @pytest.mark.parametrize(

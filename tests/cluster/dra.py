@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from apis import dra
 from tests.cluster.harness import ClusterEnv
 from tests.support.cluster_product import FIXTURES, agent_argv
@@ -29,6 +31,7 @@ class DraNode:
     kubeconfig: Path  # the agent's node-bound identity
     kubelet: DraKubelet
     agent: Process | None = None
+    config: Path | None = None  # the agent's config file, when it has one
 
     @property
     def cdi(self) -> Path:
@@ -54,6 +57,7 @@ def _agent(cluster: ClusterEnv, node: DraNode, generation: int) -> Process:
         str(node.root / "dev"),
         "--state-dir",
         str(node.root / "state"),
+        *(("--config", str(node.config)) if node.config is not None else ()),
         "-v",
     )
     proc = Process(
@@ -63,9 +67,17 @@ def _agent(cluster: ClusterEnv, node: DraNode, generation: int) -> Process:
     return proc.start()
 
 
-def start_dra_node(cluster: ClusterEnv, name: str, fixture: str = "dgx-h100") -> DraNode:
+def start_dra_node(
+    cluster: ClusterEnv,
+    name: str,
+    fixture: str = "dgx-h100",
+    *,
+    labels: dict[str, str] | None = None,
+    config: dict[str, Any] | None = None,
+) -> DraNode:
     """A Node (no device capacity: its devices are in its slices), its stand-in DRA kubelet and its
-    agent in dra mode on a private copy of `fixture` (a test may change its sysfs)."""
+    agent in dra mode on a private copy of `fixture` (a test may change its sysfs), with `config`
+    as its config file when given."""
     root = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))  # unix socket paths must stay short
     (root / "dev").mkdir()
     for dev in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
@@ -73,8 +85,11 @@ def start_dra_node(cluster: ClusterEnv, name: str, fixture: str = "dgx-h100") ->
     copy = root / "fixture"
     shutil.copytree(FIXTURES / fixture, copy, symlinks=True)
     kubelet = DraKubelet(root / "reg", cluster.cp.admin.get).start()
-    cluster.cp.create_node(name)
+    cluster.cp.create_node(name, labels=labels)
     node = DraNode(name, root, copy, cluster.agent_identity(name), kubelet)
+    if config is not None:
+        node.config = root / "agent.yaml"
+        node.config.write_text(yaml.safe_dump(config))
     node.agent = _agent(cluster, node, 0)
     return node
 

@@ -16,10 +16,24 @@ from typing import Any
 import pytest
 import yaml
 
+from allocator.core.claims.taints import DEVICE_TAINTED
 from apis import dra
+from apis.dra_taints import NO_SCHEDULE, UNHEALTHY_KEY
 from tests.cluster.dra import CLAIMS, DraNode, restart_agent, start_dra_node, stop_dra_node, wait_slices
+from tests.cluster.dra_claims import (
+    OPT_OUT,
+    allocated_claim,
+    claim_of,
+    claim_pod,
+    create_template,
+    event_notes,
+    gates,
+    gpu_template,
+    results,
+)
 from tests.cluster.harness import DEVICES, ClusterEnv
 from tests.support.controlplane import REPO, wait_until
+from tests.support.kube_releases import KubeRelease
 
 NODE = "dra-dgx"
 EXAMPLES = sorted((REPO / "examples" / "dra").glob("*.yaml"))
@@ -45,13 +59,19 @@ def pool(cluster: ClusterEnv, node: DraNode) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for s in wait_slices(cluster, node) for d in s["spec"]["devices"]}
 
 
-def test_slices_accepted_as_written_and_the_node_labelled(cluster: ClusterEnv, node: DraNode) -> None:
+def test_slices_accepted_as_written_and_the_node_labelled(
+    cluster: ClusterEnv, node: DraNode, release: KubeRelease
+) -> None:
     slices = wait_slices(cluster, node)
     assert {(s["spec"]["pool"]["name"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices} == {
         (NODE, len(slices))
     }
     assert len({s["spec"]["pool"]["generation"] for s in slices}) == 1
-    devices = pool(cluster, node)
+    everything = pool(cluster, node)
+    # 1.36 keeps the 4 NICs whose ports are down, tainted; 1.35 has them left out
+    tainted = sorted(n for n, d in everything.items() if d.get("taints"))
+    assert tainted == (["rdma-1", "rdma-2", "rdma-7", "rdma-8"] if release.minor_int >= 36 else [])
+    devices = {n: d for n, d in everything.items() if n not in tainted}
     # 8 GPUs, the 8 NICs whose ports are up (4 are down on this machine) and their 4 VFs each
     assert sum(1 for n in devices if n.startswith("gpu-")) == 8
     assert sum(1 for n in devices if n.startswith("rdma-") and "-vf-" not in n) == 8
@@ -75,6 +95,7 @@ def test_slices_are_not_rewritten_while_nothing_changes(cluster: ClusterEnv, nod
     assert after == before
 
 
+@pytest.mark.k8s(max="1.35")
 def test_a_nic_going_down_leaves_the_slices_and_comes_back(cluster: ClusterEnv, node: DraNode) -> None:
     generation = wait_slices(cluster, node)[0]["spec"]["pool"]["generation"]
     state = node.fixture / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "state"
@@ -86,10 +107,41 @@ def test_a_nic_going_down_leaves_the_slices_and_comes_back(cluster: ClusterEnv, 
         assert "rdma-0" not in names and not any(n.startswith("rdma-0-vf-") for n in names)
         assert "gpu-0" in names
         assert {s["spec"]["pool"]["generation"] for s in down} == {generation + 1}
+        assert not any(d.get("taints") for s in down for d in s["spec"]["devices"])  # dropped on 1.35
     finally:
         state.write_text(up)
     back = wait_slices(
         cluster, node, lambda s: "rdma-0" in {d["name"] for x in s for d in x["spec"]["devices"]}
+    )
+    assert back[0]["spec"]["pool"]["generation"] == generation + 2
+
+
+@pytest.mark.k8s(min="1.36")
+def test_a_nic_going_down_stays_in_the_slices_tainted_and_comes_back(
+    cluster: ClusterEnv, node: DraNode
+) -> None:
+    generation = wait_slices(cluster, node)[0]["spec"]["pool"]["generation"]
+    state = node.fixture / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "state"
+    up = state.read_text()
+    state.write_text("1: DOWN\n")
+    try:
+        down = wait_slices(cluster, node, lambda s: s[0]["spec"]["pool"]["generation"] > generation)
+        devices = {d["name"]: d for s in down for d in s["spec"]["devices"]}
+        sick = ["rdma-0", *(n for n in devices if n.startswith("rdma-0-vf-"))]
+        assert len(sick) == 5  # the NIC and its 4 VFs, still published, tainted as the agent wrote them
+        for name in sick:
+            (taint,) = devices[name]["taints"]
+            assert (taint["key"], taint["effect"]) == (UNHEALTHY_KEY, NO_SCHEDULE) and taint["value"]
+            assert taint["timeAdded"]
+        assert not devices["gpu-0"].get("taints") and not devices["rdma-3"].get("taints")
+        assert devices["rdma-1"]["taints"][0]["value"] == "PortDown"  # down from the start
+        assert {s["spec"]["pool"]["generation"] for s in down} == {generation + 1}
+    finally:
+        state.write_text(up)
+    back = wait_slices(
+        cluster,
+        node,
+        lambda s: not any(d.get("taints") for x in s for d in x["spec"]["devices"] if d["name"] == "rdma-0"),
     )
     assert back[0]["spec"]["pool"]["generation"] == generation + 2
 
@@ -190,4 +242,75 @@ def test_an_agent_started_again_keeps_the_prepared_claim(cluster: ClusterEnv, no
     assert [c[0] for c in node.kubelet.calls[-2:]] == ["NodePrepareResources", "NodePrepareResources"]
     node.kubelet.unprepare(bound)  # what the first process prepared, the second unprepares
     assert not list(node.cdi.glob("*.json"))
+    _done(cluster, ns)
+
+
+def _nic_claim_pod(cluster: ClusterEnv, ns: str, name: str, count: int, *, opt_out: bool = False) -> None:
+    """A pod on the node with one claim (from its own template) for `count` whole NICs."""
+    template = gpu_template(name, count, ns, annotations=OPT_OUT if opt_out else None)
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = dra.RDMA_CLASS
+    create_template(cluster, template)
+    cluster.create_pod(ns, claim_pod(name, name, ns, node=NODE))
+
+
+def _port(node: DraNode, ibdev: str) -> Path:
+    return node.fixture / "sys" / "class" / "infiniband" / ibdev / "ports" / "1" / "state"
+
+
+@pytest.mark.k8s(min="1.36")
+def test_a_claims_device_turned_unhealthy_tells_the_claim_and_new_claims_avoid_it(
+    cluster: ClusterEnv, node: DraNode, ns: str
+) -> None:
+    _nic_claim_pod(cluster, ns, "holder", 1)
+    ((_, held),) = results(allocated_claim(cluster, ns, "holder"))
+    devices = pool(cluster, node)
+    healthy = sorted(
+        n for n, d in devices.items() if n.startswith("rdma-") and "-vf-" not in n and not d.get("taints")
+    )
+    spare = next(n for n in healthy if n != held)  # a free NIC goes down too
+    ports = [_port(node, attr(devices[n], "ibdev")) for n in (held, spare)]
+    ups = [p.read_text() for p in ports]
+    try:
+        for p in ports:
+            p.write_text("1: DOWN\n")
+        (note,) = wait_until(
+            lambda: event_notes(cluster, ns, DEVICE_TAINTED), timeout=60, what="the holder claim's Event"
+        )
+        (event,) = [e for e in cluster.events(ns) if e.get("reason") == DEVICE_TAINTED]
+        claim = claim_of(cluster, ns, "holder")
+        assert (event["involvedObject"]["kind"], event["involvedObject"]["uid"]) == (
+            "ResourceClaim",
+            claim["metadata"]["uid"],
+        )
+        assert note.startswith(f"device {held} of node {NODE} is tainted {UNHEALTHY_KEY}=PortDown:NoSchedule")
+        free = len(healthy) - 2  # untainted and not held
+        # topoalloc waits rather than hand out a tainted NIC, and says so
+        _nic_claim_pod(cluster, ns, "too-many", free + 1)
+        wait_until(lambda: event_notes(cluster, ns, "DRAAllocationFailed"), timeout=60, what="the refusal")
+        assert gates(cluster, ns, "too-many")
+        assert not claim_of(cluster, ns, "too-many").get("status", {}).get("allocation")
+        # kube-scheduler's own allocator does too: the taint is in the slice for everyone
+        _nic_claim_pod(cluster, ns, "too-many-ks", free + 1, opt_out=True)
+        wait_until(
+            lambda: any(
+                c["type"] == "PodScheduled" and c["status"] == "False"
+                for c in cluster.pod(ns, "too-many-ks").get("status", {}).get("conditions") or []
+            ),
+            timeout=60,
+            what="kube-scheduler refusing the pod",
+        )
+        assert not claim_of(cluster, ns, "too-many-ks").get("status", {}).get("allocation")
+        _nic_claim_pod(cluster, ns, "fits", free)
+        got = {d for _, d in results(allocated_claim(cluster, ns, "fits"))}
+        assert len(got) == free and not got & {held, spare}
+    finally:
+        for p, up in zip(ports, ups, strict=True):
+            p.write_text(up)
+    wait_slices(
+        cluster,
+        node,
+        lambda s: (
+            not any(d.get("taints") for x in s for d in x["spec"]["devices"] if d["name"] in (held, spare))
+        ),
+    )
     _done(cluster, ns)

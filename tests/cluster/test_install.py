@@ -13,7 +13,8 @@ NVLink pairs), cpu-1.
 The steps build on each other, in order: README's Deploy commands on the empty cluster (placement
 mode: the GPU pod gated at admission, placed by the allocator, bound by the control plane's own
 kube-scheduler), the GPU node label and a device plugin conflict, a gang whose members are refused
-while no allocator runs and bind whole once it does, an upgrade with running allocations, secondary
+while no allocator runs and bind whole once it does, an upgrade with running allocations, a
+downgrade and settings changed outside topoalloc refused before anything is applied, secondary
 mode (a second kube-scheduler), kubeadm mode, uninstall, --purge (with a Koordinator-owned CRD).
 """
 
@@ -245,6 +246,59 @@ def test_upgrade_rolls_the_agent_and_allocator_and_keeps_allocations(world: Worl
     }
     assert pod["spec"]["nodeName"] == "gpu-a" and not set(gpu_minors(pod)) & taken
     world.done.add("upgrade")
+
+
+def test_upgrade_refuses_a_downgrade_and_settings_changed_outside_topoalloc(world: World) -> None:
+    """A lower version only with --allow-downgrade; the agent's ConfigMap edited with `kubectl
+    replace` (docs/dra.md's `mode: dra`) stops the upgrade before anything is applied, naming the
+    setting; --force-conflicts puts the installation's value back and says so."""
+    world.need("upgrade")
+    agent_config = f"/api/v1/namespaces/{NAMESPACE}/configmaps/topoalloc-agent"
+    watched = [
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/topoalloc-agent",
+        f"{DEPLOYMENTS}/topoalloc-allocator",
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps/topoalloc-install",
+        agent_config,
+    ]
+
+    def versions() -> list[str]:
+        return [world.cp.admin.get(path)["metadata"]["resourceVersion"] for path in watched]
+
+    before = versions()
+    ran = world.topoalloc("upgrade", "--version", "0.1.0", check=False)
+    assert ran.returncode == 2 and ran.stdout == "", ran
+    assert ran.stderr.startswith(f"error: upgrade ({UPGRADE_TO} -> 0.1.0): 0.1.0 is older than the installed")
+    assert "--allow-downgrade" in ran.stderr
+    dry = world.topoalloc("upgrade", "--version", "0.1.0", "--allow-downgrade", "--dry-run")
+    assert f"warning: downgrading from {UPGRADE_TO} to 0.1.0" in dry.stderr
+    assert "changed outside topoalloc" not in dry.stderr  # every object applies cleanly as a dry run
+    assert versions() == before
+
+    edited = world.cp.admin.get(agent_config)
+    edited["metadata"].pop("managedFields", None)
+    edited["data"]["agent.yaml"] = edited["data"]["agent.yaml"].replace("mode: device-plugin", "mode: dra")
+    world.cp.kubectl("replace", "-f", "-", input=yaml.safe_dump(edited))
+    before = versions()
+    ran = world.topoalloc("upgrade", "--version", UPGRADE_TO, check=False)
+    assert ran.returncode == 1 and "upgrade: " in ran.stdout, ran
+    named = (
+        f"ConfigMap {NAMESPACE}/topoalloc-agent: .data.agent.yaml changed by kubectl-replace "
+        "(agent.yaml: mode is dra in the cluster, device-plugin in the installation)"
+    )
+    assert (
+        ran.stderr.startswith("error: apply (")
+        and "settings changed outside topoalloc, nothing applied: " in ran.stderr
+    )
+    assert named in ran.stderr and "--set KEY=VALUE or --values FILE" in ran.stderr, ran.stderr
+    assert versions() == before  # not one object applied
+    assert "mode: dra" in world.cp.admin.get(agent_config)["data"]["agent.yaml"]
+
+    ran = world.topoalloc("upgrade", "--version", UPGRADE_TO, "--force-conflicts")
+    assert f"warning: {named}: overwritten (--force-conflicts)" in ran.stderr, ran.stderr
+    assert "mode: device-plugin" in world.cp.admin.get(agent_config)["data"]["agent.yaml"]
+    again = world.topoalloc("upgrade", "--version", UPGRADE_TO)  # the installer owns the field again
+    assert "changed outside topoalloc" not in again.stderr
+    world.done.add("conflicts")
 
 
 def _volume(ds: dict[str, Any], name: str) -> dict[str, Any]:

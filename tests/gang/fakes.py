@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from allocator.runtime.cache.budgets import DisruptionBudgets
+from allocator.runtime.cache.dra import ClaimEntry
 from allocator.runtime.cache.records import NodeFacts, PodEntry, node_facts, pod_key
 from allocator.runtime.coreadapter import PodRequest, Rejection
 from allocator.runtime.ledger import HoldLedger
@@ -15,6 +16,11 @@ from apis.annotations import DeviceAllocations
 
 def _no_choice(req: PodRequest, node: str) -> DeviceAllocations | Rejection:
     raise AssertionError("gang scheduling holds what its plan chose; it never asks the ledger to choose")
+
+
+class FakeClaims:
+    def __init__(self) -> None:
+        self.claims: dict[str, ClaimEntry] = {}
 
 
 class FakeGangCache:
@@ -26,6 +32,7 @@ class FakeGangCache:
         self.workloads: dict[str, dict[str, Any]] = {}
         self.ledger = HoldLedger(_no_choice, pods=self.pods, nodes=self.nodes, settle=lambda _key: None)
         self.budgets = DisruptionBudgets()
+        self.dra = FakeClaims()
 
     def add_node(self, node: dict[str, Any]) -> None:
         self.nodes[node["metadata"]["name"]] = node_facts(node)

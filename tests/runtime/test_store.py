@@ -211,6 +211,42 @@ def test_a_hold_ahead_becomes_the_pods_when_it_shows_up_pending_or_already_bound
         assert fits(cache, 8, "gpu-1")  # counted once: its deletion frees all of them
 
 
+def test_a_pod_that_shows_up_as_admitted_takes_its_hold_without_touching_its_node() -> None:
+    """The hold ahead is re-keyed to the pod that carries it (same devices, same request): the node
+    is not changed, so the verdicts and scores cached for it stay valid; nor when it is bound as
+    held. A pod changed after admission (a later webhook) is counted from its own request: its node
+    changes."""
+    cache = cache_with("gpu-1")
+    state = cache.core.cluster.nodes["gpu-1"]
+    for changed in (False, True):
+        admitted = pod("", gpus=2)
+        admitted["metadata"] = {"generateName": "job-", "namespace": "default"}
+        ahead = cache.ledger.reserve_ahead(
+            admitted, cache.core.request(admitted), "gpu-1", holder="placement", ttl=60
+        )
+        assert not isinstance(ahead, type(None)) and ahead.key in state.pods
+        version = state.version
+        created = stamped(pod(f"job-{int(changed)}", gpus=2, requests={"cpu": "3"} if changed else None))
+        created["metadata"]["annotations"] = {
+            keys.DEVICE_ALLOCATED: ahead.annotation,
+            keys.ALLOCATED_NODE: "gpu-1",
+        }
+        cache.apply(PODS, "ADDED", created)
+        key = f"default/{created['metadata']['name']}"
+        assert ahead.key not in state.pods and key in state.pods
+        assert (
+            cache.core.cluster.pod_node.get(key) == "gpu-1" and ahead.key not in cache.core.cluster.pod_node
+        )
+        assert (state.version == version) is not changed
+        assert state.pods[key].cpu_milli == (3000 if changed else 1000)
+        version = state.version
+        bound_pod = stamped(created)
+        bound_pod["spec"]["nodeName"] = "gpu-1"
+        cache.apply(PODS, "MODIFIED", bound_pod)  # bound as held: nothing to count again
+        assert key not in cache.ledger.holds and state.version == version and key in state.pods
+    assert not fits(cache, 5, "gpu-1") and fits(cache, 4, "gpu-1")
+
+
 def test_a_pod_seen_before_never_takes_another_pods_hold_ahead() -> None:
     """A running pod holding a share of a GPU is updated (its status) while the same share of that
     GPU is held ahead for a pod being created: the hold ahead stays that pod's."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -43,7 +44,8 @@ def cluster_options(func: F) -> F:
             click.option(
                 "--manifests",
                 type=click.Path(file_okay=False, path_type=Path),
-                help="Folder holding the deploy/ and daemonset/ kustomize bases (default: this checkout).",
+                help="Folder holding the deploy/ and daemonset/ kustomize bases (default: the package's own "
+                "copy, or this checkout's).",
             ),
         ]
     ):
@@ -146,6 +148,28 @@ OPTION_FLAGS = [
         "runbooks) and the Grafana dashboard ConfigMap (deploy/components/monitoring); needs the "
         "monitoring.coreos.com CRDs.  [default: off]",
     ),
+    click.option(
+        "--values",
+        "values_files",
+        multiple=True,
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help="A values file of the Helm chart (charts/topoalloc/values.yaml: settings of the allocator "
+        "and the agents, agent pools, the choices above); repeatable, later files win. Recorded: "
+        "`upgrade` keeps them.",
+    ),
+    click.option(
+        "--set",
+        "value_sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="One chart value, e.g. agent.config.mode=dra or allocator.config.defrag.enabled=true; "
+        "repeatable, after --values.",
+    ),
+    click.option(
+        "--reset-values",
+        is_flag=True,
+        help="Drop the recorded settings and agent pools; start from the shipped configuration.",
+    ),
 ]
 
 RUN_FLAGS = [
@@ -159,7 +183,10 @@ RUN_FLAGS = [
         "--rotate-certs", is_flag=True, help="Issue new certificates even if the Secrets are valid."
     ),
     click.option(
-        "--force-conflicts", is_flag=True, help="Take over fields another field manager set differently."
+        "--force-conflicts",
+        is_flag=True,
+        help="Take over fields someone changed outside topoalloc (each is named); without it such a "
+        "run applies nothing.",
     ),
     click.option("--dry-run", is_flag=True, help="Print the manifests (-o) instead of applying them."),
     click.option(
@@ -203,6 +230,16 @@ def _with(flags: list[Callable[[F], F]]) -> Callable[[F], F]:
 
 
 def _options(base: InstallOptions, flags: dict[str, Any]) -> InstallOptions:
+    """`base`, then the chart values given (--values, --set), then the flags."""
+    from topoalloc.commands.installer.options import with_values
+    from topoalloc.commands.installer.values import ValuesError
+
+    if flags.get("reset_values"):
+        base = replace(base, values="")
+    try:
+        base = with_values(base, flags.get("values_files") or (), flags.get("value_sets") or ())
+    except (ValuesError, OSError) as exc:
+        raise BadInput("values", "--values/--set", str(exc)) from None
     changes = {k: v for k, v in flags.items() if v is not None and k in InstallOptions.__dataclass_fields__}
     return InstallOptions(**{**base.__dict__, **changes})
 
@@ -310,6 +347,7 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
         click.echo(f"warning: {note}", err=True)
     options = lifecycle.pin_scheduler(options, server, options.scheduler_version)
     facts = ClusterFacts(tls=tls.issue_secrets() if options.certs == "generate" else None)
+    facts.dra_served = server >= versions.KubeVersion(1, 34)  # resource.k8s.io/v1
     docs = _guarded(lambda: render(options, facts, root))
     _print_docs(docs, output)
     if options.certs == "generate":
@@ -319,8 +357,13 @@ def _offline(options: InstallOptions, kube_version: str, root: Path, output: str
 @click.command("upgrade")
 @_with(OPTION_FLAGS)
 @_with(RUN_FLAGS)
+@click.option(
+    "--allow-downgrade",
+    is_flag=True,
+    help="Go to a version lower than the installed one (refused without it).",
+)
 @cluster_options
-def upgrade(manifests: Path | None, **flags: Any) -> None:
+def upgrade(manifests: Path | None, allow_downgrade: bool, **flags: Any) -> None:
     """Upgrade an installation to this package's version (or --version): re-render from the options
     the last install recorded, apply, and let the agent DaemonSet and the allocator Deployment
     roll. Allocations stay: they live in the pods' annotations and the agents' checkpoints."""
@@ -338,9 +381,46 @@ def upgrade(manifests: Path | None, **flags: Any) -> None:
         )
     base = replace(recorded, version=_package_version(), scheduler_version="")  # the server's, read again
     options = _options(base, flags)
+    _check_downgrade(recorded.version, options.version, allow_downgrade)
     if not flags["dry_run"]:
         click.echo(f"upgrade: {recorded.image}:{recorded.version} -> {options.image}:{options.version}")
     _deploy(cluster, options, flags, root)
+
+
+def _check_downgrade(installed: str, wanted: str, allowed: bool) -> None:
+    """A lower version than the installed one only when asked for (PEP 440 order: 0.1.10 is newer
+    than 0.1.9, 0.2.0rc1 older than 0.2.0); tags that are no versions cannot be ordered and pass."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        lower = Version(wanted) < Version(installed)
+    except InvalidVersion:
+        click.echo(f"warning: cannot order versions {installed!r} and {wanted!r}; upgrading anyway", err=True)
+        return
+    if lower and not allowed:
+        raise BadInput(
+            "upgrade",
+            f"{installed} -> {wanted}",
+            f"{wanted} is older than the installed {installed}: a downgrade; pass --allow-downgrade to "
+            "go back to it (its manifests must know every setting the installation has)",
+        )
+    if lower:
+        click.echo(f"warning: downgrading from {installed} to {wanted} (--allow-downgrade)", err=True)
+
+
+def _recorded_defaults(command: click.Command) -> click.Command:
+    """`upgrade` starts from the installation's recorded choices, not install's defaults: its help
+    says so instead of install's `[default: ...]`."""
+    # the version is this package's and the scheduler follows the server again: install's help holds
+    recorded = set(InstallOptions.__dataclass_fields__) - {"version", "scheduler_version"}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name in recorded:
+            help_text = re.sub(r"\s*\[default: [^\]]*\]$", "", param.help or "")
+            param.help = f"{help_text}  [default: as the installation recorded it]"
+    return command
+
+
+_recorded_defaults(upgrade)
 
 
 @click.command("uninstall")

@@ -105,7 +105,7 @@ def pool_devices(pool: str, slices: Iterable[ResourceSlice]) -> NodeDevices | No
     if len(current) < current[0].slice_count:
         return None
     devices = {
-        dev.name: PublishedDevice(dev.name, dra.DRIVER, dict(dev.attributes), dict(dev.capacity))
+        dev.name: PublishedDevice(dev.name, dra.DRIVER, dict(dev.attributes), dict(dev.capacity), dev.taints)
         for s in sorted(current, key=lambda s: s.name)
         for dev in s.devices
     }

@@ -37,6 +37,7 @@ from allocator.core.scoring.device import DeviceScoring
 from apis import dra
 from apis.annotations import DeviceAllocation, DeviceAllocations
 from apis.dra_claims import DeviceResult
+from apis.dra_taints import blocking
 
 NOT_PUBLISHED = "topoalloc: no ResourceSlice"
 NO_CANDIDATES = "topoalloc: too few matching devices"
@@ -87,7 +88,7 @@ def solve(
             return Rejection(
                 NO_CANDIDATES,
                 f"need {need} {noun} that are published, free and pass the claims' selectors and constraints",
-                detail=f"{have} are",
+                detail=f"{have} are" + _tainted(creq, kind, published.devices),
             )
     notes: list[str] | None = [] if explain is not None else None
     last: Rejection | None = None
@@ -117,7 +118,8 @@ def _candidates(
     creq: ClaimsRequest, devices: Mapping[str, PublishedDevice], state: NodeState
 ) -> list[frozenset[str]]:
     """Per request slot, the published devices of its kind that pass its selectors, carry its
-    constraints' attributes and (VFs) are free."""
+    constraints' attributes, bear no taint it does not tolerate (NoSchedule, NoExecute: as
+    kube-scheduler) and (VFs) are free."""
     inv = state.inventory
     assert inv is not None
     by_kind: dict[str, list[PublishedDevice]] = {}
@@ -143,10 +145,27 @@ def _candidates(
                 d.name
                 for d in by_kind.get(slot.kind, ())
                 if all(d.attribute(a) is not None for a in attrs[i])
+                and not blocking(d.taints, slot.tolerations)
                 and all(p.matches(d) for p in slot.selectors)
             )
         )
     return out
+
+
+def _tainted(creq: ClaimsRequest, kind: str, devices: Mapping[str, PublishedDevice]) -> str:
+    """How many devices of `kind` a taint keeps from the requests, said after the count."""
+    tolerations = [s.tolerations for s in creq.slots if s.kind == kind]
+    kept = [
+        d.name
+        for d in devices.values()
+        if (n := dra.parse_device_name(d.name)) is not None
+        and n.type == kind
+        and all(blocking(d.taints, t) for t in tolerations)
+    ]
+    if not kept:
+        return ""
+    example = blocking(devices[kept[0]].taints, tolerations[0])[0]
+    return f"; {len(kept)} tainted ({kept[0]}: {example})"
 
 
 def _missing_attribute(creq: ClaimsRequest, devices: Mapping[str, PublishedDevice]) -> Rejection | None:
@@ -289,7 +308,9 @@ def _answer(
     usage: dict[str, dict[str, list[DeviceAllocation]]] = {k: {} for k in creq.claims}
     for slot, names in zip(creq.slots, handed, strict=True):
         for name in names:
-            results[slot.claim].append(DeviceResult(slot.request, dra.DRIVER, published.pool, name))
+            results[slot.claim].append(
+                DeviceResult(slot.request, dra.DRIVER, published.pool, name, tolerations=slot.tolerations)
+            )
             if name in vfs:
                 minor, vf = vfs[name]
                 usage[slot.claim].setdefault(RDMA, []).append(vf_allocation(minor, vf))

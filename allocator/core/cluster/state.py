@@ -221,6 +221,30 @@ class ClusterState:
             self.assign_usage(usage)
         return usage
 
+    def rekey(self, old: str, new: str) -> bool:
+        """Count the pod counted as `old` as `new` (a hold made at admission that became its pod's),
+        nothing else changed, so no cached verdict or score is refreshed. False: nothing done."""
+        node = self.pod_node.get(old)
+        state = self.nodes.get(node) if node is not None else None
+        if state is None or new in self.pod_node or not state.rekey(old, new):
+            return False
+        del self.pod_node[old]
+        self.pod_node[new] = state.name
+        return True
+
+    def counted_as(self, key: str, node: str, usage: PodUsage) -> bool:
+        """Whether `key` is counted on `node` exactly as `usage` would count it (a hold whose pod
+        is now bound as held): then there is nothing to re-count."""
+        state = self.nodes.get(node) if self.pod_node.get(key) == node else None
+        entry = state.pods.get(key) if state is not None else None
+        return entry is not None and (
+            entry.allocations, entry.cpu_milli, entry.memory, entry.nonzero_cpu_milli, entry.nonzero_memory,
+            entry.exclusive_cpus, entry.whole_cards, entry.koord_shares,
+        ) == (
+            usage.allocations, usage.cpu_milli, usage.memory, usage.nonzero_cpu_milli, usage.nonzero_memory,
+            usage.exclusive_cpus, usage.whole_cards, usage.koord_shares,
+        )  # fmt: skip
+
     def unassign(self, pod_key: str) -> bool:
         node = self.pod_node.pop(pod_key, None)
         state = self.nodes.get(node) if node is not None else None

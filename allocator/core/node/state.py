@@ -11,13 +11,13 @@ dropped when one of its devices changes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from allocator.core.node.inventory import NodeInventory, all_unhealthy, build_inventory
 from allocator.core.node.summaries import SUMMARIES, whole_gpus_free
 from allocator.core.node.summary import DeviceSummary
-from allocator.core.request.usage import CLAIM_KEY_PREFIX, PodUsage, pod_usage
+from allocator.core.request.usage import CLAIM_KEY_PREFIX, ROOM_KEY_PREFIX, PodUsage, pod_usage
 from apis import resources as rn
 from apis.annotations import DeviceAllocations
 from apis.quantity import Quantity
@@ -202,6 +202,19 @@ class NodeState:
             whole_cards=usage.whole_cards,
             koord_shares=usage.koord_shares,
         )
+
+    def rekey(self, old: str, new: str) -> bool:
+        """Count `old`'s entry under `new`, nothing else changed: no column is refreshed. False
+        (nothing done) unless `old` is here and `new` is not, and neither is a claim's or a room's
+        key (those are counted apart: `claim_entries`, kubelet's view)."""
+        special = (CLAIM_KEY_PREFIX, ROOM_KEY_PREFIX)
+        if new in self.pods or old.startswith(special) or new.startswith(special):
+            return False
+        entry = self.pods.pop(old, None)
+        if entry is None:
+            return False
+        self.pods[new] = replace(entry, key=new)
+        return True
 
     def remove_pod(self, key: str) -> bool:
         entry = self.pods.pop(key, None)

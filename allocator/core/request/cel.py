@@ -22,6 +22,7 @@ import celpy
 from celpy import celtypes
 
 from apis import dra
+from apis.dra_taints import DeviceTaint
 from apis.quantity import Quantity
 
 # Value of an attribute: str, int, bool, or a semver string (kept as str).
@@ -36,6 +37,7 @@ class PublishedDevice:
     driver: str = dra.DRIVER
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     capacity: Mapping[str, int] = field(default_factory=dict)  # milli-units
+    taints: tuple[DeviceTaint, ...] = ()
 
     def attribute(self, qualified: str) -> AttrValue | None:
         return self.attributes.get(qualified)

@@ -26,6 +26,7 @@ from apis import dra
 from apis import resources as rn
 from apis.annotations import DeviceHint, GPUPartitionSpec
 from apis.dra_claims import ALL, ClaimSpec, DeviceClass
+from apis.dra_taints import DeviceToleration
 from apis.selector import LabelSelector
 
 OURS: Final = "ours"
@@ -97,6 +98,7 @@ class RequestSlot:
     kind: str  # dra.TYPE_GPU, TYPE_RDMA or TYPE_RDMA_VF
     count: int
     selectors: tuple[Program, ...]  # the class's and the request's, ANDed
+    tolerations: tuple[DeviceToleration, ...] = ()  # of the device taints (apis/dra_taints.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,9 @@ def translate(
             except SelectorError as exc:
                 return Rejection(CLAIM_SELECTOR, f"claim {key}, request {r.name}: {exc}", True)
             index[r.name] = len(slots)
-            slots.append(RequestSlot(key, r.name, dra.CLASS_TYPE[e.device_class], e.count, programs))
+            slots.append(
+                RequestSlot(key, r.name, dra.CLASS_TYPE[e.device_class], e.count, programs, e.tolerations)
+            )
         for c in spec.constraints:
             members = tuple(index[n] for n in (c.requests or tuple(index)))
             constraints.append(

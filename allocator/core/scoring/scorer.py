@@ -167,6 +167,8 @@ Preparer = Callable[[PodRequest], "Prepared | None"]
 
 _keys = itertools.count(1)
 _PREPARED_CACHE = 256
+# At most this many nodes are scored one by one rather than by groups (`fine_grouped`).
+_EVALUATE_EACH = 4
 
 
 class NodeScorer:
@@ -297,10 +299,14 @@ class NodeScorer:
         sets every node apart), on the group's first node."""
         if not prepared or not len(slots):
             return np.zeros(len(slots))
-        keys = [fn.group(table, slots) if isinstance(fn, GroupedScore) else slots for _, _, fn in prepared]
-        _, first, inverse = np.unique(combine_keys(keys), return_index=True, return_inverse=True)
         states = table.states
         fine_prepared = NodeScorer.fine_prepared
+        if len(slots) <= _EVALUATE_EACH:
+            # A node or two changed since the last call (one placement's): finding their groups
+            # costs more numpy calls than scoring them, and a group's nodes score alike anyway.
+            return np.array([fine_prepared(states[s], prepared) for s in slots.tolist()], np.float64)  # type: ignore[arg-type]
+        keys = [fn.group(table, slots) if isinstance(fn, GroupedScore) else slots for _, _, fn in prepared]
+        _, first, inverse = np.unique(combine_keys(keys), return_index=True, return_inverse=True)
         values = [fine_prepared(states[slot], prepared) for slot in slots[first].tolist()]  # type: ignore[arg-type]
         return np.array(values, dtype=np.float64)[inverse.reshape(-1)]
 

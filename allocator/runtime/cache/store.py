@@ -118,6 +118,7 @@ class ClusterCache:
             pods=self.pods,
             nodes=self.nodes,
             settle=self._sync_core,
+            move=self._move_core,
             ttl=reservation_ttl,
             metrics=metrics,
             clock=clock,
@@ -344,6 +345,20 @@ class ClusterCache:
         self._sync_core(key)
         self._notify(PODS.name, key, pod)
 
+    def _move_core(self, old: str, new: str) -> None:
+        """What the core counts for `old` is now `new`'s (a hold made at admission that its pod
+        adopted): re-keyed in place, so its node's cached verdicts and scores stay valid, where
+        `_sync_core` would take the pod off its node and put it back."""
+        have = self._assigned.get(old)
+        if have is None or new in self._assigned or not self.core.rekey(old, new):
+            return
+        self._assigned[new] = self._assigned.pop(old)
+        target = self._target.pop(old, None)
+        if target is not None:
+            self._by_node[target].discard(old)
+            self._by_node[target].add(new)
+            self._target[new] = target
+
     def _sync_core(self, key: str) -> None:
         """Make the core's assignment of `key` match its reservation, else its pod entry. A pod
         on a node without a Node object (not seen yet, or deleted) is installed once it exists."""
@@ -366,6 +381,16 @@ class ClusterCache:
         installable = want if want is not None and want[0] in self.nodes else None
         have = self._assigned.get(key)
         if have == installable:  # PodUsage compares by value
+            return
+        if (
+            have is not None
+            and installable is not None
+            and installable[2] is not None
+            and have[0] == installable[0]
+            and self.core.counted_as(key, installable[0], installable[2])
+        ):
+            # Bound as it was held: counted already, and its node's cached columns stay valid.
+            self._assigned[key] = installable
             return
         if have is not None:
             self.core.unassign(key)

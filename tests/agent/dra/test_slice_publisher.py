@@ -3,14 +3,17 @@ one generation for all slices of the pool, stale slices deleted, slices others d
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from agent.dra.slice_publisher import SlicePublisher
-from agent.dra.slices import pool_devices, pool_slices
+from agent.dra.slices import pool_devices, pool_slices, untainted
 from agent.kube import Kube
 from apis import dra
+from apis.dra_taints import NO_SCHEDULE, UNHEALTHY_KEY
 from tests.agent.dra.rig import serve_resource_api
 from tests.agent.support import FIXTURES, one_pass
+from tests.support.fakeapi import discovery
 
 NODE = "pub-node"
 
@@ -140,3 +143,66 @@ def test_an_api_failure_is_reported_and_retried(fake_api_thread, fake_api_sync_c
     assert out.error.startswith(f"ResourceSlices of {NODE}: HTTP 404")
     serve_resource_api(server)
     assert pub.publish(devices(), "u").wrote
+
+
+def tainted_pool() -> list[dict[str, Any]]:
+    """The DGX H100's pool with its NICs whose ports are down kept, tainted NoSchedule."""
+    device = one_pass(FIXTURES / "dgx-h100", node=NODE).device
+    return pool_devices(device, max_vfs=8, taint_effect=NO_SCHEDULE)
+
+
+def test_a_server_of_1_36_keeps_unhealthy_devices_tainted(
+    fake_api_thread, fake_api_sync_client, monkeypatch
+) -> None:
+    server = fake_api_thread
+    serve_resource_api(server)
+    monkeypatch.setitem(discovery.VERSION_INFO, "minor", "36")
+    pub = SlicePublisher(Kube(fake_api_sync_client), NODE)
+    pool = tainted_pool()
+    assert pub.publish(pool, "u").wrote and pub.taints is True
+    stored = {d["name"]: d for s in ours(server) for d in s["spec"]["devices"]}
+    assert set(stored) == {d["name"] for d in pool}
+    sick = [n for n, d in stored.items() if d.get("taints")]
+    assert sick and all(stored[n]["taints"][0]["key"] == UNHEALTHY_KEY for n in sick)
+    before = writes(server)
+    clock_pub = SlicePublisher(Kube(fake_api_sync_client), NODE, taints=True)
+    assert not clock_pub.publish(pool, "u").wrote  # an equal pool, taints and all: nothing written
+    assert writes(server) == before
+
+
+def test_a_server_before_1_36_loses_the_unhealthy_devices(fake_api_thread, fake_api_sync_client) -> None:
+    server = fake_api_thread
+    serve_resource_api(server)  # the fake server says v1.32
+    pub = SlicePublisher(Kube(fake_api_sync_client), NODE)
+    pool = tainted_pool()
+    assert pub.publish(pool, "u").wrote and pub.taints is False
+    stored = [d for s in ours(server) for d in s["spec"]["devices"]]
+    assert [d["name"] for d in stored] == [d["name"] for d in untainted(pool)] and len(stored) < len(pool)
+    assert not any(d.get("taints") for d in stored)
+
+
+class DroppingTaints(Kube):
+    """A server that drops device taints on write (DRADeviceTaints turned off on a 1.36 server)."""
+
+    def _strip(self, body: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(body)
+        for dev in body["spec"]["devices"]:
+            dev.pop("taints", None)
+        return body
+
+    def create_resource_slice(self, body: dict[str, Any]) -> dict[str, Any]:
+        return super().create_resource_slice(self._strip(body))
+
+    def replace_resource_slice(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return super().replace_resource_slice(name, self._strip(body))
+
+
+def test_taints_dropped_by_the_server_fall_back_to_removal(fake_api_thread, fake_api_sync_client) -> None:
+    server = fake_api_thread
+    serve_resource_api(server)
+    pub = SlicePublisher(DroppingTaints(fake_api_sync_client), NODE, taints=True)
+    pool = tainted_pool()
+    assert pub.publish(pool, "u").wrote and pub.taints is False
+    (piece,) = ours(server)
+    assert [d["name"] for d in piece["spec"]["devices"]] == [d["name"] for d in untainted(pool)]
+    assert piece["spec"]["pool"]["generation"] == 2  # written again at once, without them

@@ -1,19 +1,29 @@
 """The node's DRA pool built from the Device of every hw-fixture: names the API accepts, the API's
-limits, attributes that align a GPU with the NIC behind its switch, unhealthy devices left out."""
+limits, attributes that align a GPU with the NIC behind its switch, unhealthy devices tainted (or
+left out where the server drops taints)."""
 
 from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from agent.config import AgentConfig
-from agent.dra.slices import DEFAULT_MAX_VFS_PER_NIC, partition_ids, pool_devices, pool_slices
+from agent.dra.slices import (
+    DEFAULT_MAX_VFS_PER_NIC,
+    MAX_DEVICES_WITH_TAINTS,
+    partition_ids,
+    pool_devices,
+    pool_slices,
+    untainted,
+)
 from agent.main_loop import PassResult
 from apis import dra
 from apis.device import VirtualFunction, VirtualFunctionGroup
+from apis.dra_taints import NO_EXECUTE, NO_SCHEDULE, UNHEALTHY_KEY
 from apis.partitions import parse_gpu_partitions
 from tests.agent.support import FIXTURE_NAMES, FIXTURES, one_pass
 
@@ -52,7 +62,8 @@ def test_every_fixture_gives_a_pool_the_api_accepts(fixture: str) -> None:
     result = dra_pass(fixture)
     devices = result.pool
     healthy = [d for d in result.device.devices if d.health]
-    assert len([d for d in devices if value(d, "type") != dra.TYPE_RDMA_VF]) == len(healthy)
+    assert len([d for d in devices if value(d, "type") != dra.TYPE_RDMA_VF]) == len(result.device.devices)
+    assert len([d for d in untainted(devices) if value(d, "type") != dra.TYPE_RDMA_VF]) == len(healthy)
     for dev in devices:
         assert DNS_LABEL.fullmatch(dev["name"]) and dra.parse_device_name(dev["name"]) is not None
         assert len(dev["attributes"]) + len(dev.get("capacity", {})) <= dra.MAX_ATTRIBUTES_PER_DEVICE
@@ -62,8 +73,13 @@ def test_every_fixture_gives_a_pool_the_api_accepts(fixture: str) -> None:
             if "string" in val:
                 assert len(val["string"]) <= 64
     for piece in pool_slices(fixture, devices, 1):
-        assert len(piece["spec"]["devices"]) <= dra.MAX_DEVICES_PER_SLICE
+        tainted = any(d.get("taints") for d in piece["spec"]["devices"])
+        limit = MAX_DEVICES_WITH_TAINTS if tainted else dra.MAX_DEVICES_PER_SLICE
+        assert len(piece["spec"]["devices"]) <= limit
         assert DNS_SUBDOMAIN.fullmatch(piece["metadata"]["name"])
+        for dev in piece["spec"]["devices"]:
+            for taint in dev.get("taints", ()):  # a label value: what the API accepts
+                assert re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", taint["value"])
 
 
 def test_gpu_and_the_nic_behind_its_switch_share_their_place_on_dgx_h100() -> None:
@@ -164,9 +180,34 @@ def test_unhealthy_devices_and_their_vfs_are_left_out() -> None:
     result = dra_pass("dgx-h100")
     sick = {f"rdma-{d.minor}" for d in result.device.devices if d.type == "rdma" and not d.health}
     assert sick  # this machine has NICs whose ports are down
-    names = {d["name"] for d in result.pool}
-    assert not names & sick
-    assert not [n for n in names if any(n.startswith(s + "-vf-") for s in sick)]
+    for pool in (untainted(result.pool), pool_devices(result.device, max_vfs=8)):
+        names = {d["name"] for d in pool}
+        assert not names & sick
+        assert not [n for n in names if any(n.startswith(s + "-vf-") for s in sick)]
+        assert "rdma-0" in names and "rdma-0-vf-0" in names
+
+
+@pytest.mark.parametrize("effect", [NO_SCHEDULE, NO_EXECUTE])
+def test_unhealthy_devices_and_their_vfs_stay_tainted(effect: str) -> None:
+    device = copy.deepcopy(dra_pass("dgx-h100").device)
+    nic0 = next(d for d in device.devices if d.type == "rdma" and d.minor == 0)
+    nic0.health = False  # a NIC with VFs goes down, beside the NICs whose ports are down
+    nic0.conditions = [replace(c, reason="PortDown 1/1") for c in nic0.conditions]
+    sick = {d.minor: d for d in device.devices if d.type == "rdma" and not d.health}
+    devices = by_name(pool_devices(device, max_vfs=8, taint_effect=effect))
+    for minor, info in sick.items():
+        cond = info.conditions[0]
+        value = cond.reason.replace(" 1/1", "-1-1")  # a label value
+        want = [
+            {"key": UNHEALTHY_KEY, "effect": effect, "value": value, "timeAdded": cond.last_transition_time}
+        ]
+        assert cond.reason and cond.last_transition_time and devices[f"rdma-{minor}"]["taints"] == want
+        vfs = [d for n, d in devices.items() if n.startswith(f"rdma-{minor}-vf-")]
+        assert all(d["taints"] == want for d in vfs)
+    assert [n for n in devices if n.startswith("rdma-0-vf-")]
+    assert not any("taints" in d for n, d in devices.items() if n in ("gpu-0", "rdma-4", "rdma-4-vf-0"))
+    slices = pool_slices("n", list(devices.values()) * 2, 1)  # a slice with taints: at most 64
+    assert [len(s["spec"]["devices"]) for s in slices] == [64, 2 * len(devices) - 64]
 
 
 def test_vfs_per_nic_are_bounded_and_a_big_pool_is_split_into_slices() -> None:

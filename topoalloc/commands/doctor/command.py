@@ -130,7 +130,8 @@ def diagnose(cluster: Any, root: Path | None, flags: dict[str, Any]) -> tuple[An
 @click.option(
     "--manifests",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder holding deploy/ (the CRDs compared with the cluster's).  [default: this checkout]",
+    help="Folder holding deploy/ (the CRDs compared with the cluster's).  "
+    "[default: the package's own, or this checkout's]",
 )
 def doctor(output: str, verbose: bool, manifests: Path | None, **flags: Any) -> None:
     """Check an installation end to end and say what is wrong, with the fix: CRDs, the allocator and

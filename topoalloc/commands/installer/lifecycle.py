@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from apis.kinds import NAMESPACES, NODES, SECRETS, SERVICES
-from topoalloc.commands.installer import kubeadm, nodes, tls, versions
+from topoalloc.commands.installer import conflicts, kubeadm, nodes, tls, versions
 from topoalloc.commands.installer.cluster import ApiError, Cluster
 from topoalloc.commands.installer.kustomize import Doc, ident
 from topoalloc.commands.installer.manifests import (
@@ -111,6 +111,7 @@ def deploy(cluster: Cluster, options: InstallOptions, request: Request, root: Pa
     all_nodes = cluster.list("v1", "Node")
     labelled = _gpu_nodes(cluster, all_nodes, request)
     facts = ClusterFacts(foreign=_foreign(cluster, options, root, report))
+    facts.dra_served = cluster.resource("resource.k8s.io/v1", "DeviceClass") is not None
     if options.certs == "generate":
         facts.tls = _tls(cluster, request, report)
     else:
@@ -118,6 +119,19 @@ def deploy(cluster: Cluster, options: InstallOptions, request: Request, root: Pa
     docs = render(options, facts, root)
     _report_nodes(cluster, all_nodes, docs, labelled, report)
     _report_mode(options, report)
+    edited = conflicts.find(cluster, docs)  # before anything changes: all or nothing
+    if edited and not (request.dry_run or request.force_conflicts):
+        raise Failure("apply", cluster.host, conflicts.refusal(edited))
+    for found in edited:
+        report.warn(
+            f"{found.describe()}: "
+            + (
+                "changed outside topoalloc; without --dry-run the run stops before applying anything "
+                "(keep it with --set/--values, or drop it with --force-conflicts)"
+                if request.dry_run
+                else "overwritten (--force-conflicts)"
+            )
+        )
     if request.dry_run:
         return Outcome(report, docs, options, [])
     _wait_namespace_gone(cluster)

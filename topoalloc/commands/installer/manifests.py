@@ -13,6 +13,8 @@
   never deleted.
 * with `monitoring`, deploy/components/monitoring: the Prometheus Operator's ServiceMonitor,
   PodMonitor and PrometheusRule and the Grafana dashboard's ConfigMap (docs/monitoring.md).
+* deploy/dra's DeviceClasses where the server serves resource.k8s.io/v1 (unless
+  `deviceClasses: false`); the chart's values (--values, --set: settings, agent pools), settings.py.
 * a ConfigMap `topoalloc-install` recording the options, which `upgrade` starts from.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,6 +33,7 @@ from allocator.runtime.admission_settings import WEBHOOK_CONFIGURATION
 from allocator.runtime.config import DEFAULT_NAMESPACE
 from topoalloc.commands.certs import secret_manifest
 from topoalloc.commands.installer.kustomize import Doc, Image, build, ident
+from topoalloc.commands.installer.settings import apply_settings
 from topoalloc.commands.installer.tls import TlsFiles
 
 NAMESPACE = DEFAULT_NAMESPACE
@@ -70,6 +74,7 @@ KIND_ORDER = (
     "Service",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "DeviceClass",
     "Issuer",
     "Certificate",
     "Deployment",
@@ -92,6 +97,13 @@ class InstallOptions:
     monitoring: bool = False  # deploy/components/monitoring (needs monitoring.coreos.com/v1)
     scheduler_version: str = ""  # secondary mode: vX.Y.Z; set from the server's /version
     scheduler_image: str = "registry.k8s.io/kube-scheduler"
+    device_classes: bool = True  # deploy/dra, where the server serves resource.k8s.io/v1
+    # The chart's values given with --values/--set (JSON): the settings and agent pools
+    # (settings.py); recorded, so that `upgrade` keeps them.
+    values: str = ""
+
+    def settings(self) -> dict[str, Any]:
+        return json.loads(self.values) if self.values else {}
 
     def record(self) -> dict[str, str]:
         out = {}
@@ -127,11 +139,16 @@ class ClusterFacts:
 
     foreign: set[tuple[str, str, str, str]] = field(default_factory=set)  # existing, not ours
     tls: TlsFiles | None = None  # generate: the Secrets' files (kept or new)
+    dra_served: bool = False  # resource.k8s.io/v1 DeviceClass (Kubernetes >= 1.34)
 
 
 def repo_root() -> Path:
-    """The checkout the package runs from: deploy/ and daemonset/ beside topoalloc/."""
-    return Path(topoalloc.__file__).resolve().parents[1]
+    """Where the kustomize bases (and charts/) are: the copy an installed wheel carries
+    (topoalloc/_manifests, build_bundle.py), else the checkout the package runs from (deploy/ and
+    daemonset/ beside topoalloc/)."""
+    package = Path(topoalloc.__file__).resolve().parent
+    bundled = package / "_manifests"
+    return bundled if not missing_bases(bundled) else package.parent
 
 
 def missing_bases(root: Path) -> list[str]:
@@ -152,10 +169,13 @@ def render(options: InstallOptions, facts: ClusterFacts, root: Path | None = Non
         (root / "deploy" / "components" / "nvidia-runtime-class",) if options.nvidia_runtime_class else ()
     )
     docs += build(root / "daemonset", components=runtime, images=image)
+    if options.device_classes and facts.dra_served:
+        docs += build(root / "deploy" / "dra")
     docs = _merge_duplicates(docs)
     docs = [d for d in docs if ident(d) not in facts.foreign]
     for doc in docs:
         _adjust(doc, options, facts)
+    docs = apply_settings(docs, options.settings())
     if options.certs == "generate" and facts.tls is not None:
         docs += [secret_manifest(name, NAMESPACE, files) for name, files in facts.tls.items()]
     docs.append(record_configmap(options))
@@ -217,6 +237,6 @@ def kinds(root: Path | None = None) -> list[tuple[str, str]]:
         for certs in CERTS:
             options = InstallOptions("0", mode=mode, certs=certs, scheduler_version="v1.0.0", monitoring=True)
             tls = {"topoalloc-allocator-tls": {}, "topoalloc-scheduler-client": {}}
-            for doc in render(options, ClusterFacts(tls=tls), root):  # type: ignore[arg-type]
+            for doc in render(options, ClusterFacts(tls=tls, dra_served=True), root):  # type: ignore[arg-type]
                 seen.setdefault((doc["apiVersion"], doc["kind"]), _order(doc))
     return sorted(seen, key=lambda k: -seen[k])
