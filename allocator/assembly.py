@@ -323,6 +323,8 @@ def build_components(alloc: Allocator) -> list[Component]:
                 topology_keys=cfg.gang.topology_keys,
                 topology=alloc.topology,
                 metrics=alloc.metrics.controllers,
+                registry=alloc.metrics.registry,
+                namespace=cfg.leader_election.namespace,
                 **common,
             )
         )

@@ -106,10 +106,16 @@ SCHEDULING_GATE: Final = "topoalloc.io/dra"
 # to kube-scheduler's own (first-fit) allocation.
 ALLOCATOR_ANNOTATION: Final = "topoalloc.io/allocator"
 ALLOCATOR_KUBE_SCHEDULER: Final = "kube-scheduler"
-# On a claim whose allocation topoalloc wrote, with the value ALLOCATED_BY (written before the
-# allocation): which claims topoalloc may move or release, also after a restart.
+# On a claim topoalloc allocates, with the value ALLOCATED_BY (set at its creation by the admission
+# webhook, or written before the allocation): which claims topoalloc may move or release, also
+# after a restart.
 ALLOCATED_BY_ANNOTATION: Final = "topoalloc.io/allocated-by"
 ALLOCATED_BY: Final = "topoalloc"
+# On a claim the allocator makes in its own namespace to hold one device in kube-scheduler's count
+# ("<pool>/<device>"): kube-scheduler keeps a set of allocated devices, so when one of two claims
+# that shared a device lets it go, it counts the device free while the other still holds it; this
+# claim, allocated after that, counts it again (allocator/claims/race.py). No pod uses it.
+ANNOUNCES_ANNOTATION: Final = "topoalloc.io/announces"
 
 # API limits (resource.k8s.io/v1 validation).
 MAX_DEVICES_PER_SLICE: Final = 128

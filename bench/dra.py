@@ -9,12 +9,15 @@ allocator` process. Then, per mode, P pods each with its own ResourceClaim, in a
   one   1 GPU
   pair  2 GPUs, no constraint (what users write; first fit may split an NVLink pair)
   nic   1 GPU + 1 NIC (whole RDMA NIC) with matchAttribute topoalloc.io/pcieSwitch
-The claims are created first (untimed); kube-scheduler (client qps/burst `--qps`) is running; the
-pods are created at once (16 threads) and pods/s is P / (last binding - first pod created).
+deploy/'s admission webhooks call the allocator as in a cluster (the DRA gate on pods, the mark on
+claims). The claims are created first (untimed, through the webhook: topoalloc's marked at
+creation); kube-scheduler (client qps/burst `--qps`; 50/100 are its defaults) is running; the pods
+are created at once (16 threads) as users create them, ungated, and pods/s is
+P / (last binding - first pod created).
   kube-scheduler  claims opted out (topoalloc.io/allocator: kube-scheduler): its own DRA allocator
-  topoalloc       pods created gated (topoalloc.io/dra, as the admission webhook gates them); the
-                  allocator allocates each claim, ungates, kube-scheduler binds (it only checks an
-                  allocated claim's node selector)
+  topoalloc       the webhook gates each pod; the allocator writes its claim's allocation and
+                  removes the gate once its cache shows the write; kube-scheduler binds (it only
+                  checks an allocated claim's node selector)
 Quality, for both, over the bound pods: NVLink pairs kept (share of `pair` claims whose two GPUs
 are joined by the most NVLinks two GPUs of the machine share: an NV2 pair of the DGX-1, like
 GPU0-GPU3; first fit's GPU0-GPU1, behind one switch, share one) and GPU-NIC aligned (share of `nic`
@@ -27,6 +30,7 @@ Run: `.venv/bin/python bench/dra.py [--nodes 500] [--pods 1000] [--runs 1]`
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -35,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +61,10 @@ from bench.scheduler_throughput import (  # noqa: E402
     start_replica,
 )
 from tests.support.cluster_product import lease_holder, make_certs  # noqa: E402
-from tests.support.controlplane import ControlPlane, missing_parts, wait_until  # noqa: E402
+from tests.support.controlplane import HOST, ControlPlane, missing_parts, wait_until  # noqa: E402
+from topoalloc.commands.installer.kustomize import build  # noqa: E402
 
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 FIXTURE = REPO / "hw-fixtures" / "dgx1-v100" / "expected-device.yaml"
 DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -122,7 +129,7 @@ def claim(name: str, shape: str, *, opted_out: bool) -> dict[str, Any]:
     }
 
 
-def pod(name: str, claim_name: str, *, gated: bool) -> dict[str, Any]:
+def pod(name: str, claim_name: str) -> dict[str, Any]:
     requests = {"cpu": "1", "memory": "1Gi"}
     spec: dict[str, Any] = {
         "resourceClaims": [{"name": "devices", "resourceClaimName": claim_name}],
@@ -135,9 +142,18 @@ def pod(name: str, claim_name: str, *, gated: bool) -> dict[str, Any]:
         ],
         "terminationGracePeriodSeconds": 0,
     }
-    if gated:
-        spec["schedulingGates"] = [{"name": dra.SCHEDULING_GATE}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def webhooks(cp: ControlPlane, port: int, certs: Path) -> None:
+    """deploy/'s DRA webhooks (the pod gate, the claims' mark) calling the allocator directly."""
+    config = next(d for d in build(REPO / "deploy") if d["kind"] == "MutatingWebhookConfiguration")
+    ca = base64.b64encode((certs / "ca.crt").read_bytes()).decode()
+    config["webhooks"] = [h for h in config["webhooks"] if h["name"].endswith("dra.topoalloc.io")]
+    for hook in config["webhooks"]:
+        path = hook["clientConfig"]["service"].get("path", "/")
+        hook["clientConfig"] = {"url": f"https://{HOST}:{port}{path}", "caBundle": ca}
+    cp.admin.post(WEBHOOKS, config)
 
 
 # -- one run ------------------------------------------------------------------------------------------
@@ -165,9 +181,7 @@ def one_run(
     cpu0 = cpu_seconds(pid)
     try:
         t0 = time.monotonic()
-        parallel(
-            lambda n: cp.admin.post(f"/api/v1/namespaces/{namespace}/pods", pod(n, n, gated=ours)), names
-        )
+        parallel(lambda n: cp.admin.post(f"/api/v1/namespaces/{namespace}/pods", pod(n, n)), names)
         wait_until(
             lambda: len(watch.bound) >= pods, timeout=timeout, what=f"{pods} pods bound", interval=0.05
         )
@@ -177,6 +191,9 @@ def one_run(
     finally:
         watch.close()
     quality = measure(cp, namespace, attributes)
+    events = cp.admin.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    reasons = Counter(e.get("reason") for e in events if str(e.get("reason", "")).startswith("DRA"))
+    print(f"  {namespace} Events: {dict(sorted(reasons.items()))}", flush=True)
     delete(cp, namespace)
     return {"pods_per_s": pods / span, "alloc_cpu_s": cpu1 - cpu0, "alloc_rss_mib": rss_mib(pid), **quality}
 
@@ -244,25 +261,32 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
             replica.wait_ready(timeout=600)
             wait_until(lambda: lease_holder(cp) == "bench-a", timeout=60, what="bench-a leads")
             pid = replica.process.pid
-            cp.start_scheduler(scheduler_settings(args.qps, None, certs))
-            results: dict[str, list[dict[str, float]]] = {m: [] for m in args.modes}
-            if args.cprofile:
-                os.kill(pid, signal.SIGUSR1)
-            for i in range(args.runs):
-                for mode in args.modes:
-                    load = load_average()
-                    r = one_run(cp, pid, f"run-{i}-{mode}", args.pods, mode, attributes, args.timeout)
-                    results[mode].append(r)
-                    print(
-                        f"run {i} {mode:>14}: {r['pods_per_s']:7.1f} pods/s, NVLink pairs kept "
-                        f"{100 * r['kept']:5.1f}%, GPU-NIC aligned {100 * r['aligned']:5.1f}%, allocator "
-                        f"{1000 * r['alloc_cpu_s'] / args.pods:6.2f} ms CPU/pod (load {load})",
-                        flush=True,
-                    )
-            if args.cprofile:
-                os.kill(pid, signal.SIGUSR2)
-                time.sleep(2)
-            report(args, results)
+            webhooks(cp, replica.webhook_port, certs)
+            tables = []
+            for qps in args.qps:
+                cp.start_scheduler(scheduler_settings(qps, None, certs))
+                results: dict[str, list[dict[str, float]]] = {m: [] for m in args.modes}
+                if args.cprofile:
+                    os.kill(pid, signal.SIGUSR1)
+                for i in range(args.runs):
+                    for mode in args.modes:
+                        load = load_average()
+                        ns = f"q{qps}-run-{i}-{mode}"
+                        r = one_run(cp, pid, ns, args.pods, mode, attributes, args.timeout)
+                        results[mode].append(r)
+                        print(
+                            f"qps {qps} run {i} {mode:>14}: {r['pods_per_s']:7.1f} pods/s, NVLink pairs "
+                            f"kept {100 * r['kept']:5.1f}%, GPU-NIC aligned {100 * r['aligned']:5.1f}%, "
+                            f"allocator {1000 * r['alloc_cpu_s'] / args.pods:6.2f} ms CPU/pod (load {load})",
+                            flush=True,
+                        )
+                if args.cprofile:
+                    os.kill(pid, signal.SIGUSR2)
+                    time.sleep(2)
+                cp.stop_scheduler()
+                tables.append((qps, results))
+            for qps, results in tables:
+                report(args, qps, results)
         finally:
             if replica is not None:
                 replica.process.stop()
@@ -270,15 +294,17 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     return 0
 
 
-def report(args: argparse.Namespace, results: dict[str, list[dict[str, float]]]) -> None:
+def report(args: argparse.Namespace, qps: int, results: dict[str, list[dict[str, float]]]) -> None:
     def med(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[mode])
 
     print()
-    print(f"{'mode':>14} {'nodes':>6} {'pods':>6} {'runs':>4} {'pods/s':>8} {'NVLink pairs kept':>18} "
+    print(f"{'mode':>14} {'nodes':>6} {'pods':>6} {'qps':>5} {'runs':>4} {'pods/s':>8} "
+          f"{'NVLink pairs kept':>18} "
           f"{'GPU-NIC aligned':>16} {'alloc CPU ms/pod':>17}")  # fmt: skip
     for mode in args.modes:
-        print(f"{mode:>14} {args.nodes:>6} {args.pods:>6} {args.runs:>4} {med(mode, 'pods_per_s'):>8.1f} "
+        print(f"{mode:>14} {args.nodes:>6} {args.pods:>6} {qps:>5} {args.runs:>4} "
+              f"{med(mode, 'pods_per_s'):>8.1f} "
               f"{100 * med(mode, 'kept'):>17.1f}% {100 * med(mode, 'aligned'):>15.1f}% "
               f"{1000 * med(mode, 'alloc_cpu_s') / args.pods:>17.2f}")  # fmt: skip
     if set(args.modes) == {"kube-scheduler", "topoalloc"}:
@@ -293,7 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=1, help="runs per mode, alternated")
-    parser.add_argument("--qps", type=int, default=1000, help="kube-scheduler's client qps and burst")
+    parser.add_argument(
+        "--qps",
+        type=int,
+        nargs="+",
+        default=[50, 1000],
+        help="kube-scheduler's client qps (and burst), one table each (50: its default)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take")
     parser.add_argument(
         "--modes", nargs="+", choices=("kube-scheduler", "topoalloc"), default=["kube-scheduler", "topoalloc"]

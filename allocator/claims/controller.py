@@ -21,9 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from allocator.claims.cache_view import ClaimsCache
 from allocator.claims.decide import HOLDER, Decider
+from allocator.claims.holders import ClaimHolders
 from allocator.claims.pod_claims import pending_pod
+from allocator.claims.race import RACE, Repairs
 from allocator.claims.write_tasks import ClaimWrites, record
 from allocator.core.actions import Event, Forget, Retry
 from allocator.core.claims.lifecycle import (
@@ -77,6 +81,8 @@ class ClaimsController:
         topology_keys: Sequence[str] = (),
         topology: Topology | None = None,
         metrics: ControllerMetrics | None = None,
+        registry: CollectorRegistry | None = None,
+        namespace: str = "topoalloc-system",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
@@ -100,6 +106,18 @@ class ClaimsController:
         self._claims_of: dict[str, set[str]] = {}  # pod key -> the claims it names
         self._by_claim: dict[str, set[str]] = {}  # claim key -> the pending pods naming it
         self._outcomes: dict[str, Outcome] = {}  # pod key -> its writes' answer, for its next step
+        self.holders = ClaimHolders()  # which claims hold each device
+        self.repairs = Repairs(
+            cache,
+            self.holders,
+            events=events,
+            runner=self.runner,
+            writes=self.writes,
+            decider=self.decider,
+            pods_naming=self.pods_naming,
+            registry=registry,
+            namespace=namespace,
+        )
 
     # -- what the cache tells ----------------------------------------------------------------------
 
@@ -107,6 +125,8 @@ class ClaimsController:
         if kind == "Pod":
             self._observe_pod(key, obj)
         elif kind == "ResourceClaim":
+            if self.holders.update(key, obj):
+                self.runner.wake(RACE)  # a device in two claims: repaired in the next pass
             self.runner.wake_all(self._by_claim.get(key, ()))
         elif kind == "DeviceClass":
             self.runner.wake_all(self.pending)  # what a claim was refused for may have changed
@@ -142,6 +162,10 @@ class ClaimsController:
             self._by_claim.setdefault(claim, set()).add(key)
         self.runner.wake(key)
 
+    def pods_naming(self, claim: str) -> set[str]:
+        """The pending pods that name the claim."""
+        return set(self._by_claim.get(claim, ()))
+
     def _tell(self, key: str, outcome: Outcome) -> None:
         """A write task's answer: the pod's next step hears it (woken once its writes end)."""
         self._outcomes[key] = outcome
@@ -156,7 +180,7 @@ class ClaimsController:
                 continue  # a full pass: it waits out its retry's pause, nothing of it changed
             entry = self.cache.pods.get(key)
             outcome = self._outcomes.pop(key, None)
-            pod = pending_pod(entry, self.cache, outcome) if entry is not None else None
+            pod = pending_pod(entry, self.cache, outcome, self.holders.rivals) if entry is not None else None
             if pod is not None:
                 pods.append(pod)
         claims = [e.claim for e in self.cache.dra.claims.values() if e.claim] if batch.full else []
@@ -166,6 +190,8 @@ class ClaimsController:
         if batch.full:
             for event in self.taints.step(claims, self.cache.dra.published):
                 record(self.events, event)
+        if self.holders.contested or self.repairs.done or self.holders.dropped or self.holders.announcing:
+            self.repairs.run()
 
     def _apply(self, action: Action) -> None:
         match action:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from allocator.claims.cache_view import ClaimsCache
 from allocator.claims.controller import ClaimsController
-from allocator.claims.webhook import PATH, reviewer
+from allocator.claims.webhook import CLAIMS_PATH, PATH, claim_reviewer, reviewer
 from allocator.runtime.admission import Reviewer
 from allocator.runtime.coreadapter import CoreAdapter
 from allocator.runtime.dra_settings import DraSettings
@@ -39,6 +41,8 @@ class DraClaims:
         topology_keys: Sequence[str] = (),
         topology: Topology | None = None,
         metrics: ControllerMetrics | None = None,
+        registry: CollectorRegistry | None = None,
+        namespace: str = "topoalloc-system",
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -54,6 +58,8 @@ class DraClaims:
             topology_keys=topology_keys,
             topology=topology,
             metrics=metrics,
+            registry=registry,
+            namespace=namespace,
         )
         self.runner = self.controller.runner
 
@@ -61,8 +67,12 @@ class DraClaims:
         self.controller.observe(kind, key, obj)
 
     def routes(self) -> Mapping[str, Reviewer]:
-        """The admission route gating pods whose claims topoalloc allocates."""
-        return {PATH: reviewer(self.cache.dra, self.synced, self.settings.scheduler_names)}
+        """The admission routes gating pods whose claims topoalloc allocates, and marking those
+        claims at their creation."""
+        return {
+            PATH: reviewer(self.cache.dra, self.synced, self.settings.scheduler_names),
+            CLAIMS_PATH: claim_reviewer(),
+        }
 
     def steering(self) -> Sequence[Steering]:
         return ()

@@ -11,6 +11,7 @@ it), or refused with a reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from allocator.claims.cache_view import ClaimsCache, DraView
@@ -27,7 +28,16 @@ JSON = dict[str, Any]
 NO_SIZE = 1 << 30  # a gang whose size is not known (yet) waits
 
 
-def pending_pod(entry: PodEntry, cache: ClaimsCache, outcome: Outcome | None) -> PendingPod | None:
+Rivals = Callable[[str], tuple[str, ...]]  # claim key -> the other claims holding its devices
+
+
+def _none(_key: str) -> tuple[str, ...]:
+    return ()
+
+
+def pending_pod(
+    entry: PodEntry, cache: ClaimsCache, outcome: Outcome | None, rivals: Rivals = _none
+) -> PendingPod | None:
     """The pod as the lifecycle sees it; None when there is nothing to look at (bound, deleting,
     or ungated and not refused by kube-scheduler: on its way to a node)."""
     pod = entry.raw
@@ -38,7 +48,7 @@ def pending_pod(entry: PodEntry, cache: ClaimsCache, outcome: Outcome | None) ->
     if not gated and message is None and outcome is None:
         return None
     size = gang_size(entry.gang, pod, cache) if entry.gang else 0
-    claims = resolve(pod, cache.dra)
+    claims = resolve(pod, cache.dra, rivals)
     return PendingPod(entry.key, entry.uid, pod, gated, message, claims, entry.gang, size, outcome)
 
 
@@ -80,7 +90,7 @@ def gang_size(gang: str, pod: JSON, cache: ClaimsCache) -> int:
     return found.min_member if found is not None else NO_SIZE  # its object is not there (yet)
 
 
-def resolve(pod: JSON, dra: DraView) -> PodClaims:
+def resolve(pod: JSON, dra: DraView, rivals: Rivals = _none) -> PodClaims:
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     uid = meta.get("uid") or ""
@@ -118,6 +128,9 @@ def resolve(pod: JSON, dra: DraView) -> PodClaims:
                 r.driver == "topoalloc.io" for r in claim.allocation.results
             ):
                 out.allocated.append(claim)
+                if claim.allocated_by_us and (found := rivals(key)):
+                    out.contested.append(claim)
+                    out.rivals[key] = found
             continue
         if verdict.kind == REFUSE:
             out.refused = f"claim {key}: {verdict.reason}"

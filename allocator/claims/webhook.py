@@ -1,5 +1,8 @@
-"""The DRA admission route: a pod whose claims topoalloc allocates gets the gate `topoalloc.io/dra`
-at creation, so kube-scheduler does not allocate them first fit before the claims controller has.
+"""The DRA admission routes: a pod whose claims topoalloc allocates gets the gate `topoalloc.io/dra`
+at creation, so kube-scheduler does not allocate them first fit before the claims controller has;
+a ResourceClaim topoalloc allocates is marked `topoalloc.io/allocated-by: topoalloc` at its creation,
+so that marking it costs no write of its own (the controller marks a claim created unmarked, with
+no webhook answering, before its allocation).
 
 A pod is gated when one of its spec.resourceClaims names a ResourceClaimTemplate, or a ResourceClaim
 not allocated yet, whose requests use topoalloc's DeviceClasses the way topoalloc allocates them, or
@@ -16,13 +19,15 @@ from typing import Any
 
 from allocator.claims.cache_view import DraView
 from allocator.claims.pod_claims import gates_for
+from allocator.core.request.claims import OURS, classify
 from allocator.runtime.admission import BadReview, add_gate, denied, patched, pod_create
 from apis import dra
-from apis.dra_claims import ResourceClaimTemplate, pod_claims
+from apis.dra_claims import ResourceClaim, ResourceClaimTemplate, pod_claims
 from apis.errors import CodecError
 
 JSON = dict[str, Any]
 PATH = "/mutate-pods-dra"
+CLAIMS_PATH = "/mutate-claims-dra"  # the mark on claims topoalloc allocates, set at their creation
 
 
 def gate_patch(pod: JSON, view: DraView, scheduler_names: Sequence[str] = ()) -> list[JSON] | None:
@@ -64,6 +69,41 @@ def reviewer(
             return patched(request["uid"], None)
         try:
             return patched(request["uid"], gate_patch(pod, view, scheduler_names))
+        except BadReview as exc:
+            return denied(request["uid"], str(exc))
+
+    return review
+
+
+def mark_patch(claim: JSON) -> list[JSON] | None:
+    """JSON patch operations adding the mark to a claim topoalloc allocates, or None."""
+    meta = claim.get("metadata")
+    if not isinstance(meta, dict):
+        raise BadReview("the object is not a ResourceClaim: metadata must be an object")
+    try:
+        parsed = ResourceClaim.from_dict(claim)
+    except CodecError:
+        return None  # the API server refuses such a claim anyway
+    if parsed.allocation is not None or classify(parsed.spec, opted_out=parsed.opted_out).kind != OURS:
+        return None
+    if parsed.annotation(dra.ALLOCATED_BY_ANNOTATION) == dra.ALLOCATED_BY:
+        return None
+    key = dra.ALLOCATED_BY_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    if not meta.get("annotations"):
+        value = {dra.ALLOCATED_BY_ANNOTATION: dra.ALLOCATED_BY}
+        return [{"op": "add", "path": "/metadata/annotations", "value": value}]
+    return [{"op": "add", "path": f"/metadata/annotations/{key}", "value": dra.ALLOCATED_BY}]
+
+
+def claim_reviewer() -> Callable[[JSON], JSON]:
+    def review(request: JSON) -> JSON:
+        kind = (request.get("kind") or {}).get("kind")
+        obj = request.get("object")
+        create = request.get("operation", "CREATE") == "CREATE"
+        if not create or kind != "ResourceClaim" or not isinstance(obj, dict):
+            return patched(request["uid"], None)
+        try:
+            return patched(request["uid"], mark_patch(obj))
         except BadReview as exc:
             return denied(request["uid"], str(exc))
 

@@ -1,7 +1,8 @@
 """The claims controller's write tasks, each spawned on the runner (allocator/claims/controller.py)
-for one action of the claims lifecycle: the claims of a pod (or a gang) written all or none, then
-the gates removed; a move (clear, then write elsewhere); a release. The API calls are writes.py's.
-What the API answers goes back to the pods' next steps through `tell` (an `Outcome`)."""
+for one action of the claims lifecycle: the claims of a pod (or a gang) written all or none (the
+gates go in a later step, once the cache shows the writes); a pod's gate removed; a move (clear,
+then write elsewhere); a release. The API calls are writes.py's. What the API answers goes back to
+the pods' next steps through `tell` (an `Outcome`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from allocator.core.claims.lifecycle import MoveClaims, Placed, WriteAllocation
 from allocator.core.claims.view import Outcome
 from allocator.runtime.events import EventSink, PodRef
 from allocator.runtime.kube import ApiError, KubeApi
+from apis import dra
 from apis.dra_claims import ResourceClaim
 
 log = logging.getLogger(__name__)
@@ -39,14 +41,17 @@ class ClaimWrites:
         self.tell = tell
 
     async def write(self, action: WriteAllocation) -> None:
-        """Every pod's claims (marked, then their allocation), then the gates; a failure rolls back
-        every claim already written: all of them or none."""
+        """Every pod's claims (marked unless the admission webhook marked them, then their
+        allocation), then, with `ungate`, the gates; a failure rolls back every claim already
+        written: all of them or none."""
         written: list[tuple[ResourceClaim, str]] = []
         try:
             for p in action.pods:
                 for claim in p.member.todo:
                     assert p.answer is not None
-                    rv = await mark(self.api, claim, claim.resource_version)
+                    rv = claim.resource_version
+                    if claim.annotation(dra.ALLOCATED_BY_ANNOTATION) != dra.ALLOCATED_BY:
+                        rv = await mark(self.api, claim, rv)  # the admission webhook did not mark it
                     results = p.answer.results[claim.key]
                     rv = await write_allocation(self.api, claim, rv, results, p.answer.node)
                     written.append((claim, rv))
@@ -60,9 +65,13 @@ class ClaimWrites:
             for p in action.pods:
                 self.tell(p.member.key, Outcome(failed=str(exc)))
             return
+        versions = {claim.key: rv for claim, rv in written}
         for p in action.pods:
             if p.written is not None:
                 record(self.events, p.written)
+            if p.member.todo:
+                mine = tuple((c.key, versions[c.key]) for c in p.member.todo)
+                self.tell(p.member.key, Outcome(written=mine))
         if action.ungate:
             await asyncio.gather(*(self._ungate(p) for p in action.pods))
 

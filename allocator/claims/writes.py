@@ -1,5 +1,5 @@
 """The claims controller's writes: a claim marked as topoalloc's and its allocation written (or
-cleared) through resourceclaims/status, the pod's gate removed.
+cleared) through resourceclaims/status, the pod's gate removed, a pod evicted.
 
 Every claim write carries the resourceVersion the decision was made on, so it fails (409) instead
 of landing on a claim someone else changed meanwhile (kube-scheduler's own allocator, a re-created
@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from allocator.runtime import gates
-from allocator.runtime.kube import KubeApi
+from allocator.runtime.kube import KubeApi, Written
 from apis import dra
 from apis.dra_claims import DeviceResult, ResourceClaim, allocation_status
-from apis.kinds import RESOURCECLAIMS
+from apis.kinds import PODS, RESOURCECLAIMS
 
 JSON = dict[str, Any]
 
@@ -62,3 +62,19 @@ async def remove_gate(api: KubeApi, namespace: str, name: str, uid: str, pod_gat
     """Remove the DRA gate from the pod (this pod only: uid tested). False when refused."""
     pod = gates.PodGates(namespace, name, uid, tuple(pod_gates))
     return await gates.remove_gate(api, pod, dra.SCHEDULING_GATE)
+
+
+async def evict(api: KubeApi, namespace: str, name: str, uid: str) -> str:
+    """Evict the pod through the Eviction API (its uid the precondition, budgets honoured): "" when
+    done or gone, else why not (a budget allowing no disruption yet: tried again on a later pass)."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": {"preconditions": {"uid": uid}},
+    }
+    path = PODS.path(name, namespace=namespace, subresource="eviction")
+    got = await api.create(path, body, what=f"evicting {namespace}/{name}", quiet=(404, 409, 429))
+    if isinstance(got, Written) or got.status in (404, 409):
+        return ""
+    return "a PodDisruptionBudget allows no disruption now" if got.status == 429 else str(got)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import celpy
 
-from allocator.claims.webhook import PATH
+from allocator.claims.webhook import CLAIMS_PATH, PATH
 from allocator.runtime.admission_settings import WEBHOOK_SERVICE
 from tests.gang.test_deploy import configuration
 from tests.runtime.test_deploy import DEPLOY, allocator_config, one
@@ -38,3 +38,34 @@ def test_rbac_writes_claim_status_on_both_versions_and_reads_the_rest() -> None:
     assert ("resourceclaims/status", "patch") in grants  # 1.35
     assert ("resourceclaims/binding", "patch") in grants  # 1.36: granular status authorization
     assert not any(v in ("create", "delete", "update") for _, v in grants)
+    # Claims announcing a device to kube-scheduler: made and deleted in the allocator's namespace.
+    role = one(DEPLOY / "allocator" / "rbac.yaml", "Role")
+    own = {
+        (res, v)
+        for r in role["rules"]
+        if r["apiGroups"] == ["resource.k8s.io"]
+        for res in r["resources"]
+        for v in r["verbs"]
+    }
+    assert own == {("resourceclaims", "create"), ("resourceclaims", "delete")}
+    assert role["metadata"]["namespace"] == "topoalloc-system"
+
+
+def test_claims_asking_for_topoalloc_devices_are_marked_at_creation_and_fail_open() -> None:
+    (hook,) = [h for h in configuration()["webhooks"] if h["name"] == "claims.dra.topoalloc.io"]
+    assert hook["clientConfig"]["service"]["path"] == CLAIMS_PATH and hook["failurePolicy"] == "Ignore"
+    (rule,) = hook["rules"]
+    assert rule["resources"] == ["resourceclaims"] and rule["apiGroups"] == ["resource.k8s.io"]
+    (cond,) = hook["matchConditions"]
+    env = celpy.Environment()
+    ours = env.program(env.compile(cond["expression"]))
+
+    def claim(cls: str) -> dict[str, object]:
+        return {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": cls}}]}}}
+
+    for obj, sent in (
+        (claim("gpu.topoalloc.io"), True),
+        (claim("gpu.nvidia.com"), False),
+        ({"spec": {}}, False),
+    ):
+        assert bool(ours.evaluate({"object": celpy.json_to_cel(obj)})) is sent

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from allocator.claims.webhook import gate_patch, reviewer
+from allocator.claims.webhook import claim_reviewer, gate_patch, mark_patch, reviewer
 from allocator.runtime.admission import BadReview
 from apis import dra
 from tests.claims.fakes import FakeClaimsCache
@@ -98,3 +98,23 @@ def test_nothing_is_gated_before_the_cache_has_synced() -> None:
     assert reviewer(view, lambda: False)(request) == {"uid": "u", "allowed": True}
     answer = reviewer(view, lambda: True)(request)
     assert answer["allowed"] and answer["patchType"] == "JSONPatch"
+
+
+def test_a_claim_topoalloc_allocates_is_marked_at_creation_and_no_other() -> None:
+    mark = {"op": "add", "path": "/metadata/annotations", "value": {dra.ALLOCATED_BY_ANNOTATION: "topoalloc"}}
+    bare = claim("c", gpus(2))
+    del bare["metadata"]["annotations"]
+    assert mark_patch(bare) == [mark]
+    key = "topoalloc.io~1allocated-by"
+    keyed = claim("c", gpus(1), annotations={"team": "a"})
+    assert mark_patch(keyed) == [{"op": "add", "path": f"/metadata/annotations/{key}", "value": "topoalloc"}]
+    assert mark_patch(claim("c", gpus(1), annotations=OPT_OUT)) is None  # kube-scheduler's
+    nvidia = {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+    assert mark_patch(claim("c", nvidia)) is None
+    marked = claim("c", gpus(1), annotations={dra.ALLOCATED_BY_ANNOTATION: dra.ALLOCATED_BY})
+    assert mark_patch(marked) is None
+    review = claim_reviewer()
+    request = {"uid": "u1", "operation": "CREATE", "kind": {"kind": "ResourceClaim"}, "object": bare}
+    answer = review(request)
+    assert answer["allowed"] and answer["patchType"] == "JSONPatch"
+    assert review({**request, "kind": {"kind": "Pod"}}) == {"uid": "u1", "allowed": True}

@@ -10,8 +10,12 @@ I/O and reads no clock; it remembers, between passes, the pods whose claims it m
 claims it waits to release, and the pods whose gate it knows gone. Per pod, in key order:
 
 1. Gated (`topoalloc.io/dra`): once every claim exists, the claims topoalloc allocates are placed
-   together (pinned to the node of claims already allocated) and written, then the gate removed
-   (`WriteAllocation`); a pod with nothing to write is only ungated. A gang's members with claims
+   together (pinned to the node of claims already allocated) and written (`WriteAllocation`). The
+   gate stays until the cache shows every claim at the version its write returned: kube-scheduler,
+   whose cache lags about as much, then sees the claims allocated when it sees the pod, and every
+   claim allocated before ours is in the cache. A claim of ours whose device another claim holds
+   then moves before the pod is ungated (`MoveClaims`); otherwise the gate goes. A pod with nothing
+   to write is only ungated. A gang's members with claims
    to allocate are placed all at once, and only once the gang has its size. A claim that cannot be
    allocated as written, or a pod (gang) that fits nowhere now: an Event says why and the pod is
    tried again after its backoff pause (`Retry`; at once when it or its claims change).
@@ -33,6 +37,7 @@ from allocator.core.actions import Event, Forget, Retry
 from allocator.core.claims.solve import ClaimAnswer
 from allocator.core.claims.view import ClaimsView, Member, PendingPod
 from allocator.core.request.usage import claim_usage_key
+from apis import dra
 from apis.dra_claims import ResourceClaim
 
 ACTION = "Allocating"  # the Events' action
@@ -70,10 +75,11 @@ class Placed:
 
 @dataclass(frozen=True)
 class WriteAllocation:
-    """Write every pod's claims (each marked as topoalloc's, then its allocation), all or none: a
-    failure rolls back the claims written, drops the pods' holds and comes back to each pod's next
-    step (`Outcome.failed`). Then, with `ungate`, remove each pod's gate (`Outcome.ungated`, or
-    `gate_refused`)."""
+    """Write every pod's claims (each marked as topoalloc's unless the admission webhook marked it at
+    creation, then its allocation), all or none: a failure rolls back the claims written, drops the
+    pods' holds and comes back to each pod's next step (`Outcome.failed`), success with the versions
+    written (`Outcome.written`). With `ungate` (a pod with nothing to write), remove each pod's gate
+    (`Outcome.ungated`, or `gate_refused`)."""
 
     pods: tuple[Placed, ...]
     ungate: bool = True
@@ -113,11 +119,29 @@ class Moved:
     at: float = 0.0
 
 
+@dataclass(frozen=True)
+class Written:
+    """A gated pod whose claims were written: the versions the cache must show before its gate goes."""
+
+    uid: str
+    versions: tuple[tuple[str, str], ...]
+
+
+def caught_up(seen: str, wrote: str) -> bool:
+    """The cache's version of a claim is the write's or later (resourceVersions are etcd revisions;
+    one that is not a number is taken as caught up, the write's answer then being all we have)."""
+    try:
+        return int(seen) >= int(wrote)
+    except ValueError:
+        return True
+
+
 @dataclass
 class ClaimsState:
     moved: dict[str, Moved] = field(default_factory=dict)
     unused: dict[str, float] = field(default_factory=dict)  # claim key -> first seen unused
     ungated: dict[str, str] = field(default_factory=dict)  # pod key -> uid: its gate is gone
+    written: dict[str, Written] = field(default_factory=dict)  # pod key -> its claims' writes
 
 
 class ClaimsLifecycle:
@@ -130,6 +154,7 @@ class ClaimsLifecycle:
         """The pod is no longer pending (bound, finished, deleted): nothing of it is kept."""
         self.state.moved.pop(key, None)
         self.state.ungated.pop(key, None)
+        self.state.written.pop(key, None)
 
     def reset(self) -> None:
         """Leadership lost: the next leader starts from what the cluster shows."""
@@ -143,13 +168,16 @@ class ClaimsLifecycle:
                 continue
             if not pod.gated:
                 self.state.ungated.pop(pod.key, None)
+                self.state.written.pop(pod.key, None)
                 self._refused(pod, now, out)
             elif self.state.ungated.get(pod.key) == pod.uid:
                 pass  # its gate is gone: the watch has not shown it yet
+            elif (written := self._written(pod)) is None:
+                pass  # its claims' writes are not in the cache yet: their watch events wake it
             elif pod.gang and pod.claims.todo and not pod.claims.pinned:
                 gangs.setdefault(pod.gang, []).append(pod)
             else:
-                self._gated([pod], out)
+                self._gated([pod], out, written=written)
         for gang, members in sorted(gangs.items()):
             self._gated(members, out, gang=gang)
         if view.full:
@@ -165,6 +193,8 @@ class ClaimsLifecycle:
             return False
         if got.ungated:
             self.state.ungated[pod.key] = pod.uid
+        if got.written and got.failed is None:
+            self.state.written[pod.key] = Written(pod.uid, got.written)
         if got.failed is not None:
             note = f"writing the claims' allocation: {got.failed}"
             out.append(Event(pod.ref, "Warning", "DRAAllocationFailed", note, ACTION))
@@ -175,8 +205,25 @@ class ClaimsLifecycle:
 
     # -- 1. gated pods ---------------------------------------------------------------------------
 
-    def _gated(self, pods: list[PendingPod], out: list[Action], *, gang: str = "") -> None:
-        """Allocate the claims of `pods` (one pod, or the pending members of `gang`) all at once."""
+    def _written(self, pod: PendingPod) -> bool | None:
+        """None while the cache has not caught up with the writes of the pod's claims; else whether
+        the pod had claims written by us (the cache now shows them all)."""
+        mine = self.state.written.get(pod.key)
+        if mine is None or mine.uid != pod.uid:
+            self.state.written.pop(pod.key, None)
+            return False
+        seen = {c.key: c.resource_version for c in pod.claims.allocated}
+        if not all(k in seen and caught_up(seen[k], rv) for k, rv in mine.versions):
+            return None
+        del self.state.written[pod.key]
+        return True
+
+    def _gated(
+        self, pods: list[PendingPod], out: list[Action], *, gang: str = "", written: bool = False
+    ) -> None:
+        """Allocate the claims of `pods` (one pod, or the pending members of `gang`) all at once;
+        ungate a pod with nothing (left) to allocate. `written`: the pod's claims are ours, just
+        written and now seen."""
         for pod in pods:
             if pod.claims.waiting:
                 return  # kube-controller-manager makes the claims; their changes wake the pod
@@ -186,10 +233,16 @@ class ClaimsLifecycle:
                 return
         todo = [p for p in pods if p.claims.todo]
         for pod in pods:
-            if not pod.claims.todo:
+            if pod.claims.todo:
+                continue
+            if pod.claims.contested:
+                self._contested(pod, out)
+                continue
+            left = None
+            if pod.claims.left or not written:
                 note = "; ".join(pod.claims.left) if pod.claims.left else "its claims are allocated"
                 left = Event(pod.ref, "Normal", "DRALeftToKubeScheduler", note, ACTION)
-                out.append(WriteAllocation((Placed(Member(pod.key, pod.pod, []), ungated=left),)))
+            out.append(WriteAllocation((Placed(Member(pod.key, pod.pod, []), ungated=left),)))
         if not todo or (gang and len(todo) < todo[0].gang_size):
             return  # a gang waits until it has its size
         members = [Member(p.key, p.pod, p.claims.todo, p.claims.pinned) for p in todo]
@@ -205,7 +258,27 @@ class ClaimsLifecycle:
             Placed(m, answer, Event(p.ref, "Normal", "DRAAllocated", allocated(answer), ACTION))
             for p, m, answer in zip(todo, members, decided, strict=True)
         )
-        out.append(WriteAllocation(tuple(placed)))
+        out.append(WriteAllocation(tuple(placed), ungate=False))
+
+    def _contested(self, pod: PendingPod, out: list[Action]) -> None:
+        """The pod is still gated and a device of its claims is in another claim too (kube-scheduler
+        allocated it before seeing ours, or ours landed after theirs): its claims move, the other
+        claim keeps the device, and the gate stays until the moved claims are seen."""
+        claims = pod.claims.contested
+        rivals = sorted({r for c in claims for r in pod.claims.rivals.get(c.key, ())})
+        member = Member(pod.key, pod.pod, [replace(c, allocation=None) for c in claims], pod.claims.pinned)
+        if len(claims) == len(pod.claims.allocated):
+            member = replace(member, pinned="")  # nothing else pins it: any node will do
+        decided = self.planner.place([member])
+        shared = f"devices of {', '.join(c.key for c in claims)} are also in {', '.join(rivals)}"
+        if isinstance(decided, str):
+            out.append(Event(pod.ref, "Warning", "DRAReallocationFailed", f"{shared}: {decided}", ACTION))
+            out.append(Retry(pod.key))
+            return
+        (answer,) = decided
+        out.append(Event(pod.ref, "Warning", "DRAReallocated", f"{shared}; claims moved", ACTION))
+        written = Event(pod.ref, "Normal", "DRAAllocated", allocated(answer), ACTION)
+        out.append(MoveClaims(tuple(claims), Placed(member, answer, written)))
 
     # -- 2. ungated, refused where its claims are ------------------------------------------------
 
@@ -244,6 +317,8 @@ class ClaimsLifecycle:
         for c in view.claims:
             if not c.allocated_by_us or c.reserved_for or c.deleting or c.owner_pod:
                 continue
+            if c.annotation(dra.ANNOUNCES_ANNOTATION):
+                continue  # it holds a device in kube-scheduler's count (allocator/claims/race.py)
             if c.key in view.referenced or claim_usage_key(c.key) in view.held:
                 continue
             unused.add(c.key)

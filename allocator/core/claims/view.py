@@ -28,6 +28,10 @@ class PodClaims:
     allocated: list[ResourceClaim] = field(default_factory=list)  # topoalloc.io's, allocated by anyone
     left: list[str] = field(default_factory=list)  # claims left to kube-scheduler, and why
     pinned: str = ""  # the node the allocated claims require ("" none)
+    # Allocated claims of topoalloc's some device of which another allocated claim also holds
+    # (what the cache shows; the pod is not ungated while one is here: race.py).
+    contested: list[ResourceClaim] = field(default_factory=list)
+    rivals: dict[str, tuple[str, ...]] = field(default_factory=dict)  # claim key -> the other claims
 
     @property
     def ready(self) -> bool:
@@ -51,6 +55,9 @@ class Outcome:
     ungated: bool = False  # its gate is gone (the watch may not show it yet)
     failed: str | None = None  # writing its claims failed: why
     gate_refused: bool = False  # removing its gate was refused (the pod changed, or is gone)
+    # Its claims' allocation was written: claim key -> the resourceVersion the write returned (the
+    # pod is ungated once the cache shows each claim at that version or later).
+    written: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

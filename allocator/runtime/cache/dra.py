@@ -131,7 +131,7 @@ class DraStore:
     def _usage(self, key: str, claim: ResourceClaim) -> PodUsage | None:
         assert claim.allocation is not None
         ours = [r for r in claim.allocation.results if r.driver == dra.DRIVER]
-        if not ours:
+        if not ours or claim.annotation(dra.ANNOUNCES_ANNOTATION):  # no use: another claim's device
             return None
         pool = ours[0].pool
         node = claim.allocation.node or pool

@@ -100,12 +100,12 @@ def make() -> tuple[ClaimsLifecycle, FakePlanner]:
 # -- gated pods -----------------------------------------------------------------------------------
 
 
-def test_a_gated_pod_is_placed_then_written_and_ungated() -> None:
+def test_a_gated_pod_is_placed_then_written_and_ungated_once_the_cache_shows_the_write() -> None:
     life, planner = make()
     actions = step(life, pod("p", claim("p-g")))
     assert kinds(actions) == ["Forget", "WriteAllocation"]
     write = actions[1]
-    assert isinstance(write, WriteAllocation) and write.ungate
+    assert isinstance(write, WriteAllocation) and not write.ungate
     (placed,) = write.pods
     assert placed.member.key == "default/p" and [c.key for c in placed.member.todo] == ["default/p-g"]
     assert placed.answer is not None and placed.answer.node == "n1"
@@ -113,6 +113,34 @@ def test_a_gated_pod_is_placed_then_written_and_ungated() -> None:
     assert placed.written.note == "claims allocated on n1 (default/p-g: gpu-0)"
     assert placed.written.target.name == "p" and placed.ungated is None
     assert planner.calls == [(["default/p"], frozenset())]
+    # The write answered version 9: until the cache shows the claim at 9 or later, the gate stays.
+    assert step(life, pod("p", claim("p-g"), outcome=Outcome(written=(("default/p-g", "9"),)))) == []
+    assert step(life, pod("p", claim("p-g", node="n1"))) == []  # the cache's version 7: not yet
+    (ungate,) = step(life, pod("p", replace(claim("p-g", node="n1"), resource_version="9")))
+    assert isinstance(ungate, WriteAllocation) and ungate.ungate and ungate.pods[0].member.todo == []
+    assert ungate.pods[0].ungated is None  # no Event beyond DRAAllocated: its claims are ours
+    assert len(planner.calls) == 1
+
+
+def test_a_written_claim_whose_device_another_claim_holds_moves_before_the_pod_is_ungated() -> None:
+    life, _planner = make()
+    step(life, pod("p", claim("p-g")))
+    mine = replace(claim("p-g", node="n1"), resource_version="9")
+    gone = step(life, pod("p", claim("p-g"), outcome=Outcome(written=(("default/p-g", "9"),))))
+    assert gone == []
+    contested = pod("p", mine, contested=[mine], rivals={"default/p-g": ("default/theirs",)})
+    actions = step(life, contested)
+    assert kinds(actions) == ["Event:DRAReallocated", "MoveClaims"]
+    move = actions[1]
+    assert isinstance(move, MoveClaims) and [c.key for c in move.claims] == ["default/p-g"]
+    assert move.placed.answer is not None and move.placed.member.todo[0].allocation is None
+    assert isinstance(actions[0], Event)
+    assert actions[0].note == "devices of default/p-g are also in default/theirs; claims moved"
+    # Moved (written again at 12): still gated until the cache shows 12, then ungated.
+    assert step(life, pod("p", mine, outcome=Outcome(written=(("default/p-g", "12"),)))) == []
+    assert step(life, pod("p", mine)) == []
+    (ungate,) = step(life, pod("p", replace(mine, resource_version="12")))
+    assert isinstance(ungate, WriteAllocation) and ungate.ungate
 
 
 def test_two_pods_in_one_pass_never_get_the_same_device() -> None:

@@ -1,0 +1,62 @@
+"""A device in two claims (allocator/core/claims/race.py): which claim moves, which pod leaves."""
+
+from __future__ import annotations
+
+from allocator.core.actions import Count, Event, Evict, ObjectRef
+from allocator.core.claims.race import ClearClaim, Holder, HolderPod, MoveClaim, repair
+from apis import dra
+from apis.dra_claims import Allocation, Consumer, DeviceResult, ResourceClaim
+
+OURS = ((dra.ALLOCATED_BY_ANNOTATION, dra.ALLOCATED_BY),)
+
+
+def holder(name: str, since: int, *, ours: bool, reserved: bool, bound: bool, gated: bool = False,
+           controller: str = "ReplicaSet/rs") -> Holder:  # fmt: skip
+    claim = ResourceClaim(
+        "ns",
+        name,
+        uid=f"u-{name}",
+        resource_version=str(since),
+        annotations=OURS if ours else (),
+        allocation=Allocation((DeviceResult("gpus", dra.DRIVER, "n1", "gpu-0"),), "n1"),
+        reserved_for=(Consumer("pods", f"{name}-pod", f"u-{name}-pod"),) if reserved else (),
+    )
+    pod = HolderPod(
+        f"ns/{name}-pod", ObjectRef("ns", f"{name}-pod", f"u-{name}-pod"), bound, gated, controller
+    )
+    return Holder(claim, since, (pod,))
+
+
+def test_a_claim_still_gated_by_topoalloc_is_left_to_the_lifecycle() -> None:
+    ours = holder("a", 20, ours=True, reserved=False, bound=False, gated=True)
+    theirs = holder("b", 10, ours=False, reserved=True, bound=True)
+    assert repair("n1/gpu-0", [ours, theirs]) == []
+
+
+def test_the_claim_that_can_still_move_moves_whatever_its_age() -> None:
+    ours = holder("a", 10, ours=True, reserved=False, bound=False)  # first, but not reserved yet
+    theirs = holder("b", 20, ours=False, reserved=True, bound=True)
+    actions = repair("n1/gpu-0", [theirs, ours])
+    assert [type(a).__name__ for a in actions] == ["MoveClaim", "Count", "Event"]
+    assert isinstance(actions[0], MoveClaim) and actions[0].claim.key == "ns/a"
+    assert actions[1] == Count("double_booked", "moved")
+    assert isinstance(actions[2], Event) and "ns/b (allocated first)" in actions[2].note
+    unreserved = holder("b", 20, ours=False, reserved=False, bound=False)
+    fixed = holder("a", 10, ours=True, reserved=True, bound=True)
+    actions = repair("n1/gpu-0", [fixed, unreserved])
+    assert isinstance(actions[0], ClearClaim) and actions[0].claim.key == "ns/b"
+
+
+def test_when_none_can_move_the_later_claims_bound_pod_is_evicted_or_said_stuck() -> None:
+    first = holder("a", 10, ours=True, reserved=True, bound=True)
+    later = holder("b", 20, ours=False, reserved=True, bound=True)
+    actions = repair("n1/gpu-0", [later, first])
+    assert isinstance(actions[0], Evict) and actions[0].pod.name == "b-pod"
+    note = actions[2].note if isinstance(actions[2], Event) else ""
+    assert note.startswith("device n1/gpu-0 is in claim ns/b and in claim ns/a (allocated first)")
+    bare = holder("b", 20, ours=False, reserved=True, bound=True, controller="")
+    actions = repair("n1/gpu-0", [bare, first])
+    assert actions[0] == Count("double_booked", "stuck") and isinstance(actions[1], Event)
+    assert repair("n1/gpu-0", [later, first], done={"ns/b"}) == []
+    binding = holder("b", 20, ours=False, reserved=True, bound=False)  # reserved, being bound
+    assert repair("n1/gpu-0", [binding, first]) == []
