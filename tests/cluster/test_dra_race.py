@@ -141,7 +141,12 @@ def test_a_mixed_burst_never_leaves_a_device_in_two_claims(
             held = [
                 (
                     c["metadata"]["name"],
-                    [r["pool"] + "/" + r["device"] for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])],
+                    [
+                        r["pool"] + "/" + r["device"]
+                        for r in ((c.get("status") or {}).get("allocation") or {})
+                        .get("devices", {})
+                        .get("results", [])
+                    ],
                     [r["name"] for r in (c.get("status") or {}).get("reservedFor") or []],
                     c["metadata"].get("deletionTimestamp"),
                     c["metadata"].get("annotations"),
