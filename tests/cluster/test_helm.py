@@ -25,6 +25,7 @@ import yaml
 from cryptography import x509
 
 from tests.apis.paths import require_shared
+from tests.cluster.harness import gpu_minors
 from tests.cluster.install_world import (
     CRDS,
     DEPLOYMENTS,
@@ -33,6 +34,7 @@ from tests.cluster.install_world import (
     kubelet_ending_deleted_pods,
     leave_traces,
     open_world,
+    solo,
     traces_gone,
 )
 from tests.support.cluster_product import service_account_token, topoalloc_argv
@@ -152,6 +154,30 @@ def test_helm_install(world: World) -> None:
     classes = world.cp.admin.get("/apis/resource.k8s.io/v1/deviceclasses")["items"]
     assert {c["metadata"]["name"] for c in classes} >= {"gpu.topoalloc.io"}
     world.done.add("install")
+
+
+def test_what_helm_installed_places_a_gpu_pod(world: World) -> None:
+    """The same cluster then runs what the chart installed, as the end-to-end test of the installer
+    does: the installed pods' processes start with the chart's credentials (what kubelet would
+    start), and a pod of the chart's second kube-scheduler is placed by the allocator (two GPUs
+    recorded) and bound by that scheduler. The processes stop afterwards,
+    so that the uninstall step finds only the traces it plants."""
+    world.need("install")
+    world.start_installed()
+    world.installed.start_scheduler()
+    try:
+        world.cp.admin.post(
+            "/api/v1/namespaces/default/pods", solo("helm-pod", 2, scheduler="topoalloc-scheduler")
+        )
+        pod = world.wait_bound("default", "helm-pod")
+        assert len(gpu_minors(pod)) == 2  # its devices recorded by the extender's bind
+        assert world.bound_by("default", "helm-pod") == "topoalloc-scheduler"
+        world.cp.admin.delete("/api/v1/namespaces/default/pods/helm-pod", gracePeriodSeconds=0)
+    finally:
+        world.installed.stop_scheduler()
+        world.installed.stop_allocator()
+        world.installed.stop_agents()
+    world.done.add("placed")
 
 
 def test_helm_upgrade_rolls_only_the_pool_changed_and_keeps_the_certificates(world: World) -> None:
