@@ -50,6 +50,8 @@ NUDGED = TOPOALLOC + "nudged"
 SCARCE_AVOIDANCE = TOPOALLOC + "scarce-avoidance"
 # A Node label naming its pool for the fleet metrics, where no cloud's pool label does.
 NODE_POOL = TOPOALLOC + "node-pool"
+# The Node label that puts a node in one of the chart's or installer's agent pools (docs/helm.md).
+AGENT_POOL = TOPOALLOC + "agent-pool"
 # Placement mode (docs/placement.md): the gate a GPU pod is created with until its node and devices
 # are chosen (it records them with ALLOCATED_NODE); "false" on a pod (label) or its namespace:
 # placement leaves it alone.

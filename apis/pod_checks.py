@@ -53,6 +53,7 @@ KNOWN_KEYS = frozenset(
         keys.GANG_HOLD,
         keys.SCARCE_AVOIDANCE,
         keys.NODE_POOL,  # a Node label (fleet metrics)
+        keys.AGENT_POOL,  # a Node label (the agent pool a node is in)
         keys.ALLOCATED_NODE,
         keys.NUDGED,
         keys.PLACEMENT_GATE,  # also the opt-out label's key (keys.PLACEMENT)
@@ -63,6 +64,7 @@ KNOWN_KEYS = frozenset(
         dra.MODE_LABEL,
         dra.ALLOCATOR_ANNOTATION,
         dra.ALLOCATED_BY_ANNOTATION,
+        dra.ANNOUNCES_ANNOTATION,  # the allocator's own claims that keep a device counted
         dra_taints.UNHEALTHY_KEY,  # an unhealthy device's taint, tolerated by a claim's request
         rv.GANG,
         rv.GANG_SIZE,

@@ -2,7 +2,8 @@
 is sent only the pods its route acts on, and every pod its route acts on: evaluated the way
 kube-apiserver selects (namespaceSelector, objectSelector, then each matchCondition, here with
 cel-python) over a set of pod shapes, against the route's own decision code. Only pod creations,
-never in kube-system or topoalloc-system."""
+never in kube-system or topoalloc-system; the one entry on ResourceClaims likewise, over claim
+shapes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import celpy
 import pytest
 
+from allocator.claims.webhook import mark_patch
 from allocator.gang.webhook import gate_patch
 from allocator.runtime.placement_settings import PlacementSettings
 from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
@@ -27,13 +29,26 @@ _ENV = celpy.Environment()
 SYSTEM = ("kube-system", "topoalloc-system")
 
 
-def entries(variant: str) -> list[JSON]:
+def all_entries(variant: str) -> list[JSON]:
     docs = [d for d in build(REPO / variant) if d]
     configs = [
         d for d in docs if d["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
     ]
     assert configs, variant
     return [hook for c in configs for hook in c["webhooks"]]
+
+
+def _on(hook: JSON, resource: str) -> bool:
+    return any(resource in rule.get("resources", []) for rule in hook["rules"])
+
+
+def entries(variant: str) -> list[JSON]:
+    """The entries on pods."""
+    return [h for h in all_entries(variant) if not _on(h, "resourceclaims")]
+
+
+def claim_entries(variant: str) -> list[JSON]:
+    return [h for h in all_entries(variant) if _on(h, "resourceclaims")]
 
 
 def _selected(selector: JSON | None, labels: dict[str, str]) -> bool:
@@ -51,7 +66,7 @@ def _selected(selector: JSON | None, labels: dict[str, str]) -> bool:
 
 
 def sent(hook: JSON, pod: JSON, namespace_labels: dict[str, str] | None = None) -> bool:
-    """Whether kube-apiserver calls `hook` for the creation of `pod`."""
+    """Whether kube-apiserver calls `hook` for the creation of `pod` (or of any namespaced object)."""
     ns = pod["metadata"].get("namespace", "default")
     if not _selected(
         hook.get("namespaceSelector"), {"kubernetes.io/metadata.name": ns, **(namespace_labels or {})}
@@ -214,3 +229,44 @@ def test_opting_out_a_namespace_keeps_its_pods_from_the_optional_routes(variant:
         if path in ("/mutate-pods-scarce", "/mutate-pods-placement", "/mutate-pods-placement-gate"):
             label = "topoalloc.io/scarce-avoidance" if "scarce" in path else "topoalloc.io/placement"
             assert not any(sent(hook, p, {label: "false"}) for p in SHAPES.values()), hook["name"]
+
+
+def claim(*requests: JSON, annotations: dict[str, str] | None = None) -> JSON:
+    meta = {"name": "c", "namespace": "team", "annotations": annotations or {}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
+            "spec": {"devices": {"requests": list(requests)}}}  # fmt: skip
+
+
+def exactly(device_class: str) -> JSON:
+    return {
+        "name": "r",
+        "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1},
+    }
+
+
+CLAIM_SHAPES: dict[str, JSON] = {
+    "topoalloc-gpu": claim(exactly("gpu.topoalloc.io")),
+    "topoalloc-pair": claim(exactly("nvlink-pair.topoalloc.io")),
+    "other-driver": claim(exactly("gpu.nvidia.com")),
+    "mixed": claim(exactly("gpu.topoalloc.io"), {**exactly("gpu.nvidia.com"), "name": "s"}),
+    "no-requests": claim(),
+    "opted-out": claim(exactly("gpu.topoalloc.io"), annotations={"topoalloc.io/allocator": "kube-scheduler"}),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_claims_entry_is_sent_only_claim_creations_it_may_mark(variant: str) -> None:
+    """Only ResourceClaim creations, never in the system namespaces; every claim the route marks is
+    sent (a claim sent that it leaves alone costs a call, not a wrong answer: the route reads the
+    cache-free parts only, so the condition narrows by DeviceClass and the route decides the rest)."""
+    assert any(mark_patch(c) is not None for c in CLAIM_SHAPES.values())
+    for hook in claim_entries(variant):
+        assert [r["resources"] for r in hook["rules"]] == [["resourceclaims"]], hook["name"]
+        assert [r["operations"] for r in hook["rules"]] == [["CREATE"]], hook["name"]
+        assert hook.get("matchConditions") and hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 5
+        for shape, c in CLAIM_SHAPES.items():
+            for ns in SYSTEM:
+                assert not sent(hook, {**c, "metadata": {**c["metadata"], "namespace": ns}}), (shape, ns)
+            if mark_patch(c) is not None:
+                assert sent(hook, c), f"{shape} is marked by the route but not sent"
+        assert not sent(hook, CLAIM_SHAPES["other-driver"]) and not sent(hook, CLAIM_SHAPES["no-requests"])

@@ -23,6 +23,8 @@ from topoalloc.commands.doctor.facts import (
 )
 from topoalloc.commands.doctor.findings import Finding, fail, ok, warn
 
+# What an entry's rules name, as a creation is spoken of ("pod creations").
+_OBJECT = {"pods": "pod", "resourceclaims": "ResourceClaim"}
 CHECK = "webhooks"
 WEBHOOK_SERVICE = "topoalloc-webhook"
 # The placement entry calls the leader alone, through the extender's Service (its webhook port).
@@ -181,7 +183,9 @@ def describe(hook: JSON) -> str:
     if conditions:
         parts.append("when " + " and ".join(conditions))
     policy = hook.get("failurePolicy", "Fail")
-    return f"{hook.get('name')} ({policy}, {hook.get('timeoutSeconds', 10)} s): pod creations" + (
+    resources = sorted({r for rule in hook.get("rules") or [] for r in rule.get("resources") or []})
+    created = ", ".join(_OBJECT.get(r, r) for r in resources or ["pods"])
+    return f"{hook.get('name')} ({policy}, {hook.get('timeoutSeconds', 10)} s): {created} creations" + (
         ", " + "; ".join(parts) if parts else ", every one"
     )
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import yaml
 
+from apis import keys
 from topoalloc.commands.installer.kustomize import Doc
 from topoalloc.commands.installer.values import merged
 
 AGENT, ALLOCATOR = "topoalloc-agent", "topoalloc-allocator"
 CHECKSUM = "checksum/config"
-POOL_LABEL = "topoalloc.io/agent-pool"
+POOL_LABEL = keys.AGENT_POOL
 
 
 def config_text(base: str, *layers: Mapping[str, Any] | None) -> str:
