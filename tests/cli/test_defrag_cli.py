@@ -10,34 +10,19 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from tests.cli.conftest import Ran
 from tests.defrag.scenario import moves_made, running, world
 from tests.support.fakeapi import FakeApiServer
+from tests.support.kubeconfig import token_kubeconfig
 
 Run = Callable[..., Ran]
-
-
-def kubeconfig(tmp_path: Path, server: str) -> Path:
-    path = tmp_path / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def test_shows_fragmentation_and_the_plan_and_writes_nothing(
     topoalloc: Run, fake_api_thread: FakeApiServer, tmp_path: Path
 ) -> None:
     world(fake_api_thread)
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     ran = topoalloc("defrag", "--kubeconfig", config, "--min-wait", "0", "--explain", "-o", "json")
     assert ran.code == 0, ran.stderr
     data = json.loads(ran.stdout)
@@ -79,7 +64,7 @@ def test_a_budget_allowing_no_disruption_keeps_its_pods(
             "status": {"disruptionsAllowed": 0},
         }
     )
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     ran = topoalloc("defrag", "--kubeconfig", config, "--min-wait", "0", "--explain")
     assert ran.code == 0, ran.stderr
     assert "plan: 0 move(s)" in ran.stdout and "stuck: pod default/big: no pod may move" in ran.stdout
@@ -90,7 +75,7 @@ def test_work_younger_than_min_wait_is_not_planned_for(
     topoalloc: Run, fake_api_thread: FakeApiServer, tmp_path: Path
 ) -> None:
     world(fake_api_thread)
-    ran = topoalloc("defrag", "--kubeconfig", kubeconfig(tmp_path, fake_api_thread.url), "-o", "json")
+    ran = topoalloc("defrag", "--kubeconfig", token_kubeconfig(tmp_path, fake_api_thread.url), "-o", "json")
     assert ran.code == 0 and json.loads(ran.stdout)["plan"]["moves"] == []
 
 
@@ -101,13 +86,13 @@ def test_a_forbidding_cluster_is_a_runtime_failure_in_one_line(
     fake_api_thread.inject_fault(
         "GET", r"/poddisruptionbudgets", status=403, message="cannot list poddisruptionbudgets", times=None
     )
-    ran = topoalloc("defrag", "--kubeconfig", kubeconfig(tmp_path, fake_api_thread.url))
+    ran = topoalloc("defrag", "--kubeconfig", token_kubeconfig(tmp_path, fake_api_thread.url))
     assert ran.code == 1 and ran.clean_error, ran
     assert "forbidden: cannot list poddisruptionbudgets" in ran.stderr
 
 
 def test_an_unreachable_cluster_and_a_bad_kubeconfig(topoalloc: Run, tmp_path: Path) -> None:
-    gone = topoalloc("defrag", "--kubeconfig", kubeconfig(tmp_path, "http://127.0.0.1:9"))
+    gone = topoalloc("defrag", "--kubeconfig", token_kubeconfig(tmp_path, "http://127.0.0.1:9"))
     assert gone.code == 1 and gone.clean_error and "unreachable" in gone.stderr, gone
     bad = tmp_path / "bad"
     bad.write_text("clusters: [not, a, config\n")

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.cli.conftest import Ran
-from tests.cli.test_defrag_cli import kubeconfig
 from tests.support.fakeapi import FakeApiServer
+from tests.support.kubeconfig import token_kubeconfig
 
 Run = Callable[..., Ran]
 
@@ -20,7 +20,7 @@ Run = Callable[..., Ran]
 def test_nothing_installed_is_a_failure_named_part_by_part(
     topoalloc: Run, fake_api_thread: FakeApiServer, tmp_path: Path
 ) -> None:
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     ran = topoalloc("doctor", "--kubeconfig", config)
     assert ran.code == 1, ran.stderr
     assert "Traceback" not in ran.stdout + ran.stderr
@@ -46,7 +46,7 @@ def test_nothing_installed_is_a_failure_named_part_by_part(
 def test_bad_flags_and_kubeconfigs_are_bad_input(
     topoalloc: Run, fake_api_thread: FakeApiServer, tmp_path: Path
 ) -> None:
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     for args, said in (
         (("--gated-after", "soon"), "'soon' is not a duration"),
         (("--probe-namespace", "kube-system"), "the webhooks never see pods there"),
@@ -64,7 +64,7 @@ def test_an_unreachable_cluster_is_a_runtime_failure(topoalloc: Run, tmp_path: P
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    ran = topoalloc("doctor", "--kubeconfig", kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
+    ran = topoalloc("doctor", "--kubeconfig", token_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
     assert ran.code == 1 and ran.clean_error and ran.stderr.startswith("error: cluster (http://127.0.0.1:")
 
 

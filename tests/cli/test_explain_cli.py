@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.cli.conftest import Ran
-from tests.cli.test_defrag_cli import kubeconfig
 from tests.doctor.healthy import device, iso
 from tests.doctor.test_explain import placed_pod, scheduled_event
 from tests.support.fakeapi import FakeApiServer
+from tests.support.kubeconfig import token_kubeconfig
 
 Run = Callable[..., Ran]
 
@@ -24,7 +24,7 @@ def test_the_cli_reads_the_cluster_and_tells_the_story(
     fake_api_thread.put(device("gpu-a", "dgx-h100"))
     pod = fake_api_thread.put(placed_pod())
     fake_api_thread.put(scheduled_event(pod, iso(60)))
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     ran = topoalloc("explain", "pod", "default/gpu-pod", "--kubeconfig", config, "-o", "json")
     assert ran.code == 0, ran.stderr
     data = json.loads(ran.stdout)
@@ -41,7 +41,7 @@ def test_the_cli_reads_the_cluster_and_tells_the_story(
 def test_the_cli_refuses_what_is_not_a_pod(
     topoalloc: Run, fake_api_thread: FakeApiServer, tmp_path: Path
 ) -> None:
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     missing = topoalloc("explain", "pod", "default/nope", "--kubeconfig", config)
     assert missing.code == 2 and missing.clean_error
     assert missing.stderr.startswith("error: pod (default/nope): not found")

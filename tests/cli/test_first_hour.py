@@ -13,9 +13,9 @@ import yaml
 
 from allocator.runtime import certs as pki
 from tests.cli.conftest import DGX, DGX_DEVICE, REPO, Ran
-from tests.cli.test_defrag_cli import kubeconfig
 from tests.support.allocator_harness import device, node
 from tests.support.fakeapi import FakeApiServer
+from tests.support.kubeconfig import token_kubeconfig
 
 Run = Callable[..., Ran]
 L40S_DEVICE = REPO / "hw-fixtures" / "l40s-8x-pcie" / "expected-device.yaml"
@@ -157,7 +157,7 @@ def test_inspect_node_tells_a_missing_node_from_a_node_without_a_device(
     fake_api_thread.put(node("cpu-1", gpus=0))
     fake_api_thread.put(node("gpu-1"))
     fake_api_thread.put(device("gpu-1"))
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     assert topoalloc("inspect", "--node", "gpu-1", "--kubeconfig", config).code == 0
     missing = topoalloc("inspect", "--node", "nope", "--kubeconfig", config)
     assert missing.code == 2 and missing.clean_error

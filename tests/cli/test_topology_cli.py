@@ -15,9 +15,9 @@ from agent.publish.device_builder import node_resources
 from apis.device import Device
 from apis.topology_profile import PRESETS
 from tests.cli.conftest import Ran
-from tests.cli.test_defrag_cli import kubeconfig
 from tests.defrag.scenario import NODES, world
 from tests.support.fakeapi import FakeApiServer
+from tests.support.kubeconfig import token_kubeconfig
 from tests.support.machines import machine_device
 
 Run = Callable[..., Ran]
@@ -137,7 +137,7 @@ def test_a_node_with_kubelets_and_the_agents_gpu_resources_counts_each_gpu_once(
         assert obj is not None
         obj["status"]["allocatable"].update({k: v for k, v in published.items() if v is not None})
         fake_api_thread.put(obj)
-    config = kubeconfig(tmp_path, fake_api_thread.url)
+    config = token_kubeconfig(tmp_path, fake_api_thread.url)
     tree = topoalloc("topology", "--kubeconfig", config, "-o", "json")
     defrag = topoalloc("defrag", "--kubeconfig", config, "--min-wait", "0", "-o", "json")
     assert tree.code == 0 and defrag.code == 0, tree.stderr + defrag.stderr

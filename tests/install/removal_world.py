@@ -49,20 +49,6 @@ def serve_kinds(fake: FakeApiServer) -> None:
     )
 
 
-def kubeconfig(folder: Path, server: str) -> Path:
-    path = folder / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def node(name: str, labels: dict[str, str], resources: dict[str, str]) -> dict[str, Any]:
     status = {"cpu": "64", "memory": "512Gi", "pods": "110", **resources}
     return {

@@ -14,8 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from apis import dra, keys
-from tests.install.removal_world import AGENT_RESOURCES, NAMESPACE, kubeconfig, traces
+from tests.install.removal_world import AGENT_RESOURCES, NAMESPACE, traces
 from tests.support.fakeapi import FakeApiServer
+from tests.support.kubeconfig import token_kubeconfig
 from topoalloc.cli import main
 from topoalloc.commands.installer.cleanup import cleanup
 from topoalloc.commands.installer.cluster import Cluster, connect
@@ -29,7 +30,7 @@ def world(fake_api_thread: FakeApiServer) -> FakeApiServer:
 
 @pytest.fixture
 def cluster(world: FakeApiServer, tmp_path: Path) -> Iterator[Cluster]:
-    opened = connect(str(kubeconfig(tmp_path, world.url)), None, False)
+    opened = connect(str(token_kubeconfig(tmp_path, world.url)), None, False)
     try:
         yield opened
     finally:
@@ -146,7 +147,7 @@ def test_a_gate_list_changed_meanwhile_is_read_again(world: FakeApiServer, clust
 
 
 def test_agent_pods_that_do_not_go_leave_their_nodes_and_fail(world: FakeApiServer, tmp_path: Path) -> None:
-    config = kubeconfig(tmp_path, world.url)
+    config = token_kubeconfig(tmp_path, world.url)
     ran = CliRunner().invoke(main, ["cleanup", "--kubeconfig", str(config), "--timeout", "0"])
     assert ran.exit_code == 1, ran.output
     assert "warning: 1 agent pod(s) still there after 0 s (on gpu-a)" in ran.stderr
@@ -170,7 +171,7 @@ def test_agent_pods_that_do_not_go_leave_their_nodes_and_fail(world: FakeApiServ
 def test_a_refused_removal_is_exit_1_and_the_rest_still_goes(world: FakeApiServer, tmp_path: Path) -> None:
     world.inject_fault("DELETE", r"/deviceclasses/gpu\.topoalloc\.io$", status=403, message="forbidden")
     world.remove("pods", "topoalloc-agent-x1", NAMESPACE)
-    config = kubeconfig(tmp_path, world.url)
+    config = token_kubeconfig(tmp_path, world.url)
     ran = CliRunner().invoke(main, ["cleanup", "--kubeconfig", str(config)])
     assert ran.exit_code == 1, ran.output
     assert "warning: DeviceClass gpu.topoalloc.io: not deleted: HTTP 403" in ran.stderr
@@ -207,7 +208,7 @@ def test_uninstall_after_a_kubeadm_install_says_what_to_undo_on_the_control_plan
         )
     )
     world.remove("pods", "topoalloc-agent-x1", NAMESPACE)
-    config = kubeconfig(tmp_path, world.url)
+    config = token_kubeconfig(tmp_path, world.url)
     ran = CliRunner().invoke(main, ["uninstall", "--kubeconfig", str(config)])
     assert ran.exit_code == 0, ran.output
     assert world.get("services", "topoalloc-allocator", NAMESPACE) is None
@@ -234,7 +235,7 @@ def test_uninstall_of_a_placement_install_says_nothing_of_kubeadm(
         pod_in_kube_system("kube-scheduler-cp-1", ["kube-scheduler", "--config=/etc/kubernetes/s.yaml"])
     )
     world.remove("pods", "topoalloc-agent-x1", NAMESPACE)
-    ran = CliRunner().invoke(main, ["uninstall", "--kubeconfig", str(kubeconfig(tmp_path, world.url))])
+    ran = CliRunner().invoke(main, ["uninstall", "--kubeconfig", str(token_kubeconfig(tmp_path, world.url))])
     assert ran.exit_code == 0, ran.output
     assert "kube-scheduler" not in ran.stderr and "released scheduling gate(s)" in ran.stdout
     # A webhook configuration and DaemonSet without the installer's label (a Helm release's) stay:

@@ -29,19 +29,23 @@ def print_cleanup(result: Cleanup) -> int:
     return EXIT_FAILURE if result.problems else EXIT_OK
 
 
-@click.command("cleanup")
-@click.option(
-    "--namespace",
-    help="Where the agent DaemonSets run.  [default: the pod's own namespace with --in-cluster, else "
-    "topoalloc-system]",
-)
-@click.option(
+# Shared with `uninstall`, which runs the same cleanup.
+agents_gone_timeout = click.option(
     "--timeout",
     type=Duration(),
     default="2m",
     show_default=True,
     help="How long to wait for the agent pods to be gone before cleaning their nodes.",
 )
+
+
+@click.command("cleanup")
+@click.option(
+    "--namespace",
+    help="Where the agent DaemonSets run.  [default: the pod's own namespace with --in-cluster, else "
+    "topoalloc-system]",
+)
+@agents_gone_timeout
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; change nothing.")
 @click.option("--kubeconfig", help=f"kubeconfig file ({DEFAULT_WITH_FLAG}).")
 @click.option("--context", help="kubeconfig context (default: its current context).")

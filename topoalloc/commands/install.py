@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from topoalloc.commands.cleanup import agents_gone_timeout
 from topoalloc.commands.doctor.command import Duration
 from topoalloc.commands.installer.kustomize import KustomizeError, dump
 from topoalloc.commands.installer.manifests import (
@@ -431,13 +432,7 @@ _recorded_defaults(upgrade)
     "topoalloc.io/gpu-node label from the nodes.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
-@click.option(
-    "--timeout",
-    type=Duration(),
-    default="2m",
-    show_default=True,
-    help="How long to wait for the agent pods to be gone before cleaning their nodes.",
-)
+@agents_gone_timeout
 @cluster_options
 def uninstall(
     purge: bool,
