@@ -94,11 +94,18 @@ def test_the_verdict_names_unused_grants_refusals_and_stale_allowlist_entries() 
         req("watch", "pods"),
         req("create", "pods", sub="eviction", ns="t", name="p", denied=True),  # no rule: missing
         req("list", "pods", denied=True),  # covered: refused while RBAC was loading, not missing
+        # Kubernetes' own discovery roles cover these for every account: refused while loading
+        req("get", "", name="/apis/scheduling.k8s.io/v1alpha2", denied=True),
+        req("get", "", name="/version", denied=True),
+        req("get", "", name="/metrics", denied=True),  # no built-in role: missing
         req("get", "secrets", user="system:serviceaccount:other:x", denied=True),  # not ours
     ]
     got = verdict([used, unused, allowed, stale], requests, {allowed: "why", stale: "why"})
     assert got.unused == [unused]
-    assert got.missing == [req("create", "pods", sub="eviction", ns="t", name="p", denied=True)]
+    assert got.missing == [
+        req("create", "pods", sub="eviction", ns="t", name="p", denied=True),
+        req("get", "", name="/metrics", denied=True),
+    ]
     assert got.allowed_unused == [allowed] and got.stale_allowlist == [stale]
     assert got.uncovered == []
     # allowed by none of the manifests' rules: something else authorized it
