@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,3 +127,17 @@ def stop_dra_node(cluster: ClusterEnv, node: DraNode) -> None:
     node.kubelet.stop()
     cluster.remove_node(node.name)
     shutil.rmtree(node.root, ignore_errors=True)
+
+
+@contextmanager
+def running_dra_nodes(cluster: ClusterEnv, started: Mapping[str, DraNode]) -> Iterator[dict[str, DraNode]]:
+    """The nodes just started, once each publishes its slices and kubelet has registered its
+    plugin; stopped on the way out (also when that wait fails)."""
+    try:
+        for node in started.values():
+            wait_slices(cluster, node)
+            node.kubelet.wait_registered(dra.DRIVER, timeout=60)
+        yield dict(started)
+    finally:
+        for node in started.values():
+            stop_dra_node(cluster, node)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.install.removal_world import resource_slice
 from tests.support.cluster_product import topoalloc_argv
 from tests.support.controlplane import REPO, ApiStatus, ControlPlane, ControlPlaneError, wait_until
 from tests.support.installed import NAMESPACE, ClusterNetwork, Installed, finish_terminating, pods
@@ -224,20 +225,6 @@ def solo(name: str, gpus: int, scheduler: str = "default-scheduler") -> dict[str
     }
 
 
-def _slice(name: str, node: str, driver: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0"}],
-        },
-    }
-
-
 def leave_traces(world: World, *, device_classes: bool = True) -> None:
     """What the agent and the webhooks leave outside the installed objects, made as they make them:
     the agent's Node label and status resources (the status subresource), its ResourceSlices (a dra
@@ -258,8 +245,8 @@ def leave_traces(world: World, *, device_classes: bool = True) -> None:
     admin.request(
         "PATCH", "/api/v1/nodes/cpu-1/status", {"status": others}, content_type="application/merge-patch+json"
     )
-    admin.post(SLICES, _slice("gpu-b-topoalloc.io-abcde", "gpu-b", "topoalloc.io"))
-    admin.post(SLICES, _slice("gpu-b-gpu.example.com-abcde", "gpu-b", "gpu.example.com"))
+    admin.post(SLICES, resource_slice("gpu-b-topoalloc.io-abcde", "gpu-b", "topoalloc.io"))
+    admin.post(SLICES, resource_slice("gpu-b-gpu.example.com-abcde", "gpu-b", "gpu.example.com"))
     if device_classes:
         world.cp.kubectl("apply", "-k", str(REPO / "deploy" / "dra"))
     admin.post(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from apis import dra
-from tests.cluster.dra import DraNode, start_dra_node, stop_dra_node, wait_slices
+from tests.cluster.dra import DraNode, running_dra_nodes, start_dra_node
 from tests.cluster.dra_claims import (
     EXAMPLES,
     OPT_OUT,
@@ -47,15 +47,9 @@ SWITCH = "pcieSwitch"
 @pytest.fixture(scope="module")
 def nodes(cluster: ClusterEnv) -> Iterator[dict[str, DraNode]]:
     started = {A: start_dra_node(cluster, A, "dgx1-v100"), B: start_dra_node(cluster, B, "dgx-h100")}
-    try:
-        for node in started.values():
-            wait_slices(cluster, node)
-            node.kubelet.wait_registered(dra.DRIVER, timeout=60)
-        # The allocator's cache has both pools once it can allocate there.
-        yield started
-    finally:
-        for node in started.values():
-            stop_dra_node(cluster, node)
+    # The allocator's cache has both pools once it can allocate there.
+    with running_dra_nodes(cluster, started) as running:
+        yield running
 
 
 def attrs(cluster: ClusterEnv, node: str) -> dict[str, dict[str, object]]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from apis import dra, keys
-from tests.cluster.dra import DraNode, start_dra_node, stop_dra_node, wait_slices
+from tests.cluster.dra import DraNode, running_dra_nodes, start_dra_node
 from tests.cluster.dra_claims import (
     allocated_claim,
     claim_of,
@@ -32,14 +32,8 @@ RACKS = {"rk-a1": "r1", "rk-a2": "r1", "rk-b1": "r2"}
 @pytest.fixture(scope="module")
 def nodes(cluster: ClusterEnv) -> Iterator[dict[str, DraNode]]:
     started = {n: start_dra_node(cluster, n, labels={RACK: r}) for n, r in RACKS.items()}
-    try:
-        for node in started.values():
-            wait_slices(cluster, node)
-            node.kubelet.wait_registered(dra.DRIVER, timeout=60)
-        yield started
-    finally:
-        for node in started.values():
-            stop_dra_node(cluster, node)
+    with running_dra_nodes(cluster, started) as running:
+        yield running
 
 
 @gang_sources(SCHEDULER_PLUGINS)
