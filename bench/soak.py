@@ -10,7 +10,10 @@ schedule (tests/cluster/soak_faults.py: agent, leader and follower SIGKILLed, ku
 restarted, etcd compacted, the webhook unreachable, a GPU unhealthy and back) run for the duration;
 the invariants (tests/soak/invariants.py) are checked every few seconds. A violation stops the run
 and writes a reproduction record (JSON); the exit status is then 1. A table per release at the end:
-pods, gangs, claims and Reservations created, faults by kind, max RSS, decision p99.
+pods, gangs, claims and Reservations created, faults by kind, max RSS, decision p99. The
+allocator's and the agents' API requests are recorded from kube-apiserver's audit log and held
+against the manifests' RBAC: a request refused for want of a rule, or allowed by no rule of theirs,
+fails the run too (unused grants are judged over the whole real-cluster tier, not one soak).
 
 Run: `make soak` (2 minutes, v1.36), `make soak DURATION=30m SEED=7 RELEASE=1.35,1.36`, or
 `.venv/bin/python bench/soak.py --duration 10m --seed 3 --release 1.35`
@@ -20,6 +23,7 @@ Run: `make soak` (2 minutes, v1.36), `make soak DURATION=30m SEED=7 RELEASE=1.35
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -31,7 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.cluster.harness import ClusterEnv  # noqa: E402
+from tests.cluster.least_privilege import refusals  # noqa: E402
 from tests.cluster.soak import SoakConfig, SoakResult, run_soak  # noqa: E402
+from tests.support import api_audit  # noqa: E402
 from tests.support.kube_releases import RELEASES  # noqa: E402
 
 
@@ -42,14 +48,21 @@ def seconds(text: str) -> float:
     return float(text[:-1]) * scale if scale else float(text)
 
 
-def one_release(minor: str, config: SoakConfig, keep: bool) -> SoakResult | None:
+def one_release(minor: str, config: SoakConfig, keep: bool) -> tuple[SoakResult, list[str]] | None:
+    """The soak's result, and what its API requests say against the manifests' RBAC."""
     release = RELEASES[minor]
     missing = release.missing_parts()
     if missing:
         print(f"soak on {release.version} skipped: needs " + "; ".join(missing))
         return None
     workdir = Path(tempfile.mkdtemp(prefix=f"soak-{minor}-"))
+    # kube-apiserver's audit log of topoalloc's accounts, boiled down here when the control plane
+    # stops (tests/support/api_audit.py): the allocator and agents run under the manifests' RBAC
+    audit = workdir / "api-audit"
+    audit.mkdir()
+    os.environ[api_audit.AUDIT_DIR_ENV] = str(audit)
     cluster = ClusterEnv(workdir, release=release)
+    result: SoakResult | None = None
     try:
         cluster.start()
         with tqdm(total=round(config.duration), desc=f"soak {release.version}", unit="s") as bar:
@@ -58,13 +71,14 @@ def one_release(minor: str, config: SoakConfig, keep: bool) -> SoakResult | None
                 bar.update(max(0, min(round(now), bar.total) - bar.n))
 
             result = run_soak(cluster, config, progress)
-        return result
     finally:
         cluster.stop()
+        rbac = refusals(api_audit.load(audit)) if result is not None else []
         if keep:
             print(f"logs in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    return result, rbac
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,17 +110,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     failed = False
     for minor in minors:
-        result = one_release(minor, config, args.keep)
-        if result is None:
+        outcome = one_release(minor, config, args.keep)
+        if outcome is None:
             continue
+        result, rbac = outcome
         print(result.table())
+        for line in rbac:
+            print(f"LEAST PRIVILEGE {line}")
+        if not rbac:
+            print("least privilege: no request of the allocator or agents refused, none outside their rules")
         for violation in result.violations:
             print(f"VIOLATION {violation}")
         for error in result.fault_errors:
             print(f"fault not injected: {error.splitlines()[0]}")
         if result.record is not None:
             print(f"reproduction record: {result.record}")
-        failed |= bool(result.violations)
+        failed |= bool(result.violations) or bool(rbac)
     return 1 if failed else 0
 
 

@@ -156,6 +156,15 @@ def check(requests: Counter[Request]) -> list[str]:
     return lines
 
 
+def refusals(requests: Counter[Request]) -> list[str]:
+    """The half of `check` that holds for any part of the tier, such as one soak: requests refused
+    for want of a rule, and requests of the allocator or the agent that no manifest rule covers.
+    (Grants unused by a part prove nothing: the whole tier is where every grant must be used.)"""
+    result = verdict(grants(manifests()), requests, ALLOWLIST, only_ours=(ALLOCATOR, AGENT))
+    lines = [f"refused for want of a rule: {_show(r)}" for r in result.missing]
+    return lines + [f"allowed by no rule of the manifests: {_show(r)}" for r in result.uncovered]
+
+
 def _show(r: Request) -> str:
     where = f" in {r.namespace}" if r.namespace else ""
     what = f"{r.group or 'core'}/{r.full_resource}" if r.resource else r.name

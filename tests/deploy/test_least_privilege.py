@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.least_privilege import ALLOWLIST, LeastPrivilege, check, tier_modules
+from tests.cluster.least_privilege import ALLOWLIST, LeastPrivilege, check, refusals, tier_modules
 from tests.support import api_audit
 from tests.support.api_audit import AGENT, ALLOCATOR, SCHEDULER, Request
 from tests.support.kube_releases import RELEASES
@@ -142,6 +142,18 @@ def test_the_allowlist_names_only_real_grants_each_with_a_reason() -> None:
 
 def test_an_empty_record_finds_every_grant_unused() -> None:
     assert len(check(Counter())) == len(grants(manifests())) - len(ALLOWLIST)
+
+
+def test_a_part_of_the_tier_is_held_to_its_refusals_not_to_unused_grants() -> None:
+    assert refusals(Counter()) == []  # nothing requested: no grant is judged unused here
+    refused = req("delete", "nodes", name="n", denied=True)  # no rule of ours lets it delete nodes
+    granted_elsewhere = req("get", "secrets", ns="t")  # allowed, yet no rule of ours covers it
+    assert refusals(Counter([refused, granted_elsewhere])) == [
+        "refused for want of a rule: system:serviceaccount:topoalloc-system:topoalloc-allocator:"
+        " delete core/nodes",
+        "allowed by no rule of the manifests: system:serviceaccount:topoalloc-system:topoalloc-allocator:"
+        " get core/secrets in t",
+    ]
 
 
 class _Report:

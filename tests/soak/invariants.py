@@ -257,10 +257,32 @@ def unadmitted(snap: Snapshot) -> Iterable[Violation]:
 
 
 def unexpected_logs(lines: list[tuple[str, str]], allowed: list[re.Pattern[str]]) -> list[Violation]:
+    """Each unexpected line with what explains it (the reproduction record must show the error, not
+    only that there was one): the process's line before it (the log record a traceback belongs to)
+    and, for a traceback, its frames down to the exception's own line."""
     out = []
-    for process, line in lines:
+    for i, (process, line) in enumerate(lines):
         if UNEXPECTED.search(line) and not any(p.search(line) for p in allowed):
-            out.append(Violation("unexpected-log", process, line.strip()[:300]))
+            own = [text for name, text in lines if name == process]
+            at = sum(1 for name, _ in lines[:i] if name == process)
+            out.append(Violation("unexpected-log", process, "\n".join(_context(own, at))[:4000]))
+    return out
+
+
+def _context(lines: list[str], at: int) -> list[str]:
+    """The line before `at`, `at` itself and, when it opens a traceback, the frames after it (indented
+    lines and chained-exception headers) and the exception line that ends it."""
+    out = lines[max(0, at - 1) : at + 1]
+    if "Traceback" not in lines[at]:
+        return out
+    for text in lines[at + 1 : at + 200]:
+        out.append(text)
+        if (
+            text
+            and not text[0].isspace()
+            and not text.startswith(("Traceback", "During handling", "The above"))
+        ):
+            break
     return out
 
 

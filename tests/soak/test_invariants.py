@@ -121,6 +121,28 @@ def test_unexpected_log_lines_unless_allowed() -> None:
     assert allowed.check(Snapshot(now=1.0, log_lines=lines)) == []
 
 
+def test_an_unexpected_traceback_is_reported_with_its_frames_and_exception() -> None:
+    lines = [
+        ("allocator-a", "ERROR placing default/p failed"),
+        ("agent-n1", "INFO all good"),
+        ("allocator-a", "Traceback (most recent call last):"),
+        ("allocator-a", '  File "allocator/x.py", line 3, in f'),
+        ("agent-n1", "INFO still good"),
+        ("allocator-a", "    raise KeyError(key)"),
+        ("allocator-a", "KeyError: 'gpu-3'"),
+        ("allocator-a", "INFO next pass"),
+    ]
+    (found,) = Checker().check(Snapshot(now=1.0, log_lines=lines))
+    assert found.subject == "allocator-a"
+    assert found.detail.splitlines() == [
+        "ERROR placing default/p failed",
+        "Traceback (most recent call last):",
+        '  File "allocator/x.py", line 3, in f',
+        "    raise KeyError(key)",
+        "KeyError: 'gpu-3'",
+    ]
+
+
 def test_rss_growing_over_the_last_half_and_a_flat_one() -> None:
     mib = 2**20
     growing = [(t * 30.0, 100 * mib + t * 10 * mib) for t in range(20)]  # 20 MiB/min
