@@ -69,12 +69,10 @@ CAPACITY_MEMORY: Final = "memory"  # bytes
 CAPACITY_CORES: Final = "cores"  # percent of the GPU's compute (Koordinator's gpu-core)
 GPU_CORES: Final = 100  # the cores of one whole GPU
 SHARE_MIN_MEMORY: Final = "1Mi"  # the smallest memory a share may ask
-# Node label set by the agent in dra mode: whether its GPUs are published sharable
-# (SHARING_CAPACITY) or whole only (SHARING_WHOLE: the API server does not keep consumable
-# capacity, e.g. 1.35 with the gate off). Absent: the agent has not said (an older agent: whole).
-SHARING_LABEL: Final = "topoalloc.io/dra-gpu-sharing"
-SHARING_CAPACITY: Final = "capacity"
-SHARING_WHOLE: Final = "whole"
+# Whether a node's GPUs are sharable is what its slices say, as the API server stored them: a GPU
+# with `allowMultipleAllocations: true` is; one without is published whole only (the agent writes
+# it only where the server keeps it, and a 1.35 server, gate off, drops it on write).
+ALLOW_MULTIPLE: Final = "allowMultipleAllocations"
 
 
 # A GPU's partition of N GPUs in the node's partition table, named for how its GPUs reach each
