@@ -47,14 +47,6 @@ def gpu_uuid(rig: DraRig, minor: int) -> str:
     return next(d.id for d in rig.plugin.preparer.device.devices if d.type == "gpu" and d.minor == minor)
 
 
-@pytest.fixture
-def rig(make_rig) -> DraRig:
-    rig = make_rig("dgx-h100")
-    rig.start_kubelet()
-    rig.start_agent()
-    return rig
-
-
 def test_two_shares_of_one_gpu_are_prepared_each_with_its_limits_and_share_id(rig: DraRig) -> None:
     assert rig.kubelet is not None
     first = share("gpu-0", 20 * GIB, 30)
