@@ -246,11 +246,19 @@ def _done(cluster: ClusterEnv, ns: str) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_kube_scheduler_allocates_each_example_and_the_plugin_prepares_it(
-    cluster: ClusterEnv, node: DraNode, ns: str, example: Path
+    cluster: ClusterEnv, node: DraNode, ns: str, example: Path, release: KubeRelease
 ) -> None:
     bound, claim = _run(cluster, ns, example)
     results = claim["status"]["allocation"]["devices"]["results"]
     assert {(r["driver"], r["pool"]) for r in results} == {(dra.DRIVER, NODE)}
+    for r in results:  # a sharable GPU asked for nothing: kube-scheduler gives a share of all of it
+        if r["device"].startswith("gpu-") and release.minor_int >= 36:
+            assert r["shareID"] and r["consumedCapacity"] == {
+                dra.CAPACITY_MEMORY: "81559Mi",
+                dra.CAPACITY_CORES: "100",
+            }
+        else:
+            assert "shareID" not in r and "consumedCapacity" not in r
     _check_constraints(claim, pool(cluster, node))
     got = node.kubelet.prepare(bound)
     uid = claim["metadata"]["uid"]
