@@ -181,16 +181,16 @@ class Preparer:
         """The last guard against double use: a device prepared for another claim is refused, unless
         every claim holding it, this one too, holds a share and the shares fit the GPU together."""
         holders = self.store.holders(self.node, device, other_than=ref.uid)
-        if not holders:
-            return
         whole = [(c, d) for c, d in holders if not d.share_id or d.consumed is None]
-        if share is None or whole:
+        if holders and (share is None or whole):
             holder = (whole or holders)[0][0]
             what = "as a whole device" if whole else "as a share, and this claim wants it whole"
             raise ClaimError(
                 f"claim {ref}: device {device} is already prepared for claim {holder} "
                 f"(UID {holder.uid}) {what}"
             )
+        if share is None:
+            return
         capacity = {dra.CAPACITY_MEMORY: gpu_memory(info), dra.CAPACITY_CORES: dra.GPU_CORES}
         for key, total in capacity.items():
             used = sum((d.consumed or {}).get(key, total) for _, d in holders)
@@ -199,7 +199,7 @@ class Preparer:
                 names = ", ".join(f"{c} (share {d.share_id})" for c, d in holders)
                 raise ClaimError(
                     f"claim {ref}: device {device} cannot take this share: {key} {asked} asked, "
-                    f"{used} of {total} already prepared for {names}"
+                    f"{used} of {total} already prepared" + (f" for {names}" if names else "")
                 )
 
     # -- unprepare --------------------------------------------------------------------------------

@@ -141,3 +141,14 @@ def test_shares_survive_an_agent_restart(make_rig) -> None:
         kubelet.prepare(over)
     fits, claim3 = share_pod(rig, "p3", "c3", [share("gpu-4", 10 * GIB, 40)])
     assert kubelet.prepare(fits) == {"main": [cdi_id(claim3, "gpu-4")]}
+
+
+def test_one_claim_whose_shares_of_a_gpu_exceed_it_is_refused(rig: DraRig) -> None:
+    """Two requests of one claim on one GPU count together."""
+    assert rig.kubelet is not None
+    pod, _ = share_pod(rig, "p1", "c1", [share("gpu-6", GIB, 60, "a"), share("gpu-6", GIB, 60, "b")])
+    with pytest.raises(PrepareError, match=r"c1: .*gpu-6 cannot take this share: cores 120 asked, 0 of 100"):
+        rig.kubelet.prepare(pod)
+    fits, claim2 = share_pod(rig, "p2", "c2", [share("gpu-7", GIB, 40, "a"), share("gpu-7", GIB, 30, "b")])
+    assert rig.kubelet.prepare(fits) == {"main": [cdi_id(claim2, "gpu-7")]}
+    assert env(rig, claim2)["CUDA_DEVICE_SM_LIMIT"] == "70"
