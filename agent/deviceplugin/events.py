@@ -7,12 +7,10 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
-from agent.kube import TRANSPORT_ERRORS, Kube, short_error
-from apis.timestamps import format_time
+from agent.events import post_event
+from agent.kube import Kube
 
 log = logging.getLogger(__name__)
-
-COMPONENT = "topoalloc-agent"
 
 REFUSALS = Counter(
     "topoalloc_agent_allocate_refusals",
@@ -74,31 +72,6 @@ class PodEvents:
 
     def _post(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
         meta = pod.get("metadata") or {}
-        namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
-        now = format_time()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            # A generateName may end in "-", not "." (kube-apiserver refuses that with 422).
-            "metadata": {"generateName": f"{name}-", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": str(meta.get("uid", "")),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": COMPONENT, "host": self.node},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self.kube.create_event(namespace, body)
-        except TRANSPORT_ERRORS as exc:
-            log.warning("event %s on pod %s/%s not posted: %s", reason, namespace, name, short_error(exc))
+        namespace = str(meta.get("namespace", "default"))
+        involved = {"kind": "Pod", "namespace": namespace, "name": str(meta.get("name", ""))}
+        post_event(self.kube, self.node, {**involved, "uid": str(meta.get("uid", ""))}, kind, reason, message)
