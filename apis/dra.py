@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from apis.device import Device, DeviceInfo
+from apis.quantity import Quantity
 from apis.resources import DeviceType
 
 GROUP: Final = "resource.k8s.io"
@@ -60,7 +61,18 @@ ATTR_IBDEV: Final = "ibdev"
 ATTR_NETDEV: Final = "netdev"
 ATTR_LINK_LAYER: Final = "linkLayer"
 ATTR_SPEED_GBPS: Final = "speedGbps"
-CAPACITY_MEMORY: Final = "memory"
+CAPACITY_MEMORY: Final = "memory"  # bytes
+
+# Shared GPUs (consumable capacity, beta and on from 1.36). A sharable GPU is published with
+# `allowMultipleAllocations` and both capacities carrying a requestPolicy whose defaults are the
+# whole GPU: a claim that asks no capacity takes all of it, one that asks `cores` shares compute.
+CAPACITY_CORES: Final = "cores"  # percent of the GPU's compute (Koordinator's gpu-core)
+GPU_CORES: Final = 100  # the cores of one whole GPU
+SHARE_MIN_MEMORY: Final = "1Mi"  # the smallest memory a share may ask
+# Whether a node's GPUs are sharable is what its slices say, as the API server stored them: a GPU
+# with `allowMultipleAllocations: true` is; one without is published whole only (the agent writes
+# it only where the server keeps it, and a 1.35 server, gate off, drops it on write).
+ALLOW_MULTIPLE: Final = "allowMultipleAllocations"
 
 
 # A GPU's partition of N GPUs in the node's partition table, named for how its GPUs reach each
@@ -177,3 +189,41 @@ def find_device(device: Device, name: DeviceName) -> tuple[DeviceInfo, str | Non
     if name.vf is None or not 0 <= name.vf < len(vfs) or not vfs[name.vf]:
         return None
     return info, vfs[name.vf]
+
+
+def gpu_capacity(memory: str | None, *, sharable: bool) -> dict[str, Any]:
+    """A GPU's `capacity` map in its slice: `memory` (a quantity) alone for a whole GPU; for a
+    sharable one `memory` and `cores`, each with a requestPolicy whose default is the whole."""
+    if not sharable:
+        return {} if memory is None else {CAPACITY_MEMORY: {"value": memory}}
+    out: dict[str, Any] = {}
+    if memory is not None:
+        out[CAPACITY_MEMORY] = {
+            "value": memory,
+            "requestPolicy": {"default": memory, "validRange": {"min": SHARE_MIN_MEMORY}},
+        }
+    whole = str(GPU_CORES)
+    out[CAPACITY_CORES] = {
+        "value": whole,
+        "requestPolicy": {"default": whole, "validRange": {"min": "1", "max": whole, "step": "1"}},
+    }
+    return out
+
+
+def share_id(result: dict[str, Any]) -> str:
+    """A raw allocation result's `shareID` ("" when it has none: a whole allocation)."""
+    value = result.get("shareID")
+    return value if isinstance(value, str) else ""
+
+
+def consumed_capacity(result: dict[str, Any]) -> dict[str, int] | None:
+    """A raw allocation result's `consumedCapacity` by unqualified name (`memory` in bytes, `cores`
+    in percent), rounded up to whole units; None when the result carries none (it counts as the
+    whole device). Raises ValueError for a value that is not a quantity."""
+    raw = result.get("consumedCapacity")
+    if not isinstance(raw, dict):
+        return None
+    return {
+        str(name).removeprefix(f"{DRIVER}/"): Quantity.parse(value, f"consumedCapacity.{name}").value()
+        for name, value in raw.items()
+    }
