@@ -61,7 +61,9 @@ def parse_amounts(data: Mapping[str, Any], name: str, path: str) -> Amounts:
     """A map of quantities (`capacity.requests` of a request, `consumedCapacity` of a result)."""
     mpath = d.join(path, name)
     return tuple(
-        sorted((k, Quantity.parse(v, d.join(mpath, k))) for k, v in d.obj(data.get(name) or {}, mpath).items())
+        sorted(
+            (k, Quantity.parse(v, d.join(mpath, k))) for k, v in d.obj(data.get(name) or {}, mpath).items()
+        )
     )
 
 
@@ -101,7 +103,9 @@ def _breaks(amount: Quantity, cap: DeviceCapacity) -> bool:
     return False
 
 
-def consumed(asked: Mapping[str, Quantity], capacities: Mapping[str, DeviceCapacity]) -> dict[str, Quantity] | None:
+def consumed(
+    asked: Mapping[str, Quantity], capacities: Mapping[str, DeviceCapacity]
+) -> dict[str, Quantity] | None:
     """What a request asking `asked` consumes of each of a device's capacities; None when it asks
     for a capacity the device does not have or an amount its policy does not allow."""
     if any(name not in capacities for name in asked):
@@ -119,7 +123,9 @@ def consumed(asked: Mapping[str, Quantity], capacities: Mapping[str, DeviceCapac
     return out
 
 
-def fits(amounts: Mapping[str, Quantity], used: Mapping[str, Quantity], capacities: Mapping[str, DeviceCapacity]) -> bool:
+def fits(
+    amounts: Mapping[str, Quantity], used: Mapping[str, Quantity], capacities: Mapping[str, DeviceCapacity]
+) -> bool:
     """Whether `amounts` fit on top of `used` within each capacity's value."""
     zero = Quantity(0)
     return all(
