@@ -107,7 +107,9 @@ def results_usage(
             continue
         if not slot.total:
             continue  # unhealthy: nothing can be chosen there anyway
-        share = share_allocation(slot, dict(r.consumed)) if r.consumed and dtype == GPU else None
+        share = (
+            share_allocation(slot, dict(r.consumed)) if r.consumed and r.share_id and dtype == GPU else None
+        )
         out.setdefault(dtype, []).append(share or DeviceAllocation(name.minor, _whole(slot), id=slot.id))
     return DeviceAllocations(out), missing
 
