@@ -153,12 +153,12 @@ class ClaimHolders:
         return tuple(sorted(out))
 
     def _fitting(self, device: Device) -> set[str]:
-        """The shares of a device that fit it, taken in the order they were allocated."""
+        """The holders of a device that fit it, taken in the order they were allocated."""
         kept: list[Use] = []
         out = set()
         for k in sorted(self._devices.get(device, ()), key=lambda k: (self._claims[k][2], k)):
             use = self._claims[k][1][device]
-            if use is not None and not overflows([*kept, use], self.capacity(device) or {}):
+            if not overflows([*kept, use], self.capacity(device) or {}):
                 kept.append(use)
                 out.add(k)
         return out
