@@ -13,6 +13,11 @@ Device taints: the API server's version says whether it keeps them (1.36 and lat
 is beta and on); where it does, a device tainted unhealthy stays in the slices, else it is left out.
 A server of 1.36 that dropped the taints of a slice written (the gate turned off) is taken at its
 word: the pool is written again without those devices, and taints are not tried again.
+
+Shared GPUs the same way: from 1.36 (DRAConsumableCapacity beta and on) GPUs are published sharable
+(`allowMultipleAllocations`, capacity with a requestPolicy); before, or where the server drops those
+fields on write, whole (slices.whole), said once in the log and in a Warning Event on the Node. What
+the slices hold is the fact the allocator reads: a GPU without `allowMultipleAllocations` is whole.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.dra.slices import pool_slices, untainted
+from agent.deviceplugin.events import post_event
+from agent.dra.slices import pool_slices, untainted, whole
 from agent.kube import TRANSPORT_ERRORS, Kube, Outcome, short_error, status_of
 from apis import dra
 from apis.dra_taints import SERVED_SINCE_MINOR
@@ -30,6 +36,8 @@ from apis.dra_taints import SERVED_SINCE_MINOR
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 3
+SHARING_SINCE_MINOR = 36  # DRAConsumableCapacity: beta and on from 1.36, alpha and off in 1.35
+WHOLE_GPUS_REASON = "DRAGPUsWhole"
 
 
 def _content(obj: dict[str, Any]) -> Any:
@@ -45,7 +53,7 @@ def _content(obj: dict[str, Any]) -> Any:
         pool.get("generation"),
         pool.get("resourceSliceCount"),
         [
-            (d.get("name"), d.get("attributes") or {}, d.get("capacity") or {}, _taints(d))
+            (d.get("name"), d.get("attributes") or {}, d.get("capacity") or {}, _taints(d), _multiple(d))
             for d in spec.get("devices") or []
         ],
     )
@@ -54,6 +62,14 @@ def _content(obj: dict[str, Any]) -> Any:
 def _taints(device: dict[str, Any]) -> list[tuple[Any, Any, Any]]:
     """A device's taints as written (timeAdded left out: the server may write it its own way)."""
     return [(t.get("key"), t.get("value") or "", t.get("effect")) for t in device.get("taints") or []]
+
+
+def _multiple(device: dict[str, Any]) -> bool:
+    return device.get(dra.ALLOW_MULTIPLE) is True
+
+
+def _shared(obj: dict[str, Any]) -> list[bool]:
+    return [_multiple(d) for d in (obj.get("spec") or {}).get("devices") or []]
 
 
 def _device_taints(obj: dict[str, Any]) -> list[list[tuple[Any, Any, Any]]]:
@@ -75,17 +91,22 @@ class SlicePublisher:
         verify_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         taints: bool | None = None,
+        sharing: bool | None = None,
     ) -> None:
-        """`taints`: whether the server keeps device taints (None: its version says)."""
+        """`taints`, `sharing`: whether the server keeps device taints, consumable capacity (None:
+        its version says)."""
         self.kube = kube
         self.taints = taints
+        self.sharing = sharing
+        self._told_whole = False
+        self._why_whole = "the agent was told the API server does not serve consumable capacity"
         self.node = node
         self.verify_seconds = verify_seconds
         self.clock = clock
         self.generation = 0  # the pool generation last written or seen
         self._devices: tuple[list[dict[str, Any]], str] | None = None  # (devices, owner) on the server
         self._verified = float("-inf")
-        self._dropped = False  # the last sync's writes lost their taints
+        self._dropped = False  # the last sync's writes lost their taints or their sharing
         self.writes = 0
 
     def mark_stale(self) -> None:
@@ -97,11 +118,13 @@ class SlicePublisher:
         if wanted == self._devices and self.clock() - self._verified < self.verify_seconds:
             return Outcome()
         try:
-            if self.taints is None:
-                self._ask_taints()
-            outcome = self._sync(devices if self.taints else untainted(devices), node_uid)
-            if self._dropped:  # the server said no taints: the unhealthy devices leave
-                outcome = Outcome(wrote=self._sync(untainted(devices), node_uid).wrote or outcome.wrote)
+            if self.taints is None or self.sharing is None:
+                self._ask_version()
+            outcome = self._sync(self._served(devices), node_uid)
+            if self._dropped:  # the server said no taints or no sharing: written again without
+                outcome = Outcome(wrote=self._sync(self._served(devices), node_uid).wrote or outcome.wrote)
+            if not self.sharing:
+                self._tell_whole(node_uid)
             self._devices = wanted
             return outcome
         except TRANSPORT_ERRORS as exc:
@@ -110,14 +133,38 @@ class SlicePublisher:
             log.warning("%s", error)
             return Outcome(error=error)
 
-    def _ask_taints(self) -> None:
+    def _served(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pool as this server keeps it."""
+        devices = devices if self.taints else untainted(devices)
+        return devices if self.sharing else whole(devices)
+
+    def _ask_version(self) -> None:
         minor = _minor(self.kube.server_version())
-        self.taints = minor >= SERVED_SINCE_MINOR
-        log.info(
-            "API server 1.%d: an unhealthy device %s",
-            minor,
-            "stays in the ResourceSlices with a taint" if self.taints else "leaves the ResourceSlices",
+        if self.taints is None:
+            self.taints = minor >= SERVED_SINCE_MINOR
+            log.info(
+                "API server 1.%d: an unhealthy device %s",
+                minor,
+                "stays in the ResourceSlices with a taint" if self.taints else "leaves the ResourceSlices",
+            )
+        if self.sharing is None:
+            self.sharing = minor >= SHARING_SINCE_MINOR
+            self._why_whole = f"the API server (1.{minor}) does not serve consumable capacity"
+            if self.sharing:
+                log.info("API server 1.%d: GPUs are published sharable (consumable capacity)", minor)
+
+    def _tell_whole(self, node_uid: str) -> None:
+        """Say once, in the log and a Warning Event on the Node, that the GPUs are whole only."""
+        if self._told_whole:
+            return
+        message = (
+            f"GPUs of node {self.node} are published whole only, not sharable ({self._why_whole}): "
+            "claims asking for a share of a GPU cannot be served here"
         )
+        log.warning("%s", message)
+        involved = {"kind": "Node", "name": self.node, "uid": node_uid}
+        post_event(self.kube, self.node, involved, "Warning", WHOLE_GPUS_REASON, message)
+        self._told_whole = True
 
     def _sync(self, devices: list[dict[str, Any]], node_uid: str) -> Outcome:
         self._dropped = False
@@ -169,6 +216,15 @@ class SlicePublisher:
                     name,
                 )
                 self.taints = False
+                self._dropped = True
+            if self.sharing and _shared(body) != _shared(stored or body):
+                log.warning(
+                    "the API server dropped allowMultipleAllocations from ResourceSlice %s "
+                    "(DRAConsumableCapacity off): GPUs are published whole instead",
+                    name,
+                )
+                self.sharing = False
+                self._why_whole = "the API server dropped allowMultipleAllocations on write"
                 self._dropped = True
         for name in sorted(set(current) - names):
             try:

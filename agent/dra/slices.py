@@ -11,6 +11,11 @@ or says nothing, and its GPUs share one NVLink domain in the Device); a partitio
 PCIe ring, an L40S pair) is `pciePartition<N>`, so a claim matching on an NVLink attribute never
 gets GPUs that reach each other over PCIe only. A GPU in no partition of that size has neither.
 
+A GPU is published sharable (consumable capacity): `allowMultipleAllocations` and the capacities
+`memory` and `cores` with a requestPolicy whose defaults are the whole GPU (apis/dra.gpu_capacity);
+`whole` turns the pool into whole GPUs for an API server that does not keep those fields (1.35).
+NICs and VFs are always whole.
+
 An unhealthy device (and the VFs of an unhealthy NIC) is left out, or, given a taint effect, kept
 with the taint `topoalloc.io/unhealthy=<reason>` of that effect (the publisher keeps taints only
 where the API server serves them: beta and on from 1.36, dropped on write before). A slice holding
@@ -113,8 +118,8 @@ def _gpu(info: DeviceInfo, product: str, partitions: dict[int, tuple[int, bool]]
     attrs.update(_place(info, info.topology.bus_id if info.topology else ""))
     out: dict[str, Any] = {"name": str(dra.DeviceName(dra.TYPE_GPU, info.minor)), "attributes": attrs}
     memory = info.resources.get(GPU_MEMORY)
-    if memory is not None:
-        out["capacity"] = {dra.CAPACITY_MEMORY: {"value": str(memory)}}
+    out[dra.ALLOW_MULTIPLE] = True
+    out["capacity"] = dra.gpu_capacity(None if memory is None else str(memory), sharable=True)
     return out
 
 
@@ -209,6 +214,21 @@ def pool_devices(
 def untainted(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pool where the API server drops device taints: the devices tainted unhealthy left out."""
     return [d for d in devices if not any(t.get("key") == UNHEALTHY_KEY for t in d.get("taints") or ())]
+
+
+def whole(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pool where the API server drops consumable capacity: every GPU whole, its `memory`
+    capacity without a requestPolicy and no `cores`."""
+    out = []
+    for dev in devices:
+        if dev.get(dra.ALLOW_MULTIPLE):
+            dev = {k: v for k, v in dev.items() if k != dra.ALLOW_MULTIPLE}
+            memory = (dev.get("capacity") or {}).get(dra.CAPACITY_MEMORY)
+            dev["capacity"] = dra.gpu_capacity(None if memory is None else memory["value"], sharable=False)
+            if not dev["capacity"]:
+                del dev["capacity"]
+        out.append(dev)
+    return out
 
 
 def slice_name(node: str, index: int) -> str:

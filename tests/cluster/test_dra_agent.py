@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.dra.slice_publisher import WHOLE_GPUS_REASON
 from allocator.core.claims.taints import DEVICE_TAINTED
 from apis import dra
 from apis.dra_taints import NO_SCHEDULE, UNHEALTHY_KEY
@@ -86,6 +87,37 @@ def test_slices_accepted_as_written_and_the_node_labelled(
     assert the_node["metadata"]["labels"][dra.MODE_LABEL] == "dra"
     assert not any(k.startswith("koordinator.sh/") for k in the_node["status"]["allocatable"])
     assert cluster.cp.admin.get(f"{DEVICES}/{NODE}")["spec"]["devices"]  # the Device is still there
+
+
+def test_gpus_are_sharable_where_the_server_keeps_it_else_whole_and_the_node_says_so(
+    cluster: ClusterEnv, node: DraNode, release: KubeRelease
+) -> None:
+    devices = pool(cluster, node)
+    gpus = [d for n, d in devices.items() if n.startswith("gpu-")]
+    assert len(gpus) == 8
+
+    def told() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in cluster.events("default")
+            if e.get("reason") == WHOLE_GPUS_REASON and e["involvedObject"]["name"] == NODE
+        ]
+
+    if release.minor_int >= 36:  # kept exactly as the agent wrote it: sharable, the whole by default
+        for gpu in gpus:
+            assert gpu[dra.ALLOW_MULTIPLE] is True
+            assert gpu["capacity"] == dra.gpu_capacity("81559Mi", sharable=True)
+        assert not told()
+    else:  # the server drops consumable capacity: whole GPUs, and a Warning Event on the Node
+        for gpu in gpus:
+            assert dra.ALLOW_MULTIPLE not in gpu
+            assert gpu["capacity"] == {dra.CAPACITY_MEMORY: {"value": "81559Mi"}}
+        event = wait_until(told, timeout=30, what="the agent's Event: GPUs whole only")[0]
+        assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Node"
+        assert "published whole only" in event["message"] and "1.35" in event["message"]
+    for name, dev in devices.items():  # NICs and VFs are whole everywhere
+        if not name.startswith("gpu-"):
+            assert dra.ALLOW_MULTIPLE not in dev
 
 
 def test_slices_are_not_rewritten_while_nothing_changes(cluster: ClusterEnv, node: DraNode) -> None:

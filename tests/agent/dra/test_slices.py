@@ -19,6 +19,7 @@ from agent.dra.slices import (
     pool_devices,
     pool_slices,
     untainted,
+    whole,
 )
 from agent.main_loop import PassResult
 from apis import dra
@@ -67,11 +68,16 @@ def test_every_fixture_gives_a_pool_the_api_accepts(fixture: str) -> None:
     for dev in devices:
         assert DNS_LABEL.fullmatch(dev["name"]) and dra.parse_device_name(dev["name"]) is not None
         assert len(dev["attributes"]) + len(dev.get("capacity", {})) <= dra.MAX_ATTRIBUTES_PER_DEVICE
-        for name, val in {**dev["attributes"], **dev.get("capacity", {})}.items():
+        for name, val in dev["attributes"].items():
             assert qualified_name_ok(name), name
-            assert len(val) == 1  # exactly one of int, bool, string, version (or a capacity value)
+            assert len(val) == 1  # exactly one of int, bool, string, version
             if "string" in val:
                 assert len(val["string"]) <= 64
+        for name, cap in dev.get("capacity", {}).items():
+            assert qualified_name_ok(name), name
+            assert set(cap) <= {"value", "requestPolicy"} and "value" in cap
+            if "requestPolicy" in cap:  # only on a device that allows several allocations
+                assert dev[dra.ALLOW_MULTIPLE] is True and cap["requestPolicy"]["default"] == cap["value"]
     for piece in pool_slices(fixture, devices, 1):
         tainted = any(d.get("taints") for d in piece["spec"]["devices"])
         limit = MAX_DEVICES_WITH_TAINTS if tainted else dra.MAX_DEVICES_PER_SLICE
@@ -99,7 +105,7 @@ def test_gpu_and_the_nic_behind_its_switch_share_their_place_on_dgx_h100() -> No
     assert value(gpu0, dra.ATTR_PRODUCT) == "NVIDIA H100 80GB HBM3"
     assert value(gpu0, dra.ATTR_UUID).startswith("GPU-")
     assert value(gpu0, dra.ATTR_NVLINK_DOMAIN) == "nvlink0"
-    assert gpu0["capacity"] == {dra.CAPACITY_MEMORY: {"value": "81559Mi"}}
+    assert whole([gpu0])[0]["capacity"] == {dra.CAPACITY_MEMORY: {"value": "81559Mi"}}
     # a VF names its NIC and carries its own address
     assert value(vf, dra.ATTR_PF) == "rdma-0" and value(vf, dra.PCI_BUS_ID) == "0000:18:00.1"
     assert value(nic0, dra.PCI_BUS_ID) == "0000:18:00.0" and value(nic0, dra.ATTR_LINK_LAYER) == "InfiniBand"
@@ -240,3 +246,33 @@ def test_device_mode_label_and_no_device_resources_in_dra_mode() -> None:
     plugin_mode = one_pass(FIXTURES / "dgx-h100")
     assert plugin_mode.labels[dra.MODE_LABEL] == "device-plugin" and plugin_mode.pool == []
     assert plugin_mode.extended["koordinator.sh/gpu-core"] == "800"
+
+
+def test_gpus_are_sharable_with_the_whole_gpu_as_default_and_nics_stay_whole() -> None:
+    devices = by_name(dra_pass("dgx-h100").pool)
+    gpu0 = devices["gpu-0"]
+    assert gpu0[dra.ALLOW_MULTIPLE] is True
+    assert gpu0["capacity"] == {
+        "memory": {"value": "81559Mi", "requestPolicy": {"default": "81559Mi", "validRange": {"min": "1Mi"}}},
+        "cores": {
+            "value": "100",
+            "requestPolicy": {"default": "100", "validRange": {"min": "1", "max": "100", "step": "1"}},
+        },
+    }
+    for name, dev in devices.items():
+        if not name.startswith("gpu-"):  # NICs and VFs are handed out whole
+            assert dra.ALLOW_MULTIPLE not in dev and "capacity" not in dev
+
+
+def test_whole_gpus_where_the_server_keeps_no_consumable_capacity() -> None:
+    pool = dra_pass("dgx-h100").pool
+    before = copy.deepcopy(pool)
+    flat = by_name(whole(pool))
+    assert pool == before  # the pool itself is left as it was
+    for name, dev in flat.items():
+        assert dra.ALLOW_MULTIPLE not in dev
+        if name.startswith("gpu-"):
+            assert dev["capacity"] == {dra.CAPACITY_MEMORY: {"value": "81559Mi"}}
+            assert dev["attributes"] == by_name(pool)[name]["attributes"]
+        else:
+            assert dev == by_name(pool)[name]
