@@ -158,7 +158,7 @@ class ClaimHolders:
         out = set()
         for k in sorted(self._devices.get(device, ()), key=lambda k: (self._claims[k][2], k)):
             use = self._claims[k][1][device]
-            if not overflows([*kept, use], self.capacity(device) or {}):
+            if not overflows([*kept, use], self.capacity(device)):
                 kept.append(use)
                 out.add(k)
         return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.dra.slices import pool_devices, pool_slices
+from agent.dra.slices import pool_devices, pool_slices, whole
 from apis import dra
 from apis.device import Device
 from tests.claims.harness import (
@@ -39,14 +39,12 @@ def sharable_node(
     agent publishes them on 1.36 (allowMultipleAllocations, memory and cores with their policies)."""
     dra_node(fake, name)
     device = machine_device("dgx-h100", name)
-    devices = []
-    for d in pool_devices(Device.from_dict(device), max_vfs=8):
-        if d["name"].startswith("gpu-"):
-            if d["name"] not in gpus_published:
-                continue
-            memory = d["capacity"][dra.CAPACITY_MEMORY]["value"]
-            d = {**d, "allowMultipleAllocations": True, "capacity": dra.gpu_capacity(memory, sharable=True)}
-        devices.append(d)
+    devices = [
+        d
+        for d in pool_devices(Device.from_dict(device), max_vfs=8)
+        if not d["name"].startswith("gpu-") or d["name"] in gpus_published
+    ]
+    assert all(d[dra.ALLOW_MULTIPLE] for d in devices if d["name"].startswith("gpu-"))
     for s in pool_slices(name, devices, 1):
         s["spec"]["pool"]["generation"] = 2  # the newest generation: these slices are the pool
         fake.put(s)
@@ -139,7 +137,11 @@ async def test_a_node_publishing_whole_gpus_refuses_a_share_saying_so(
     fake_api: FakeApiServer, pki: Pki
 ) -> None:
     serve_dra(fake_api)
-    dra_node(fake_api, "n1")  # as on 1.35: no allowMultipleAllocations in its slices
+    dra_node(fake_api, "n1")
+    devices = whole(pool_devices(Device.from_dict(machine_device("dgx-h100", "n1")), max_vfs=8))
+    for s in pool_slices("n1", devices, 1):  # as the agent publishes them for 1.35
+        s["spec"]["pool"]["generation"] = 2
+        fake_api.put(s)
     fake_api.put(template("half", share("50", "10Gi")))
     async with claims_world(fake_api, pki) as w:
         await until(lambda: "n1" in w.run.service.cache.dra.published)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agent.dra.slices import pool_devices, pool_slices, whole
 from allocator.core.claims.published import NodeDevices, results_usage
 from allocator.core.claims.published import pool_devices as node_pool
 from allocator.core.claims.solve import WHOLE_ONLY, ClaimAnswer, solve
@@ -18,6 +19,7 @@ from allocator.core.reasons import Rejection
 from allocator.core.request.claims import REFUSE, ClaimsRequest, classify, translate
 from allocator.core.request.parse import pod_request
 from apis import dra
+from apis.device import Device
 from apis.dra_capacity import DeviceCapacity, consumed, fits
 from apis.dra_claims import allocation_status, claim_spec
 from apis.dra_slices import ResourceSlice
@@ -199,7 +201,10 @@ def solve_with(node: Node, claim: Any) -> ClaimAnswer | Rejection:
 
 
 def test_a_node_whose_gpus_are_whole_only_refuses_a_share_saying_so() -> None:
-    node = Node("dgx-h100")  # published as on 1.35: no allowMultipleAllocations
+    node = Node("dgx-h100")
+    name = node.name
+    devices = whole(pool_devices(Device.from_dict(node.device), max_vfs=8))  # as the agent on 1.35
+    node.pool = node_pool(name, [ResourceSlice.from_dict(s) for s in pool_slices(name, devices, 1)])
     refused = node.solve(share("50", "10Gi"))
     assert isinstance(refused, Rejection) and refused.code == WHOLE_ONLY
     assert "whole only" in refused.message and "allowMultipleAllocations" in refused.message

@@ -84,13 +84,11 @@ Use = tuple[tuple[str, int], ...] | None  # a share's consumed capacity (whole u
 
 def overflows(uses: Sequence[Use], capacity: Mapping[str, int] | None) -> bool:
     """Whether these holders of one device cannot all have it: one holds it whole, or their shares
-    together exceed a capacity (shares of a device whose capacity is not known do not)."""
+    together exceed a capacity (or the device's capacity is not known: never risk it)."""
     if len(uses) < 2:
         return False
-    if any(u is None for u in uses):
+    if capacity is None or any(u is None for u in uses):
         return True
-    if capacity is None:
-        return False
     total: dict[str, int] = {}
     for u in uses:
         for name, value in u or ():

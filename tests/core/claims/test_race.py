@@ -85,8 +85,10 @@ def test_shares_that_fit_keep_the_device_and_only_the_overflow_moves() -> None:
     early = share_holder("e", 5, 60, bound=False)
     actions = repair("n1/gpu-0", [early, a, b], capacity=capacity)
     assert isinstance(actions[0], ClearClaim) and actions[0].claim.key == "ns/e"
-    # without the device's capacity, shares never conflict; a whole holder always does
-    assert repair("n1/gpu-0", [c, b, a]) == []
+    # without the device's capacity, shares are not risked: only the first keeps it
+    actions = repair("n1/gpu-0", [a, b])
+    assert isinstance(actions[0], Evict) and actions[0].pod.name == "b-pod"
+    assert isinstance(repair("n1/gpu-0", [a, c])[0], ClearClaim)
     whole = holder("w", 40, ours=False, reserved=False, bound=False)
     actions = repair("n1/gpu-0", [a, whole], capacity=capacity)
     assert isinstance(actions[0], ClearClaim) and actions[0].claim.key == "ns/w"
