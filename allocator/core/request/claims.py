@@ -4,12 +4,13 @@ and annotations, here read from claims (docs/dra.md, "Allocation").
 `classify` says whose a claim is: topoalloc's (every request names one of its DeviceClasses with
 features it allocates), another driver's, one left to kube-scheduler's own allocation (opted out,
 `allocationMode: All`, `adminAccess`, `firstAvailable`, or mixed with other drivers' classes), or
-refused (consumable capacity, opaque configuration). `translate` turns the pod's claims of
-topoalloc's into a `ClaimsRequest`: a `PodRequest` for all their devices together (whole GPUs, whole
-NICs or VFs, the GPU scope or partition a `matchAttribute` names, the joint GPU-NIC allocation:
-required on one switch where a GPU-NIC `matchAttribute` on `pcieSwitch` asks for it, else the NICs
-behind the chosen GPUs' switches preferred), the request slots results are written for, and the
-constraints every answer is checked against before anything is written (allocator/core/claims/).
+refused (capacity other than one GPU's share, opaque configuration). `translate` turns the pod's
+claims of topoalloc's into a `ClaimsRequest`: a `PodRequest` for all their devices together (whole
+GPUs or one GPU share as the device-plugin path asks it, whole NICs or VFs, the GPU scope or
+partition a `matchAttribute` names, the joint GPU-NIC allocation: required on one switch where a
+GPU-NIC `matchAttribute` on `pcieSwitch` asks for it, else the NICs behind the chosen GPUs'
+switches preferred), the request slots results are written for, and the constraints every answer
+is checked against before anything is written (allocator/core/claims/).
 """
 
 from __future__ import annotations
