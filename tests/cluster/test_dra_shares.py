@@ -2,8 +2,9 @@
 GPUs sharable where the API server keeps consumable capacity (1.36) and whole where it drops it
 (1.35). On 1.36 a pair of share claims lands on one GPU with what they consume summing to at most
 the GPU, a third waits with an Event, and topoalloc writes its results in the form kube-scheduler
-writes its own (shareID, consumedCapacity by the slice's capacity names); on 1.35 a share asked of
-the whole-only node is refused saying so."""
+writes its own (shareID, consumedCapacity by the slice's capacity names); on 1.35, where the API
+server would drop a share's capacity.requests, a claim or template asking one is refused at its
+creation saying the GPUs are whole only."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from apis import dra
 from apis.quantity import Quantity
-from tests.cluster.dra import DraNode, node_slices, running_dra_nodes, start_dra_node
+from tests.cluster.dra import CLAIMS, TEMPLATES, DraNode, node_slices, running_dra_nodes, start_dra_node
 from tests.cluster.dra_claims import (
     OPT_OUT,
     allocated_claim,
@@ -29,6 +30,7 @@ from tests.cluster.dra_claims import (
 from tests.cluster.harness import ClusterEnv
 from tests.support.controlplane import wait_until
 from tests.support.kube_releases import KubeRelease
+from tests.support.rest import ApiStatus
 
 NODE = "dra-share"
 GPU0 = f'device.attributes["{dra.DRIVER}"].minor == 0'  # the pair and the third on one GPU
@@ -127,20 +129,34 @@ def test_topoalloc_writes_shares_as_kube_scheduler_does(
 def test_a_share_asked_of_a_whole_only_node_is_refused_saying_so(
     cluster: ClusterEnv, node: DraNode, ns: str, release: KubeRelease
 ) -> None:
+    """1.35 drops consumable capacity on write, after admission (measured: the template comes back
+    without capacity.requests and its claim would take a whole GPU): the claims webhook refuses a
+    template or claim asking a share while the cluster's GPUs are whole only."""
     if release.minor_int >= 36:
         pytest.skip("the node's GPUs are sharable on 1.36")
-    template = share_template("half", ns, "50", "10Gi")
-    create_template(cluster, template)
-    stored = cluster.cp.admin.get(f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates/half")
-    print("the template as 1.35 stores it:", stored["spec"]["spec"]["devices"])
-    cluster.create_pod(ns, claim_pod("p", "half", ns))
-    notes = wait_until(
-        lambda: (
-            event_notes(cluster, ns, "DRAAllocationFailed") or event_notes(cluster, ns, "DRAClaimRefused")
-        ),
-        timeout=60,
-        what="the refusal",
-    )
-    assert "whole only" in notes[0], notes
-    assert gates(cluster, ns, "p") == [dra.SCHEDULING_GATE]
+    for kind, path, obj in (
+        ("template", TEMPLATES, share_template("half", ns, "50", "10Gi")),
+        ("claim", CLAIMS, share_claim("half", ns)),
+    ):
+        with pytest.raises(ApiStatus) as refused:
+            cluster.cp.admin.post(path.format(ns=ns), obj)
+        assert refused.value.status == 400, kind
+        assert "whole only" in str(refused.value.body) and "allowMultipleAllocations" in str(
+            refused.value.body
+        )
+    # the same template asking a whole GPU is taken, and its claim allocated as usual
+    create_template(cluster, gpu_template("whole", 1, ns))
+    cluster.create_pod(ns, claim_pod("p", "whole", ns, node=NODE))
+    cluster.wait_bound(ns, "p")
+    assert "consumedCapacity" not in result_of(allocated_claim(cluster, ns, "p"))
     cleanup(cluster, ns)
+
+
+def share_claim(name: str, ns: str) -> JSON:
+    template = share_template(name, ns, "50", "10Gi")
+    return {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": template["spec"]["spec"],
+    }
