@@ -107,7 +107,7 @@ FORBIDDEN = {
         "agent.dra",
     ),
     # dra mode likewise: its slices and its kubelet plugin are built from the Device the main loop
-    # built; the two kubelet plugins share only agent/{checkpoint,unix_grpc,container_devices}.py.
+    # built; the two kubelet plugins share only agent/{checkpoint,unix_grpc,container_devices,events}.py.
     "agent/dra": (
         "agent.main_loop",
         "agent.healthz",

@@ -7,12 +7,10 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
-from agent.kube import TRANSPORT_ERRORS, Kube, short_error
-from apis.timestamps import format_time
+from agent.events import post_event
+from agent.kube import Kube
 
 log = logging.getLogger(__name__)
-
-COMPONENT = "topoalloc-agent"
 
 REFUSALS = Counter(
     "topoalloc_agent_allocate_refusals",
@@ -77,38 +75,3 @@ class PodEvents:
         namespace = str(meta.get("namespace", "default"))
         involved = {"kind": "Pod", "namespace": namespace, "name": str(meta.get("name", ""))}
         post_event(self.kube, self.node, {**involved, "uid": str(meta.get("uid", ""))}, kind, reason, message)
-
-
-def post_event(kube: Kube, host: str, involved: dict[str, str], kind: str, reason: str, message: str) -> None:
-    """Post a core/v1 Event (type `kind`) on `involved` (kind, name, uid, and namespace unless it is
-    a Node: its Events go to "default", as kubelet's do); a failure is logged, never raised."""
-    namespace = involved.get("namespace") or "default"
-    name = involved.get("name", "")
-    now = format_time()
-    body = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        # A generateName may end in "-", not "." (kube-apiserver refuses that with 422).
-        "metadata": {"generateName": f"{name}-", "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", **involved},
-        "reason": reason,
-        "message": message[:1024],
-        "type": kind,
-        "source": {"component": COMPONENT, "host": host},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": host,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-    try:
-        kube.create_event(namespace, body)
-    except TRANSPORT_ERRORS as exc:
-        log.warning(
-            "event %s on %s %s/%s not posted: %s",
-            reason,
-            involved.get("kind"),
-            namespace,
-            name,
-            short_error(exc),
-        )

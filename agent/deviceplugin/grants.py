@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent import host_paths
-from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, pcidevice_env
+from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, hami_limits, pcidevice_env
 from agent.deviceplugin.cdi import CdiRegistry
 from agent.deviceplugin.expectation import ContainerExpectation, ExpectationError
 from agent.deviceplugin.inventory import GPU_SHARE_RESOURCES, Inventory
 from agent.discovery.sysfs import Sysfs
 from apis import resources as rn
-
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -84,14 +82,15 @@ class GrantBuilder:
         if resource in GPU_SHARE_RESOURCES:
             cores = [(e.resources or {}).get(rn.GPU_CORE) for e in exp.entries]
             if any(c is not None and c.value() < 100 for c in cores):
-                for i, entry in enumerate(exp.entries):
+                memories = []
+                for entry in exp.entries:
                     memory = (entry.resources or {}).get(rn.GPU_MEMORY)
                     if memory is None:
                         raise ExpectationError(f"shared GPU {entry.minor}: the annotation has no gpu-memory")
-                    grant.envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{memory.value() // MIB}m"
+                    memories.append(memory.value())
                 first = cores[0]
                 assert first is not None  # _units() required gpu-core on every gpu-core entry
-                grant.envs["CUDA_DEVICE_SM_LIMIT"] = str(first.value())
+                grant.envs.update(hami_limits(memories, first.value()))
         return grant
 
     def _rdma(self, resource: str, exp: ContainerExpectation) -> Grant:

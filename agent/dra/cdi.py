@@ -9,7 +9,9 @@ sysfs). The spec-wide edits carry the environment naming the claim's devices:
 `NVIDIA_VISIBLE_DEVICES` (GPU UUIDs, for the NVIDIA runtime hook) and `PCIDEVICE_<class>` (PCI
 addresses, the SR-IOV network device plugin's convention). They are per claim, not per device, so
 that a claim with several GPUs lists them all (a variable set by several devices keeps only the
-last value).
+last value). A claim holding a share of a GPU (an allocation with a shareID that consumes less than
+the whole) also gets HAMi-core's limits, as a shared GPU of the device plugins does
+(`CUDA_DEVICE_MEMORY_LIMIT_<i>` per GPU of the claim, `CUDA_DEVICE_SM_LIMIT`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 
 from agent import host_paths
 from agent.checkpoint import write_atomically
-from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, pcidevice_env
+from agent.container_devices import GPU_CONTROL_DEVICES, RDMA_CM, gpu_node, hami_limits, pcidevice_env
 from agent.discovery.sysfs import Sysfs
 from apis import dra
 from apis.device import DeviceInfo
+from apis.resources import GPU_MEMORY
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,13 @@ class Resolved:
     name: dra.DeviceName
     info: DeviceInfo
     vf: str | None = None
+    share: tuple[int, int] | None = None  # a GPU share's (memory bytes, cores); None: the whole GPU
+
+
+def gpu_memory(info: DeviceInfo) -> int:
+    """A GPU's memory in bytes (0 when the Device does not say)."""
+    memory = info.resources.get(GPU_MEMORY)
+    return memory.value() if memory is not None else 0
 
 
 def cdi_device_name(claim_uid: str, device: str) -> str:
@@ -86,10 +96,12 @@ class ClaimSpecs:
         controls = [c for c in GPU_CONTROL_DEVICES if (self.dev_root / c).exists()]
         verbs = self.sysfs.uverbs_by_function() if any(d.name.type != dra.TYPE_GPU for d in devices) else {}
         entries, gpus, nics, vfs = [], [], [], []
+        limits: list[tuple[int, int]] = []  # (memory, cores) of each GPU, in NVIDIA_VISIBLE_DEVICES order
         for dev in devices:
             if dev.name.type == dra.TYPE_GPU:
                 nodes = [self._node(gpu_node(dev.info.minor))] + [self._node(c) for c in controls]
                 gpus.append(dev.info.id)
+                limits.append(dev.share or (gpu_memory(dev.info), dra.GPU_CORES))
             else:
                 function = dev.vf if dev.name.type == dra.TYPE_RDMA_VF else dev.info.id
                 assert function is not None  # find_device gives every VF its address
@@ -110,6 +122,10 @@ class ClaimSpecs:
             if values
         ]
         spec: dict[str, Any] = {"cdiVersion": CDI_VERSION, "kind": CDI_KIND}
+        if any(dev.share is not None for dev in devices):
+            # one SM limit for the container: the smallest share's, so no GPU gives more than granted
+            hami = hami_limits([m for m, _ in limits], min(c for _, c in limits))
+            env += [f"{key}={value}" for key, value in hami.items()]
         if env:
             spec["containerEdits"] = {"env": env}
         spec["devices"] = entries

@@ -1,5 +1,6 @@
 """What an allocated ResourceClaim asks of this node: the devices of topoalloc's driver in this node's
-pool, checked the way kubelet's Go helper checks a claim before it prepares it.
+pool, checked the way kubelet's Go helper checks a claim before it prepares it, with the share of a
+sharable GPU a result names (its shareID and consumedCapacity).
 
 Pure: the claim object in, `ClaimDevice`s or a `ClaimError` (the per-claim error kubelet shows) out.
 """
@@ -37,6 +38,8 @@ class ClaimDevice:
     pool: str
     device: str
     admin_access: bool = False
+    share_id: str = ""  # set: one of several allocations of a sharable device
+    consumed: dict[str, int] | None = None  # consumedCapacity (memory bytes, cores); None: all of it
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -68,5 +71,18 @@ def claim_devices(claim: dict[str, Any], ref: ClaimRef, pool: str) -> list[Claim
         request, device = result.get("request"), result.get("device")
         if not isinstance(request, str) or not request or not isinstance(device, str) or not device:
             raise ClaimError(f"claim {ref}: allocation result {i} lacks its request or device name")
-        out.append(ClaimDevice(request.split("/", 1)[0], pool, device, result.get("adminAccess") is True))
+        try:
+            consumed = dra.consumed_capacity(result)
+        except ValueError as exc:
+            raise ClaimError(f"claim {ref}: allocation result {i}: {exc}") from None
+        out.append(
+            ClaimDevice(
+                request.split("/", 1)[0],
+                pool,
+                device,
+                result.get("adminAccess") is True,
+                dra.share_id(result),
+                consumed,
+            )
+        )
     return out

@@ -46,6 +46,8 @@ def registration_socket_name() -> str:
 def _servicer(pb: ModuleType, pb_grpc: ModuleType, preparer: Preparer) -> Any:
     """A DRAPlugin servicer for one version of the API (v1 and v1beta1 share every message)."""
 
+    shares = "share_id" in pb.Device.DESCRIPTOR.fields_by_name  # v1 has it, v1beta1 does not
+
     def refs(request: Any) -> list[ClaimRef]:
         return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
 
@@ -61,6 +63,7 @@ def _servicer(pb: ModuleType, pb_grpc: ModuleType, preparer: Preparer) -> Any:
                                 pool_name=d.pool,
                                 device_name=d.device,
                                 cdi_device_ids=list(d.cdi_ids),
+                                **({"share_id": d.share_id} if d.share_id and shares else {}),
                             )
                             for d in answer.devices
                         ],

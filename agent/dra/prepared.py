@@ -1,8 +1,10 @@
 """The claims this node has prepared, kept in a msgpack checkpoint (agent/checkpoint.py) that is
 written before kubelet gets an answer: a restarted agent answers a repeated prepare from it,
 unprepares what an earlier process prepared, and still refuses a device already prepared for
-another claim. The CDI spec of each claim is kept with it, so a spec the runtime's folder lost
-(/var/run is a tmpfs) is written again when kubelet asks for the claim once more.
+another claim (several claims hold one GPU only as shares that fit it together: each prepared
+device keeps its shareID and consumed capacity). The CDI spec of each claim is kept with it, so a
+spec the runtime's folder lost (/var/run is a tmpfs) is written again when kubelet asks for the
+claim once more.
 """
 
 from __future__ import annotations
@@ -27,15 +29,22 @@ class PreparedDevice:
     device: str
     cdi_ids: tuple[str, ...]
     admin_access: bool = False
+    share_id: str = ""  # a share of a sharable GPU (the allocation result's shareID)
+    consumed: dict[str, int] | None = None  # what the share consumes; None: the whole device
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "requests": list(self.requests),
             "pool": self.pool,
             "device": self.device,
             "cdi": list(self.cdi_ids),
             "admin": self.admin_access,
         }
+        if self.share_id:
+            out["share"] = self.share_id
+        if self.consumed is not None:
+            out["consumed"] = dict(self.consumed)
+        return out
 
     @classmethod
     def from_wire(cls, data: Any) -> PreparedDevice:
@@ -47,7 +56,23 @@ class PreparedDevice:
         pool, device = data.get("pool"), data.get("device")
         if not isinstance(pool, str) or not pool or not isinstance(device, str) or not device:
             raise ValueError("pool or device missing")
-        return cls(tuple(lists[0] or ()), pool, device, tuple(lists[1] or ()), data.get("admin") is True)
+        share, consumed = data.get("share", ""), data.get("consumed")
+        if not isinstance(share, str):
+            raise ValueError("share is not a string")
+        if consumed is not None and not (
+            isinstance(consumed, dict)
+            and all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in consumed.items())
+        ):
+            raise ValueError("consumed is not a map of names to amounts")
+        return cls(
+            tuple(lists[0] or ()),
+            pool,
+            device,
+            tuple(lists[1] or ()),
+            data.get("admin") is True,
+            share,
+            consumed,
+        )
 
 
 @dataclass
@@ -109,11 +134,18 @@ class PreparedClaims:
             self.path, {"claims": {uid: c.to_wire() for uid, c in self.claims.items()}}, version=VERSION
         )
 
-    def holder(self, pool: str, device: str, *, other_than: str) -> PreparedClaim | None:
-        """The claim (other than `other_than`) a device is prepared for, not counting admin access."""
+    def holders(
+        self, pool: str, device: str, *, other_than: str
+    ) -> list[tuple[PreparedClaim, PreparedDevice]]:
+        """The claims (other than `other_than`) a device is prepared for, with what each holds of it,
+        not counting admin access."""
+        out = []
         for uid, claim in self.claims.items():
             if uid == other_than:
                 continue
-            if any(d.pool == pool and d.device == device and not d.admin_access for d in claim.devices):
-                return claim
-        return None
+            out.extend(
+                (claim, d)
+                for d in claim.devices
+                if d.pool == pool and d.device == device and not d.admin_access
+            )
+        return out

@@ -5,8 +5,12 @@ runtime's folder lost it); otherwise the claim is read from the API (by namespac
 be the one kubelet means (same UID) and allocated; of its results only topoalloc's in this node's
 pool count, each mapped to the node's current Device by its name (`apis.dra`). A device that is
 unknown, unhealthy or already prepared for another claim (the last guard against double use) fails
-the claim with an error naming it, never the call. The claim's CDI spec is written, and the new
-state checkpointed, before the answer goes out.
+the claim with an error naming it, never the call. A shared GPU is the exception: a result with a
+shareID is prepared for its claim alone (its CDI spec carries HAMi-core's limits when the share is
+less than the GPU, the gRPC Device its share_id), and several claims may hold one GPU when each
+holds it as a share and their consumed capacity together fits it (memory and cores); a whole
+allocation beside anything else, or shares beyond the GPU, are refused. The claim's CDI spec is
+written, and the new state checkpointed, before the answer goes out.
 
 Unprepare, per claim: forget it and remove its CDI spec; a claim never prepared here (or already
 unprepared, possibly by an earlier process) is a success.
@@ -23,13 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.dra.cdi import CdiError, ClaimSpecs, Resolved, cdi_device_id
+from agent.dra.cdi import CdiError, ClaimSpecs, Resolved, cdi_device_id, gpu_memory
 from agent.dra.claims import ClaimDevice, ClaimError, ClaimRef, claim_devices
 from agent.dra.prepared import PreparedClaim, PreparedClaims, PreparedDevice
 from agent.kube import TRANSPORT_ERRORS, short_error, status_of
 from agent.metrics import CLAIM_PREPARES
 from apis import dra
-from apis.device import Device
+from apis.device import Device, DeviceInfo
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +101,7 @@ class Preparer:
         if device is None:
             raise ClaimError(f"claim {ref}: the agent has not discovered this node's devices yet")
         wanted = claim_devices(self._read(ref), ref, self.node)
-        resolved, requests = self._resolve(ref, device, wanted)
+        resolved, requests, shares = self._resolve(ref, device, wanted)
         spec = self.specs.build(ref.uid, resolved) if resolved else None
         devices = [
             PreparedDevice(
@@ -106,6 +110,7 @@ class Preparer:
                 str(r.name),
                 (cdi_device_id(ref.uid, str(r.name)),),
                 all(w.admin_access for w in wanted if w.device == str(r.name)),
+                *shares.get(str(r.name), ("", None)),
             )
             for r in resolved
         ]
@@ -123,10 +128,12 @@ class Preparer:
 
     def _resolve(
         self, ref: ClaimRef, device: Device, wanted: list[ClaimDevice]
-    ) -> tuple[list[Resolved], dict[str, list[str]]]:
-        """Each device once (a device may serve several requests), checked against the node."""
+    ) -> tuple[list[Resolved], dict[str, list[str]], dict[str, tuple[str, dict[str, int]]]]:
+        """Each device once (a device may serve several requests), checked against the node; with
+        the share (shareID, consumed capacity) this claim holds of each shared GPU."""
         resolved: list[Resolved] = []
         requests: dict[str, list[str]] = {}
+        shares: dict[str, tuple[str, dict[str, int]]] = {}
         for item in wanted:
             if item.device in requests:
                 if item.request not in requests[item.device]:
@@ -142,16 +149,58 @@ class Preparer:
             if not info.health:
                 reason = info.conditions[0].reason if info.conditions else "unhealthy"
                 raise ClaimError(f"claim {ref}: device {item.device} is unhealthy ({reason})")
+            share = None
+            if item.share_id and name.type == dra.TYPE_GPU:
+                # every result of this claim on the device: one claim may hold it by several requests
+                mine = [w for w in wanted if w.device == item.device]
+                shares[item.device] = (item.share_id, self._consumed(ref, info, item.device, mine))
+                share = _limits(info, shares[item.device][1])
             if not item.admin_access:
-                holder = self.store.holder(self.node, item.device, other_than=ref.uid)
-                if holder is not None:
-                    raise ClaimError(
-                        f"claim {ref}: device {item.device} is already prepared for claim {holder} "
-                        f"(UID {holder.uid})"
-                    )
-            resolved.append(Resolved(name, info, vf))
+                self._check_holders(ref, info, item.device, shares.get(item.device))
+            resolved.append(Resolved(name, info, vf, share))
             requests[item.device] = [item.request]
-        return resolved, requests
+        return resolved, requests, shares
+
+    def _consumed(
+        self, ref: ClaimRef, info: DeviceInfo, device: str, mine: list[ClaimDevice]
+    ) -> dict[str, int]:
+        """What this claim's results on a shared GPU consume together (a result without
+        consumedCapacity, or without one of the two, takes all of it)."""
+        whole = {dra.CAPACITY_MEMORY: gpu_memory(info), dra.CAPACITY_CORES: dra.GPU_CORES}
+        if any(not w.share_id for w in mine):
+            raise ClaimError(f"claim {ref}: device {device} is allocated both whole and as a share")
+        total = dict.fromkeys(whole, 0)
+        for w in mine:
+            for key in total:
+                total[key] += (w.consumed or {}).get(key, whole[key])
+        return total
+
+    def _check_holders(
+        self, ref: ClaimRef, info: DeviceInfo, device: str, share: tuple[str, dict[str, int]] | None
+    ) -> None:
+        """The last guard against double use: a device prepared for another claim is refused, unless
+        every claim holding it, this one too, holds a share and the shares fit the GPU together."""
+        holders = self.store.holders(self.node, device, other_than=ref.uid)
+        whole = [(c, d) for c, d in holders if not d.share_id or d.consumed is None]
+        if holders and (share is None or whole):
+            holder = (whole or holders)[0][0]
+            what = "as a whole device" if whole else "as a share, and this claim wants it whole"
+            raise ClaimError(
+                f"claim {ref}: device {device} is already prepared for claim {holder} "
+                f"(UID {holder.uid}) {what}"
+            )
+        if share is None:
+            return
+        capacity = {dra.CAPACITY_MEMORY: gpu_memory(info), dra.CAPACITY_CORES: dra.GPU_CORES}
+        for key, total in capacity.items():
+            used = sum((d.consumed or {}).get(key, total) for _, d in holders)
+            asked = share[1][key]
+            if used + asked > total:
+                names = ", ".join(f"{c} (share {d.share_id})" for c, d in holders)
+                raise ClaimError(
+                    f"claim {ref}: device {device} cannot take this share: {key} {asked} asked, "
+                    f"{used} of {total} already prepared" + (f" for {names}" if names else "")
+                )
 
     # -- unprepare --------------------------------------------------------------------------------
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
@@ -193,3 +242,11 @@ class Preparer:
                         self.specs.write(claim.uid, claim.cdi_spec)
                 out[claim.uid] = error
             return False
+
+
+def _limits(info: DeviceInfo, consumed: dict[str, int]) -> tuple[int, int] | None:
+    """A share's (memory, cores) limits; None when it consumes the whole GPU (no limits)."""
+    memory, cores = consumed[dra.CAPACITY_MEMORY], consumed[dra.CAPACITY_CORES]
+    if memory >= gpu_memory(info) and cores >= dra.GPU_CORES:
+        return None
+    return memory, cores

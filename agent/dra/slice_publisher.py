@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.deviceplugin.events import post_event
 from agent.dra.slices import pool_slices, untainted, whole
+from agent.events import post_event
 from agent.kube import TRANSPORT_ERRORS, Kube, Outcome, short_error, status_of
 from apis import dra
 from apis.dra_taints import SERVED_SINCE_MINOR

@@ -246,11 +246,19 @@ def _done(cluster: ClusterEnv, ns: str) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_kube_scheduler_allocates_each_example_and_the_plugin_prepares_it(
-    cluster: ClusterEnv, node: DraNode, ns: str, example: Path
+    cluster: ClusterEnv, node: DraNode, ns: str, example: Path, release: KubeRelease
 ) -> None:
     bound, claim = _run(cluster, ns, example)
     results = claim["status"]["allocation"]["devices"]["results"]
     assert {(r["driver"], r["pool"]) for r in results} == {(dra.DRIVER, NODE)}
+    for r in results:  # a sharable GPU asked for nothing: kube-scheduler gives a share of all of it
+        if r["device"].startswith("gpu-") and release.minor_int >= 36:
+            assert r["shareID"] and r["consumedCapacity"] == {
+                dra.CAPACITY_MEMORY: "81559Mi",
+                dra.CAPACITY_CORES: "100",
+            }
+        else:
+            assert "shareID" not in r and "consumedCapacity" not in r
     _check_constraints(claim, pool(cluster, node))
     got = node.kubelet.prepare(bound)
     uid = claim["metadata"]["uid"]
@@ -274,6 +282,47 @@ def test_an_agent_started_again_keeps_the_prepared_claim(cluster: ClusterEnv, no
     assert [c[0] for c in node.kubelet.calls[-2:]] == ["NodePrepareResources", "NodePrepareResources"]
     node.kubelet.unprepare(bound)  # what the first process prepared, the second unprepares
     assert not list(node.cdi.glob("*.json"))
+    _done(cluster, ns)
+
+
+def _share_pod(cluster: ClusterEnv, ns: str, name: str, memory: str, cores: str) -> None:
+    """A pod on the node with one opt-out claim for a share of gpu-5 (kube-scheduler allocates it)."""
+    template = gpu_template(name, 1, ns, annotations=OPT_OUT)
+    request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    request["selectors"] = [{"cel": {"expression": f'device.attributes["{dra.DRIVER}"].minor == 5'}}]
+    request["capacity"] = {"requests": {dra.CAPACITY_MEMORY: memory, dra.CAPACITY_CORES: cores}}
+    create_template(cluster, template)
+    cluster.create_pod(ns, claim_pod(name, name, ns, node=NODE))
+
+
+@pytest.mark.k8s(min="1.36")
+def test_two_shares_kube_scheduler_put_on_one_gpu_are_prepared_with_their_limits(
+    cluster: ClusterEnv, node: DraNode, ns: str
+) -> None:
+    _share_pod(cluster, ns, "share-a", "10Gi", "30")
+    _share_pod(cluster, ns, "share-b", "20Gi", "50")
+    claims = {name: allocated_claim(cluster, ns, name) for name in ("share-a", "share-b")}
+    found = {name: claim["status"]["allocation"]["devices"]["results"] for name, claim in claims.items()}
+    (a,), (b,) = found["share-a"], found["share-b"]
+    assert a["device"] == b["device"] == "gpu-5" and a["shareID"] and a["shareID"] != b["shareID"]
+    # what kube-scheduler writes: the slice's (unqualified) capacity names, as requested
+    assert a["consumedCapacity"] == {dra.CAPACITY_MEMORY: "10Gi", dra.CAPACITY_CORES: "30"}
+    assert b["consumedCapacity"] == {dra.CAPACITY_MEMORY: "20Gi", dra.CAPACITY_CORES: "50"}
+    limits, pods = {}, []
+    for name, claim in claims.items():  # both prepared at once: one GPU, two claims
+        bound = wait_until(
+            lambda n=name: (p := cluster.pod(ns, n)).get("status", {}).get("resourceClaimStatuses") and p,
+            timeout=30,
+            what=f"the resourceClaimStatuses of {name}",
+        )
+        assert node.kubelet.prepare(bound) == {"main": _cdi_ids(claim)}
+        pods.append(bound)
+        spec = yaml.safe_load((node.cdi / f"topoalloc.io-claim_{claim['metadata']['uid']}.json").read_text())
+        env = dict(e.split("=", 1) for e in spec["containerEdits"]["env"])
+        limits[name] = (env["CUDA_DEVICE_MEMORY_LIMIT_0"], env["CUDA_DEVICE_SM_LIMIT"])
+    assert limits == {"share-a": ("10240m", "30"), "share-b": ("20480m", "50")}
+    for bound in pods:
+        node.kubelet.unprepare(bound)
     _done(cluster, ns)
 
 

@@ -20,3 +20,12 @@ def make_rig(fake_api_thread: FakeApiServer, fake_api_sync_client) -> Iterator[C
     yield make
     for rig in rigs:
         rig.close()
+
+
+@pytest.fixture
+def rig(make_rig: Callable[..., DraRig]) -> DraRig:
+    """A DGX H100 in dra mode with the stand-in kubelet, the agent registered with it."""
+    rig = make_rig("dgx-h100")
+    rig.start_kubelet()
+    rig.start_agent()
+    return rig

@@ -21,14 +21,6 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-@pytest.fixture
-def rig(make_rig) -> DraRig:
-    rig = make_rig("dgx-h100")
-    rig.start_kubelet()
-    rig.start_agent()
-    return rig
-
-
 def test_prepares_are_counted_by_result(rig: DraRig) -> None:
     assert rig.kubelet is not None
     ok, failed = (

@@ -44,14 +44,6 @@ def prepare_direct(rig: DraRig, *claims: tuple[str, str]) -> dra_v1_pb2.NodePrep
     )
 
 
-@pytest.fixture
-def rig(make_rig) -> DraRig:
-    rig = make_rig("dgx-h100")
-    rig.start_kubelet()
-    rig.start_agent()
-    return rig
-
-
 def test_registration_offers_v1_then_v1beta1_and_kubelet_takes_v1(rig: DraRig) -> None:
     assert rig.kubelet is not None
     ((driver, endpoint, offered, chosen),) = rig.kubelet.registrations

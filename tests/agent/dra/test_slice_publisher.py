@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent.dra.slice_publisher import SlicePublisher
-from agent.dra.slices import pool_devices, pool_slices, untainted
+from agent.dra.slice_publisher import WHOLE_GPUS_REASON, SlicePublisher
+from agent.dra.slices import pool_devices, pool_slices, untainted, whole
 from agent.kube import Kube
 from apis import dra
 from apis.dra_taints import NO_SCHEDULE, UNHEALTHY_KEY
@@ -206,3 +206,75 @@ def test_taints_dropped_by_the_server_fall_back_to_removal(fake_api_thread, fake
     (piece,) = ours(server)
     assert [d["name"] for d in piece["spec"]["devices"]] == [d["name"] for d in untainted(pool)]
     assert piece["spec"]["pool"]["generation"] == 2  # written again at once, without them
+
+
+def whole_events(server) -> list[dict[str, Any]]:
+    return [e for e in server.list_objects("events") if e.get("reason") == WHOLE_GPUS_REASON]
+
+
+def test_a_server_of_1_36_keeps_the_gpus_sharable(fake_api_thread, fake_api_sync_client, monkeypatch) -> None:
+    server = fake_api_thread
+    serve_resource_api(server)
+    monkeypatch.setitem(discovery.VERSION_INFO, "minor", "36")
+    pub = SlicePublisher(Kube(fake_api_sync_client), NODE)
+    pool = devices()
+    assert pub.publish(pool, "u").wrote and pub.sharing is True
+    stored = {d["name"]: d for s in ours(server) for d in s["spec"]["devices"]}
+    assert stored["gpu-0"][dra.ALLOW_MULTIPLE] is True
+    assert set(stored["gpu-0"]["capacity"]) == {dra.CAPACITY_MEMORY, dra.CAPACITY_CORES}
+    assert not whole_events(server)
+    before = writes(server)
+    assert not SlicePublisher(Kube(fake_api_sync_client), NODE).publish(pool, "u").wrote  # equal: nothing
+    assert writes(server) == before
+
+
+def test_a_server_before_1_36_gets_whole_gpus_and_the_node_is_told_once(
+    fake_api_thread, fake_api_sync_client
+) -> None:
+    server = fake_api_thread
+    serve_resource_api(server)  # the fake server says v1.32
+    pub = SlicePublisher(Kube(fake_api_sync_client), NODE)
+    pool = devices()
+    assert pub.publish(pool, "node-uid").wrote and pub.sharing is False
+    stored = [d for s in ours(server) for d in s["spec"]["devices"]]
+    assert stored == whole(pool) and not any(dra.ALLOW_MULTIPLE in d for d in stored)
+    (event,) = whole_events(server)
+    assert event["type"] == "Warning" and event["metadata"]["namespace"] == "default"
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "node-uid"}
+    assert "published whole only" in event["message"] and "(1.32)" in event["message"]
+    pub.mark_stale()
+    pub.publish(pool[:-1], "node-uid")  # another pass, another write: told once is enough
+    assert len(whole_events(server)) == 1
+
+
+class DroppingSharing(Kube):
+    """A server that drops consumable capacity on write (DRAConsumableCapacity off on 1.36)."""
+
+    def _strip(self, body: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(body)
+        for dev in body["spec"]["devices"]:
+            dev.pop(dra.ALLOW_MULTIPLE, None)
+            for cap in (dev.get("capacity") or {}).values():
+                cap.pop("requestPolicy", None)
+        return body
+
+    def create_resource_slice(self, body: dict[str, Any]) -> dict[str, Any]:
+        return super().create_resource_slice(self._strip(body))
+
+    def replace_resource_slice(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return super().replace_resource_slice(name, self._strip(body))
+
+
+def test_sharing_dropped_by_the_server_falls_back_to_whole_gpus(
+    fake_api_thread, fake_api_sync_client
+) -> None:
+    server = fake_api_thread
+    serve_resource_api(server)
+    pub = SlicePublisher(DroppingSharing(fake_api_sync_client), NODE, taints=False, sharing=True)
+    pool = devices()
+    assert pub.publish(pool, "u").wrote and pub.sharing is False
+    (piece,) = ours(server)
+    assert piece["spec"]["devices"] == whole(pool)  # no cores capacity left behind either
+    assert piece["spec"]["pool"]["generation"] == 2  # written again at once, whole
+    (event,) = whole_events(server)
+    assert "dropped allowMultipleAllocations" in event["message"]
