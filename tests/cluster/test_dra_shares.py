@@ -8,6 +8,7 @@ creation saying the GPUs are whole only."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +30,6 @@ from tests.cluster.dra_claims import (
 )
 from tests.cluster.harness import ClusterEnv
 from tests.support.controlplane import wait_until
-from tests.support.kube_releases import KubeRelease
 from tests.support.rest import ApiStatus
 
 NODE = "dra-share"
@@ -58,14 +58,11 @@ def result_of(claim: JSON) -> JSON:
     return dict(result)
 
 
-def test_a_share_pair_lands_on_one_gpu_and_a_third_waits(
-    cluster: ClusterEnv, node: DraNode, ns: str, release: KubeRelease
-) -> None:
-    if release.minor_int < 36:
-        pytest.skip("consumable capacity is off before 1.36")
+@pytest.mark.k8s(min="1.36")
+def test_a_share_pair_lands_on_one_gpu_and_a_third_waits(cluster: ClusterEnv, node: DraNode, ns: str) -> None:
     create_template(cluster, share_template("half", ns, "50", "40000Mi"))
     create_template(cluster, share_template("tenth", ns, "10", "1Gi"))
-    got = []
+    got, claims = [], []
     for pod in ("a", "b"):
         cluster.create_pod(ns, claim_pod(pod, "half", ns))
         assert gates(cluster, ns, pod) == [dra.SCHEDULING_GATE]
@@ -73,6 +70,7 @@ def test_a_share_pair_lands_on_one_gpu_and_a_third_waits(
         claim = allocated_claim(cluster, ns, pod)
         assert claim["metadata"]["annotations"][dra.ALLOCATED_BY_ANNOTATION] == dra.ALLOCATED_BY
         got.append(result_of(claim))
+        claims.append(claim)
     assert [r["device"] for r in got] == ["gpu-0", "gpu-0"]
     assert got[0]["shareID"] != got[1]["shareID"]
     for r in got:
@@ -82,6 +80,22 @@ def test_a_share_pair_lands_on_one_gpu_and_a_third_waits(
     for name in (dra.CAPACITY_CORES, dra.CAPACITY_MEMORY):
         used = sum((Quantity.parse(r["consumedCapacity"][name]) for r in got), Quantity(0))
         assert not Quantity.parse(published[name]["value"]) < used, name
+    # prepared by the node's plugin with HAMi-core limits that together stay within the GPU
+    memory, sm = 0, 0
+    for pod, claim in zip(("a", "b"), claims, strict=True):
+        bound = wait_until(
+            lambda pod=pod: (p := cluster.pod(ns, pod)).get("status", {}).get("resourceClaimStatuses") and p,
+            timeout=30,
+            what=f"the resourceClaimStatuses of {pod}",
+        )
+        node.kubelet.prepare(bound)
+        spec = json.loads((node.cdi / f"topoalloc.io-claim_{claim['metadata']['uid']}.json").read_text())
+        env = dict(e.split("=", 1) for e in spec["containerEdits"]["env"])
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "40000m" and env["CUDA_DEVICE_SM_LIMIT"] == "50"
+        memory += int(env["CUDA_DEVICE_MEMORY_LIMIT_0"].removesuffix("m"))
+        sm += int(env["CUDA_DEVICE_SM_LIMIT"])
+        node.kubelet.unprepare(bound)
+    assert memory * 1024**2 <= Quantity.parse(published["memory"]["value"]).value() and sm <= 100
     cluster.create_pod(ns, claim_pod("c", "tenth", ns))
     notes = wait_until(
         lambda: event_notes(cluster, ns, "DRAAllocationFailed"), timeout=60, what="the third's Event"
@@ -97,13 +111,10 @@ def node_gpu0(cluster: ClusterEnv) -> JSON:
     return next(d for d in devices if d["name"] == "gpu-0")
 
 
-def test_topoalloc_writes_shares_as_kube_scheduler_does(
-    cluster: ClusterEnv, node: DraNode, ns: str, release: KubeRelease
-) -> None:
+@pytest.mark.k8s(min="1.36")
+def test_topoalloc_writes_shares_as_kube_scheduler_does(cluster: ClusterEnv, node: DraNode, ns: str) -> None:
     """kube-scheduler's own allocation of an opted-out share and of an opted-out whole GPU on the
     sharable node, and topoalloc's of the same claims: the same keys, names and amounts."""
-    if release.minor_int < 36:
-        pytest.skip("consumable capacity is off before 1.36")
     create_template(cluster, share_template("ks-share", ns, "25", "10Gi", annotations=OPT_OUT))
     create_template(cluster, share_template("ta-share", ns, "25", "10Gi"))
     create_template(cluster, gpu_template("ks-whole", 1, ns, annotations=OPT_OUT))
@@ -126,14 +137,13 @@ def test_topoalloc_writes_shares_as_kube_scheduler_does(
     cleanup(cluster, ns)
 
 
+@pytest.mark.k8s(max="1.35")
 def test_a_share_asked_of_a_whole_only_node_is_refused_saying_so(
-    cluster: ClusterEnv, node: DraNode, ns: str, release: KubeRelease
+    cluster: ClusterEnv, node: DraNode, ns: str
 ) -> None:
     """1.35 drops consumable capacity on write, after admission (measured: the template comes back
     without capacity.requests and its claim would take a whole GPU): the claims webhook refuses a
     template or claim asking a share while the cluster's GPUs are whole only."""
-    if release.minor_int >= 36:
-        pytest.skip("the node's GPUs are sharable on 1.36")
     for kind, path, obj in (
         ("template", TEMPLATES, share_template("half", ns, "50", "10Gi")),
         ("claim", CLAIMS, share_claim("half", ns)),
