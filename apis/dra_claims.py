@@ -10,11 +10,13 @@ and a claim's allocation and reservations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from apis import decode as d
 from apis import dra
+from apis.dra_capacity import SHARE_FIELDS, Amounts, parse_amounts
 from apis.dra_taints import DeviceToleration, parse_tolerations
 from apis.errors import CodecError
 from apis.timestamps import format_time
@@ -37,7 +39,7 @@ class ExactRequest:
     mode: str = EXACT_COUNT
     count: int = 1
     admin_access: bool = False
-    capacity: bool = False  # capacity.requests given (consumable capacity)
+    capacity: Amounts = ()  # capacity.requests (consumable capacity)
     tolerations: tuple[DeviceToleration, ...] = ()
 
 
@@ -91,6 +93,9 @@ class DeviceResult:
     # The request's tolerations, kept with the result as kube-scheduler keeps them: the eviction
     # of a NoExecute taint reads them there.
     tolerations: tuple[DeviceToleration, ...] = ()
+    # Of a device with allowMultipleAllocations: the share's id and what it consumes.
+    share_id: str = ""
+    consumed: Amounts = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -101,6 +106,10 @@ class DeviceResult:
         }
         if self.tolerations:
             out["tolerations"] = [t.to_dict() for t in self.tolerations]
+        if self.share_id:
+            out["shareID"] = self.share_id
+        if self.consumed:
+            out["consumedCapacity"] = {name: str(q) for name, q in self.consumed}
         return out
 
 
@@ -312,14 +321,15 @@ def _exact(value: Any, path: str) -> ExactRequest:
     mode = d.string(data, "allocationMode", path) or EXACT_COUNT
     d.one_of(mode, MODES, d.join(path, "allocationMode"))
     count = d.integer(data, "count", path, default=1, minimum=1, maximum=MAX_COUNT) or 1
-    capacity = data.get("capacity")
+    cpath = d.join(path, "capacity")
+    capacity = parse_amounts(d.struct(data.get("capacity") or {}, cpath, ("requests",)), "requests", cpath)
     return ExactRequest(
         device_class=d.string(data, "deviceClassName", path, required=True),
         selectors=_selectors(data, path),
         mode=mode,
         count=count if mode == EXACT_COUNT else 0,
         admin_access=d.boolean(data, "adminAccess", path),
-        capacity=bool(isinstance(capacity, dict) and capacity.get("requests")),
+        capacity=capacity,
         tolerations=parse_tolerations(data, path),
     )
 
@@ -378,7 +388,7 @@ def _status(value: Any, path: str) -> tuple[Allocation | None, tuple[Consumer, .
     results = []
     for i, item in enumerate(d.array(devices, "results", dpath)):
         rpath = d.join(d.join(dpath, "results"), i)
-        r = d.struct(item, rpath, ("request", "driver", "pool", "device", "adminAccess", "tolerations"))
+        r = d.struct(item, rpath, _RESULT_FIELDS)
         results.append(
             DeviceResult(
                 d.string(r, "request", rpath, required=True),
@@ -387,10 +397,15 @@ def _status(value: Any, path: str) -> tuple[Allocation | None, tuple[Consumer, .
                 d.string(r, "device", rpath, required=True),
                 d.boolean(r, "adminAccess", rpath),
                 parse_tolerations(r, rpath),
+                d.string(r, "shareID", rpath),
+                parse_amounts(r, "consumedCapacity", rpath),
             )
         )
     node = _selected_node(alloc.get("nodeSelector"), d.join(apath, "nodeSelector"))
     return Allocation(tuple(results), node), tuple(consumers)
+
+
+_RESULT_FIELDS: Final = ("request", "driver", "pool", "device", "adminAccess", "tolerations", *SHARE_FIELDS)
 
 
 def _selected_node(value: Any, path: str) -> str:
@@ -424,10 +439,12 @@ def allocation_status(
     """`status.allocation` for devices of one node, in the shape kube-scheduler writes, stamped
     `at` (now when None). The stamp matters on 1.36: kube-scheduler reserves an allocated claim by
     writing its allocation back with an allocationTimestamp, which the API server refuses as a
-    change of the (immutable) allocation when the one stored has none; 1.35 drops the field."""
+    change of the (immutable) allocation when the one stored has none; 1.35 drops the field. A
+    result consuming capacity gets a fresh shareID, as kube-scheduler gives one to each."""
+    shared = [replace(r, share_id=r.share_id or str(uuid.uuid4())) if r.consumed else r for r in results]
     return {
         "allocationTimestamp": format_time(at),
-        "devices": {"results": [r.to_dict() for r in results]},
+        "devices": {"results": [r.to_dict() for r in shared]},
         "nodeSelector": {
             "nodeSelectorTerms": [
                 {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}]}

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis import decode as d
+from apis.dra_capacity import DeviceCapacity, parse_capacity
 from apis.dra_taints import DeviceTaint, parse_taints
 from apis.errors import CodecError
-from apis.quantity import Quantity
 
 _VALUE_KINDS = ("int", "bool", "string", "version")
 
@@ -26,6 +26,10 @@ class SliceDevice:
     attributes: tuple[tuple[str, str | int | bool], ...]  # (qualified name, value), sorted
     capacity: tuple[tuple[str, int], ...]  # (qualified name, milli-units), sorted
     taints: tuple[DeviceTaint, ...] = ()
+    # allowMultipleAllocations: several claims may each consume part of the device's capacities,
+    # by name as written in the slice (apis/dra_capacity.py).
+    shared: bool = False
+    capacities: tuple[tuple[str, DeviceCapacity], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +71,7 @@ def qualify(name: str, driver: str) -> str:
 
 
 def _device(value: Any, driver: str, path: str) -> SliceDevice:
-    data = d.struct(value, path, ("name", "attributes", "capacity", "taints"))
+    data = d.struct(value, path, ("name", "attributes", "capacity", "taints", "allowMultipleAllocations"))
     apath, cpath = d.join(path, "attributes"), d.join(path, "capacity")
     attributes = []
     for name, raw in d.obj(data.get("attributes") or {}, apath).items():
@@ -86,14 +90,15 @@ def _device(value: Any, driver: str, path: str) -> SliceDevice:
         if not ok:
             raise CodecError(d.join(vpath, kind), f"expected a value of type {kind}", val)
         attributes.append((qualify(name, driver), val))
-    capacity = []
-    for name, raw in d.obj(data.get("capacity") or {}, cpath).items():
-        qpath = d.join(cpath, name)
-        qty = d.struct(raw, qpath, ("value",)).get("value")
-        capacity.append((qualify(name, driver), Quantity.parse(qty, d.join(qpath, "value")).milli_value()))
+    capacities = sorted(
+        (name, parse_capacity(raw, d.join(cpath, name)))
+        for name, raw in d.obj(data.get("capacity") or {}, cpath).items()
+    )
     return SliceDevice(
         d.string(data, "name", path, required=True),
         tuple(sorted(attributes)),
-        tuple(sorted(capacity)),
+        tuple(sorted((qualify(name, driver), cap.value.milli_value()) for name, cap in capacities)),
         parse_taints(data, path),
+        d.boolean(data, "allowMultipleAllocations", path),
+        tuple(capacities),
     )

@@ -106,7 +106,7 @@ class ClaimsController:
         self._claims_of: dict[str, set[str]] = {}  # pod key -> the claims it names
         self._by_claim: dict[str, set[str]] = {}  # claim key -> the pending pods naming it
         self._outcomes: dict[str, Outcome] = {}  # pod key -> its writes' answer, for its next step
-        self.holders = ClaimHolders()  # which claims hold each device
+        self.holders = ClaimHolders(self._capacity)  # which claims hold each device
         self.repairs = Repairs(
             cache,
             self.holders,
@@ -118,6 +118,13 @@ class ClaimsController:
             registry=registry,
             namespace=namespace,
         )
+
+    def _capacity(self, device: tuple[str, str]) -> dict[str, int] | None:
+        """A published device's capacities in whole units (None: not published)."""
+        pool, name = device
+        published = self.cache.dra.published.get(pool)
+        found = published.devices.get(name) if published is not None and published.pool == pool else None
+        return None if found is None else {n: c.value.value() for n, c in found.capacities.items()}
 
     # -- what the cache tells ----------------------------------------------------------------------
 

@@ -4,18 +4,23 @@ since when (the resourceVersion at which the cache first showed the claim's curr
 kube-scheduler's own allocator and topoalloc allocate from the same slices, each counting only the
 allocations its cache already has, so two claims can name one device (allocator/core/claims/
 race.py decides what moves). Fed by the claims controller from every ResourceClaim watch event;
-devices taken with admin access, or as a share of a device that takes several allocations
-(`shareID`), are meant to be shared and are not counted.
+devices taken with admin access are meant to be shared and are not counted. A share of a device
+that takes several allocations (a result with `shareID` and `consumedCapacity`) holds that much of
+it: its holders conflict only when what they consume together exceeds the device's capacity (from
+its slice), or when one of them holds it whole.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from allocator.core.claims.race import Use, overflows
 from apis import dra
 
 JSON = dict[str, Any]
 Device = tuple[str, str]  # (pool, device name)
+Capacity = Callable[[Device], Mapping[str, int] | None]  # a device's capacities (None: not known)
 
 
 def _version(value: object) -> int:
@@ -25,22 +30,34 @@ def _version(value: object) -> int:
         return 0
 
 
-def _devices(obj: JSON) -> frozenset[Device]:
+def _devices(obj: JSON) -> dict[Device, Use]:
     allocation = (obj.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
-    return frozenset(
-        (str(r.get("pool") or ""), str(r.get("device") or ""))
-        for r in results
-        if isinstance(r, dict)
-        and r.get("driver") == dra.DRIVER
-        and not r.get("adminAccess")
-        and not r.get("shareID")  # a share of a device that takes several allocations
-    )
+    out: dict[Device, Use] = {}
+    for r in results:
+        if not isinstance(r, dict) or r.get("driver") != dra.DRIVER or r.get("adminAccess"):
+            continue
+        device = (str(r.get("pool") or ""), str(r.get("device") or ""))
+        out[device] = _use(r) if device not in out else None  # one device twice in a claim: whole
+    return out
+
+
+def _use(result: JSON) -> Use:
+    """What a result consumes: a share's consumedCapacity, or None (the whole device) for a result
+    without a shareID (kube-scheduler counts those whole too) or with an unreadable amount."""
+    if not dra.share_id(result):
+        return None
+    try:
+        found = dra.consumed_capacity(result)
+    except (ValueError, TypeError):
+        return None
+    return None if found is None else tuple(sorted(found.items()))
 
 
 class ClaimHolders:
-    def __init__(self) -> None:
-        self._claims: dict[str, tuple[str, frozenset[Device], int]] = {}  # key -> uid, devices, since
+    def __init__(self, capacity: Capacity = lambda device: None) -> None:
+        self.capacity = capacity
+        self._claims: dict[str, tuple[str, dict[Device, Use], int]] = {}  # key -> uid, devices, since
         self._devices: dict[Device, set[str]] = {}
         self.contested: set[Device] = set()  # devices in two claims or more
         # Devices a claim let go of while another claim still held them: kube-scheduler counts
@@ -56,34 +73,43 @@ class ClaimHolders:
             self._announcer(key, announces, obj)
             return False
         uid = str(meta.get("uid") or "")
-        devices = _devices(obj) if obj is not None else frozenset()
+        devices = _devices(obj) if obj is not None else {}
         old = self._claims.get(key)
         if old is not None and old[0] == uid and old[1] == devices:
             return False
         if old is not None:
-            for d in old[1] - devices:
-                holders = self._devices.get(d)
-                if holders is not None:
-                    holders.discard(key)
-                    if len(holders) < 2:
-                        self.contested.discard(d)
-                    if holders:
-                        self.dropped.add(d)
-                    else:
-                        del self._devices[d]
-                        self.dropped.discard(d)
             del self._claims[key]
+            for d, use in old[1].items():
+                holders = self._devices.get(d)
+                if holders is None or (d in devices and devices[d] == use):
+                    continue
+                holders.discard(key)
+                if not self._overflows(d):
+                    self.contested.discard(d)
+                if not holders:
+                    del self._devices[d]
+                    self.dropped.discard(d)
+                elif use is None and any(self._claims[k][1][d] is None for k in holders):
+                    # kube-scheduler counts whole holders as a set: it now counts the device free
+                    self.dropped.add(d)
         if not devices:
             return False
         self._claims[key] = (uid, devices, _version(meta.get("resourceVersion")))
         grew = False
         for d in devices:
-            holders = self._devices.setdefault(d, set())
-            holders.add(key)
-            if len(holders) > 1:
+            self._devices.setdefault(d, set()).add(key)
+            if self._overflows(d):
                 grew = grew or d not in self.contested
                 self.contested.add(d)
         return grew
+
+    def _overflows(self, device: Device) -> bool:
+        uses = [self._claims[k][1][device] for k in self._devices.get(device, ())]
+        return overflows(uses, self.capacity(device))
+
+    def use(self, key: str, device: Device) -> Use:
+        found = self._claims.get(key)
+        return None if found is None else found[1].get(device)
 
     @property
     def _announcers(self) -> dict[str, Device]:
@@ -117,8 +143,22 @@ class ClaimHolders:
         if found is None:
             return ()
         out: set[str] = set()
-        for d in found[1]:
-            if d in self.contested:
-                out.update(self._devices[d])
+        for d, use in found[1].items():
+            if d not in self.contested:
+                continue
+            if use is not None and key in self._fitting(d):
+                continue  # a share that fits with the shares allocated before it
+            out.update(self._devices[d])
         out.discard(key)
         return tuple(sorted(out))
+
+    def _fitting(self, device: Device) -> set[str]:
+        """The holders of a device that fit it, taken in the order they were allocated."""
+        kept: list[Use] = []
+        out = set()
+        for k in sorted(self._devices.get(device, ()), key=lambda k: (self._claims[k][2], k)):
+            use = self._claims[k][1][device]
+            if not overflows([*kept, use], self.capacity(device)):
+                kept.append(use)
+                out.add(k)
+        return out

@@ -71,7 +71,7 @@ class DraClaims:
         claims at their creation."""
         return {
             PATH: reviewer(self.cache.dra, self.synced, self.settings.scheduler_names),
-            CLAIMS_PATH: claim_reviewer(),
+            CLAIMS_PATH: claim_reviewer(self.cache.dra, self.synced),
         }
 
     def steering(self) -> Sequence[Steering]:

@@ -100,7 +100,7 @@ class Repairs:
             group = [h for key in holders.holders((pool, name)) if (h := self._holder(key)) is not None]
             seen.update(h.claim.key for h in group)
             done = {h.claim.key for h in group if self.done.get(h.claim.key) == holders.since(h.claim.key)}
-            for action in repair(f"{pool}/{name}", group, done):
+            for action in repair(f"{pool}/{name}", group, done, holders.capacity((pool, name))):
                 self._apply(action, group)
         self.done = {k: v for k, v in self.done.items() if k in seen}
         self._announce_all()

@@ -10,19 +10,25 @@ in a way it refuses (allocator/core/request/claims.py `classify`; read from this
 cache), unless the claim or template opts out. Pods created bound, for a scheduler we do not serve,
 or naming only other claims pass unchanged; so does every pod while the cache has not synced (the
 webhook fails open: kube-scheduler then allocates, and the devices still count as used).
+
+A claim or template asking a GPU share (`capacity.requests`) is refused at its creation where the
+cluster's GPUs are published whole only: an API server that does not keep consumable capacity
+(before 1.36) drops the field on write, after admission, and the claim would silently take a
+whole GPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from allocator.claims.cache_view import DraView
 from allocator.claims.pod_claims import gates_for
+from allocator.core.claims.published import NodeDevices
 from allocator.core.request.claims import OURS, classify
 from allocator.runtime.admission import BadReview, add_gate, denied, patched, pod_create
 from apis import dra
-from apis.dra_claims import ResourceClaim, ResourceClaimTemplate, pod_claims
+from apis.dra_claims import ClaimSpec, ResourceClaim, ResourceClaimTemplate, pod_claims
 from apis.errors import CodecError
 
 JSON = dict[str, Any]
@@ -95,12 +101,44 @@ def mark_patch(claim: JSON) -> list[JSON] | None:
     return [{"op": "add", "path": f"/metadata/annotations/{key}", "value": dra.ALLOCATED_BY}]
 
 
-def claim_reviewer() -> Callable[[JSON], JSON]:
+def whole_only_refusal(spec: ClaimSpec, published: Mapping[str, NodeDevices]) -> str | None:
+    """Why a claim asking a GPU share is refused at its creation: some node publishes GPUs and none
+    is sharable (None: it asks no share, or a node can serve one, or nothing is published yet)."""
+    if not any(r.exactly is not None and r.exactly.capacity for r in spec.requests):
+        return None
+    gpus = [
+        d
+        for nd in published.values()
+        for d in nd.devices.values()
+        if (n := dra.parse_device_name(d.name)) is not None and n.type == dra.TYPE_GPU
+    ]
+    if not gpus or any(d.shared for d in gpus):
+        return None
+    return (
+        "topoalloc.io: the cluster's GPUs are whole only: no node's ResourceSlices publish a GPU with"
+        " allowMultipleAllocations (consumable capacity is off before Kubernetes 1.36), so the API server"
+        " would store this request without its capacity.requests and it would take a whole GPU"
+    )
+
+
+def claim_reviewer(
+    view: DraView | None = None, synced: Callable[[], bool] = lambda: True
+) -> Callable[[JSON], JSON]:
     def review(request: JSON) -> JSON:
         kind = (request.get("kind") or {}).get("kind")
         obj = request.get("object")
         create = request.get("operation", "CREATE") == "CREATE"
-        if not create or kind != "ResourceClaim" or not isinstance(obj, dict):
+        if not create or kind not in ("ResourceClaim", "ResourceClaimTemplate") or not isinstance(obj, dict):
+            return patched(request["uid"], None)
+        if view is not None and synced():
+            try:
+                parse = ResourceClaim if kind == "ResourceClaim" else ResourceClaimTemplate
+                refusal = whole_only_refusal(parse.from_dict(obj).spec, view.published)
+            except CodecError:
+                refusal = None  # the API server refuses such an object anyway
+            if refusal is not None:
+                return denied(request["uid"], refusal)
+        if kind != "ResourceClaim":
             return patched(request["uid"], None)
         try:
             return patched(request["uid"], mark_patch(obj))

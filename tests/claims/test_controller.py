@@ -121,7 +121,7 @@ async def test_claims_topoalloc_does_not_allocate(fake_api: FakeApiServer, pki: 
                     {
                         "name": "g",
                         "exactly": {
-                            "deviceClassName": dra.GPU_CLASS,
+                            "deviceClassName": dra.RDMA_CLASS,
                             "capacity": {"requests": {"memory": "1Gi"}},
                         },
                     }
@@ -143,7 +143,7 @@ async def test_claims_topoalloc_does_not_allocate(fake_api: FakeApiServer, pki: 
             lambda: events(fake_api, "DRAClaimRefused") and events(fake_api, "DRAAllocationFailed"),
             what="both Events",
         )
-        assert "hands out whole devices" in events(fake_api, "DRAClaimRefused")[0]
+        assert "RDMA NICs and VFs are handed out whole" in events(fake_api, "DRAClaimRefused")[0]
         assert "unsupported selector" in events(fake_api, "DRAAllocationFailed")[0]
         for name in ("cap", "cel"):
             assert (

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from allocator.claims.webhook import claim_reviewer, gate_patch, mark_patch, reviewer
+from allocator.core.claims.published import NodeDevices, pool_devices
 from allocator.runtime.admission import BadReview
 from apis import dra
+from apis.dra_slices import ResourceSlice
 from tests.claims.fakes import FakeClaimsCache
 from tests.claims.objects import claim, claim_pod, gpus, template
 
@@ -118,3 +120,49 @@ def test_a_claim_topoalloc_allocates_is_marked_at_creation_and_no_other() -> Non
     answer = review(request)
     assert answer["allowed"] and answer["patchType"] == "JSONPatch"
     assert review({**request, "kind": {"kind": "Pod"}}) == {"uid": "u1", "allowed": True}
+
+
+def test_a_share_is_refused_at_creation_where_the_clusters_gpus_are_whole_only() -> None:
+    """An API server that drops consumable capacity (before 1.36) would store the claim or template
+    without capacity.requests, after admission: it is refused while no node publishes a sharable
+    GPU, and allowed once one does (or while nothing is published yet)."""
+    c = cache()
+    review = claim_reviewer(c.dra)
+    asks = {
+        "requests": [
+            {
+                "name": "g",
+                "exactly": {"deviceClassName": dra.GPU_CLASS, "capacity": {"requests": {"cores": "50"}}},
+            }
+        ]
+    }
+
+    def answer(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return review({"uid": "u1", "operation": "CREATE", "kind": {"kind": kind}, "object": obj})
+
+    share_claim, share_template = claim("c", asks), template("t", asks)
+    assert answer("ResourceClaim", share_claim)["allowed"]  # nothing published yet: fails open
+    c.dra.published["n1"] = pool({"name": "gpu-0"})
+    for kind, obj in (("ResourceClaim", share_claim), ("ResourceClaimTemplate", share_template)):
+        refused = answer(kind, obj)
+        assert not refused["allowed"] and "whole only" in refused["status"]["message"], kind
+    assert answer("ResourceClaim", claim("w", gpus(1)))["allowed"]  # a whole GPU is fine
+    assert answer("ResourceClaimTemplate", template("w", gpus(1))) == {"uid": "u1", "allowed": True}
+    c.dra.published["n2"] = pool({"name": "gpu-0", "allowMultipleAllocations": True}, "n2")
+    assert answer("ResourceClaimTemplate", share_template) == {"uid": "u1", "allowed": True}
+    assert answer("ResourceClaim", share_claim)["patchType"] == "JSONPatch"  # marked as ours
+
+
+def pool(device: dict[str, Any], node: str = "n1") -> NodeDevices:
+    obj = {
+        "metadata": {"name": f"{node}-slice"},
+        "spec": {
+            "driver": dra.DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [device],
+        },
+    }
+    found = pool_devices(node, [ResourceSlice.from_dict(obj)])
+    assert found is not None
+    return found

@@ -91,7 +91,14 @@ def test_claims_of_our_classes_are_ours_others_are_not() -> None:
             LEAVE,
             "firstAvailable",
         ),
-        (spec(("g", dra.GPU_CLASS, 1), capacity={"requests": {"memory": "1Gi"}}), REFUSE, "whole devices"),
+        (
+            spec(("n", dra.RDMA_CLASS, 1), capacity={"requests": {"memory": "1Gi"}}),
+            REFUSE,
+            "handed out whole",
+        ),
+        (spec(("g", dra.GPU_CLASS, 2), capacity={"requests": {"cores": "50"}}), REFUSE, "count 1, not 2"),
+        (spec(("g", dra.GPU_CLASS, 1), capacity={"requests": {"cores": "150"}}), REFUSE, "1 to 100"),
+        (spec(("g", dra.GPU_CLASS, 1), capacity={"requests": {"power": "1"}}), REFUSE, "not power"),
         (
             claim_spec(
                 {

@@ -33,6 +33,7 @@ def test_a_healthy_configuration_passes_and_says_what_each_webhook_selects() -> 
         "Fail, 5 s): pod creations, pods labelled scheduling.x-k8s.io/pod-group"
     )
     assert said["claims.dra.topoalloc.io"].startswith("Ignore, 5 s): ResourceClaim creations, outside")
+    assert said["claimtemplates.dra.topoalloc.io"].startswith("Ignore, 5 s): ResourceClaimTemplate creations")
 
 
 def test_a_ca_rotated_without_the_bundle_fails_naming_the_webhooks_and_the_fix() -> None:
@@ -42,7 +43,7 @@ def test_a_ca_rotated_without_the_bundle_fails_naming_the_webhooks_and_the_fix()
     assert statuses(found) == [FAIL]
     assert "is not the CA in Secret topoalloc-system/topoalloc-allocator-tls" in found[0].what
     assert "rollout restart deployment/topoalloc-allocator" in found[0].fix
-    assert len(found[0].details) == 9 and "stale caBundle: placement.topoalloc.io" in found[0].details
+    assert len(found[0].details) == 10 and "stale caBundle: placement.topoalloc.io" in found[0].details
 
 
 def test_a_missing_secret_fails_and_an_unreadable_one_warns() -> None:

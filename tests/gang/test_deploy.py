@@ -51,6 +51,7 @@ def test_every_gang_member_is_reviewed_and_the_gang_webhooks_fail_closed_in_plac
         if hook["name"] in (
             "dra.topoalloc.io",
             "claims.dra.topoalloc.io",
+            "claimtemplates.dra.topoalloc.io",
             "scarce-avoidance.topoalloc.io",
             "placement.topoalloc.io",
             "placement-fallback.topoalloc.io",

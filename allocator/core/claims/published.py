@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from allocator.core.devices.gpu import GPUHandler
 from allocator.core.node.inventory import VF, DeviceSlot, NodeInventory
 from allocator.core.request.cel import PublishedDevice
 from apis import dra
@@ -61,6 +62,22 @@ def vf_allocation(minor: int, vf: VF) -> DeviceAllocation:
     return DeviceAllocation(minor, {rn.RDMA: Quantity.of(1)}, vfs=[AllocatedVF(vf.minor, vf.bus_id)])
 
 
+def share_allocation(slot: DeviceSlot, consumed: Mapping[str, Quantity]) -> DeviceAllocation | None:
+    """A share of a GPU as the core counts it (the device-plugin path's share resources: cores,
+    memory bytes, and the memory ratio derived from them); None when it is the whole GPU. A
+    capacity not consumed counts whole: a share that names no `cores` takes all the compute."""
+    total = slot.total.get(rn.GPU_MEMORY, 0)
+    cores = consumed.get(dra.CAPACITY_CORES)
+    memory = consumed.get(dra.CAPACITY_MEMORY)
+    res = {
+        rn.GPU_CORE: dra.GPU_CORES if cores is None else cores.value(),
+        rn.GPU_MEMORY: total if memory is None else memory.value(),
+    }
+    if res[rn.GPU_CORE] >= dra.GPU_CORES and res[rn.GPU_MEMORY] >= total:
+        return None
+    return DeviceAllocation(slot.minor, GPUHandler().resources(res, slot), id=slot.id)
+
+
 def results_usage(
     inv: NodeInventory | None, pool: str, results: Iterable[DeviceResult]
 ) -> tuple[DeviceAllocations, list[str]]:
@@ -90,7 +107,10 @@ def results_usage(
             continue
         if not slot.total:
             continue  # unhealthy: nothing can be chosen there anyway
-        out.setdefault(dtype, []).append(DeviceAllocation(name.minor, _whole(slot), id=slot.id))
+        share = (
+            share_allocation(slot, dict(r.consumed)) if r.consumed and r.share_id and dtype == GPU else None
+        )
+        out.setdefault(dtype, []).append(share or DeviceAllocation(name.minor, _whole(slot), id=slot.id))
     return DeviceAllocations(out), missing
 
 
@@ -105,7 +125,15 @@ def pool_devices(pool: str, slices: Iterable[ResourceSlice]) -> NodeDevices | No
     if len(current) < current[0].slice_count:
         return None
     devices = {
-        dev.name: PublishedDevice(dev.name, dra.DRIVER, dict(dev.attributes), dict(dev.capacity), dev.taints)
+        dev.name: PublishedDevice(
+            dev.name,
+            dra.DRIVER,
+            dict(dev.attributes),
+            dict(dev.capacity),
+            dev.taints,
+            dev.shared,
+            dict(dev.capacities),
+        )
         for s in sorted(current, key=lambda s: s.name)
         for dev in s.devices
     }

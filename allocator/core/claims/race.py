@@ -15,11 +15,15 @@ allocated first keeps the device and each later one's bound pods leave: evicted 
 controller (budgets honoured), which makes them again with new claims, or, a pod without one,
 left where it is with an Event and a count. A claim whose pods are gated by topoalloc is left to
 the lifecycle; one reserved by a pod not bound yet waits for the binding.
+
+Shares of a device that takes several allocations (results with a shareID and consumedCapacity)
+conflict only when together they exceed its capacity: the shares that fit, taken in the same order
+(those that cannot move first, then by age), keep it; only the others move.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 from allocator.core.actions import Count, Event, Evict, ObjectRef
@@ -75,18 +79,56 @@ def gated_by_us(h: Holder) -> bool:
     return h.claim.allocated_by_us and bool(h.pods) and all(p.gated for p in h.pods)
 
 
-def repair(device: str, holders: Sequence[Holder], done: Container[str] = frozenset()) -> list[Action]:
+Use = tuple[tuple[str, int], ...] | None  # a share's consumed capacity (whole units); None: whole
+
+
+def overflows(uses: Sequence[Use], capacity: Mapping[str, int] | None) -> bool:
+    """Whether these holders of one device cannot all have it: one holds it whole, or their shares
+    together exceed a capacity (or the device's capacity is not known: never risk it)."""
+    if len(uses) < 2:
+        return False
+    if capacity is None or any(u is None for u in uses):
+        return True
+    total: dict[str, int] = {}
+    for u in uses:
+        for name, value in u or ():
+            total[name] = total.get(name, 0) + value
+    return any(value > capacity.get(name, value) for name, value in total.items())
+
+
+def use_of(claim: ResourceClaim, device: str) -> Use:
+    """What the claim's result for `device` ("<pool>/<name>") consumes: a share's consumedCapacity,
+    None for a whole allocation."""
+    for r in claim.allocation.results if claim.allocation is not None else ():
+        if f"{r.pool}/{r.device}" == device and not r.admin_access:
+            if not r.share_id or not r.consumed:
+                return None
+            return tuple(sorted((name, q.value()) for name, q in r.consumed))
+    return None
+
+
+def repair(
+    device: str,
+    holders: Sequence[Holder],
+    done: Container[str] = frozenset(),
+    capacity: Mapping[str, int] | None = None,
+) -> list[Action]:
     """What becomes of the claims holding `device` ("<pool>/<name>"); nothing while one of them
     waits at topoalloc's gate (that one moves before its pod goes) or a pod is being bound.
-    `done`: claims already acted on (their moves, evictions or Events are not repeated)."""
+    `done`: claims already acted on (their moves, evictions or Events are not repeated);
+    `capacity`: the device's capacities, for shares."""
     if len(holders) < 2 or any(gated_by_us(h) for h in holders):
         return []
     order = sorted(holders, key=lambda h: (h.since, h.claim.key))
     fixed = [h for h in order if not movable(h)]
-    keep = fixed[0] if fixed else order[0]
+    ranked = fixed + [h for h in order if movable(h)]
+    keep, kept = ranked[0], [ranked[0]]
+    for h in ranked[1:]:
+        if not overflows([use_of(k.claim, device) for k in (*kept, h)], capacity):
+            kept.append(h)
     out: list[Action] = []
     for h in order:
-        if h is keep or h.claim.key in done:
+        if any(h is k for k in kept) or h.claim.key in done:
             continue
         why = f"device {device} is in claim {h.claim.key} and in claim {keep.claim.key} (allocated first)"
         if movable(h):

@@ -21,6 +21,7 @@ from allocator.core.claims.published import (
     RDMA,
     NodeDevices,
     device_name,
+    share_allocation,
     vf_allocation,
     vf_index,
     vf_of,
@@ -35,11 +36,15 @@ from allocator.core.request.cel import PublishedDevice, SelectorError
 from allocator.core.request.claims import CLAIM_SELECTOR, ClaimsRequest
 from allocator.core.scoring.device import DeviceScoring
 from apis import dra
+from apis import resources as rn
 from apis.annotations import DeviceAllocation, DeviceAllocations
+from apis.dra_capacity import consumed
 from apis.dra_claims import DeviceResult
 from apis.dra_taints import blocking
+from apis.quantity import Quantity
 
 NOT_PUBLISHED = "topoalloc: no ResourceSlice"
+WHOLE_ONLY = "topoalloc: GPUs whole only"
 NO_CANDIDATES = "topoalloc: too few matching devices"
 CONSTRAINTS = "topoalloc: claim constraints unmet"
 
@@ -78,7 +83,7 @@ def solve(
         cands = _candidates(creq, published.devices, state)
     except SelectorError as exc:
         return Rejection(CLAIM_SELECTOR, str(exc), True)
-    missing = _missing_attribute(creq, published.devices)
+    missing = _missing_attribute(creq, published.devices) or _whole_only(creq, published.devices)
     if missing is not None:
         return missing
     for kind, noun in _NOUN.items():
@@ -145,6 +150,10 @@ def _candidates(
                 d.name
                 for d in by_kind.get(slot.kind, ())
                 if all(d.attribute(a) is not None for a in attrs[i])
+                and (
+                    not slot.capacity
+                    or (d.shared and consumed(dict(slot.capacity), d.capacities) is not None)
+                )
                 and not blocking(d.taints, slot.tolerations)
                 and all(p.matches(d) for p in slot.selectors)
             )
@@ -166,6 +175,20 @@ def _tainted(creq: ClaimsRequest, kind: str, devices: Mapping[str, PublishedDevi
         return ""
     example = blocking(devices[kept[0]].taints, tolerations[0])[0]
     return f"; {len(kept)} tainted ({kept[0]}: {example})"
+
+
+def _whole_only(creq: ClaimsRequest, devices: Mapping[str, PublishedDevice]) -> Rejection | None:
+    """A GPU share asked of a node that publishes no GPU as sharable: said as such."""
+    if not any(s.capacity for s in creq.slots):
+        return None
+    gpus = [d for d in devices.values() if (n := dra.parse_device_name(d.name)) and n.type == dra.TYPE_GPU]
+    if any(d.shared for d in gpus):
+        return None
+    return Rejection(
+        WHOLE_ONLY,
+        "the node's GPUs are whole only: its ResourceSlices publish none with allowMultipleAllocations"
+        " (consumable capacity is off before Kubernetes 1.36), so it serves no GPU share",
+    )
 
 
 def _missing_attribute(creq: ClaimsRequest, devices: Mapping[str, PublishedDevice]) -> Rejection | None:
@@ -308,9 +331,21 @@ def _answer(
     usage: dict[str, dict[str, list[DeviceAllocation]]] = {k: {} for k in creq.claims}
     for slot, names in zip(creq.slots, handed, strict=True):
         for name in names:
+            share = _share(state, inv, slot.capacity, published.devices[name], entries.get(name))
+            if share is None:
+                return None  # kube-scheduler's rounding takes more than the GPU has left
             results[slot.claim].append(
-                DeviceResult(slot.request, dra.DRIVER, published.pool, name, tolerations=slot.tolerations)
+                DeviceResult(
+                    slot.request,
+                    dra.DRIVER,
+                    published.pool,
+                    name,
+                    tolerations=slot.tolerations,
+                    consumed=share[0],
+                )
             )
+            if share[1] is not None:
+                entries[name] = share[1]
             if name in vfs:
                 minor, vf = vfs[name]
                 usage[slot.claim].setdefault(RDMA, []).append(vf_allocation(minor, vf))
@@ -326,6 +361,32 @@ def _answer(
         {k: DeviceAllocations(v) for k, v in usage.items()},
         tuple(notes or ()),
     )
+
+
+def _share(
+    state: NodeState,
+    inv: NodeInventory,
+    asked: tuple[tuple[str, Quantity], ...],
+    device: PublishedDevice,
+    entry: DeviceAllocation | None,
+) -> tuple[tuple[tuple[str, Quantity], ...], DeviceAllocation | None] | None:
+    """For a GPU published with allowMultipleAllocations: what the result consumes (computed as
+    kube-scheduler does, the defaults for a whole GPU) and the share the core counts for it (None:
+    the whole GPU, as chosen); None when that no longer fits on the GPU. ((), None) for any other."""
+    name = dra.parse_device_name(device.name)
+    if not device.shared or entry is None or name is None or name.type != dra.TYPE_GPU:
+        return (), None
+    amounts = consumed(dict(asked), device.capacities)
+    slot = inv.slot(GPU, name.minor)
+    if amounts is None or slot is None:
+        return None
+    share = share_allocation(slot, amounts)
+    if share is not None:
+        free = state.free.get(GPU, {}).get(name.minor, slot.total)
+        wants = {n: q.value() for n, q in (share.resources or {}).items() if n != rn.GPU_MEMORY_RATIO}
+        if any(free.get(n, 0) < v for n, v in wants.items()):
+            return None
+    return tuple(sorted(amounts.items())), share
 
 
 def _published_vf(

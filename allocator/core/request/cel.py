@@ -22,6 +22,7 @@ import celpy
 from celpy import celtypes
 
 from apis import dra
+from apis.dra_capacity import DeviceCapacity
 from apis.dra_taints import DeviceTaint
 from apis.quantity import Quantity
 
@@ -38,6 +39,8 @@ class PublishedDevice:
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     capacity: Mapping[str, int] = field(default_factory=dict)  # milli-units
     taints: tuple[DeviceTaint, ...] = ()
+    shared: bool = False  # allowMultipleAllocations
+    capacities: Mapping[str, DeviceCapacity] = field(default_factory=dict)  # by name as published
 
     def attribute(self, qualified: str) -> AttrValue | None:
         return self.attributes.get(qualified)

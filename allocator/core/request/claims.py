@@ -4,12 +4,13 @@ and annotations, here read from claims (docs/dra.md, "Allocation").
 `classify` says whose a claim is: topoalloc's (every request names one of its DeviceClasses with
 features it allocates), another driver's, one left to kube-scheduler's own allocation (opted out,
 `allocationMode: All`, `adminAccess`, `firstAvailable`, or mixed with other drivers' classes), or
-refused (consumable capacity, opaque configuration). `translate` turns the pod's claims of
-topoalloc's into a `ClaimsRequest`: a `PodRequest` for all their devices together (whole GPUs, whole
-NICs or VFs, the GPU scope or partition a `matchAttribute` names, the joint GPU-NIC allocation:
-required on one switch where a GPU-NIC `matchAttribute` on `pcieSwitch` asks for it, else the NICs
-behind the chosen GPUs' switches preferred), the request slots results are written for, and the
-constraints every answer is checked against before anything is written (allocator/core/claims/).
+refused (capacity other than one GPU's share, opaque configuration). `translate` turns the pod's
+claims of topoalloc's into a `ClaimsRequest`: a `PodRequest` for all their devices together (whole
+GPUs or one GPU share as the device-plugin path asks it, whole NICs or VFs, the GPU scope or
+partition a `matchAttribute` names, the joint GPU-NIC allocation: required on one switch where a
+GPU-NIC `matchAttribute` on `pcieSwitch` asks for it, else the NICs behind the chosen GPUs'
+switches preferred), the request slots results are written for, and the constraints every answer
+is checked against before anything is written (allocator/core/claims/).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from allocator.core.request.pod_request import PodRequest, as_resources
 from apis import dra
 from apis import resources as rn
 from apis.annotations import DeviceHint, GPUPartitionSpec
-from apis.dra_claims import ALL, ClaimSpec, DeviceClass
+from apis.dra_capacity import Amounts
+from apis.dra_claims import ALL, ClaimSpec, DeviceClass, ExactRequest
 from apis.dra_taints import DeviceToleration
 from apis.selector import LabelSelector
 
@@ -78,15 +80,41 @@ def classify(spec: ClaimSpec, *, opted_out: bool) -> ClaimVerdict:
             return ClaimVerdict(LEAVE, f"request {r.name} uses allocationMode All")
         if e.admin_access:
             return ClaimVerdict(LEAVE, f"request {r.name} uses adminAccess")
-        if e.capacity:
-            return ClaimVerdict(
-                REFUSE, f"request {r.name} asks for capacity: topoalloc.io hands out whole devices"
-            )
+        if e.capacity and (why := share_refusal(e)) is not None:
+            return ClaimVerdict(REFUSE, f"request {r.name} asks for capacity: {why}")
     for c in spec.config:
         return ClaimVerdict(
             REFUSE, f"the claim carries opaque config for driver {c.driver}: topoalloc.io takes no parameters"
         )
     return ClaimVerdict(OURS)
+
+
+SHARE_NAMES: Final = (dra.CAPACITY_CORES, dra.CAPACITY_MEMORY)
+
+
+def share_refusal(e: ExactRequest) -> str | None:
+    """Why a request asking capacity is not a GPU share topoalloc allocates; None when it is one:
+    one GPU (count 1) of its class, `cores` (percent, 1 to 100) and/or `memory` (bytes)."""
+    if e.device_class != dra.GPU_CLASS:
+        return "RDMA NICs and VFs are handed out whole"
+    if e.count != 1:
+        return (
+            f"a GPU share is one GPU (count 1, not {e.count}): ask for several GPUs whole, or one share"
+            " per request of its own claim"
+        )
+    asked = dict(e.capacity)
+    other = sorted(set(asked) - set(SHARE_NAMES))
+    if other:
+        return f"topoalloc.io GPUs offer {' and '.join(SHARE_NAMES)}, not {', '.join(other)}"
+    cores = asked.get(dra.CAPACITY_CORES)
+    if cores is not None and not 0 < cores.milli_value() <= 1000 * dra.GPU_CORES:
+        return (
+            f"{dra.CAPACITY_CORES} is a percentage of one GPU's compute, 1 to {dra.GPU_CORES} (got {cores})"
+        )
+    memory = asked.get(dra.CAPACITY_MEMORY)
+    if memory is not None and memory.milli_value() <= 0:
+        return f"{dra.CAPACITY_MEMORY} must be more than 0 (got {memory})"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +127,7 @@ class RequestSlot:
     count: int
     selectors: tuple[Program, ...]  # the class's and the request's, ANDed
     tolerations: tuple[DeviceToleration, ...] = ()  # of the device taints (apis/dra_taints.py)
+    capacity: Amounts = ()  # a GPU share's capacity.requests (share_refusal: one GPU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +191,9 @@ def translate(
                 return Rejection(CLAIM_SELECTOR, f"claim {key}, request {r.name}: {exc}", True)
             index[r.name] = len(slots)
             slots.append(
-                RequestSlot(key, r.name, dra.CLASS_TYPE[e.device_class], e.count, programs, e.tolerations)
+                RequestSlot(
+                    key, r.name, dra.CLASS_TYPE[e.device_class], e.count, programs, e.tolerations, e.capacity
+                )
             )
         for c in spec.constraints:
             members = tuple(index[n] for n in (c.requests or tuple(index)))
@@ -198,8 +229,20 @@ def _core_request(
     fields: dict[str, object] = {}
     regroup = None
     gpus = counts[dra.TYPE_GPU]
+    share = next((s for s in slots if s.capacity), None)
+    if share is not None and gpus > 1:
+        return Rejection(
+            CLAIM_REFUSED,
+            f"the pod's claims ask for a GPU share (claim {share.claim}, request {share.request}) and"
+            f" {gpus - 1} GPU(s) more: a pod's GPU share is its only GPU",
+            True,
+        )
     if gpus:
-        gpu = as_resources({rn.GPU_CORE: 100 * gpus, rn.GPU_MEMORY_RATIO: 100 * gpus})
+        gpu = as_resources(
+            {rn.GPU_CORE: 100 * gpus, rn.GPU_MEMORY_RATIO: 100 * gpus}
+            if share is None
+            else share_resources(share)
+        )
         devices.append((GPU, gpu))
         spec = None
         whole = gpu_groups[0] if len(gpu_groups) == 1 and gpu_slots <= set(gpu_groups[0].slots) else None
@@ -229,6 +272,21 @@ def _core_request(
         fields["joint_same_pcie"] = any(c.attribute == PCIE_SWITCH for c in pairs)
     core = with_signature(replace(pod, devices=tuple(devices), hints=hints, **fields))  # type: ignore[arg-type]
     return ClaimsRequest(core, slots, constraints, keys, regroup, pairs)
+
+
+def share_resources(slot: RequestSlot) -> dict[str, int]:
+    """A GPU share's request in the device-plugin path's terms (Koordinator's gpu-core and
+    gpu-memory): what is not asked is the whole GPU (the sharable GPU's defaults), so a share that
+    asks memory only takes all the compute."""
+    asked = dict(slot.capacity)
+    cores = asked.get(dra.CAPACITY_CORES)
+    memory = asked.get(dra.CAPACITY_MEMORY)
+    out = {rn.GPU_CORE: dra.GPU_CORES if cores is None else cores.value()}
+    if memory is None:
+        out[rn.GPU_MEMORY_RATIO] = 100
+    else:
+        out[rn.GPU_MEMORY] = memory.value()
+    return out
 
 
 def _partition_size(attribute: str) -> int:

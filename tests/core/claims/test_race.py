@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from allocator.core.actions import Count, Event, Evict, ObjectRef
 from allocator.core.claims.race import ClearClaim, Holder, HolderPod, MoveClaim, repair
 from apis import dra
 from apis.dra_claims import Allocation, Consumer, DeviceResult, ResourceClaim
+from apis.quantity import Quantity
 
 OURS = ((dra.ALLOCATED_BY_ANNOTATION, dra.ALLOCATED_BY),)
 
@@ -60,3 +63,32 @@ def test_when_none_can_move_the_later_claims_bound_pod_is_evicted_or_said_stuck(
     assert repair("n1/gpu-0", [later, first], done={"ns/b"}) == []
     binding = holder("b", 20, ours=False, reserved=True, bound=False)  # reserved, being bound
     assert repair("n1/gpu-0", [binding, first]) == []
+
+
+def share_holder(name: str, since: int, cores: int, *, bound: bool) -> Holder:
+    h = holder(name, since, ours=False, reserved=bound, bound=bound)
+    result = DeviceResult(
+        "gpus", dra.DRIVER, "n1", "gpu-0", share_id=f"s-{name}", consumed=(("cores", Quantity.of(cores)),)
+    )
+    return Holder(replace(h.claim, allocation=Allocation((result,), "n1")), since, h.pods)
+
+
+def test_shares_that_fit_keep_the_device_and_only_the_overflow_moves() -> None:
+    capacity = {"cores": 100}
+    a = share_holder("a", 10, 50, bound=True)
+    b = share_holder("b", 20, 40, bound=True)
+    c = share_holder("c", 30, 30, bound=False)  # 120 with a and b: c moves, a and b stay
+    actions = repair("n1/gpu-0", [c, b, a], capacity=capacity)
+    assert [type(x).__name__ for x in actions] == ["ClearClaim", "Count", "Event"]
+    assert isinstance(actions[0], ClearClaim) and actions[0].claim.key == "ns/c"
+    # one that cannot move is kept before a movable one that came first: the movable one goes
+    early = share_holder("e", 5, 60, bound=False)
+    actions = repair("n1/gpu-0", [early, a, b], capacity=capacity)
+    assert isinstance(actions[0], ClearClaim) and actions[0].claim.key == "ns/e"
+    # without the device's capacity, shares are not risked: only the first keeps it
+    actions = repair("n1/gpu-0", [a, b])
+    assert isinstance(actions[0], Evict) and actions[0].pod.name == "b-pod"
+    assert isinstance(repair("n1/gpu-0", [a, c])[0], ClearClaim)
+    whole = holder("w", 40, ours=False, reserved=False, bound=False)
+    actions = repair("n1/gpu-0", [a, whole], capacity=capacity)
+    assert isinstance(actions[0], ClearClaim) and actions[0].claim.key == "ns/w"

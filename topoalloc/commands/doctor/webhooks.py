@@ -24,7 +24,11 @@ from topoalloc.commands.doctor.facts import (
 from topoalloc.commands.doctor.findings import Finding, fail, ok, warn
 
 # What an entry's rules name, as a creation is spoken of ("pod creations").
-_OBJECT = {"pods": "pod", "resourceclaims": "ResourceClaim"}
+_OBJECT = {
+    "pods": "pod",
+    "resourceclaims": "ResourceClaim",
+    "resourceclaimtemplates": "ResourceClaimTemplate",
+}
 CHECK = "webhooks"
 WEBHOOK_SERVICE = "topoalloc-webhook"
 # The placement entry calls the leader alone, through the extender's Service (its webhook port).
