@@ -44,11 +44,19 @@ def _on(hook: JSON, resource: str) -> bool:
 
 def entries(variant: str) -> list[JSON]:
     """The entries on pods."""
-    return [h for h in all_entries(variant) if not _on(h, "resourceclaims")]
+    return [
+        h
+        for h in all_entries(variant)
+        if not _on(h, "resourceclaims") and not _on(h, "resourceclaimtemplates")
+    ]
 
 
 def claim_entries(variant: str) -> list[JSON]:
     return [h for h in all_entries(variant) if _on(h, "resourceclaims")]
+
+
+def template_entries(variant: str) -> list[JSON]:
+    return [h for h in all_entries(variant) if _on(h, "resourceclaimtemplates")]
 
 
 def _selected(selector: JSON | None, labels: dict[str, str]) -> bool:
@@ -270,3 +278,34 @@ def test_the_claims_entry_is_sent_only_claim_creations_it_may_mark(variant: str)
             if mark_patch(c) is not None:
                 assert sent(hook, c), f"{shape} is marked by the route but not sent"
         assert not sent(hook, CLAIM_SHAPES["other-driver"]) and not sent(hook, CLAIM_SHAPES["no-requests"])
+
+
+def template(*requests: JSON) -> JSON:
+    meta = {"name": "t", "namespace": "team"}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": meta,
+            "spec": {"spec": {"devices": {"requests": list(requests)}}}}  # fmt: skip
+
+
+def share(device_class: str) -> JSON:
+    r = exactly(device_class)
+    return {**r, "exactly": {**r["exactly"], "capacity": {"requests": {"cores": "30", "memory": "10Gi"}}}}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_templates_entry_is_sent_only_template_creations_asking_a_gpu_share(variant: str) -> None:
+    """The route refuses a template only for a share of topoalloc's GPUs (where no node publishes a
+    sharable GPU): those are sent, whole-device templates and other drivers' are not."""
+    hooks = template_entries(variant)
+    assert hooks, "no entry for ResourceClaimTemplates"
+    asks = template(share("gpu.topoalloc.io"))
+    for hook in hooks:
+        assert [r["resources"] for r in hook["rules"]] == [["resourceclaimtemplates"]], hook["name"]
+        assert [r["operations"] for r in hook["rules"]] == [["CREATE"]], hook["name"]
+        assert hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 5
+        assert hook["failurePolicy"] == "Ignore"  # a refusal guard: never blocks templates when down
+        assert sent(hook, asks)
+        for ns in SYSTEM:
+            assert not sent(hook, {**asks, "metadata": {**asks["metadata"], "namespace": ns}}), ns
+        assert not sent(hook, template(exactly("gpu.topoalloc.io")))  # whole GPUs
+        assert not sent(hook, template(share("gpu.nvidia.com")))  # another driver's share
+        assert not sent(hook, template())
