@@ -55,7 +55,10 @@ async def test_a_template_claim_is_allocated_then_the_pod_ungated(fake_api: Fake
             ["gpu-6", "gpu-7"],
         )
         assert {r["request"] for r in allocation(fake_api, name)["devices"]["results"]} == {"gpus"}
-        await until(lambda: events(fake_api, "DRAAllocated"), what="the Event")
+        # Reserved for the pod in the allocation's own write: kube-scheduler's PreBind writes
+        # nothing for it (no Event either: the claim shows the devices).
+        uid = (fake_api.get("pods", "p", "default") or {})["metadata"]["uid"]
+        assert stored["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": uid}]
         # The controller runs on the runner, its passes counted on the process's registry.
         passes = w.run.service.metrics.registry.get_sample_value(
             "topoalloc_controller_passes_total", {"controller": "claims"}
@@ -263,6 +266,12 @@ async def test_a_claim_nothing_uses_is_released(fake_api: FakeApiServer, pki: Pk
         await w.runner.wait_passes(2)
         assert allocation(fake_api, "standalone") is not None
         fake_api.remove("pods", "a", "default")
+        # kube-controller-manager drops the reservation of a pod that is gone (the allocation's
+        # write reserved the claim for it).
+        stored = fake_api.get(CLAIMS, "standalone", "default")
+        assert stored is not None and [r["name"] for r in stored["status"]["reservedFor"]] == ["a"]
+        del stored["status"]["reservedFor"]
+        fake_api.put(stored)
         await until(lambda: allocation(fake_api, "standalone") is None, what="released")
 
 
