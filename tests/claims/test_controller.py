@@ -5,6 +5,7 @@ kube-scheduler refuses the node; nothing half-written when a write fails; unused
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from allocator.core.request.claims import PCIE_SWITCH
 from apis import dra
@@ -225,6 +226,10 @@ async def test_refused_on_its_node_the_pod_is_allocated_elsewhere(fake_api: Fake
             lambda: allocation(fake_api, "p-g") and node_of_claim(fake_api, "p-g") != first, what="moved"
         )
         assert events(fake_api, "DRAReallocated") and first in events(fake_api, "DRAReallocated")[0]
+        # The allocation's write had reserved it for p: cleared with it, and reserved again with the
+        # new allocation.
+        stored = fake_api.get(CLAIMS, "p-g", "default")
+        assert stored is not None and [r["name"] for r in stored["status"]["reservedFor"]] == ["p"]
 
 
 async def test_a_failed_write_leaves_nothing_half_written(fake_api: FakeApiServer, pki: Pki) -> None:
@@ -241,10 +246,16 @@ async def test_a_failed_write_leaves_nothing_half_written(fake_api: FakeApiServe
         await until(lambda: events(fake_api, "DRAAllocationFailed"), what="the failure")
         # The controller keeps retrying (write a, fail b, roll a back): a fixed sleep could land inside
         # an attempt on a busy machine; between attempts neither claim holds an allocation.
-        await until(
-            lambda: allocation(fake_api, "p-a") is None and allocation(fake_api, "p-b") is None,
-            what="the first claim's allocation rolled back",
-        )
+        seen: list[dict[str, Any]] = []  # the first claim's status as the check found it rolled back
+
+        def rolled_back() -> bool:
+            status = (fake_api.get(CLAIMS, "p-a", "default") or {}).get("status") or {}
+            seen[:] = [status]
+            return status.get("allocation") is None and allocation(fake_api, "p-b") is None
+
+        await until(rolled_back, what="the first claim's allocation rolled back")
+        # Its reservation went with it (the API server refuses one without an allocation).
+        assert "reservedFor" not in seen[0]
         assert gates(fake_api, "p") == [dra.SCHEDULING_GATE]
         fake_api.clear_faults()
         await until(lambda: not gates(fake_api, "p"), what="allocated on the retry")
