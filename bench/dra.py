@@ -23,7 +23,7 @@ are joined by the most NVLinks two GPUs of the machine share: an NV2 pair of the
 GPU0-GPU3; first fit's GPU0-GPU1, behind one switch, share one) and GPU-NIC aligned (share of `nic`
 claims on one PCIe switch). Each mode's pods and claims are deleted after its run.
 
-Run: `.venv/bin/python bench/dra.py [--nodes 500] [--pods 1000] [--runs 1]`
+Run: `.venv/bin/python bench/dra.py [--nodes 500] [--pods 1000] [--runs 1] [--release 1.36]`
 (needs ../shared/k8s, /usr/bin/etcd and /usr/bin/kubectl; exits 0 with a note when they are missing).
 """
 
@@ -62,6 +62,7 @@ from bench.scheduler_throughput import (  # noqa: E402
 )
 from tests.support.cluster_product import lease_holder, make_certs  # noqa: E402
 from tests.support.controlplane import HOST, ControlPlane, missing_parts, wait_until  # noqa: E402
+from tests.support.kube_releases import RELEASES  # noqa: E402
 from topoalloc.commands.installer.kustomize import build  # noqa: E402
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -246,7 +247,10 @@ def delete(cp: ControlPlane, namespace: str) -> None:
 
 def run(args: argparse.Namespace, workdir: Path) -> int:
     certs = make_certs(workdir / "extender-pki")
-    with ControlPlane(workdir / "k8s", scheduler=False, controller_manager=True, start_timeout=300) as cp:
+    release = RELEASES[args.release]
+    with ControlPlane(
+        workdir / "k8s", scheduler=False, controller_manager=True, start_timeout=300, release=release
+    ) as cp:
         replica = None
         try:
             install(cp)
@@ -330,10 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes", nargs="+", choices=("kube-scheduler", "topoalloc"), default=["kube-scheduler", "topoalloc"]
     )
+    parser.add_argument("--release", choices=sorted(RELEASES), default="1.35", help="Kubernetes release")
     parser.add_argument("--cprofile", metavar="OUT", help="run the allocator under cProfile (CPU time)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args(argv)
-    missing = missing_parts()
+    missing = missing_parts(RELEASES[args.release])
     if missing:
         print("dra: skipped, this machine lacks " + "; ".join(missing))
         return 0

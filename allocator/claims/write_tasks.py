@@ -1,7 +1,8 @@
 """The claims controller's write tasks, each spawned on the runner (allocator/claims/controller.py)
-for one action of the claims lifecycle: the claims of a pod (or a gang) written all or none (the
-gates go in a later step, once the cache shows the writes); a pod's gate removed; a move (clear,
-then write elsewhere); a release. The API calls are writes.py's. What the API answers goes back to
+for one action of the claims lifecycle: the claims of a pod (or a gang) written all or none, each
+allocated and reserved for its pod in one write (the gates go in a later step, once the cache shows
+the writes); a pod's gate removed; a move (clear allocation and reservation, then write elsewhere);
+a release. The API calls are writes.py's. What the API answers goes back to
 the pods' next steps through `tell` (an `Outcome`)."""
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class ClaimWrites:
 
     async def write(self, action: WriteAllocation) -> None:
         """Every pod's claims (marked unless the admission webhook marked them, then their
-        allocation), then, with `ungate`, the gates; a failure rolls back every claim already
-        written: all of them or none."""
+        allocation and reservation for the pod), then, with `ungate`, the gates; a failure rolls
+        back every claim already written: all of them or none."""
         written: list[tuple[ResourceClaim, str]] = []
         try:
             for p in action.pods:
@@ -53,7 +54,10 @@ class ClaimWrites:
                     if claim.annotation(dra.ALLOCATED_BY_ANNOTATION) != dra.ALLOCATED_BY:
                         rv = await mark(self.api, claim, rv)  # the admission webhook did not mark it
                     results = p.answer.results[claim.key]
-                    rv = await write_allocation(self.api, claim, rv, results, p.answer.node)
+                    # Reserved for the pod in the same write: kube-scheduler's PreBind then
+                    # writes nothing for the claim.
+                    node = p.answer.node
+                    rv = await write_allocation(self.api, claim, rv, results, node, p.member.pod)
                     written.append((claim, rv))
         except ApiError as exc:
             for claim, rv in written:

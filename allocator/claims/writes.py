@@ -1,6 +1,11 @@
 """The claims controller's writes: a claim marked as topoalloc's and its allocation written (or
 cleared) through resourceclaims/status, the pod's gate removed, a pod evicted.
 
+An allocation is written together with the reservation for the pod it was made for
+(status.reservedFor), as kube-scheduler's own allocator writes both at once: kube-scheduler's PreBind
+then writes nothing for a claim already reserved for the pod it binds. A clear removes both (the
+API server refuses a reservation without an allocation).
+
 Every claim write carries the resourceVersion the decision was made on, so it fails (409) instead
 of landing on a claim someone else changed meanwhile (kube-scheduler's own allocator, a re-created
 claim); a gate removal tests the pod's uid and the gate's place (allocator/runtime/gates.py). The
@@ -41,20 +46,34 @@ async def mark(api: KubeApi, claim: ResourceClaim, resource_version: str) -> str
     return await _write(api, claim, {"metadata": meta})
 
 
+def reservation(pod: JSON) -> JSON:
+    """The status.reservedFor entry of a pod, as kube-scheduler writes it."""
+    meta = pod.get("metadata") or {}
+    return {"resource": "pods", "name": meta.get("name") or "", "uid": meta.get("uid") or ""}
+
+
 async def write_allocation(
-    api: KubeApi, claim: ResourceClaim, resource_version: str, results: tuple[DeviceResult, ...], node: str
+    api: KubeApi,
+    claim: ResourceClaim,
+    resource_version: str,
+    results: tuple[DeviceResult, ...],
+    node: str,
+    for_pod: JSON | None = None,
 ) -> str:
-    """status.allocation: the results and the node selector naming `node`; the new resourceVersion."""
-    body = {
-        "metadata": _guarded(claim, resource_version),
-        "status": {"allocation": allocation_status(results, node)},
-    }
+    """status.allocation: the results and the node selector naming `node`, and with `for_pod` the
+    claim reserved for that pod in the same write; the new resourceVersion."""
+    status: JSON = {"allocation": allocation_status(results, node)}
+    if for_pod is not None:
+        status["reservedFor"] = [reservation(for_pod)]
+    body = {"metadata": _guarded(claim, resource_version), "status": status}
     return await _write(api, claim, body, "status")
 
 
 async def clear_allocation(api: KubeApi, claim: ResourceClaim, resource_version: str) -> str:
-    """Deallocate: status.allocation removed (the API server refuses while reservedFor is set)."""
-    body = {"metadata": _guarded(claim, resource_version), "status": {"allocation": None}}
+    """Deallocate: status.allocation and status.reservedFor removed in one write (a reservation
+    without an allocation is refused, so both go together)."""
+    status = {"allocation": None, "reservedFor": None}
+    body = {"metadata": _guarded(claim, resource_version), "status": status}
     return await _write(api, claim, body, "status")
 
 

@@ -5,6 +5,7 @@ kube-scheduler refuses the node; nothing half-written when a write fails; unused
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from allocator.core.request.claims import PCIE_SWITCH
 from apis import dra
@@ -55,7 +56,10 @@ async def test_a_template_claim_is_allocated_then_the_pod_ungated(fake_api: Fake
             ["gpu-6", "gpu-7"],
         )
         assert {r["request"] for r in allocation(fake_api, name)["devices"]["results"]} == {"gpus"}
-        await until(lambda: events(fake_api, "DRAAllocated"), what="the Event")
+        # Reserved for the pod in the allocation's own write: kube-scheduler's PreBind writes
+        # nothing for it (no Event either: the claim shows the devices).
+        uid = (fake_api.get("pods", "p", "default") or {})["metadata"]["uid"]
+        assert stored["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": uid}]
         # The controller runs on the runner, its passes counted on the process's registry.
         passes = w.run.service.metrics.registry.get_sample_value(
             "topoalloc_controller_passes_total", {"controller": "claims"}
@@ -222,6 +226,10 @@ async def test_refused_on_its_node_the_pod_is_allocated_elsewhere(fake_api: Fake
             lambda: allocation(fake_api, "p-g") and node_of_claim(fake_api, "p-g") != first, what="moved"
         )
         assert events(fake_api, "DRAReallocated") and first in events(fake_api, "DRAReallocated")[0]
+        # The allocation's write had reserved it for p: cleared with it, and reserved again with the
+        # new allocation.
+        stored = fake_api.get(CLAIMS, "p-g", "default")
+        assert stored is not None and [r["name"] for r in stored["status"]["reservedFor"]] == ["p"]
 
 
 async def test_a_failed_write_leaves_nothing_half_written(fake_api: FakeApiServer, pki: Pki) -> None:
@@ -238,10 +246,16 @@ async def test_a_failed_write_leaves_nothing_half_written(fake_api: FakeApiServe
         await until(lambda: events(fake_api, "DRAAllocationFailed"), what="the failure")
         # The controller keeps retrying (write a, fail b, roll a back): a fixed sleep could land inside
         # an attempt on a busy machine; between attempts neither claim holds an allocation.
-        await until(
-            lambda: allocation(fake_api, "p-a") is None and allocation(fake_api, "p-b") is None,
-            what="the first claim's allocation rolled back",
-        )
+        seen: list[dict[str, Any]] = []  # the first claim's status as the check found it rolled back
+
+        def rolled_back() -> bool:
+            status = (fake_api.get(CLAIMS, "p-a", "default") or {}).get("status") or {}
+            seen[:] = [status]
+            return status.get("allocation") is None and allocation(fake_api, "p-b") is None
+
+        await until(rolled_back, what="the first claim's allocation rolled back")
+        # Its reservation went with it (the API server refuses one without an allocation).
+        assert "reservedFor" not in seen[0]
         assert gates(fake_api, "p") == [dra.SCHEDULING_GATE]
         fake_api.clear_faults()
         await until(lambda: not gates(fake_api, "p"), what="allocated on the retry")
@@ -263,6 +277,12 @@ async def test_a_claim_nothing_uses_is_released(fake_api: FakeApiServer, pki: Pk
         await w.runner.wait_passes(2)
         assert allocation(fake_api, "standalone") is not None
         fake_api.remove("pods", "a", "default")
+        # kube-controller-manager drops the reservation of a pod that is gone (the allocation's
+        # write reserved the claim for it).
+        stored = fake_api.get(CLAIMS, "standalone", "default")
+        assert stored is not None and [r["name"] for r in stored["status"]["reservedFor"]] == ["a"]
+        del stored["status"]["reservedFor"]
+        fake_api.put(stored)
         await until(lambda: allocation(fake_api, "standalone") is None, what="released")
 
 

@@ -10,7 +10,8 @@ I/O and reads no clock; it remembers, between passes, the pods whose claims it m
 claims it waits to release, and the pods whose gate it knows gone. Per pod, in key order:
 
 1. Gated (`topoalloc.io/dra`): once every claim exists, the claims topoalloc allocates are placed
-   together (pinned to the node of claims already allocated) and written (`WriteAllocation`). The
+   together (pinned to the node of claims already allocated) and written, each allocated and
+   reserved for the pod in one write (`WriteAllocation`; no Event: the claims show it). The
    gate stays until the cache shows every claim at the version its write returned: kube-scheduler,
    whose cache lags about as much, then sees the claims allocated when it sees the pod, and every
    claim allocated before ours is in the cache. A claim of ours whose device another claim holds
@@ -20,8 +21,9 @@ claims it waits to release, and the pods whose gate it knows gone. Per pod, in k
    allocated as written, or a pod (gang) that fits nowhere now: an Event says why and the pod is
    tried again after its backoff pause (`Retry`; at once when it or its claims change).
 2. Ungated, refused by kube-scheduler (PodScheduled=False/Unschedulable) while claims topoalloc
-   allocated for it are not reserved: they move to another node, the refused ones left out
-   (`MoveClaims`); again only when kube-scheduler's reason changes or after `reallocate_after`.
+   allocated for it are reserved for no other pod: they move (allocation and reservation cleared)
+   to another node, the refused ones left out (`MoveClaims`); again only when kube-scheduler's
+   reason changes or after `reallocate_after`.
 3. A write that failed comes back (`Outcome`): an Event says why and the pod is tried again later.
 In a full pass, claims topoalloc allocated that nothing uses (not reserved, no pending pod names
 them, not made for a pod, not held) are released after `release_after` (`ReleaseClaim`).
@@ -254,10 +256,9 @@ class ClaimsLifecycle:
                 out.append(Retry(pod.key))
             return
         out.extend(Forget(p.key) for p in todo)
-        placed = (
-            Placed(m, answer, Event(p.ref, "Normal", "DRAAllocated", allocated(answer), ACTION))
-            for p, m, answer in zip(todo, members, decided, strict=True)
-        )
+        # No Event for a plain allocation (a write per pod that kube-scheduler's own path does not
+        # make): the claims' status shows the devices, kube-scheduler's Scheduled Event the node.
+        placed = (Placed(m, answer) for m, answer in zip(members, decided, strict=True))
         out.append(WriteAllocation(tuple(placed), ungate=False))
 
     def _contested(self, pod: PendingPod, out: list[Action]) -> None:
@@ -286,7 +287,8 @@ class ClaimsLifecycle:
         message, claims = pod.unschedulable, pod.claims
         if message is None or claims.refused:
             return
-        ours = [c for c in claims.allocated if c.allocated_by_us and not c.reserved_for]
+        # Ours and reserved for no other pod (the allocation's own write reserved it for this one).
+        ours = [c for c in claims.allocated if c.allocated_by_us and reserved_at_most_for(c, pod.uid)]
         if not ours or len(ours) != len(claims.allocated) or claims.todo:
             return  # not ours to move (or other claims pin the pod): kube-scheduler's to report
         moved = self.state.moved.get(pod.key)
@@ -327,6 +329,11 @@ class ClaimsLifecycle:
                 out.append(ReleaseClaim(c))
                 unused.discard(c.key)  # its clock starts again should the release not go through
         self.state.unused = {k: t for k, t in self.state.unused.items() if k in unused}
+
+
+def reserved_at_most_for(claim: ResourceClaim, uid: str) -> bool:
+    """The claim is reserved for nobody, or only for the pod `uid`."""
+    return all(r.resource == "pods" and r.uid == uid for r in claim.reserved_for)
 
 
 def allocated(answer: ClaimAnswer) -> str:

@@ -109,16 +109,15 @@ def test_a_gated_pod_is_placed_then_written_and_ungated_once_the_cache_shows_the
     (placed,) = write.pods
     assert placed.member.key == "default/p" and [c.key for c in placed.member.todo] == ["default/p-g"]
     assert placed.answer is not None and placed.answer.node == "n1"
-    assert placed.written is not None and placed.written.reason == "DRAAllocated"
-    assert placed.written.note == "claims allocated on n1 (default/p-g: gpu-0)"
-    assert placed.written.target.name == "p" and placed.ungated is None
+    # No Event for a plain allocation: the claim's status shows its devices (a write per pod saved).
+    assert placed.written is None and placed.ungated is None
     assert planner.calls == [(["default/p"], frozenset())]
     # The write answered version 9: until the cache shows the claim at 9 or later, the gate stays.
     assert step(life, pod("p", claim("p-g"), outcome=Outcome(written=(("default/p-g", "9"),)))) == []
     assert step(life, pod("p", claim("p-g", node="n1"))) == []  # the cache's version 7: not yet
     (ungate,) = step(life, pod("p", replace(claim("p-g", node="n1"), resource_version="9")))
     assert isinstance(ungate, WriteAllocation) and ungate.ungate and ungate.pods[0].member.todo == []
-    assert ungate.pods[0].ungated is None  # no Event beyond DRAAllocated: its claims are ours
+    assert ungate.pods[0].ungated is None  # no Event: its claims are ours
     assert len(planner.calls) == 1
 
 
@@ -210,10 +209,7 @@ def test_a_gang_of_claims_waits_for_its_size_then_is_placed_at_once() -> None:
         "default/g-0",
         "default/g-1",
     ]
-    assert all(
-        p.written is not None and p.written.target.name == p.member.pod["metadata"]["name"]
-        for p in write.pods
-    )
+    assert all(p.written is None for p in write.pods)  # the gang's own Events tell
 
 
 def test_a_gang_that_does_not_fit_places_none_and_each_member_says_why() -> None:
@@ -298,6 +294,20 @@ def test_claims_of_a_pod_kube_scheduler_refused_move_elsewhere_once_per_reason()
     on_n2 = pod("p", claim("p-g", node="n2"), gated=False, unschedulable="1 node(s) had untolerated taint")
     assert kinds(step(life, on_n2, now=111.0)) == ["Event:DRAReallocationFailed"]
     assert planner.calls[-1] == (["default/p"], frozenset({"n1", "n2"}))
+
+
+def test_claims_reserved_for_the_refused_pod_itself_move_with_their_reservation() -> None:
+    life, planner = make()
+    mine = replace(claim("p-g", node="n1"), reserved_for=(Consumer("pods", "p", "uid-p"),))
+    actions = step(life, pod("p", mine, gated=False, unschedulable="1 Insufficient cpu"))
+    assert kinds(actions) == ["Event:DRAReallocated", "MoveClaims"]
+    move = actions[1]
+    assert isinstance(move, MoveClaims) and move.claims[0].reserved_for  # cleared as the cache has it
+    assert move.placed.answer is not None and move.placed.answer.node == "n2"
+    # Reserved for another pod as well: not ours to move.
+    both = replace(mine, reserved_for=(*mine.reserved_for, Consumer("pods", "x", "uid-x")))
+    assert step(life, pod("q", both, gated=False, unschedulable="no")) == []
+    assert planner.calls == [(["default/p"], frozenset({"n1"}))]
 
 
 def test_the_same_reason_moves_the_claims_again_after_reallocate_after() -> None:
