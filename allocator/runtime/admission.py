@@ -70,7 +70,7 @@ def patched(uid: str, patch: list[JSON] | None) -> JSON:
     """Allowed, with the JSON patch when there is one."""
     if not patch:
         return {"uid": uid, "allowed": True}
-    encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    encoded = base64.b64encode(_patch_bytes(patch)).decode()
     return {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": encoded}
 
 
@@ -167,3 +167,10 @@ def _encode(body: JSON) -> str:
         return orjson.dumps(body).decode()
     except TypeError:  # something orjson does not write (an integer beyond 64 bits)
         return json.dumps(body)
+
+
+def _patch_bytes(patch: list[JSON]) -> bytes:
+    try:
+        return orjson.dumps(patch)
+    except TypeError:
+        return json.dumps(patch, separators=(",", ":")).encode()
