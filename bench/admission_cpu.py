@@ -9,7 +9,7 @@ every one is in the allocator's cache). This isolates the allocator's own work f
 and kube-scheduler's, which bench/placement_throughput.py measures together on a real control plane.
 
 Run: `.venv/bin/python bench/admission_cpu.py [--nodes 500] [--pods 500] [--gpus 1] [--cprofile FILE]
-[--cprofile-watch FILE]`
+[--cprofile-watch FILE] [--https]`
 """
 
 from __future__ import annotations
@@ -86,8 +86,55 @@ async def taken_in(fake: FakeApiServer, cache: Any, placed: list[JSON]) -> float
     return time.process_time() - start - stored
 
 
+# The API server's side of `--https`, in a process of its own: one kept-alive TLS connection, each
+# review POSTed in turn, as kube-apiserver calls a webhook.
+CLIENT = """
+import http.client, ssl, sys
+host, port, path, ca, bodies = sys.argv[1:]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.check_hostname = False
+conn = http.client.HTTPSConnection(host, int(port), context=ctx)
+patched = 0
+for line in open(bodies, "rb"):
+    conn.request("POST", path, body=line, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == 200, (resp.status, body)
+    patched += b'"patch"' in body
+print(patched)
+"""
+
+
+async def over_https(run: Any, pki: Pki, tmp: str, first: int, pods: int, gpus: int) -> tuple[float, int]:
+    """CPU seconds of this process (the allocator, its admission server included) while a client
+    process sends `pods` reviews over HTTPS, and how many were answered with a patch."""
+    bodies = Path(tmp) / "reviews.jsonl"
+    with bodies.open("wb") as out:
+        for i in range(first, first + pods):
+            envelope = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": review(i, gpus),
+            }
+            out.write(json.dumps(envelope).encode() + b"\n")
+    port = run.service.webhook_port
+    start = time.process_time()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLIENT, "127.0.0.1", str(port), PATH, str(pki.ca_file), str(bodies),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out_bytes, _ = await proc.communicate()
+    spent = time.process_time() - start
+    if proc.returncode != 0:
+        raise SystemExit("the HTTPS client failed")
+    return spent, int(out_bytes)
+
+
+Profile = cProfile.Profile | None
+
+
 async def measure(
-    nodes: int, pods: int, gpus: int, profile: cProfile.Profile | None, watch_profile: cProfile.Profile | None
+    nodes: int, pods: int, gpus: int, profile: Profile, watch_profile: Profile, https: bool = False
 ) -> JSON:
     with tempfile.TemporaryDirectory() as tmp:
         async with FakeApiServer() as fake:
@@ -116,6 +163,8 @@ async def measure(
                 watch = await taken_in(fake, run.service.cache, placed)
                 if watch_profile:
                     watch_profile.disable()
+                if https:
+                    spent, answered = await over_https(run, pki, tmp, pods + WARMUP, pods, gpus)
     ms = sorted(c * 1000 for c in costs[WARMUP:])
     return {
         "first": costs[0] * 1000,
@@ -126,6 +175,8 @@ async def measure(
         "p99": ms[int(len(ms) * 0.99) - 1] if len(ms) >= 100 else ms[-1],
         "mean": statistics.fmean(ms),
         "watch": watch * 1000 / max(1, len(placed)),
+        "https": spent * 1000 / pods if https else None,
+        "https_placed": answered if https else None,
     }
 
 
@@ -141,11 +192,17 @@ def main() -> None:
         help="write a cProfile of the watch taking the pods in here (the fake"
         " API server's side included: it runs in this process)",
     )
+    parser.add_argument(
+        "--https",
+        action="store_true",
+        help="then send as many reviews again over HTTPS from a client process"
+        " and print this process's CPU per review (the admission server's TLS, HTTP and JSON included)",
+    )
     args = parser.parse_args()
     # CPU time, not wall time: the figures stay meaningful on a busy machine.
     profile = cProfile.Profile(time.process_time) if args.cprofile else None
     watch_profile = cProfile.Profile(time.process_time) if args.cprofile_watch else None
-    row = asyncio.run(measure(args.nodes, args.pods, args.gpus, profile, watch_profile))
+    row = asyncio.run(measure(args.nodes, args.pods, args.gpus, profile, watch_profile, args.https))
     if profile and args.cprofile:
         profile.dump_stats(args.cprofile)
     if watch_profile and args.cprofile_watch:
@@ -158,6 +215,12 @@ def main() -> None:
         f"{row['nodes']:>6} {row['pods']:>6} {row['placed']:>7} {row['first']:>9.1f} {row['p50']:>14.3f}"
         f" {row['p99']:>8.3f} {row['mean']:>8.3f} {row['watch']:>13.3f}"
     )
+
+    if row["https"] is not None:
+        print(
+            f"over HTTPS: {row['https']:.3f} ms CPU per review"
+            f" ({row['https_placed']} of {row['pods']} placed)"
+        )
 
 
 if __name__ == "__main__":
