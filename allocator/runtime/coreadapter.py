@@ -250,10 +250,11 @@ class CoreAdapter:
         them; placement asks them itself.) One cached column per request shape: O(changed nodes)
         of Python per call."""
         codes = self.cluster.kube_codes(req, names)
-        passing = (codes == kube_checks.PASS).tolist()
+        passes = codes == kube_checks.PASS
+        if passes.all():  # the usual answer: a copy, no per-name mask
+            return list(names), {}
+        passing = passes.tolist()
         fit = list(compress(names, passing))
-        if len(fit) == len(names):
-            return fit, {}
         short = {
             name: kube_checks.MESSAGES[code] or UNKNOWN_NODE.message
             for name, code, ok in zip(names, codes.tolist(), passing, strict=True)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import orjson
 
 from allocator.core.request.parse import pod_request
-from allocator.core.request.pod_request import PodRequest
+from allocator.core.request.pod_request import PodRequest, renamed
 
 # Beyond this many entries a memo starts afresh (a cluster has a few hundred shapes at most).
 LIMIT = 1024
@@ -55,11 +55,7 @@ class RequestMemo:
             return req
         # the key is spelled as the parser spells it: the namespace as written, then the name
         prefix = req.key[: len(req.key) - len(req.name)]
-        # A copy of the frozen request with three fields set (dataclasses.replace would run
-        # __init__ again: a third of what the memo saves).
-        copy = object.__new__(PodRequest)
-        copy.__dict__.update(req.__dict__, key=prefix + name, name=name, uid=uid)
-        return copy
+        return renamed(req, key=prefix + name, namespace=req.namespace, name=name, uid=uid)
 
 
 def _shape(pod: Mapping[str, Any], meta: Any) -> bytes | None:

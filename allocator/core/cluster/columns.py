@@ -179,9 +179,9 @@ def verdicts_of(
 ) -> FilterVerdicts:
     """The codes of `names` as a `FilterVerdicts`: dicts built by zip from per-code messages."""
     rejected = codes != PASS
+    if not rejected.any():  # the usual answer: every node passes (a copy, no per-name mask)
+        return FilterVerdicts(list(names))
     out = FilterVerdicts(list(compress(names, (~rejected).tolist())))
-    if not rejected.any():
-        return out
     objects, messages, unresolvable = column.arrays(unknown)
     hard = unresolvable[codes] & rejected
     soft = rejected & ~hard
