@@ -8,7 +8,8 @@ taking the P pods in (the pods created on the fake server carrying what the rout
 every one is in the allocator's cache). This isolates the allocator's own work from kube-apiserver's
 and kube-scheduler's, which bench/placement_throughput.py measures together on a real control plane.
 
-Run: `.venv/bin/python bench/admission_cpu.py [--nodes 500] [--pods 500] [--gpus 1] [--cprofile FILE]`
+Run: `.venv/bin/python bench/admission_cpu.py [--nodes 500] [--pods 500] [--gpus 1] [--cprofile FILE]
+[--cprofile-watch FILE] [--https]`
 """
 
 from __future__ import annotations
@@ -69,20 +70,72 @@ def patched(request: JSON, answer: JSON) -> JSON | None:
 
 
 async def taken_in(fake: FakeApiServer, cache: Any, placed: list[JSON]) -> float:
-    """CPU seconds from creating the placed pods on the fake server to all of them in the cache."""
+    """CPU seconds from creating the placed pods on the fake server to all of them in the cache,
+    less the fake server's own storing of them (its copies and defaults, which run in this process
+    and cost several times what the allocator's watch does)."""
     start = time.process_time()
     for pod in placed:
         fake.put(pod)
+    stored = time.process_time() - start
     keys = [f"default/{p['metadata']['name']}" for p in placed]
     deadline = time.monotonic() + 120
     while not all(k in cache.pods for k in keys):
         if time.monotonic() > deadline:
             raise SystemExit("the allocator's cache did not take the pods in within 120 s")
         await asyncio.sleep(0.01)
-    return time.process_time() - start
+    return time.process_time() - start - stored
 
 
-async def measure(nodes: int, pods: int, gpus: int, profile: cProfile.Profile | None) -> JSON:
+# The API server's side of `--https`, in a process of its own: one kept-alive TLS connection, each
+# review POSTed in turn, as kube-apiserver calls a webhook.
+CLIENT = """
+import http.client, ssl, sys
+host, port, path, ca, bodies = sys.argv[1:]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.check_hostname = False
+conn = http.client.HTTPSConnection(host, int(port), context=ctx)
+patched = 0
+for line in open(bodies, "rb"):
+    conn.request("POST", path, body=line, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == 200, (resp.status, body)
+    patched += b'"patch"' in body
+print(patched)
+"""
+
+
+async def over_https(run: Any, pki: Pki, tmp: str, first: int, pods: int, gpus: int) -> tuple[float, int]:
+    """CPU seconds of this process (the allocator, its admission server included) while a client
+    process sends `pods` reviews over HTTPS, and how many were answered with a patch."""
+    bodies = Path(tmp) / "reviews.jsonl"
+    with bodies.open("wb") as out:
+        for i in range(first, first + pods):
+            envelope = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": review(i, gpus),
+            }
+            out.write(json.dumps(envelope).encode() + b"\n")
+    port = run.service.webhook_port
+    start = time.process_time()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLIENT, "127.0.0.1", str(port), PATH, str(pki.ca_file), str(bodies),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out_bytes, _ = await proc.communicate()
+    spent = time.process_time() - start
+    if proc.returncode != 0:
+        raise SystemExit("the HTTPS client failed")
+    return spent, int(out_bytes)
+
+
+Profile = cProfile.Profile | None
+
+
+async def measure(
+    nodes: int, pods: int, gpus: int, profile: Profile, watch_profile: Profile, https: bool = False
+) -> JSON:
     with tempfile.TemporaryDirectory() as tmp:
         async with FakeApiServer() as fake:
             for i in range(nodes):
@@ -105,7 +158,13 @@ async def measure(nodes: int, pods: int, gpus: int, profile: cProfile.Profile | 
                         profile.disable()
                     if (pod := patched(request, answer)) is not None:
                         placed.append(pod)
+                if watch_profile:
+                    watch_profile.enable()
                 watch = await taken_in(fake, run.service.cache, placed)
+                if watch_profile:
+                    watch_profile.disable()
+                if https:
+                    spent, answered = await over_https(run, pki, tmp, pods + WARMUP, pods, gpus)
     ms = sorted(c * 1000 for c in costs[WARMUP:])
     return {
         "first": costs[0] * 1000,
@@ -116,6 +175,8 @@ async def measure(nodes: int, pods: int, gpus: int, profile: cProfile.Profile | 
         "p99": ms[int(len(ms) * 0.99) - 1] if len(ms) >= 100 else ms[-1],
         "mean": statistics.fmean(ms),
         "watch": watch * 1000 / max(1, len(placed)),
+        "https": spent * 1000 / pods if https else None,
+        "https_placed": answered if https else None,
     }
 
 
@@ -125,12 +186,27 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--gpus", type=int, default=1, help="GPUs per pod")
     parser.add_argument("--cprofile", type=Path, help="write a cProfile of the decisions here")
+    parser.add_argument(
+        "--cprofile-watch",
+        type=Path,
+        help="write a cProfile of the watch taking the pods in here (the fake"
+        " API server's side included: it runs in this process)",
+    )
+    parser.add_argument(
+        "--https",
+        action="store_true",
+        help="then send as many reviews again over HTTPS from a client process"
+        " and print this process's CPU per review (the admission server's TLS, HTTP and JSON included)",
+    )
     args = parser.parse_args()
     # CPU time, not wall time: the figures stay meaningful on a busy machine.
     profile = cProfile.Profile(time.process_time) if args.cprofile else None
-    row = asyncio.run(measure(args.nodes, args.pods, args.gpus, profile))
+    watch_profile = cProfile.Profile(time.process_time) if args.cprofile_watch else None
+    row = asyncio.run(measure(args.nodes, args.pods, args.gpus, profile, watch_profile, args.https))
     if profile and args.cprofile:
         profile.dump_stats(args.cprofile)
+    if watch_profile and args.cprofile_watch:
+        watch_profile.dump_stats(args.cprofile_watch)
     print(
         f"{'nodes':>6} {'pods':>6} {'placed':>7} {'first ms':>9} {'decide p50 ms':>14} {'p99 ms':>8}"
         f" {'mean ms':>8} {'watch ms/pod':>13}"
@@ -139,6 +215,12 @@ def main() -> None:
         f"{row['nodes']:>6} {row['pods']:>6} {row['placed']:>7} {row['first']:>9.1f} {row['p50']:>14.3f}"
         f" {row['p99']:>8.3f} {row['mean']:>8.3f} {row['watch']:>13.3f}"
     )
+
+    if row["https"] is not None:
+        print(
+            f"over HTTPS: {row['https']:.3f} ms CPU per review"
+            f" ({row['https_placed']} of {row['pods']} placed)"
+        )
 
 
 if __name__ == "__main__":

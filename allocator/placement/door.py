@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
+
 from allocator.core.actions import ObjectRef
 from allocator.core.gang.plan import GangPlanSettings, NoPlan
 from allocator.core.placement.lifecycle import NoRoom, Placed
@@ -142,7 +144,7 @@ class ClusterDoor:
     def _admitting(self, pod: JSON) -> list[str]:
         """The nodes the core knows whose taints the pod tolerates (cordons count as taints)."""
         tolerations = tolerations_of(pod)
-        memo = json.dumps(tolerations, sort_keys=True)
+        memo = _memo_key(tolerations)
         found = self._admitted.get(memo)
         if found is None:
             found = [
@@ -172,3 +174,11 @@ class ClusterDoor:
         if isinstance(plan, NoPlan) or not plan.victims:
             return ()
         return tuple((ObjectRef(*v.key.split("/", 1), uid=v.uid), v.node) for v in plan.victims)
+
+
+def _memo_key(tolerations: Any) -> bytes | str:
+    """The tolerations as a key of the admitting memo (orjson: a few times faster than `json`)."""
+    try:
+        return orjson.dumps(tolerations, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # what no decoded JSON holds (a non-string key): `json` writes it
+        return json.dumps(tolerations, sort_keys=True)

@@ -41,7 +41,6 @@ from allocator.core.gang.siblings import sibling_priorities
 from allocator.core.gang.victims import Candidate
 from allocator.core.reasons import Rejection
 from allocator.core.request.claims import ClaimsRequest
-from allocator.core.request.parse import pod_request
 from allocator.core.request.pod_request import PodRequest
 from allocator.core.request.usage import PodUsage, pod_usage
 from allocator.core.reservation.consume import allocate_from_room, allocate_ignoring
@@ -50,6 +49,7 @@ from allocator.core.reservation.place import NoRoom, RoomPlan
 from allocator.core.reservation.place import place as place_reservation
 from allocator.core.reservation.room import Room
 from allocator.core.scoring.scorer import NodeScorer, ScoringConfig
+from allocator.runtime.request_memo import RequestMemo
 from apis import dra
 from apis.annotations import DeviceAllocations
 from apis.dra_claims import DeviceResult
@@ -81,7 +81,7 @@ class CoreAdapter:
         # Pods the allocator places (not those replayed from the watch) teach the scorer the
         # workload mix its fragmentation term plans for.
         self.cluster.add_observer(self.scorer.observe)
-        self._requests: dict[tuple[Any, Any], PodRequest] = {}
+        self._requests = RequestMemo()
         # Nodes whose Device CR does not decode: their reason replaces "no free GPU".
         self.device_errors: dict[str, Rejection] = {}
         # Nodes whose Node says topoalloc.io/device-mode: dra. Their devices go to claims only.
@@ -95,18 +95,8 @@ class CoreAdapter:
     # -- parsing (never raises: bad input becomes `invalid` / `error`) ------------------------------
 
     def request(self, pod: Mapping[str, Any]) -> PodRequest:
-        """The pod's request, parsed once per pod version: kube-scheduler sends the same pod to
-        filter, prioritize and (through the cache) bind."""
-        meta = pod.get("metadata") or {}
-        key = (meta.get("uid"), meta.get("resourceVersion"))
-        if not (key[0] and key[1]):
-            return pod_request(pod)
-        req = self._requests.get(key)
-        if req is None:
-            if len(self._requests) >= 1024:
-                self._requests.clear()
-            req = self._requests[key] = pod_request(pod)
-        return req
+        """The pod's request, parsed once per pod version and once per shape (request_memo.py)."""
+        return self._requests.request(pod)
 
     @staticmethod
     def usage(pod: Mapping[str, Any]) -> PodUsage:
@@ -260,10 +250,11 @@ class CoreAdapter:
         them; placement asks them itself.) One cached column per request shape: O(changed nodes)
         of Python per call."""
         codes = self.cluster.kube_codes(req, names)
-        passing = (codes == kube_checks.PASS).tolist()
+        passes = codes == kube_checks.PASS
+        if passes.all():  # the usual answer: a copy, no per-name mask
+            return list(names), {}
+        passing = passes.tolist()
         fit = list(compress(names, passing))
-        if len(fit) == len(names):
-            return fit, {}
         short = {
             name: kube_checks.MESSAGES[code] or UNKNOWN_NODE.message
             for name, code, ok in zip(names, codes.tolist(), passing, strict=True)

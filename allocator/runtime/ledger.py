@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 
+from allocator.core.request.pod_request import renamed
 from allocator.runtime.cache.records import (
     JSON,
     Hold,
@@ -205,7 +206,7 @@ class HoldLedger:
         old = next((h for h in olds if h.shape == shape), None)
         if old is not None:
             meta = key.split("/", 1)
-            req = dataclasses.replace(old.request, key=key, namespace=meta[0], name=meta[-1], uid=uid)
+            req = renamed(old.request, key=key, namespace=meta[0], name=meta[-1], uid=uid)
         else:
             req = request()
             old = next((h for h in olds if _same_size(h.request, req)), olds[0])

@@ -70,6 +70,13 @@ class VerdictColumn:
         if generation != self._generation or len(self._by_group) > _GROUP_MEMO:
             self._by_group, self._generation = {}, generation
         memo = self._by_group
+        if len(slots) == 1:  # the usual case after a placement: np.unique's grouping costs more
+            key, slot = int(keys[0]), int(slots[0])
+            code = memo.get(key)
+            if code is None:
+                code = memo[key] = self._code(fits(states[slot], req))  # type: ignore[arg-type]
+            self.codes[slot] = code
+            return
         groups, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         codes = np.empty(len(groups), np.int32)
         for i, (key, slot) in enumerate(zip(groups.tolist(), slots[first].tolist(), strict=True)):
@@ -172,9 +179,9 @@ def verdicts_of(
 ) -> FilterVerdicts:
     """The codes of `names` as a `FilterVerdicts`: dicts built by zip from per-code messages."""
     rejected = codes != PASS
+    if not rejected.any():  # the usual answer: every node passes (a copy, no per-name mask)
+        return FilterVerdicts(list(names))
     out = FilterVerdicts(list(compress(names, (~rejected).tolist())))
-    if not rejected.any():
-        return out
     objects, messages, unresolvable = column.arrays(unknown)
     hard = unresolvable[codes] & rejected
     soft = rejected & ~hard

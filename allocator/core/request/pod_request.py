@@ -144,6 +144,16 @@ class PodRequest:
         return frozenset(names)
 
 
+def renamed(req: PodRequest, *, key: str, namespace: str, name: str, uid: str) -> PodRequest:
+    """`req` for another pod of the same shape (a Job's next pod, a pod taking over the hold made
+    for it at admission): a copy with the pod's own key, namespace, name and uid. Faster than
+    `dataclasses.replace`, which would run `__init__` again; what the request cached about its
+    content (plain_gpu, requested_kinds) stays valid."""
+    copy = object.__new__(PodRequest)
+    copy.__dict__.update(req.__dict__, key=key, namespace=namespace, name=name, uid=uid)
+    return copy
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 
