@@ -68,12 +68,12 @@ def place(
     names = list(names)
     # kube-scheduler's checks as the cluster's cached column per request shape: only the nodes
     # changed since the last pod of this shape are judged again in Python.
-    codes = cluster.kube_codes(creq.pod, names).tolist()
-    if all(code == PASS for code in codes):
+    codes = cluster.kube_codes(creq.pod, names)
+    if not (codes != PASS).any():
         eligible = names
     else:
         eligible = []
-        for name, code in zip(names, codes, strict=True):
+        for name, code in zip(names, codes.tolist(), strict=True):
             if code == PASS:
                 eligible.append(name)
             else:
