@@ -15,6 +15,7 @@ Attribute names without a domain belong to the driver's domain (`topoalloc.io/<n
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Final
@@ -159,6 +160,7 @@ class DeviceName:
 _NAME = re.compile(r"(gpu|rdma)-(\d+)(?:-vf-(\d+))?")
 
 
+@functools.lru_cache(maxsize=8192)  # a few dozen names, read for every node on every placement
 def parse_device_name(name: str) -> DeviceName | None:
     """The device a topoalloc slice device name stands for (None: not one of ours)."""
     m = _NAME.fullmatch(name)

@@ -132,8 +132,9 @@ class ClaimsController:
         if kind == "Pod":
             self._observe_pod(key, obj)
         elif kind == "ResourceClaim":
-            if self.holders.update(key, obj):
-                self.runner.wake(RACE)  # a device in two claims: repaired in the next pass
+            contested = self.holders.update(key, obj)
+            if self.repairs.check(key) or contested:
+                self.runner.wake(RACE)  # a device in two claims, a pod bound elsewhere: repaired next
             self.runner.wake_all(self._by_claim.get(key, ()))
         elif kind == "DeviceClass":
             self.runner.wake_all(self.pending)  # what a claim was refused for may have changed
@@ -152,6 +153,8 @@ class ClaimsController:
         spec = (obj or {}).get("spec") or {}
         finished = ((obj or {}).get("status") or {}).get("phase") in TERMINAL_POD_PHASES
         if obj is None or not spec.get("resourceClaims") or spec.get("nodeName") or finished:
+            if spec.get("nodeName") and spec.get("resourceClaims") and not finished:
+                self._check_bound(key, obj)
             if key in self.pending:
                 self.pending.discard(key)
                 self._outcomes.pop(key, None)
@@ -168,6 +171,16 @@ class ClaimsController:
         for claim in claims:
             self._by_claim.setdefault(claim, set()).add(key)
         self.runner.wake(key)
+
+    def _check_bound(self, key: str, obj: JSON) -> None:
+        """A pod bound: is a claim of its, moved meanwhile, on another node?"""
+        namespace = key.partition("/")[0]
+        try:
+            names = [n for ref in pod_claims(obj) if (n := claim_name(ref))]
+        except CodecError:
+            return
+        if any([self.repairs.check(f"{namespace}/{n}") for n in names]):
+            self.runner.wake(RACE)
 
     def pods_naming(self, claim: str) -> set[str]:
         """The pending pods that name the claim."""
@@ -197,7 +210,14 @@ class ClaimsController:
         if batch.full:
             for event in self.taints.step(claims, self.cache.dra.published):
                 record(self.events, event)
-        if self.holders.contested or self.repairs.done or self.holders.dropped or self.holders.announcing:
+        repairs = self.repairs
+        if (
+            self.holders.contested
+            or repairs.done
+            or repairs.misplaced
+            or self.holders.dropped
+            or self.holders.announcing
+        ):
             self.repairs.run()
 
     def _apply(self, action: Action) -> None:

@@ -8,10 +8,16 @@ and would hand it out again. Such a device is announced again: a claim of the al
 its namespace and used by no pod, is allocated with it after the drop (deallocated first and
 allocated again when it exists), and deleted once no claim holds the device.
 
+A bound pod whose claim topoalloc allocated and reserved for it selects another node (a
+scheduling attempt of kube-scheduler's that began before the claim moved binds the pod to the old
+node without writing the claim) is looked at when the claim or the pod changes: evicted through
+its controller, or, without one, left with an Event (allocator/core/claims/race.py `misplaced`).
+
 The metric `topoalloc_dra_double_booked_total{outcome}` counts the claims repaired: moved (topoalloc's,
 allocated again), cleared (kube-scheduler's, deallocated for it to allocate again), evicted (a bound
 pod's, made again by its controller) and stuck (a bound pod without a controller: only its Event
-says so); and the devices announced again (announced).
+says so), a pod bound away from its claim's node counted the same way; and the devices announced
+again (announced).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from allocator.claims.write_tasks import ClaimWrites, record
 from allocator.claims.writes import clear_allocation, evict, write_allocation
 from allocator.core.actions import Count, Event, Evict, ObjectRef
 from allocator.core.claims.lifecycle import MoveClaims, Placed, allocated
-from allocator.core.claims.race import ACTION, ClearClaim, Holder, HolderPod, MoveClaim, repair
+from allocator.core.claims.race import ACTION, ClearClaim, Holder, HolderPod, MoveClaim, misplaced, repair
 from allocator.core.claims.view import Member
 from allocator.core.request.usage import claim_usage_key
 from allocator.runtime.events import EventSink
@@ -86,6 +92,8 @@ class Repairs:
         self.cache, self.holders, self.events, self.runner = cache, holders, events, runner
         self.writes, self.decider, self.pods_naming = writes, decider, pods_naming
         self.done: dict[str, int] = {}  # claim key -> the `since` it was acted on at
+        self.misplaced: set[str] = set()  # claims whose pod may be bound to another node
+        self.acted: dict[str, tuple[str, str]] = {}  # pod key -> (uid, claim's node) acted on
         self.counter = Counter(
             "topoalloc_dra_double_booked",
             "Claims found holding a device another claim held first, by what became of them.",
@@ -103,7 +111,64 @@ class Repairs:
             for action in repair(f"{pool}/{name}", group, done, holders.capacity((pool, name))):
                 self._apply(action, group)
         self.done = {k: v for k, v in self.done.items() if k in seen}
+        self._repair_misplaced()
         self._announce_all()
+
+    # -- a bound pod whose claim is on another node -----------------------------------------------
+
+    def check(self, key: str) -> bool:
+        """Whether the claim, as the cache shows it now, is reserved for a pod bound to another node
+        than its allocation's (kept to be repaired on the next pass)."""
+        entry = self.cache.dra.claims.get(key)
+        if entry is None or not self._bound_elsewhere(entry.claim):
+            return False
+        self.misplaced.add(key)
+        return True
+
+    def _bound_elsewhere(self, claim: ResourceClaim | None) -> list[tuple[HolderPod, str]]:
+        """The claim's reserving pods bound to a node its allocation does not select, each with
+        that node (only for an allocation of topoalloc's, whose selector names one node)."""
+        alloc = claim.allocation if claim is not None else None
+        if claim is None or alloc is None or not alloc.node or not claim.allocated_by_us:
+            return []
+        out = []
+        for consumer in claim.reserved_for:
+            key = f"{claim.namespace}/{consumer.name}"
+            pod = self.cache.pods.get(key) if consumer.resource == "pods" else None
+            if pod is None or pod.uid != consumer.uid or not pod.node or pod.node == alloc.node:
+                continue
+            if pod.active and not pod.deleting:
+                ref = ObjectRef(claim.namespace, consumer.name, pod.uid)
+                out.append((HolderPod(key, ref, True, False, pod.owner), pod.node))
+        return out
+
+    def _repair_misplaced(self) -> None:
+        for key in sorted(self.misplaced):
+            entry = self.cache.dra.claims.get(key)
+            claim = entry.claim if entry is not None else None
+            found = self._bound_elsewhere(claim)
+            if claim is None or claim.allocation is None or not found:
+                self.misplaced.discard(key)
+                continue
+            for pod, node in found:
+                mark = (pod.ref.uid, claim.allocation.node)
+                if self.acted.get(pod.key) == mark or self.runner.busy(f"evict:{pod.key}"):
+                    continue
+                tried = pod.key in self.acted  # an eviction refused before: no second Event
+                self.acted[pod.key] = mark
+                for action in misplaced(claim, pod, node):
+                    if isinstance(action, Evict):
+                        self.runner.spawn([f"evict:{pod.key}"], self._evict_misplaced(action.pod, pod.key))
+                    elif not tried:
+                        self._apply(action, [])
+        self.acted = {k: v for k, v in self.acted.items() if k in self.cache.pods}
+
+    async def _evict_misplaced(self, ref: ObjectRef, key: str) -> None:
+        why = await evict(self.writes.api, ref.namespace, ref.name, ref.uid)
+        if why:  # a budget allows no disruption now: tried again after a pause
+            log.info("evicting %s (bound away from its claim's node): %s", key, why)
+            self.acted[key] = ("", "")
+            self.runner.retry(RACE)
 
     # -- kube-scheduler's count of a device another claim still holds -----------------------------
 

@@ -5,7 +5,8 @@ the webhook gates the pod, the allocator writes each claim's allocation exactly 
 and ungates it, kube-scheduler binds it there, the plugin prepares exactly those devices. NVLink
 pairs stay intact where kube-scheduler's first fit breaks them on the same node state; every GPU
 gets the NIC behind its switch; a pod kube-scheduler cannot place on the node its claims were
-allocated on is allocated elsewhere; claims kube-scheduler allocated count as used; one node is in
+allocated on is allocated elsewhere, and one bound all the same to the node its claim moved from
+is evicted; claims kube-scheduler allocated count as used; one node is in
 one mode; bad claims say why and nothing is written; a gang of claims, however the gang is defined, is
 allocated whole or not at all."""
 
@@ -157,6 +158,60 @@ def test_refused_by_kube_scheduler_on_its_node_the_pod_is_allocated_elsewhere(
         cleanup(cluster, ns)
         gone = {"capacity": {"example.com/dongle": None}, "allocatable": {"example.com/dongle": None}}
         cluster.cp.admin.merge_patch(f"/api/v1/nodes/{other}/status", {"status": gone})
+
+
+def test_a_pod_bound_to_the_node_its_claim_moved_from_is_evicted(
+    cluster: ClusterEnv, nodes: dict[str, DraNode], ns: str
+) -> None:
+    # kube-scheduler refuses the pod (an extended resource no node has) and its claim moves; a
+    # scheduling attempt that began before the move would bind the pod to the old node without
+    # writing the claim: the binding is made here by hand, the same write.
+    create_template(cluster, gpu_template("one", 1, ns))
+    pod = claim_pod("p", "one", ns, requests={"example.com/dongle": "1"})
+    replicaset = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "rs"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "rs"}},
+            "template": {"metadata": {"labels": {"app": "rs"}}, "spec": pod["spec"]},
+        },
+    }
+    cluster.cp.admin.post(f"/apis/apps/v1/namespaces/{ns}/replicasets", replicaset)
+    try:
+        (note,) = wait_until(
+            lambda: event_notes(cluster, ns, "DRAReallocated"), timeout=60, what="the claim moved"
+        )
+        first = A if note.index(A) < note.index(B) else B
+        other = B if first == A else A
+        (name,) = [
+            p["metadata"]["name"] for p in cluster.cp.admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+        ]
+        claim = allocated_claim(cluster, ns, name)
+        assert node_of(claim) == other and [r["name"] for r in claim["status"]["reservedFor"]] == [name]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": first},
+        }
+        cluster.cp.admin.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+        (why,) = wait_until(
+            lambda: event_notes(cluster, ns, "DRAClaimOnAnotherNode"), timeout=60, what="the Event"
+        )
+        claim_key = f"{ns}/{claim['metadata']['name']}"
+        assert why.startswith(
+            f"claim {claim_key} is allocated on node {other} but the pod was bound to node {first}"
+        )
+        assert "evicted for its controller (ReplicaSet/rs)" in why
+        wait_until(
+            lambda: cluster.pod(ns, name)["metadata"].get("deletionTimestamp"),
+            timeout=30,
+            what="the pod evicted",
+        )
+    finally:
+        cleanup(cluster, ns)
 
 
 def test_a_claim_kube_scheduler_allocated_is_never_handed_out_again(

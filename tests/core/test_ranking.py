@@ -115,3 +115,17 @@ def test_assign_with_the_request_feeds_the_learned_mix() -> None:
     assert scorer.key != key  # the mix changed, so cached scores were dropped
     (shape,) = scorer.components["fragmentation"].mix().shapes
     assert (shape.cpu_milli, shape.gpu_pct, shape.gpu_count) == (2000, 30, 1)
+
+
+def test_cluster_rank_is_ranked_over_the_fine_scores() -> None:
+    names = [f"gpu-{i}" for i in range(12)]
+    c = l40s_cluster(names, seed=3)
+    scorer = NodeScorer(ScoringConfig.from_dict({**FRAG_ONLY, "fragmentation": PRIOR}))
+    for i, name in enumerate(names[:6]):
+        use_gpus(c.nodes[name], 1 + i % 3, share=60)  # some scores differ, some tie
+    req = pod_request(pod(SHARE_30))
+    asked = [*reversed(names), "ghost"]
+    want = ranked(c.fine_scores(req, asked, scorer), c.tie_key)
+    assert c.rank(req, asked, scorer) == want and "ghost" not in want
+    assert len(set(c.fine_scores(req, asked, scorer).values())) > 1  # not all one tie
+    assert c.rank(req, [*asked, names[0]], scorer) == want  # a name twice: once, in its place

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from allocator.core.claims.published import NodeDevices
 from allocator.core.claims.solve import ClaimAnswer, solve
-from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState, affinity_matches, resources_fit
+from allocator.core.cluster.columns import PASS, UNKNOWN
+from allocator.core.cluster.kube_checks import INSUFFICIENT_CPU, INSUFFICIENT_MEMORY, MESSAGES, TOO_MANY_PODS
+from allocator.core.cluster.state import UNKNOWN_NODE, ClusterState
 from allocator.core.reasons import Rejection
 from allocator.core.request.claims import ClaimsRequest
 from allocator.core.scoring.device import DeviceScoring
@@ -29,6 +31,10 @@ AFFINITY = Rejection(
     "node(s) didn't match Pod's node affinity/selector",
     True,
 )
+# kube_checks' codes (MESSAGES) as the rejections they stand for.
+KUBE_REJECTIONS = {UNKNOWN: UNKNOWN_NODE} | {
+    MESSAGES.index(r.message): r for r in (AFFINITY, TOO_MANY_PODS, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY)
+}
 
 
 @dataclass(frozen=True)
@@ -59,17 +65,19 @@ def place(
     explain: bool = False,
 ) -> ClaimAnswer | NoPlacement:
     rejections: dict[str, Rejection] = {}
-    eligible = []
-    for name in names:
-        state = cluster.nodes.get(name)
-        if state is None:
-            rejections[name] = UNKNOWN_NODE
-        elif not affinity_matches(state, creq.pod):
-            rejections[name] = AFFINITY
-        elif (unfit := resources_fit(state, creq.pod)) is not None:
-            rejections[name] = unfit
-        else:
-            eligible.append(name)
+    names = list(names)
+    # kube-scheduler's checks as the cluster's cached column per request shape: only the nodes
+    # changed since the last pod of this shape are judged again in Python.
+    codes = cluster.kube_codes(creq.pod, names)
+    if not (codes != PASS).any():
+        eligible = names
+    else:
+        eligible = []
+        for name, code in zip(names, codes.tolist(), strict=True):
+            if code == PASS:
+                eligible.append(name)
+            else:
+                rejections[name] = KUBE_REJECTIONS[code]
     if not eligible:
         return NoPlacement(rejections)
     passed, failed = cluster.feasible(creq.pod, eligible)

@@ -16,6 +16,11 @@ controller (budgets honoured), which makes them again with new claims, or, a pod
 left where it is with an Event and a count. A claim whose pods are gated by topoalloc is left to
 the lifecycle; one reserved by a pod not bound yet waits for the binding.
 
+A bound pod whose claim topoalloc allocated, reserved for it, on another node (kube-scheduler
+began a scheduling attempt while the claim still named the old node, and bound the pod there after
+topoalloc moved it) cannot start: `misplaced(claim, pod, node)` evicts it the same way, for its
+controller to make it again, or says it is stuck.
+
 Shares of a device that takes several allocations (results with a shareID and consumedCapacity)
 conflict only when together they exceed its capacity: the shares that fit, taken in the same order
 (those that cannot move first, then by age), keep it; only the others move.
@@ -31,6 +36,7 @@ from apis.dra_claims import ResourceClaim
 
 ACTION = "Allocating"
 REASON = "DRADeviceDoubleBooked"
+MISPLACED = "DRAClaimOnAnotherNode"
 METRIC = "double_booked"  # labels: moved, cleared, evicted, stuck
 
 
@@ -152,3 +158,25 @@ def repair(
                     note = f"{why}: the pod has no controller to make it again and cannot be moved"
                 out.append(Event(p.ref, "Warning", REASON, note, ACTION))
     return out
+
+
+def misplaced(claim: ResourceClaim, pod: HolderPod, node: str) -> list[Action]:
+    """A bound pod on `node` whose claim topoalloc allocated and reserved for it selects another
+    node: the pod leaves through its controller (evicted, budgets honoured), or, without one, stays
+    with an Event saying so. Nothing for a claim of anyone else, one reserved for another pod, or
+    one whose node is the pod's."""
+    alloc = claim.allocation
+    if alloc is None or not claim.allocated_by_us or not alloc.node or not pod.bound or not node:
+        return []
+    if node == alloc.node or not any(
+        c.resource == "pods" and c.uid == pod.ref.uid for c in claim.reserved_for
+    ):
+        return []
+    why = f"claim {claim.key} is allocated on node {alloc.node} but the pod was bound to node {node}"
+    if pod.controller:
+        note = f"{why}: the pod is evicted for its controller ({pod.controller}) to make it again"
+        out: list[Action] = [Evict(pod.ref, node, owner=pod.key), Count(METRIC, "evicted")]
+    else:
+        note = f"{why}: the pod has no controller to make it again and cannot be moved"
+        out = [Count(METRIC, "stuck")]
+    return [*out, Event(pod.ref, "Warning", MISPLACED, note, ACTION)]

@@ -322,7 +322,15 @@ class ClusterState:
 
     def rank(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> list[str]:
         """Known named nodes, best first: fine score, then the stable tie key."""
-        return ranked(self.fine_scores(req, names, scorer), self._ties.__getitem__)
+        names = _as_list(names)
+        known, slots, fine = self._fine(req, scorer, names)
+        if not np.isfinite(fine).all() or len(np.unique(slots)) != len(slots):
+            # a name twice, or a score that is no number: `ranked` over the mapping, as it was
+            fine_map = dict(zip(compress(names, known.tolist()), fine.tolist(), strict=True))
+            return ranked(fine_map, self._ties.__getitem__)
+        order = np.lexsort((self.table.ties[slots], -fine))  # stable: equal keys keep their order
+        table_names = self.table.names
+        return [table_names[i] for i in slots[order].tolist()]
 
     def best(self, req: PodRequest, names: Iterable[str], scorer: NodeScorer) -> str | None:
         """The first node of `rank` (None when no named node is known)."""

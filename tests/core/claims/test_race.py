@@ -1,11 +1,12 @@
-"""A device in two claims (allocator/core/claims/race.py): which claim moves, which pod leaves."""
+"""A device in two claims (allocator/core/claims/race.py): which claim moves, which pod leaves; a
+bound pod whose claim topoalloc moved to another node."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from allocator.core.actions import Count, Event, Evict, ObjectRef
-from allocator.core.claims.race import ClearClaim, Holder, HolderPod, MoveClaim, repair
+from allocator.core.claims.race import ClearClaim, Holder, HolderPod, MoveClaim, misplaced, repair
 from apis import dra
 from apis.dra_claims import Allocation, Consumer, DeviceResult, ResourceClaim
 from apis.quantity import Quantity
@@ -92,3 +93,29 @@ def test_shares_that_fit_keep_the_device_and_only_the_overflow_moves() -> None:
     whole = holder("w", 40, ours=False, reserved=False, bound=False)
     actions = repair("n1/gpu-0", [a, whole], capacity=capacity)
     assert isinstance(actions[0], ClearClaim) and actions[0].claim.key == "ns/w"
+
+
+def test_a_bound_pod_whose_claim_is_on_another_node_is_evicted_or_said_stuck() -> None:
+    h = holder("a", 10, ours=True, reserved=True, bound=True)  # the claim selects n1
+    (pod,) = h.pods
+    actions = misplaced(h.claim, pod, "n2")
+    assert actions[:2] == [Evict(pod.ref, "n2", owner="ns/a-pod"), Count("double_booked", "evicted")]
+    event = actions[2]
+    assert isinstance(event, Event) and event.reason == "DRAClaimOnAnotherNode" and event.type == "Warning"
+    assert event.note.startswith("claim ns/a is allocated on node n1 but the pod was bound to node n2")
+    assert "ReplicaSet/rs" in event.note
+    bare = replace(pod, controller="")
+    actions = misplaced(h.claim, bare, "n2")
+    assert actions[0] == Count("double_booked", "stuck") and len(actions) == 2
+    assert isinstance(actions[1], Event) and "no controller" in actions[1].note and "n1" in actions[1].note
+
+
+def test_a_pod_on_its_claims_node_or_a_claim_not_ours_or_not_its_own_is_left_alone() -> None:
+    h = holder("a", 10, ours=True, reserved=True, bound=True)
+    (pod,) = h.pods
+    assert misplaced(h.claim, pod, "n1") == []  # the claim's node
+    theirs = holder("a", 10, ours=False, reserved=True, bound=True)
+    assert misplaced(theirs.claim, pod, "n2") == []  # kube-scheduler's allocation: not ours to judge
+    unreserved = holder("a", 10, ours=True, reserved=False, bound=True)
+    assert misplaced(unreserved.claim, pod, "n2") == []  # reserved for no pod (or another one)
+    assert misplaced(h.claim, replace(pod, bound=False), "") == []  # not bound
