@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -96,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directories (logs)")
     args = parser.parse_args(argv)
+    # a stopped run (kill, timeout) still stops its control plane, nodes and allocators: SystemExit
+    # unwinds through one_release's `finally`, where the default SIGTERM would leave them running
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     minors = [m.strip().lstrip("v") for m in args.release.split(",") if m.strip()]
     unknown = [m for m in minors if m not in RELEASES]
     if unknown:
