@@ -9,11 +9,8 @@ ahead until it shows up."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import orjson
 
 from allocator.core.actions import ObjectRef
 from allocator.core.gang.plan import GangPlanSettings, NoPlan
@@ -23,6 +20,7 @@ from allocator.runtime.cache.records import Hold
 from allocator.runtime.cache.victims import all_candidates
 from allocator.runtime.coreadapter import CoreAdapter, PodRequest, Rejection
 from allocator.runtime.decide import best_of, verdicts_for, why_not
+from allocator.runtime.json_codec import dumps
 from allocator.runtime.steering import Steering
 from allocator.runtime.taints import admits, tolerations_of
 from apis import keys
@@ -144,7 +142,7 @@ class ClusterDoor:
     def _admitting(self, pod: JSON) -> list[str]:
         """The nodes the core knows whose taints the pod tolerates (cordons count as taints)."""
         tolerations = tolerations_of(pod)
-        memo = _memo_key(tolerations)
+        memo = dumps(tolerations, sort_keys=True)
         found = self._admitted.get(memo)
         if found is None:
             found = [
@@ -174,11 +172,3 @@ class ClusterDoor:
         if isinstance(plan, NoPlan) or not plan.victims:
             return ()
         return tuple((ObjectRef(*v.key.split("/", 1), uid=v.uid), v.node) for v in plan.victims)
-
-
-def _memo_key(tolerations: Any) -> bytes | str:
-    """The tolerations as a key of the admitting memo (orjson: a few times faster than `json`)."""
-    try:
-        return orjson.dumps(tolerations, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # what no decoded JSON holds (a non-string key): `json` writes it
-        return json.dumps(tolerations, sort_keys=True)

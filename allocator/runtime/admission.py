@@ -13,14 +13,13 @@ prints to whoever created it.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
 from aiohttp import web
 
+from allocator.runtime.json_codec import dumps, loads
 from apis.pod_checks import pod_warnings
 
 log = logging.getLogger(__name__)
@@ -70,7 +69,7 @@ def patched(uid: str, patch: list[JSON] | None) -> JSON:
     """Allowed, with the JSON patch when there is one."""
     if not patch:
         return {"uid": uid, "allowed": True}
-    encoded = base64.b64encode(_patch_bytes(patch)).decode()
+    encoded = base64.b64encode(dumps(patch)).decode()
     return {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": encoded}
 
 
@@ -130,7 +129,7 @@ def _handler(path: str, reviewer: Reviewer, count: Count) -> Callable[[web.Reque
     async def mutate(request: web.Request) -> web.Response:
         raw = await request.read()
         try:
-            review = parse_review(_decode(raw))
+            review = parse_review(loads(raw))
         except (ValueError, UnicodeDecodeError) as exc:  # BadReview is a ValueError
             log.warning("admission review refused: %s", exc)
             count(path, "bad_request")
@@ -147,30 +146,6 @@ def _handler(path: str, reviewer: Reviewer, count: Count) -> Callable[[web.Reque
         if warnings:
             response = {**response, "warnings": warnings}
         body = {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
-        return web.Response(text=_encode(body), content_type="application/json")
+        return web.Response(text=dumps(body).decode(), content_type="application/json")
 
     return mutate
-
-
-# One review per pod created: orjson decodes and encodes it several times faster than `json`.
-def _decode(raw: bytes) -> Any:
-    """`json.loads`; what orjson refuses (NaN, lone surrogates, integers beyond 64 bits) goes to
-    `json`, so exactly the same bodies decode."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
-
-
-def _encode(body: JSON) -> str:
-    try:
-        return orjson.dumps(body).decode()
-    except TypeError:  # something orjson does not write (an integer beyond 64 bits)
-        return json.dumps(body)
-
-
-def _patch_bytes(patch: list[JSON]) -> bytes:
-    try:
-        return orjson.dumps(patch)
-    except TypeError:
-        return json.dumps(patch, separators=(",", ":")).encode()
