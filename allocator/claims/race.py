@@ -126,20 +126,20 @@ class Repairs:
         return True
 
     def _bound_elsewhere(self, claim: ResourceClaim | None) -> list[tuple[HolderPod, str]]:
-        """The claim's reserving pods bound to a node its allocation does not select, each with
-        that node (only for an allocation of topoalloc's, whose selector names one node)."""
-        alloc = claim.allocation if claim is not None else None
-        if claim is None or alloc is None or not alloc.node or not claim.allocated_by_us:
+        """The claim's reserving pods, bound and live, that the core finds on a node the claim's
+        allocation does not select (`misplaced`), each with that node."""
+        if claim is None or claim.allocation is None:
             return []
         out = []
         for consumer in claim.reserved_for:
             key = f"{claim.namespace}/{consumer.name}"
             pod = self.cache.pods.get(key) if consumer.resource == "pods" else None
-            if pod is None or pod.uid != consumer.uid or not pod.node or pod.node == alloc.node:
+            if pod is None or pod.uid != consumer.uid or not pod.active or pod.deleting:
                 continue
-            if pod.active and not pod.deleting:
-                ref = ObjectRef(claim.namespace, consumer.name, pod.uid)
-                out.append((HolderPod(key, ref, True, False, pod.owner), pod.node))
+            ref = ObjectRef(claim.namespace, consumer.name, pod.uid)
+            holder = HolderPod(key, ref, bool(pod.node), False, pod.owner)
+            if misplaced(claim, holder, pod.node):
+                out.append((holder, pod.node))
         return out
 
     def _repair_misplaced(self) -> None:
