@@ -29,9 +29,7 @@ OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs
 
 
 def counted(w: Any, outcome: str) -> float:
-    registry = w.run.service.metrics.registry
-    found = registry.get_sample_value("topoalloc_dra_double_booked_total", {"outcome": outcome})
-    return found or 0.0
+    return w.run.metric("topoalloc_dra_double_booked_total", {"outcome": outcome}) or 0.0
 
 
 async def moved_then_bound_to_the_old_node(fake: FakeApiServer, w: Any, owned: bool) -> tuple[str, str]:
