@@ -62,6 +62,11 @@ def gpu_memory(info: DeviceInfo) -> int:
     return memory.value() if memory is not None else 0
 
 
+def whole_gpu(info: DeviceInfo) -> dict[str, int]:
+    """What a whole GPU has to share: memory in bytes and cores in percent, by capacity name."""
+    return {dra.CAPACITY_MEMORY: gpu_memory(info), dra.CAPACITY_CORES: dra.GPU_CORES}
+
+
 def cdi_device_name(claim_uid: str, device: str) -> str:
     return f"{claim_uid}-{device}"
 

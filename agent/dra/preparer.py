@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.dra.cdi import CdiError, ClaimSpecs, Resolved, cdi_device_id, gpu_memory
+from agent.dra.cdi import CdiError, ClaimSpecs, Resolved, cdi_device_id, whole_gpu
 from agent.dra.claims import ClaimDevice, ClaimError, ClaimRef, claim_devices
 from agent.dra.prepared import PreparedClaim, PreparedClaims, PreparedDevice
 from agent.kube import TRANSPORT_ERRORS, short_error, status_of
@@ -166,7 +166,7 @@ class Preparer:
     ) -> dict[str, int]:
         """What this claim's results on a shared GPU consume together (a result without
         consumedCapacity, or without one of the two, takes all of it)."""
-        whole = {dra.CAPACITY_MEMORY: gpu_memory(info), dra.CAPACITY_CORES: dra.GPU_CORES}
+        whole = whole_gpu(info)
         if any(not w.share_id for w in mine):
             raise ClaimError(f"claim {ref}: device {device} is allocated both whole and as a share")
         total = dict.fromkeys(whole, 0)
@@ -191,8 +191,7 @@ class Preparer:
             )
         if share is None:
             return
-        capacity = {dra.CAPACITY_MEMORY: gpu_memory(info), dra.CAPACITY_CORES: dra.GPU_CORES}
-        for key, total in capacity.items():
+        for key, total in whole_gpu(info).items():
             used = sum((d.consumed or {}).get(key, total) for _, d in holders)
             asked = share[1][key]
             if used + asked > total:
@@ -246,7 +245,6 @@ class Preparer:
 
 def _limits(info: DeviceInfo, consumed: dict[str, int]) -> tuple[int, int] | None:
     """A share's (memory, cores) limits; None when it consumes the whole GPU (no limits)."""
-    memory, cores = consumed[dra.CAPACITY_MEMORY], consumed[dra.CAPACITY_CORES]
-    if memory >= gpu_memory(info) and cores >= dra.GPU_CORES:
+    if all(consumed[key] >= total for key, total in whole_gpu(info).items()):
         return None
-    return memory, cores
+    return consumed[dra.CAPACITY_MEMORY], consumed[dra.CAPACITY_CORES]
