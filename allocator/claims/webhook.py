@@ -24,7 +24,7 @@ from typing import Any
 
 from allocator.claims.cache_view import DraView
 from allocator.claims.pod_claims import gates_for
-from allocator.core.claims.published import NodeDevices
+from allocator.core.claims.published import NodeDevices, sharable_gpus
 from allocator.core.request.claims import OURS, classify
 from allocator.runtime.admission import BadReview, add_gate, denied, patched, pod_create
 from apis import dra
@@ -106,14 +106,8 @@ def whole_only_refusal(spec: ClaimSpec, published: Mapping[str, NodeDevices]) ->
     is sharable (None: it asks no share, or a node can serve one, or nothing is published yet)."""
     if not any(r.exactly is not None and r.exactly.capacity for r in spec.requests):
         return None
-    gpus = [
-        d
-        for nd in published.values()
-        for d in nd.devices.values()
-        if (n := dra.parse_device_name(d.name)) is not None and n.type == dra.TYPE_GPU
-    ]
-    if not gpus or any(d.shared for d in gpus):
-        return None
+    if sharable_gpus(d for nd in published.values() for d in nd.devices.values()) is not False:
+        return None  # a node can serve a share, or no GPU is published yet
     return (
         "topoalloc.io: the cluster's GPUs are whole only: no node's ResourceSlices publish a GPU with"
         " allowMultipleAllocations (consumable capacity is off before Kubernetes 1.36), so the API server"

@@ -30,6 +30,13 @@ class NodeDevices:
     devices: Mapping[str, PublishedDevice] = field(default_factory=dict)
 
 
+def sharable_gpus(devices: Iterable[PublishedDevice]) -> bool | None:
+    """Whether some of these devices is a GPU published for several allocations (a GPU share can be
+    served); None when none of them is a GPU."""
+    gpus = [d for d in devices if (n := dra.parse_device_name(d.name)) is not None and n.type == dra.TYPE_GPU]
+    return any(d.shared for d in gpus) if gpus else None
+
+
 def device_name(dtype: str, minor: int, vf_index: int | None = None) -> str:
     if dtype == GPU:
         return str(dra.DeviceName(dra.TYPE_GPU, minor))

@@ -21,6 +21,7 @@ from allocator.core.claims.published import (
     RDMA,
     NodeDevices,
     device_name,
+    sharable_gpus,
     share_allocation,
     vf_allocation,
     vf_index,
@@ -181,8 +182,7 @@ def _whole_only(creq: ClaimsRequest, devices: Mapping[str, PublishedDevice]) -> 
     """A GPU share asked of a node that publishes no GPU as sharable: said as such."""
     if not any(s.capacity for s in creq.slots):
         return None
-    gpus = [d for d in devices.values() if (n := dra.parse_device_name(d.name)) and n.type == dra.TYPE_GPU]
-    if any(d.shared for d in gpus):
+    if sharable_gpus(devices.values()):
         return None
     return Rejection(
         WHOLE_ONLY,
