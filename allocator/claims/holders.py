@@ -104,8 +104,10 @@ class ClaimHolders:
         return grew
 
     def _overflows(self, device: Device) -> bool:
-        uses = [self._claims[k][1][device] for k in self._devices.get(device, ())]
-        return overflows(uses, self.capacity(device))
+        keys = self._devices.get(device, ())
+        if len(keys) < 2:
+            return False  # the usual device of a claim event: no capacity to look up
+        return overflows([self._claims[k][1][device] for k in keys], self.capacity(device))
 
     def use(self, key: str, device: Device) -> Use:
         found = self._claims.get(key)
