@@ -171,7 +171,7 @@ class Allocator:
         for name, task in self._tasks.items():
             if task.done() and not task.cancelled() and task.exception() is not None:
                 return f"{name} stopped: {task.exception()!r}"
-        return ""
+        return self.admission.problem()
 
     def _leader_changed(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)

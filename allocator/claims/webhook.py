@@ -26,7 +26,7 @@ from allocator.claims.cache_view import DraView
 from allocator.claims.pod_claims import gates_for
 from allocator.core.claims.published import NodeDevices, sharable_gpus
 from allocator.core.request.claims import OURS, classify
-from allocator.runtime.admission import BadReview, add_gate, denied, patched, pod_create
+from allocator.runtime.admission import BadReview, add_gate, denied, on_any_thread, patched, pod_create
 from apis import dra
 from apis.dra_claims import ClaimSpec, ResourceClaim, ResourceClaimTemplate, pod_claims
 from apis.errors import CodecError
@@ -78,7 +78,7 @@ def reviewer(
         except BadReview as exc:
             return denied(request["uid"], str(exc))
 
-    return review
+    return on_any_thread(review)  # single-key lookups of the cache
 
 
 def mark_patch(claim: JSON) -> list[JSON] | None:
@@ -106,7 +106,9 @@ def whole_only_refusal(spec: ClaimSpec, published: Mapping[str, NodeDevices]) ->
     is sharable (None: it asks no share, or a node can serve one, or nothing is published yet)."""
     if not any(r.exactly is not None and r.exactly.capacity for r in spec.requests):
         return None
-    if sharable_gpus(d for nd in published.values() for d in nd.devices.values()) is not False:
+    # Snapshots (list() of a dict is atomic under the GIL): this runs on the admission thread.
+    devices = (d for nd in list(published.values()) for d in list(nd.devices.values()))
+    if sharable_gpus(devices) is not False:
         return None  # a node can serve a share, or no GPU is published yet
     return (
         "topoalloc.io: the cluster's GPUs are whole only: no node's ResourceSlices publish a GPU with"
@@ -139,4 +141,4 @@ def claim_reviewer(
         except BadReview as exc:
             return denied(request["uid"], str(exc))
 
-    return review
+    return on_any_thread(review)  # the published devices read from snapshots

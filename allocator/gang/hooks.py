@@ -19,7 +19,7 @@ from allocator.gang.index import GangIndex
 from allocator.gang.metrics import GangMetrics
 from allocator.gang.steering import GangSteering
 from allocator.gang.webhook import PATH, review_response
-from allocator.runtime.admission import Reviewer
+from allocator.runtime.admission import Reviewer, on_any_thread
 from allocator.runtime.coreadapter import CoreAdapter, FilterVerdicts, PodRequest, Rejection
 from allocator.runtime.events import EventSink
 from allocator.runtime.gang_settings import GangSettings
@@ -102,8 +102,11 @@ class GangScheduling:
     def routes(self) -> Mapping[str, Reviewer]:
         s = self.settings
         return {
-            PATH: lambda review: review_response(
-                review, s.scheduler_names, plugin_schedulers=s.gang_plugin_schedulers
+            # The pod and the settings only: answered on the admission thread.
+            PATH: on_any_thread(
+                lambda review: review_response(
+                    review, s.scheduler_names, plugin_schedulers=s.gang_plugin_schedulers
+                )
             )
         }
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -28,6 +28,27 @@ JSON = dict[str, Any]
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY = 8 * 1024 * 1024  # a Pod is at most ~1.5 MB in etcd
 Reviewer = Callable[[JSON], JSON]
+# How a route's handler has its reviewer answer: on the handler's own loop, or on the loop that owns
+# the state the reviewer reads (allocator/runtime/admission_server.py).
+Call = Callable[[Reviewer, JSON], Awaitable[JSON]]
+R = TypeVar("R", bound=Reviewer)
+
+
+def on_any_thread(reviewer: R) -> R:
+    """Mark a reviewer that may answer on the admission server's own thread: it reads only its
+    settings and lookups of single keys of the watch cache (atomic under the GIL), or iterates
+    snapshots taken with list(); it writes nothing. Unmarked reviewers answer on the allocator's
+    main loop, which owns the state they touch."""
+    reviewer._on_any_thread = True  # type: ignore[attr-defined]
+    return reviewer
+
+
+def answers_on_any_thread(reviewer: Reviewer) -> bool:
+    return bool(getattr(reviewer, "_on_any_thread", False))
+
+
+async def _direct(reviewer: Reviewer, review: JSON) -> JSON:
+    return reviewer(review)
 
 
 class BadReview(ValueError):
@@ -100,19 +121,22 @@ Count = Callable[[str, str], None]
 RESULTS = ("allowed", "patched", "denied", "bad_request", "error")
 
 
-def admission_app(routes: Mapping[str, Reviewer], *, count: Count | None = None) -> web.Application:
-    """One application serving every route (path -> reviewer); `count` hears each answer."""
+def admission_app(
+    routes: Mapping[str, Reviewer], *, count: Count | None = None, call: Call = _direct
+) -> web.Application:
+    """One application serving every route (path -> reviewer); `count` hears each answer, `call`
+    has the reviewer answer (by default right there, on the serving loop)."""
     app = web.Application(client_max_size=MAX_BODY)
-    add_reviewers(app, routes, count=count)
+    add_reviewers(app, routes, count=count, call=call)
     return app
 
 
 def add_reviewers(
-    app: web.Application, routes: Mapping[str, Reviewer], *, count: Count | None = None
+    app: web.Application, routes: Mapping[str, Reviewer], *, count: Count | None = None, call: Call = _direct
 ) -> None:
     """More routes on an admission application (the DRA gate beside the gang's)."""
     for path, reviewer in routes.items():
-        app.router.add_post(path, _handler(path, reviewer, count or _uncounted))
+        app.router.add_post(path, _handler(path, reviewer, count or _uncounted, call))
 
 
 def _uncounted(path: str, result: str) -> None:
@@ -125,7 +149,7 @@ def _result(response: JSON) -> str:
     return "patched" if response.get("patch") else "allowed"
 
 
-def _handler(path: str, reviewer: Reviewer, count: Count) -> Callable[[web.Request], Any]:
+def _handler(path: str, reviewer: Reviewer, count: Count, call: Call) -> Callable[[web.Request], Any]:
     async def mutate(request: web.Request) -> web.Response:
         raw = await request.read()
         try:
@@ -135,7 +159,7 @@ def _handler(path: str, reviewer: Reviewer, count: Count) -> Callable[[web.Reque
             count(path, "bad_request")
             return web.Response(status=400, text=f"not an AdmissionReview: {exc}\n")
         try:
-            response = reviewer(review)
+            response = await call(reviewer, review)
         except Exception:
             # The API server sees a 500 and applies the webhook's failurePolicy: counted, so
             # that an alert sees what the API server's own log would otherwise hide.

@@ -3,17 +3,26 @@ component.py `routes`) on one HTTPS listener (`admission:` config), with the all
 reloaded as it rotates (no client certificate: kube-apiserver presents none) and, on the leader,
 the webhook configuration's caBundle kept equal to the CA (allocator/runtime/cabundle.py).
 
+It serves on a thread of its own, with its own event loop: kube-apiserver holds every pod's creation
+until the webhook answers, and on the main loop an answer waited behind whatever was queued there
+(watch events, a claims pass, write tasks); under a burst of creations that was most of a review's
+time. TLS, HTTP and the routes marked `on_any_thread` (they read only single-key lookups of the
+cache) are answered there; every other reviewer is handed to the main loop, which owns the state
+it reads and writes, and answered when it has run.
+
 It listens only when some component brings a route."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
 from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from allocator.runtime.admission import Count, Reviewer, admission_app
+from allocator.runtime.admission import JSON, Count, Reviewer, admission_app, answers_on_any_thread
 from allocator.runtime.admission_settings import LEADER_SERVICE, WEBHOOK_SERVICE, AdmissionSettings
 from allocator.runtime.cabundle import CaBundleInjector
 from allocator.runtime.kube import KubeApi
@@ -45,7 +54,9 @@ class AdmissionServer:
             api, settings.webhook_configuration, (WEBHOOK_SERVICE, LEADER_SERVICE), tls_files.client_ca
         )
         self.port = 0  # the bound port, once started (the settings may say 0)
-        self._runner: web.AppRunner | None = None
+        self._main: asyncio.AbstractEventLoop | None = None  # the allocator's loop
+        self._loop: asyncio.AbstractEventLoop | None = None  # the admission thread's
+        self._thread: threading.Thread | None = None
 
     async def start(self, spawn: Spawn) -> int:
         """Listen (the bound port), unless no component brings a route (0)."""
@@ -54,14 +65,48 @@ class AdmissionServer:
         spawn("webhook TLS reload", self.tls.watch(self.reload_interval))
         if self.settings.webhook_configuration:  # "": the caBundle is someone else's (cert-manager)
             spawn("webhook caBundle", self._ca_loop())
-        self._runner = web.AppRunner(admission_app(self.routes, count=self.count), access_log=None)
-        await self._runner.setup()
+        self._main = asyncio.get_running_loop()
+        listening: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._serve, args=(listening,), name="admission", daemon=True)
+        self._thread.start()
+        self.port = await asyncio.wrap_future(listening)
         s = self.settings
-        site = web.TCPSite(self._runner, s.host, s.port, ssl_context=self.tls.context)
-        await site.start()
-        self.port = bound_port(site)
         log.info("admission webhook on https://%s:%d (%s)", s.host, self.port, ", ".join(sorted(self.routes)))
         return self.port
+
+    def _serve(self, listening: concurrent.futures.Future[int]) -> None:
+        """The admission thread: listen, say the port (or why not), serve until stopped."""
+        loop = self._loop = asyncio.new_event_loop()
+        runner = web.AppRunner(admission_app(self.routes, count=self.count, call=self._call), access_log=None)
+        try:
+            loop.run_until_complete(runner.setup())
+            s = self.settings
+            site = web.TCPSite(runner, s.host, s.port, ssl_context=self.tls.context)
+            loop.run_until_complete(site.start())
+        except BaseException as exc:  # said to start(), which raises it
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+            listening.set_exception(exc)
+            return
+        listening.set_result(bound_port(site))
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+    def problem(self) -> str:
+        """Why the server no longer answers ("" while it does, or was never started)."""
+        if self._thread is not None and not self._thread.is_alive():
+            return "the admission webhook's thread stopped"
+        return ""
+
+    async def _call(self, reviewer: Reviewer, review: JSON) -> JSON:
+        """Answer on this thread when the reviewer may, else on the main loop."""
+        if answers_on_any_thread(reviewer) or self._main is None:
+            return reviewer(review)
+        answered = asyncio.run_coroutine_threadsafe(_answer(reviewer, review), self._main)
+        return await asyncio.wrap_future(answered)
 
     async def _ca_loop(self) -> None:
         while True:
@@ -70,9 +115,20 @@ class AdmissionServer:
             await asyncio.sleep(max(self.reload_interval, 1.0))
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        """Stop listening; reviews in flight finish (those on the main loop run meanwhile)."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        self._thread = None
+        try:
+            loop.call_soon_threadsafe(loop.stop)
+        except RuntimeError:
+            pass  # its loop ended already (closed)
+        await asyncio.to_thread(thread.join)
+
+
+async def _answer(reviewer: Reviewer, review: JSON) -> JSON:
+    return reviewer(review)
 
 
 def bound_port(site: web.TCPSite) -> int:

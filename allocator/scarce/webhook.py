@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from allocator.runtime.admission import patched, pod_create
+from allocator.runtime.admission import on_any_thread, patched, pod_create
 from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from allocator.runtime.tasks import Spawn
 from apis import keys
@@ -114,7 +114,7 @@ def reviewer(settings: ScarceAvoidanceSettings) -> Callable[[JSON], JSON]:
         pod = pod_create(request)
         return patched(request["uid"], None if pod is None else preference_patch(pod, settings))
 
-    return review
+    return on_any_thread(review)  # its settings only
 
 
 def routes(settings: ScarceAvoidanceSettings) -> dict[str, Callable[[JSON], JSON]]:
