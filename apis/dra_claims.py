@@ -157,12 +157,20 @@ class ResourceClaim:
         )
 
     @classmethod
-    def from_dict(cls, value: Any, path: str = "") -> ResourceClaim:
+    def from_dict(cls, value: Any, path: str = "", *, earlier: ResourceClaim | None = None) -> ResourceClaim:
+        """`earlier`: the same claim as last decoded; its spec is taken as it is when the uid is
+        the same (the API server keeps a claim's spec immutable), so a status change decodes only
+        metadata and status."""
         data = d.struct(value, path, ("metadata", "spec", "status"))
         meta = _metadata(data, path)
         mpath = d.join(path, "metadata")
         spath = d.join(path, "spec")
-        spec = d.struct(data.get("spec") or {}, spath, ("devices",))
+        uid = d.string(meta, "uid", mpath)
+        if earlier is not None and earlier.uid == uid and uid:
+            claim_devices = earlier.spec
+        else:
+            spec = d.struct(data.get("spec") or {}, spath, ("devices",))
+            claim_devices = claim_spec(spec.get("devices"), d.join(spath, "devices"))
         status = _status(data.get("status"), d.join(path, "status"))
         owner = ""
         for i, ref in enumerate(d.array(meta, "ownerReferences", mpath)):
@@ -173,10 +181,10 @@ class ResourceClaim:
         return cls(
             namespace=d.string(meta, "namespace", mpath) or "default",
             name=d.string(meta, "name", mpath, required=True),
-            uid=d.string(meta, "uid", mpath),
+            uid=uid,
             resource_version=d.string(meta, "resourceVersion", mpath),
             annotations=tuple(sorted(d.str_map(meta, "annotations", mpath).items())),
-            spec=claim_spec(spec.get("devices"), d.join(spath, "devices")),
+            spec=claim_devices,
             allocation=status[0],
             reserved_for=status[1],
             deleting=bool(meta.get("deletionTimestamp")),

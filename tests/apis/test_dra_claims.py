@@ -121,6 +121,22 @@ def test_allocation_and_reservations_are_read() -> None:
     }
 
 
+def test_a_status_change_keeps_the_spec_decoded_for_the_same_claim() -> None:
+    first = ResourceClaim.from_dict(claim(**PAIR))
+    later = claim(**PAIR)
+    later["metadata"]["resourceVersion"] = "8"
+    later["status"] = {"reservedFor": [{"resource": "pods", "name": "p", "uid": "pu"}]}
+    again = ResourceClaim.from_dict(later, earlier=first)
+    assert again.spec is first.spec  # not decoded again: a claim's spec is immutable
+    assert again.resource_version == "8" and again.reserved_for[0].uid == "pu"
+    # Another claim of that name (a new uid) is decoded whole, its own spec read.
+    other = claim(requests=[{"name": "gpu", "exactly": {"deviceClassName": dra.GPU_CLASS, "count": 2}}])
+    other["metadata"]["uid"] = "u2"
+    fresh = ResourceClaim.from_dict(other, earlier=first)
+    assert fresh.spec is not first.spec and [r.name for r in fresh.spec.requests] == ["gpu"]
+    assert fresh.spec.requests[0].exactly is not None and fresh.spec.requests[0].exactly.count == 2
+
+
 def test_a_selector_of_another_shape_names_no_node() -> None:
     obj = claim(**PAIR)
     obj["status"] = {

@@ -93,8 +93,9 @@ class DraStore:
         self.notify(kind, key, None)
 
     def _upsert_claim(self, key: str, obj: JSON) -> None:
+        known = self.claims.get(key)
         try:
-            claim = ResourceClaim.from_dict(obj)
+            claim = ResourceClaim.from_dict(obj, earlier=known.claim if known is not None else None)
         except CodecError as exc:
             log.warning("ResourceClaim %s does not decode: %s", key, exc)
             self._count(key, None)
