@@ -13,15 +13,19 @@ deploy/'s admission webhooks call the allocator as in a cluster (the DRA gate on
 claims). The claims are created first (untimed, through the webhook: topoalloc's marked at
 creation); kube-scheduler (client qps/burst `--qps`; 50/100 are its defaults) is running; the pods
 are created at once (16 threads) as users create them, ungated, and pods/s is
-P / (last binding - first pod created).
+P / (last binding - first pod created). With several runs the modes alternate, each first in every
+other pair.
   kube-scheduler  claims opted out (topoalloc.io/allocator: kube-scheduler): its own DRA allocator
   topoalloc       the webhook gates each pod; the allocator writes its claim's allocation and
                   removes the gate once its cache shows the write; kube-scheduler binds (it only
                   checks an allocated claim's node selector)
-Quality, for both, over the bound pods: NVLink pairs kept (share of `pair` claims whose two GPUs
-are joined by the most NVLinks two GPUs of the machine share: an NV2 pair of the DGX-1, like
-GPU0-GPU3; first fit's GPU0-GPU1, behind one switch, share one) and GPU-NIC aligned (share of `nic`
-claims on one PCIe switch). Each mode's pods and claims are deleted after its run.
+Where the time goes, per run: kube-apiserver's mean time in topoalloc's pod webhook
+(dra.topoalloc.io, from its /metrics), medians over the pods of first seen -> claim allocated ->
+gate removed (topoalloc) -> bound, and the CPU seconds of every control-plane process and of this
+bench's client. Quality, for both, over the bound pods: NVLink pairs kept (share of `pair`
+claims whose two GPUs are joined by the most NVLinks two GPUs of the machine share: an NV2 pair of
+the DGX-1, like GPU0-GPU3; first fit's GPU0-GPU1, behind one switch, share one) and GPU-NIC aligned
+(share of `nic` claims on one PCIe switch). Each mode's pods and claims are deleted after its run.
 
 Run: `.venv/bin/python bench/dra.py [--nodes 500] [--pods 1000] [--runs 1] [--release 1.36]`
 (needs ../shared/k8s, /usr/bin/etcd and /usr/bin/kubectl; exits 0 with a note when they are missing).
@@ -73,6 +77,91 @@ CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 CAPACITY = {"cpu": "224", "memory": "2015Gi", "pods": "250"}
 SHAPES = ("one", "pair", "one", "pair", "nic")  # 40% / 40% / 20%
 SWITCH = "pcieSwitch"
+WEBHOOK_SECONDS = "apiserver_admission_webhook_admission_duration_seconds"
+
+
+class PhaseWatch(BindWatch):
+    """BindWatch that also notes when each pod is first seen (created) and first seen without the
+    DRA gate while unbound (ungated by topoalloc)."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.seen: dict[str, float] = {}
+        self.ungated: dict[str, float] = {}
+        self.gated: set[str] = set()
+        self.allocated: dict[str, float] = {}  # claim name (= the pod's) -> first seen allocated
+        super().__init__(cp, namespace)
+        cp.watch(CLAIMS.format(ns=namespace), self._claim, self.stop, "claim-watch")
+
+    def _claim(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        name = (obj.get("metadata") or {}).get("name")
+        if name and name not in self.allocated and (obj.get("status") or {}).get("allocation"):
+            self.allocated[name] = time.monotonic()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        name = (obj.get("metadata") or {}).get("name")
+        if name:
+            now = time.monotonic()
+            self.seen.setdefault(name, now)
+            spec = obj.get("spec") or {}
+            gated = any(g.get("name") == dra.SCHEDULING_GATE for g in spec.get("schedulingGates") or ())
+            if name not in self.ungated and not gated and not spec.get("nodeName") and name in self.gated:
+                self.ungated[name] = now
+            if gated:
+                self.gated.add(name)
+        super()._event(event)
+
+    def phases(self) -> dict[str, float]:
+        """Medians in seconds: first seen to ungated, ungated to bound, first seen to bound."""
+
+        def med(pairs: list[float]) -> float:
+            return statistics.median(pairs) if pairs else float("nan")
+
+        return {
+            "to_allocated_s": med(
+                [self.allocated[n] - self.seen[n] for n in self.allocated if n in self.seen]
+            ),
+            "to_ungated_s": med([self.ungated[n] - self.seen[n] for n in self.ungated]),
+            "ungated_to_bound_s": med(
+                [self.bound[n] - self.ungated[n] for n in self.ungated if n in self.bound]
+            ),
+            "to_bound_s": med([self.bound[n] - self.seen[n] for n in self.bound if n in self.seen]),
+        }
+
+
+PARTS = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager")
+COMM = {name[:15]: name for name in PARTS}  # /proc/<pid>/comm keeps 15 characters
+
+
+def parts_cpu() -> dict[str, float]:
+    """CPU seconds so far of the control plane's processes by name (this machine's, all of them),
+    and of this bench process (its client threads)."""
+    out = dict.fromkeys(PARTS, 0.0)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            name = COMM.get((proc / "comm").read_text().strip())
+            if name is not None:
+                out[name] += cpu_seconds(int(proc.name))
+        except OSError:
+            continue  # gone meanwhile
+    out["bench"] = cpu_seconds(os.getpid())
+    return out
+
+
+def webhook_seconds(cp: ControlPlane) -> tuple[float, float]:
+    """kube-apiserver's (sum of seconds, count) of calls to topoalloc's pod DRA webhook (dra.topoalloc.io)."""
+    text = cp.admin.request("GET", "/metrics")
+    total = count = 0.0
+    for line in str(text).splitlines():
+        if line.startswith(WEBHOOK_SECONDS) and 'name="dra.topoalloc.io"' in line:
+            if line.startswith(WEBHOOK_SECONDS + "_sum"):
+                total += float(line.rsplit(" ", 1)[1])
+            elif line.startswith(WEBHOOK_SECONDS + "_count"):
+                count += float(line.rsplit(" ", 1)[1])
+    return total, count
 
 
 # -- the world ---------------------------------------------------------------------------------------
@@ -178,7 +267,9 @@ def one_run(
         ),
         list(range(pods)),
     )
-    watch = BindWatch(cp, namespace)
+    watch = PhaseWatch(cp, namespace)
+    hook0 = webhook_seconds(cp)
+    parts0 = parts_cpu()
     cpu0 = cpu_seconds(pid)
     try:
         t0 = time.monotonic()
@@ -190,6 +281,8 @@ def one_run(
         span = max(watch.bound.values()) - t0
         time.sleep(1.0)  # the allocator's last watch events of those pods
         cpu1 = cpu_seconds(pid)
+        parts1 = parts_cpu()
+        hook1 = webhook_seconds(cp)
     finally:
         watch.close()
     quality = measure(cp, namespace, attributes)
@@ -197,7 +290,11 @@ def one_run(
     reasons = Counter(e.get("reason") for e in events if str(e.get("reason", "")).startswith("DRA"))
     print(f"  {namespace} Events: {dict(sorted(reasons.items()))}", flush=True)
     delete(cp, namespace)
-    timing = {"pods_per_s": pods / span, "created_s": created, "span_s": span}
+    calls = hook1[1] - hook0[1]
+    hook_ms = 1000 * (hook1[0] - hook0[0]) / calls if calls else float("nan")
+    timing = {"pods_per_s": pods / span, "created_s": created, "span_s": span, "webhook_ms": hook_ms}
+    timing.update(watch.phases())
+    timing.update({f"cpu_{k}": parts1[k] - parts0[k] for k in parts0})
     return {**timing, "alloc_cpu_s": cpu1 - cpu0, "alloc_rss_mib": rss_mib(pid), **quality}
 
 
@@ -275,7 +372,9 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                 if args.cprofile:
                     os.kill(pid, signal.SIGUSR1)
                 for i in range(args.runs):
-                    for mode in args.modes:
+                    # ABBA: each mode goes first in every other pair, so a cluster that gets slower
+                    # or faster over the runs favours neither.
+                    for mode in args.modes if i % 2 == 0 else args.modes[::-1]:
                         load = load_average()
                         ns = f"q{qps}-run-{i}-{mode}"
                         r = one_run(cp, pid, ns, args.pods, mode, attributes, args.timeout)
@@ -284,7 +383,12 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                             f"qps {qps} run {i} {mode:>14}: {r['pods_per_s']:7.1f} pods/s, NVLink pairs "
                             f"kept {100 * r['kept']:5.1f}%, GPU-NIC aligned {100 * r['aligned']:5.1f}%, "
                             f"allocator {1000 * r['alloc_cpu_s'] / args.pods:6.2f} ms CPU/pod (load {load}); "
-                            f"created in {r['created_s']:.1f} s of {r['span_s']:.1f} s",
+                            f"created in {r['created_s']:.1f} s of {r['span_s']:.1f} s; pod webhook "
+                            f"{r['webhook_ms']:.1f} ms/call; medians: to allocated "
+                            f"{r['to_allocated_s']:.3f} s, to ungated {r['to_ungated_s']:.3f} s, "
+                            f"ungated to bound {r['ungated_to_bound_s']:.3f} s, "
+                            f"to bound {r['to_bound_s']:.3f} s; CPU s: "
+                            + " ".join(f"{k} {r['cpu_' + k]:.2f}" for k in (*PARTS, "bench")),
                             flush=True,
                         )
                 if args.cprofile:
@@ -308,15 +412,22 @@ def report(args: argparse.Namespace, qps: int, results: dict[str, list[dict[str,
     print()
     print(f"{'mode':>14} {'nodes':>6} {'pods':>6} {'qps':>5} {'runs':>4} {'pods/s':>8} "
           f"{'NVLink pairs kept':>18} "
-          f"{'GPU-NIC aligned':>16} {'alloc CPU ms/pod':>17}")  # fmt: skip
+          f"{'GPU-NIC aligned':>16} {'alloc CPU ms/pod':>17} {'webhook ms':>10} {'to bound s':>10} "
+          f"{'apiserver CPU s':>15}")  # fmt: skip
     for mode in args.modes:
         print(f"{mode:>14} {args.nodes:>6} {args.pods:>6} {qps:>5} {args.runs:>4} "
               f"{med(mode, 'pods_per_s'):>8.1f} "
               f"{100 * med(mode, 'kept'):>17.1f}% {100 * med(mode, 'aligned'):>15.1f}% "
-              f"{1000 * med(mode, 'alloc_cpu_s') / args.pods:>17.2f}")  # fmt: skip
+              f"{1000 * med(mode, 'alloc_cpu_s') / args.pods:>17.2f} {med(mode, 'webhook_ms'):>10.1f} "
+              f"{med(mode, 'to_bound_s'):>10.3f} {med(mode, 'cpu_kube-apiserver'):>15.2f}")  # fmt: skip
     if set(args.modes) == {"kube-scheduler", "topoalloc"}:
+        runs = [
+            t["pods_per_s"] / k["pods_per_s"]
+            for t, k in zip(results["topoalloc"], results["kube-scheduler"], strict=True)
+        ]
         ratio = med("topoalloc", "pods_per_s") / med("kube-scheduler", "pods_per_s")
         print(f"topoalloc / kube-scheduler pods/s: {ratio:.2f}x (goal >= 1x; kept and aligned: goal 100%)")
+        print(f"  run by run (each pair's runs back to back): {', '.join(f'{r:.2f}' for r in runs)}")
 
 
 def main(argv: list[str] | None = None) -> int:
