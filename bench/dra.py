@@ -20,12 +20,14 @@ other pair.
                   removes the gate once its cache shows the write; kube-scheduler binds (it only
                   checks an allocated claim's node selector)
 Where the time goes, per run: kube-apiserver's mean time in topoalloc's pod webhook
-(dra.topoalloc.io, from its /metrics), medians over the pods of first seen -> claim allocated ->
-gate removed (topoalloc) -> bound, and the CPU seconds of every control-plane process and of this
-bench's client. Quality, for both, over the bound pods: NVLink pairs kept (share of `pair`
-claims whose two GPUs are joined by the most NVLinks two GPUs of the machine share: an NV2 pair of
-the DGX-1, like GPU0-GPU3; first fit's GPU0-GPU1, behind one switch, share one) and GPU-NIC aligned
-(share of `nic` claims on one PCIe switch). Each mode's pods and claims are deleted after its run.
+(dra.topoalloc.io, from its /metrics) and per PATCH of a claim's status and of a pod (its own
+request duration: the writes of topoalloc's path, and kube-scheduler's), medians over the pods of
+first seen -> claim allocated -> gate removed (topoalloc) -> bound, and the CPU seconds of every
+control-plane process and of this bench's client. Quality, for both, over the bound pods: NVLink
+pairs kept (share of `pair` claims whose two GPUs are joined by the most NVLinks two GPUs of the
+machine share: an NV2 pair of the DGX-1, like GPU0-GPU3; first fit's GPU0-GPU1, behind one switch,
+share one) and GPU-NIC aligned (share of `nic` claims on one PCIe switch). Each mode's pods and
+claims are deleted after its run.
 
 Run: `.venv/bin/python bench/dra.py [--nodes 500] [--pods 1000] [--runs 1] [--release 1.36]`
 (needs ../shared/k8s, /usr/bin/etcd and /usr/bin/kubectl; exits 0 with a note when they are missing).
@@ -151,6 +153,28 @@ def parts_cpu() -> dict[str, float]:
     return out
 
 
+REQUEST_SECONDS = "apiserver_request_duration_seconds"
+WRITES = {  # kube-apiserver's own time per write of topoalloc's path (its labels)
+    "claim_status_patch": ('verb="PATCH"', 'resource="resourceclaims"', 'subresource="status"'),
+    "pod_patch": ('verb="PATCH"', 'resource="pods"', 'subresource=""'),
+}
+
+
+def server_seconds(cp: ControlPlane) -> dict[str, tuple[float, float]]:
+    """kube-apiserver's (sum of seconds, count) of each of WRITES so far."""
+    text = str(cp.admin.request("GET", "/metrics"))
+    out = dict.fromkeys(WRITES, (0.0, 0.0))
+    for line in text.splitlines():
+        for name, labels in WRITES.items():
+            if line.startswith(REQUEST_SECONDS + "_") and all(label in line for label in labels):
+                total, count = out[name]
+                if line.startswith(REQUEST_SECONDS + "_sum"):
+                    out[name] = (total + float(line.rsplit(" ", 1)[1]), count)
+                elif line.startswith(REQUEST_SECONDS + "_count"):
+                    out[name] = (total, count + float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 def webhook_seconds(cp: ControlPlane) -> tuple[float, float]:
     """kube-apiserver's (sum of seconds, count) of calls to topoalloc's pod DRA webhook (dra.topoalloc.io)."""
     text = cp.admin.request("GET", "/metrics")
@@ -269,6 +293,7 @@ def one_run(
     )
     watch = PhaseWatch(cp, namespace)
     hook0 = webhook_seconds(cp)
+    writes0 = server_seconds(cp)
     parts0 = parts_cpu()
     cpu0 = cpu_seconds(pid)
     try:
@@ -283,6 +308,7 @@ def one_run(
         cpu1 = cpu_seconds(pid)
         parts1 = parts_cpu()
         hook1 = webhook_seconds(cp)
+        writes1 = server_seconds(cp)
     finally:
         watch.close()
     quality = measure(cp, namespace, attributes)
@@ -294,6 +320,9 @@ def one_run(
     hook_ms = 1000 * (hook1[0] - hook0[0]) / calls if calls else float("nan")
     timing = {"pods_per_s": pods / span, "created_s": created, "span_s": span, "webhook_ms": hook_ms}
     timing.update(watch.phases())
+    for name in WRITES:
+        n = writes1[name][1] - writes0[name][1]
+        timing[f"{name}_ms"] = 1000 * (writes1[name][0] - writes0[name][0]) / n if n else float("nan")
     timing.update({f"cpu_{k}": parts1[k] - parts0[k] for k in parts0})
     return {**timing, "alloc_cpu_s": cpu1 - cpu0, "alloc_rss_mib": rss_mib(pid), **quality}
 
@@ -387,8 +416,9 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
                             f"{r['webhook_ms']:.1f} ms/call; medians: to allocated "
                             f"{r['to_allocated_s']:.3f} s, to ungated {r['to_ungated_s']:.3f} s, "
                             f"ungated to bound {r['ungated_to_bound_s']:.3f} s, "
-                            f"to bound {r['to_bound_s']:.3f} s; CPU s: "
-                            + " ".join(f"{k} {r['cpu_' + k]:.2f}" for k in (*PARTS, "bench")),
+                            f"to bound {r['to_bound_s']:.3f} s; kube-apiserver's ms per claim status "
+                            f"patch {r['claim_status_patch_ms']:.1f}, per pod patch {r['pod_patch_ms']:.1f}; "
+                            "CPU s: " + " ".join(f"{k} {r['cpu_' + k]:.2f}" for k in (*PARTS, "bench")),
                             flush=True,
                         )
                 if args.cprofile:
