@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -120,10 +121,8 @@ class AdmissionServer:
         if thread is None or loop is None:
             return
         self._thread = None
-        try:
+        with contextlib.suppress(RuntimeError):  # its loop ended already (closed)
             loop.call_soon_threadsafe(loop.stop)
-        except RuntimeError:
-            pass  # its loop ended already (closed)
         await asyncio.to_thread(thread.join)
 
 
