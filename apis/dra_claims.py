@@ -158,19 +158,13 @@ class ResourceClaim:
 
     @classmethod
     def from_dict(cls, value: Any, path: str = "", *, earlier: ResourceClaim | None = None) -> ResourceClaim:
-        """`earlier`: the same claim as last decoded; its spec is taken as it is when the uid is
-        the same (the API server keeps a claim's spec immutable), so a status change decodes only
-        metadata and status."""
+        """`earlier`: this claim as last decoded; its spec is kept for the same uid (immutable)."""
         data = d.struct(value, path, ("metadata", "spec", "status"))
         meta = _metadata(data, path)
-        mpath = d.join(path, "metadata")
-        spath = d.join(path, "spec")
+        mpath, spath = d.join(path, "metadata"), d.join(path, "spec")
         uid = d.string(meta, "uid", mpath)
-        if earlier is not None and earlier.uid == uid and uid:
-            claim_devices = earlier.spec
-        else:
-            spec = d.struct(data.get("spec") or {}, spath, ("devices",))
-            claim_devices = claim_spec(spec.get("devices"), d.join(spath, "devices"))
+        spec = d.struct(data.get("spec") or {}, spath, ("devices",))
+        kept = earlier.spec if earlier is not None and uid and earlier.uid == uid else None
         status = _status(data.get("status"), d.join(path, "status"))
         owner = ""
         for i, ref in enumerate(d.array(meta, "ownerReferences", mpath)):
@@ -184,7 +178,7 @@ class ResourceClaim:
             uid=uid,
             resource_version=d.string(meta, "resourceVersion", mpath),
             annotations=tuple(sorted(d.str_map(meta, "annotations", mpath).items())),
-            spec=claim_devices,
+            spec=kept if kept is not None else claim_spec(spec.get("devices"), d.join(spath, "devices")),
             allocation=status[0],
             reserved_for=status[1],
             deleting=bool(meta.get("deletionTimestamp")),
