@@ -13,13 +13,19 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from allocator.claims import webhook as dra_webhook
+from allocator.placement import webhook as placement_webhook
 from allocator.runtime import certs as pki
-from allocator.runtime.admission import on_any_thread, patched
+from allocator.runtime.admission import answers_on_any_thread, on_any_thread, patched
 from allocator.runtime.admission_server import AdmissionServer
 from allocator.runtime.admission_settings import AdmissionSettings
+from allocator.runtime.placement_settings import PlacementSettings
+from allocator.runtime.scarce_settings import ScarceAvoidanceSettings
 from allocator.runtime.tls import TLSFiles
+from allocator.scarce import webhook as scarce_webhook
 from tests.runtime.test_admission_warnings import gpu_pod, review
 
 HOLD = 1.0  # seconds the main loop is kept busy
@@ -124,3 +130,14 @@ async def test_a_stopped_admission_thread_is_a_health_problem(tmp_path: Path) ->
         await server.stop()
         for task in tasks:
             task.cancel()
+
+
+def test_only_the_routes_that_read_answer_off_the_main_loop() -> None:
+    """The DRA gate and claim mark and scarce avoidance read their settings and the cache's
+    single-key lookups; placement at admission places pods (the core's state): main loop only."""
+    view = SimpleNamespace(claims={}, templates={}, classes={}, published={})
+    assert answers_on_any_thread(dra_webhook.reviewer(view, lambda: True))
+    assert answers_on_any_thread(dra_webhook.claim_reviewer(view, lambda: True))
+    assert answers_on_any_thread(scarce_webhook.reviewer(ScarceAvoidanceSettings()))
+    places = placement_webhook.reviewer(PlacementSettings(), "topoalloc-system", lambda *args: None)
+    assert not answers_on_any_thread(places)
