@@ -47,7 +47,8 @@ def answers_on_any_thread(reviewer: Reviewer) -> bool:
     return bool(getattr(reviewer, "_on_any_thread", False))
 
 
-async def _direct(reviewer: Reviewer, review: JSON) -> JSON:
+async def answer_here(reviewer: Reviewer, review: JSON) -> JSON:
+    """The reviewer's answer, on whichever loop awaits this."""
     return reviewer(review)
 
 
@@ -122,7 +123,7 @@ RESULTS = ("allowed", "patched", "denied", "bad_request", "error")
 
 
 def admission_app(
-    routes: Mapping[str, Reviewer], *, count: Count | None = None, call: Call = _direct
+    routes: Mapping[str, Reviewer], *, count: Count | None = None, call: Call = answer_here
 ) -> web.Application:
     """One application serving every route (path -> reviewer); `count` hears each answer, `call`
     has the reviewer answer (by default right there, on the serving loop)."""
@@ -132,7 +133,11 @@ def admission_app(
 
 
 def add_reviewers(
-    app: web.Application, routes: Mapping[str, Reviewer], *, count: Count | None = None, call: Call = _direct
+    app: web.Application,
+    routes: Mapping[str, Reviewer],
+    *,
+    count: Count | None = None,
+    call: Call = answer_here,
 ) -> None:
     """More routes on an admission application (the DRA gate beside the gang's)."""
     for path, reviewer in routes.items():

@@ -23,7 +23,14 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from allocator.runtime.admission import JSON, Count, Reviewer, admission_app, answers_on_any_thread
+from allocator.runtime.admission import (
+    JSON,
+    Count,
+    Reviewer,
+    admission_app,
+    answer_here,
+    answers_on_any_thread,
+)
 from allocator.runtime.admission_settings import LEADER_SERVICE, WEBHOOK_SERVICE, AdmissionSettings
 from allocator.runtime.cabundle import CaBundleInjector
 from allocator.runtime.kube import KubeApi
@@ -106,7 +113,7 @@ class AdmissionServer:
         """Answer on this thread when the reviewer may, else on the main loop."""
         if answers_on_any_thread(reviewer) or self._main is None:
             return reviewer(review)
-        answered = asyncio.run_coroutine_threadsafe(_answer(reviewer, review), self._main)
+        answered = asyncio.run_coroutine_threadsafe(answer_here(reviewer, review), self._main)
         return await asyncio.wrap_future(answered)
 
     async def _ca_loop(self) -> None:
@@ -124,10 +131,6 @@ class AdmissionServer:
         with contextlib.suppress(RuntimeError):  # its loop ended already (closed)
             loop.call_soon_threadsafe(loop.stop)
         await asyncio.to_thread(thread.join)
-
-
-async def _answer(reviewer: Reviewer, review: JSON) -> JSON:
-    return reviewer(review)
 
 
 def bound_port(site: web.TCPSite) -> int:
