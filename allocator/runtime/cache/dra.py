@@ -93,15 +93,14 @@ class DraStore:
         self.notify(kind, key, None)
 
     def _upsert_claim(self, key: str, obj: JSON) -> None:
-        known = self.claims.get(key)
+        entry = self.claims.get(key)
         try:
-            claim = ResourceClaim.from_dict(obj, earlier=known.claim if known is not None else None)
+            claim = ResourceClaim.from_dict(obj, earlier=entry.claim if entry is not None else None)
         except CodecError as exc:
             log.warning("ResourceClaim %s does not decode: %s", key, exc)
             self._count(key, None)
             self.claims[key] = ClaimEntry(None, str(exc))
             return
-        entry = self.claims.get(key)
         if entry is None or entry.claim is None or entry.claim.uid != claim.uid:
             if entry is not None:
                 self._count(key, None)  # another claim of that name: the old one's devices go
