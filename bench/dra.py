@@ -21,7 +21,7 @@ other pair.
                   checks an allocated claim's node selector)
 Where the time goes, per run: kube-apiserver's mean time in topoalloc's pod webhook
 (dra.topoalloc.io, from its /metrics) and per PATCH of a claim's status and of a pod (its own
-request duration: the writes of topoalloc's path, and kube-scheduler's), medians over the pods of
+request duration of topoalloc's two writes; kube-scheduler's are updates, "nan" here), medians of
 first seen -> claim allocated -> gate removed (topoalloc) -> bound, and the CPU seconds of every
 control-plane process and of this bench's client. Quality, for both, over the bound pods: NVLink
 pairs kept (share of `pair` claims whose two GPUs are joined by the most NVLinks two GPUs of the
@@ -79,7 +79,6 @@ CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 CAPACITY = {"cpu": "224", "memory": "2015Gi", "pods": "250"}
 SHAPES = ("one", "pair", "one", "pair", "nic")  # 40% / 40% / 20%
 SWITCH = "pcieSwitch"
-WEBHOOK_SECONDS = "apiserver_admission_webhook_admission_duration_seconds"
 
 
 class PhaseWatch(BindWatch):
@@ -115,7 +114,7 @@ class PhaseWatch(BindWatch):
         super()._event(event)
 
     def phases(self) -> dict[str, float]:
-        """Medians in seconds: first seen to ungated, ungated to bound, first seen to bound."""
+        """Medians in seconds: first seen to allocated, to ungated and to bound; ungated to bound."""
 
         def med(pairs: list[float]) -> float:
             return statistics.median(pairs) if pairs else float("nan")
@@ -153,39 +152,33 @@ def parts_cpu() -> dict[str, float]:
     return out
 
 
-REQUEST_SECONDS = "apiserver_request_duration_seconds"
-WRITES = {  # kube-apiserver's own time per write of topoalloc's path (its labels)
-    "claim_status_patch": ('verb="PATCH"', 'resource="resourceclaims"', 'subresource="status"'),
-    "pod_patch": ('verb="PATCH"', 'resource="pods"', 'subresource=""'),
+# kube-apiserver's own timings of topoalloc's path: (histogram, labels of the series) by name.
+TIMED = {
+    "webhook": ("apiserver_admission_webhook_admission_duration_seconds", ('name="dra.topoalloc.io"',)),
+    "claim_status_patch": (
+        "apiserver_request_duration_seconds",
+        ('verb="PATCH"', 'resource="resourceclaims"', 'subresource="status"'),
+    ),
+    "pod_patch": (
+        "apiserver_request_duration_seconds",
+        ('verb="PATCH"', 'resource="pods"', 'subresource=""'),
+    ),
 }
 
 
 def server_seconds(cp: ControlPlane) -> dict[str, tuple[float, float]]:
-    """kube-apiserver's (sum of seconds, count) of each of WRITES so far."""
-    text = str(cp.admin.request("GET", "/metrics"))
-    out = dict.fromkeys(WRITES, (0.0, 0.0))
-    for line in text.splitlines():
-        for name, labels in WRITES.items():
-            if line.startswith(REQUEST_SECONDS + "_") and all(label in line for label in labels):
-                total, count = out[name]
-                if line.startswith(REQUEST_SECONDS + "_sum"):
-                    out[name] = (total + float(line.rsplit(" ", 1)[1]), count)
-                elif line.startswith(REQUEST_SECONDS + "_count"):
-                    out[name] = (total, count + float(line.rsplit(" ", 1)[1]))
+    """kube-apiserver's (sum of seconds, count) so far of each of TIMED, from one scrape."""
+    out = dict.fromkeys(TIMED, (0.0, 0.0))
+    for line in str(cp.admin.request("GET", "/metrics")).splitlines():
+        for name, (metric, labels) in TIMED.items():
+            if not all(label in line for label in labels):
+                continue
+            total, count = out[name]
+            if line.startswith(metric + "_sum{"):
+                out[name] = (total + float(line.rsplit(" ", 1)[1]), count)
+            elif line.startswith(metric + "_count{"):
+                out[name] = (total, count + float(line.rsplit(" ", 1)[1]))
     return out
-
-
-def webhook_seconds(cp: ControlPlane) -> tuple[float, float]:
-    """kube-apiserver's (sum of seconds, count) of calls to topoalloc's pod DRA webhook (dra.topoalloc.io)."""
-    text = cp.admin.request("GET", "/metrics")
-    total = count = 0.0
-    for line in str(text).splitlines():
-        if line.startswith(WEBHOOK_SECONDS) and 'name="dra.topoalloc.io"' in line:
-            if line.startswith(WEBHOOK_SECONDS + "_sum"):
-                total += float(line.rsplit(" ", 1)[1])
-            elif line.startswith(WEBHOOK_SECONDS + "_count"):
-                count += float(line.rsplit(" ", 1)[1])
-    return total, count
 
 
 # -- the world ---------------------------------------------------------------------------------------
@@ -292,8 +285,7 @@ def one_run(
         list(range(pods)),
     )
     watch = PhaseWatch(cp, namespace)
-    hook0 = webhook_seconds(cp)
-    writes0 = server_seconds(cp)
+    timed0 = server_seconds(cp)
     parts0 = parts_cpu()
     cpu0 = cpu_seconds(pid)
     try:
@@ -307,8 +299,7 @@ def one_run(
         time.sleep(1.0)  # the allocator's last watch events of those pods
         cpu1 = cpu_seconds(pid)
         parts1 = parts_cpu()
-        hook1 = webhook_seconds(cp)
-        writes1 = server_seconds(cp)
+        timed1 = server_seconds(cp)
     finally:
         watch.close()
     quality = measure(cp, namespace, attributes)
@@ -316,13 +307,11 @@ def one_run(
     reasons = Counter(e.get("reason") for e in events if str(e.get("reason", "")).startswith("DRA"))
     print(f"  {namespace} Events: {dict(sorted(reasons.items()))}", flush=True)
     delete(cp, namespace)
-    calls = hook1[1] - hook0[1]
-    hook_ms = 1000 * (hook1[0] - hook0[0]) / calls if calls else float("nan")
-    timing = {"pods_per_s": pods / span, "created_s": created, "span_s": span, "webhook_ms": hook_ms}
+    timing = {"pods_per_s": pods / span, "created_s": created, "span_s": span}
     timing.update(watch.phases())
-    for name in WRITES:
-        n = writes1[name][1] - writes0[name][1]
-        timing[f"{name}_ms"] = 1000 * (writes1[name][0] - writes0[name][0]) / n if n else float("nan")
+    for name in TIMED:  # mean milliseconds per call during the run
+        n = timed1[name][1] - timed0[name][1]
+        timing[f"{name}_ms"] = 1000 * (timed1[name][0] - timed0[name][0]) / n if n else float("nan")
     timing.update({f"cpu_{k}": parts1[k] - parts0[k] for k in parts0})
     return {**timing, "alloc_cpu_s": cpu1 - cpu0, "alloc_rss_mib": rss_mib(pid), **quality}
 
