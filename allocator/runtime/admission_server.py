@@ -111,8 +111,9 @@ class AdmissionServer:
 
     async def _call(self, reviewer: Reviewer, review: JSON) -> JSON:
         """Answer on this thread when the reviewer may, else on the main loop."""
-        if answers_on_any_thread(reviewer) or self._main is None:
+        if answers_on_any_thread(reviewer):
             return reviewer(review)
+        assert self._main is not None  # start() sets it before the thread serves
         answered = asyncio.run_coroutine_threadsafe(answer_here(reviewer, review), self._main)
         return await asyncio.wrap_future(answered)
 
