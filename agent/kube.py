@@ -59,6 +59,19 @@ def status_of(exc: BaseException) -> int:
     return int(getattr(exc, "status", 0) or 0) if isinstance(exc, ApiException) else 0
 
 
+def another_pod(exc: BaseException) -> bool:
+    """A write naming a pod's uid refused because the pod of that name is another one now: a
+    precondition (409, a PUT or a binding) or, for a patch, the uid's change refused (422 naming
+    metadata.uid: kube-apiserver takes a patched uid as a change, not as a precondition)."""
+    status = status_of(exc)
+    if status != 422:
+        return status == 409
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        causes = (json.loads(getattr(exc, "body", None) or "{}").get("details") or {}).get("causes") or []
+        return any(c.get("field") == "metadata.uid" for c in causes)
+    return False
+
+
 def short_error(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         message = ""

@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.deviceplugin.events import NO_EVENTS, EventSink
 from agent.deviceplugin.served import ServedPod
-from agent.kube import TRANSPORT_ERRORS, short_error, status_of
+from agent.kube import TRANSPORT_ERRORS, another_pod, short_error, status_of
 from apis import keys
 from apis.annotations import DeviceAllocations
 
@@ -115,7 +115,7 @@ class NodeWrites(threading.Thread):
                 s.namespace, s.name, uid, {keys.DEVICE_ALLOCATED: want, keys.ALLOCATED_NODE: self.node}
             )
         except TRANSPORT_ERRORS as exc:
-            if status_of(exc) in (404, 409):  # deleted, or another pod of that name: nothing to write
+            if status_of(exc) == 404 or another_pod(exc):  # deleted, or another pod of that name
                 log.info("pod %s/%s is gone: its devices' annotation is not written", s.namespace, s.name)
                 self.done[uid] = want
                 self._retry.pop(uid, None)

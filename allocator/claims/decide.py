@@ -5,7 +5,6 @@ its object or members ask for, in the allocator's topology profile, as every oth
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,6 +16,7 @@ from allocator.core.claims.view import Member
 from allocator.core.gang.levels import Levels
 from allocator.core.request.claims import ClaimsRequest, translate
 from allocator.core.request.usage import claim_usage_key
+from allocator.runtime import json_codec
 from allocator.runtime.coreadapter import CoreAdapter, Rejection
 from allocator.runtime.taints import admits, tolerations_of
 from allocator.runtime.topology import Topology
@@ -109,7 +109,7 @@ class Decider:
     def candidate_nodes(self, pods: Sequence[JSON], refused: frozenset[str] = frozenset()) -> list[str]:
         """The DRA-mode nodes every pod's tolerations admit (taints, cordons), `refused` left out."""
         tolerations = [tolerations_of(p) for p in pods]
-        memo = (json.dumps(tolerations, sort_keys=True), refused)
+        memo = (json_codec.dumps(tolerations, sort_keys=True), refused)
         found = self._candidates.get(memo)
         if found is not None:
             return found

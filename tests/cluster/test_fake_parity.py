@@ -38,9 +38,11 @@ def fake() -> Iterator[Rest]:
         yield Rest(server.url)
 
 
-def answer(rest: Rest, method: str, path: str, body: Any) -> tuple[int, Any]:
+def answer(
+    rest: Rest, method: str, path: str, body: Any, content_type: str = "application/json"
+) -> tuple[int, Any]:
     try:
-        return 200, rest.request(method, path, body)
+        return 200, rest.request(method, path, body, content_type=content_type)
     except ApiStatus as exc:
         return exc.status, exc.body
 
@@ -85,8 +87,57 @@ def test_custom_resources_pruned_by_their_schema(cluster: ClusterEnv, fake: Rest
         created["status"] = {"summary": {"gpus": 1}, "conditions": [{"type": "Ready"}]}
         updated = rest.put(f"{devices}/parity-prune/status", created)
         stored.append({k: v for k, v in updated.items() if k != "metadata"})
-    cluster.cp.admin.delete(f"{devices}/parity-prune")
+    for rest in (cluster.cp.admin, fake):  # the fake outlives a release's cluster: both go
+        rest.delete(f"{devices}/parity-prune")
     real, mock = stored
     assert real == mock
     assert real["spec"] == {"devices": [{"type": "gpu", "minor": 0, "health": True}]}
     assert real["status"] == {"summary": {"gpus": 1}}
+
+
+def test_a_gates_removal_and_the_patches_refused_around_it(cluster: ClusterEnv, fake: Rest) -> None:
+    """What allocator/runtime/gates.py leans on: a merge patch naming another pod's uid is refused as
+    a change of the uid (422, where a PUT's uid is a 409 precondition), a gate added after creation
+    is refused, and the pod's only gate goes with a merge patch setting the list to null."""
+    pods = "/api/v1/namespaces/default/pods"
+    gate = [{"name": "topoalloc.io/dra"}]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "parity-gates"},
+        "spec": {"schedulingGates": gate, "containers": [{"name": "c", "image": "cuda"}]},
+    }
+    other = "00000000-0000-0000-0000-000000000000"
+    cluster.cp.ensure_default_service_account("default")
+    seen = []
+    for rest in (cluster.cp.admin, fake):
+        uid = rest.post(pods, body)["metadata"]["uid"]
+        path = f"{pods}/parity-gates"
+
+        def merge(patch: dict[str, Any], rest: Rest = rest, path: str = path) -> tuple[int, Any]:
+            return answer(rest, "PATCH", path, patch, content_type="application/merge-patch+json")
+
+        added = merge({"spec": {"schedulingGates": [*gate, {"name": "example.com/late"}]}})
+        stranger = merge({"metadata": {"uid": other}, "spec": {"schedulingGates": None}})
+        removed = merge({"metadata": {"uid": uid}, "spec": {"schedulingGates": None}})
+        again = merge({"metadata": {"uid": uid}, "spec": {"schedulingGates": None}})
+        rest.delete(path)
+        seen.append(
+            [
+                (
+                    status,
+                    [c["field"] for c in got["details"]["causes"]]
+                    if status == 422
+                    else got["spec"].get("schedulingGates"),
+                )
+                for status, got in (added, stranger, removed, again)
+            ]
+        )
+    real, mock = seen
+    assert mock == real
+    assert real == [
+        (422, ["spec.schedulingGates[1].name"]),
+        (422, ["metadata.uid", "metadata.uid"]),  # the registry's check and the pod's own
+        (200, None),
+        (200, None),
+    ]

@@ -4,6 +4,7 @@ again when the pod already carries it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -28,9 +29,10 @@ class Notes:
 
 
 def writes(
-    answers: list[int], pods: list[dict[str, Any]] | None = None
+    answers: list[Any], pods: list[dict[str, Any]] | None = None
 ) -> tuple[NodeWrites, list, Notes, list]:
-    """A writer over one served pod (uid u1) whose patches answer `answers` in turn (200: lands)."""
+    """A writer over one served pod (uid u1) whose patches answer `answers` in turn (200: lands; a
+    status, or a status and its body)."""
     served = ServedPod("ns", "p")
     served.record("nvidia.com/gpu", 0, ["GPU-3"])
     served.chose("nvidia.com/gpu", 0, [ENTRY], "it has no annotation")
@@ -39,9 +41,11 @@ def writes(
 
     def patch(namespace: str, name: str, uid: str, annotations: dict[str, str]) -> None:
         patches.append((namespace, name, uid, annotations))
-        status = answers.pop(0)
+        status, body = (answers.pop(0), None) if isinstance(answers[0], int) else answers.pop(0)
         if status != 200:
-            raise ApiException(status=status, reason="injected")
+            exc = ApiException(status=status, reason="injected")
+            exc.body = body
+            raise exc
 
     notes = Notes()
     writer = NodeWrites(
@@ -76,12 +80,23 @@ def test_a_failed_write_is_retried_with_backoff_until_it_lands() -> None:
     assert len(patches) == 3 and len(notes.normal) == 1  # written: nothing more
 
 
+def invalid(field: str) -> tuple[int, str]:
+    """kube-apiserver's 422 refusing a change of `field` (as it answers a patch naming the uid of
+    another pod of that name: tests/cluster/test_fake_parity.py)."""
+    causes = [{"reason": "FieldValueInvalid", "message": "field is immutable", "field": field}]
+    return 422, json.dumps({"kind": "Status", "code": 422, "details": {"causes": causes}})
+
+
 def test_a_pod_gone_or_replaced_is_not_written_again() -> None:
-    for status in (404, 409):  # deleted; another pod of that name (the UID precondition)
-        writer, patches, notes, _ = writes([status])
+    # deleted; another pod of that name (the uid a precondition: 409; the uid of a patch: 422)
+    for answer in (404, 409, invalid("metadata.uid")):
+        writer, patches, notes, _ = writes([answer])
         assert writer.write_pass() is None and writer.pending() == 0
         writer.write_pass()
         assert len(patches) == 1 and notes.normal == []
+    # Refused for anything else: tried again.
+    writer, patches, _, _ = writes([invalid("metadata.annotations")])
+    assert writer.write_pass() == RETRY_FIRST and writer.pending() == 1
 
 
 def test_a_pod_that_already_carries_the_choice_is_left_alone() -> None:

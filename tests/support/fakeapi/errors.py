@@ -166,8 +166,9 @@ def invalid(rt: NamedResource, name: str, errors: list[FieldError], *, kind: str
     `kind` overrides the kind named in the message (the generic registry sometimes names the resource)."""
     kind = kind or rt.kind
     qualified = f"{kind}.{rt.group}" if rt.group else kind
-    rendered = ", ".join(str(e) for e in errors)
-    if len(errors) > 1:
+    said = list(dict.fromkeys(str(e) for e in errors))  # the message says a repeated error once
+    rendered = ", ".join(said)
+    if len(said) > 1:
         rendered = f"[{rendered}]"
     details: JsonObj = {"name": name}
     if rt.group:

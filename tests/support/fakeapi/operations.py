@@ -169,6 +169,12 @@ class Operations(DeleteOperations):
             )
             raise errors.invalid(rt, name, [unversioned], kind=rt.plural)
         if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+            if not is_put:
+                # A patch naming another uid: kube-apiserver takes it as a change of the uid, which
+                # validation refuses (a PUT's uid is a precondition instead), twice: the registry's
+                # check of the metadata and the kind's own (the message says it once).
+                immutable = FieldError("Invalid", "metadata.uid", "field is immutable", meta["uid"])
+                raise errors.invalid(rt, name, [immutable, immutable])
             raise errors.precondition_failed(srt, namespace, name, "UID", meta["uid"], old_meta["uid"])
 
         new = self._to_storage(rt, candidate)
