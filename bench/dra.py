@@ -23,7 +23,9 @@ Where the time goes, per run: kube-apiserver's mean time in topoalloc's pod webh
 (dra.topoalloc.io, from its /metrics) and per PATCH of a claim's status and of a pod (its own
 request duration of topoalloc's two writes; kube-scheduler's are updates, "nan" here), medians of
 first seen -> claim allocated -> gate removed (topoalloc) -> bound, and the CPU seconds of every
-control-plane process and of this bench's client. Quality, for both, over the bound pods: NVLink
+control-plane process and of this bench's client; the table adds kube-scheduler's CPU and the CPU
+of the control plane and the allocator together (on a machine whose cores they share, a run's span
+follows that sum). Quality, for both, over the bound pods: NVLink
 pairs kept (share of `pair` claims whose two GPUs are joined by the most NVLinks two GPUs of the
 machine share: an NV2 pair of the DGX-1, like GPU0-GPU3; first fit's GPU0-GPU1, behind one switch,
 share one) and GPU-NIC aligned (share of `nic` claims on one PCIe switch). Each mode's pods and
@@ -313,6 +315,7 @@ def one_run(
         n = timed1[name][1] - timed0[name][1]
         timing[f"{name}_ms"] = 1000 * (timed1[name][0] - timed0[name][0]) / n if n else float("nan")
     timing.update({f"cpu_{k}": parts1[k] - parts0[k] for k in parts0})
+    timing["cpu_all"] = sum(timing[f"cpu_{k}"] for k in PARTS) + cpu1 - cpu0  # with the allocator
     return {**timing, "alloc_cpu_s": cpu1 - cpu0, "alloc_rss_mib": rss_mib(pid), **quality}
 
 
@@ -432,13 +435,14 @@ def report(args: argparse.Namespace, qps: int, results: dict[str, list[dict[str,
     print(f"{'mode':>14} {'nodes':>6} {'pods':>6} {'qps':>5} {'runs':>4} {'pods/s':>8} "
           f"{'NVLink pairs kept':>18} "
           f"{'GPU-NIC aligned':>16} {'alloc CPU ms/pod':>17} {'webhook ms':>10} {'to bound s':>10} "
-          f"{'apiserver CPU s':>15}")  # fmt: skip
+          f"{'apiserver CPU s':>15} {'scheduler CPU s':>15} {'all CPU s':>9}")  # fmt: skip
     for mode in args.modes:
         print(f"{mode:>14} {args.nodes:>6} {args.pods:>6} {qps:>5} {args.runs:>4} "
               f"{med(mode, 'pods_per_s'):>8.1f} "
               f"{100 * med(mode, 'kept'):>17.1f}% {100 * med(mode, 'aligned'):>15.1f}% "
               f"{1000 * med(mode, 'alloc_cpu_s') / args.pods:>17.2f} {med(mode, 'webhook_ms'):>10.1f} "
-              f"{med(mode, 'to_bound_s'):>10.3f} {med(mode, 'cpu_kube-apiserver'):>15.2f}")  # fmt: skip
+              f"{med(mode, 'to_bound_s'):>10.3f} {med(mode, 'cpu_kube-apiserver'):>15.2f} "
+              f"{med(mode, 'cpu_kube-scheduler'):>15.2f} {med(mode, 'cpu_all'):>9.2f}")  # fmt: skip
     if set(args.modes) == {"kube-scheduler", "topoalloc"}:
         runs = [
             t["pods_per_s"] / k["pods_per_s"]
