@@ -6,6 +6,7 @@ wheel installed without an index, its dependencies taken from this test's enviro
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import site
@@ -38,12 +39,18 @@ def _files(tree: str) -> set[str]:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # One build at a time: setuptools builds in the checkout itself (topoalloc-<version>/, build/,
+    # the egg-info), and this module's tests may run on two xdist workers, each with this fixture.
+    # The lock file sits in the session's shared temporary folder.
+    lock = tmp_path_factory.getbasetemp().parent / "topoalloc-build.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        built = subprocess.run(
+            [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return out
 
